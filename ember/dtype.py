@@ -1,0 +1,198 @@
+"""Element types and PyTorch's type-promotion rules.
+
+A `DType` is a small immutable value: a name (`"f32"`), a category (bool < int < float) and the NumPy
+dtype that holds it on the host (bf16 through `ml_dtypes`). Promotion follows PyTorch exactly:
+
+- within a category the wider type wins; `u8` with a signed type gives the next signed type that holds
+  both; `f16` with `bf16` gives `f32`; any int with any float gives the float;
+- in an op, dimensioned tensors decide first, then 0-d tensors, then Python scalars, and a lower
+  priority participant only changes the result when it is of a higher category
+  (`i32 tensor + 2.5 -> f32`, `f16 tensor + f64 0-d tensor -> f16`).
+
+Example:
+    >>> promote_types(i32, f16)
+    f16
+    >>> result_type(f16, 3.0)
+    f16
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import ml_dtypes
+
+__all__ = [
+    "DType", "f64", "f32", "f16", "bf16", "i64", "i32", "i16", "i8", "u8", "bool_",
+    "ALL", "FLOATS", "INTS", "dtype_of", "promote_types", "result_type", "default_float",
+]
+
+BOOL, INT, FLOAT = 0, 1, 2
+
+
+class DType:
+    """An element type. Compare with `==`; use `ember.f32` and friends rather than constructing."""
+
+    __slots__ = ("name", "category", "itemsize", "signed", "np")
+
+    def __init__(self, name: str, category: int, itemsize: int, signed: bool, np_dtype) -> None:
+        self.name = name
+        self.category = category
+        self.itemsize = itemsize
+        self.signed = signed
+        self.np = np.dtype(np_dtype)
+
+    @property
+    def is_float(self) -> bool:
+        return self.category == FLOAT
+
+    @property
+    def is_int(self) -> bool:
+        return self.category == INT
+
+    @property
+    def is_bool(self) -> bool:
+        return self.category == BOOL
+
+    def __repr__(self) -> str:
+        return self.name
+
+    def __reduce__(self):
+        return (dtype_of, (self.name,))
+
+
+f64 = DType("f64", FLOAT, 8, True, np.float64)
+f32 = DType("f32", FLOAT, 4, True, np.float32)
+f16 = DType("f16", FLOAT, 2, True, np.float16)
+bf16 = DType("bf16", FLOAT, 2, True, ml_dtypes.bfloat16)
+i64 = DType("i64", INT, 8, True, np.int64)
+i32 = DType("i32", INT, 4, True, np.int32)
+i16 = DType("i16", INT, 2, True, np.int16)
+i8 = DType("i8", INT, 1, True, np.int8)
+u8 = DType("u8", INT, 1, False, np.uint8)
+bool_ = DType("bool", BOOL, 1, False, np.bool_)
+
+ALL = (f64, f32, f16, bf16, i64, i32, i16, i8, u8, bool_)
+FLOATS = (f64, f32, f16, bf16)
+INTS = (i64, i32, i16, i8, u8)
+
+_BY_NAME = {d.name: d for d in ALL}
+_ALIASES = {
+    "float64": f64, "float32": f32, "float16": f16, "bfloat16": bf16, "half": f16, "float": f32,
+    "double": f64, "int64": i64, "int32": i32, "int16": i16, "int8": i8, "uint8": u8, "long": i64,
+    "int": i32,
+}
+_BY_NP = {d.np: d for d in ALL}
+
+_default_float = f32
+
+
+def default_float() -> DType:
+    """The float type Python floats and float-only ops on ints become (f32)."""
+    return _default_float
+
+
+def dtype_of(spec) -> DType:
+    """Resolve a dtype from a `DType`, a name (`"f32"`, `"float32"`), a NumPy dtype or a torch dtype.
+
+    Example:
+        >>> dtype_of("float32") is f32
+        True
+    """
+    if isinstance(spec, DType):
+        return spec
+    if isinstance(spec, str):
+        found = _BY_NAME.get(spec) or _ALIASES.get(spec)
+        if found is None:
+            from .errors import DTypeError
+            raise DTypeError(f"unknown dtype {spec!r}; known: {', '.join(_BY_NAME)}")
+        return found
+    if spec is bool:
+        return bool_
+    if spec is float:
+        return _default_float
+    if spec is int:
+        return i64
+    if type(spec).__module__.startswith("torch"):
+        return dtype_of(str(spec).removeprefix("torch."))
+    try:
+        npd = np.dtype(spec)
+    except TypeError:
+        npd = None
+    found = _BY_NP.get(npd) if npd is not None else None
+    if found is None:
+        from .errors import DTypeError
+        raise DTypeError(f"unsupported dtype {spec!r}; ember holds {', '.join(_BY_NAME)}")
+    return found
+
+
+def promote_types(a: DType, b: DType) -> DType:
+    """PyTorch's `promote_types` over ember's dtypes.
+
+    Example:
+        >>> promote_types(u8, i8)
+        i16
+    """
+    if a is b:
+        return a
+    if a.category != b.category:
+        return a if a.category > b.category else b
+    if a.category == FLOAT:
+        if {a, b} == {f16, bf16}:
+            return f32
+        return a if a.itemsize > b.itemsize else b
+    if a.category == INT:
+        if a.signed == b.signed:
+            return a if a.itemsize > b.itemsize else b
+        signed, unsigned = (a, b) if a.signed else (b, a)
+        if signed.itemsize > unsigned.itemsize:
+            return signed
+        return {1: i16, 2: i32, 4: i64, 8: i64}[unsigned.itemsize]
+    return a
+
+
+def _scalar_dtype(x) -> DType:
+    if isinstance(x, bool):
+        return bool_
+    if isinstance(x, int):
+        return i64
+    if isinstance(x, float):
+        return _default_float
+    raise TypeError(f"expected a tensor or a Python scalar, got {type(x).__name__}")
+
+
+def _combine(higher: DType | None, lower: DType | None) -> DType | None:
+    """PyTorch's combine_categories: a lower-priority type only counts if it is of a higher category."""
+    if higher is None:
+        return lower
+    if lower is None or higher.is_float:
+        return higher
+    if higher.is_bool or lower.category > higher.category:
+        return promote_types(higher, lower)
+    return higher
+
+
+def result_type(*operands) -> DType:
+    """The dtype PyTorch gives an op over these operands (tensors, or Python scalars).
+
+    Tensors are anything with `.dtype` and `.ndim`; 0-d tensors have lower priority than dimensioned
+    ones, and Python scalars lower still.
+
+    Example:
+        >>> result_type(True, 2)
+        i64
+    """
+    dim = zero = scalar = None
+    for x in operands:
+        if hasattr(x, "dtype") and hasattr(x, "ndim"):
+            d = x.dtype if isinstance(x.dtype, DType) else dtype_of(x.dtype)
+            if x.ndim:
+                dim = d if dim is None else promote_types(dim, d)
+            else:
+                zero = d if zero is None else promote_types(zero, d)
+        else:
+            d = _scalar_dtype(x)
+            scalar = d if scalar is None else promote_types(scalar, d)
+    out = _combine(dim, _combine(zero, scalar))
+    if out is None:
+        raise TypeError("result_type needs at least one operand")
+    return out

@@ -1,0 +1,44 @@
+"""The errors ember raises for bad input, each naming what was wrong.
+
+Every error is an `EmberError`; the shape, dtype and device errors also subclass the built-in
+exception a Python user would expect (`ValueError`, `TypeError`, `RuntimeError`).
+
+Example:
+    >>> raise ShapeError("add", "shapes (2, 3) and (4,) do not broadcast")
+    Traceback (most recent call last):
+    ember.errors.ShapeError: add: shapes (2, 3) and (4,) do not broadcast
+"""
+
+from __future__ import annotations
+
+
+class EmberError(Exception):
+    """Base of all ember errors."""
+
+
+class ShapeError(EmberError, ValueError):
+    """Shapes that do not fit the op; the message names the op and the shapes."""
+
+    def __init__(self, op: str, message: str) -> None:
+        super().__init__(f"{op}: {message}")
+        self.op = op
+
+
+class DTypeError(EmberError, TypeError):
+    """A dtype the op does not accept, or an unknown dtype name."""
+
+
+class DeviceError(EmberError, RuntimeError):
+    """Tensors on two different devices in one op, or an unknown device string."""
+
+
+class DeviceUnavailableError(DeviceError):
+    """A device whose backend cannot run here; the message says what is missing and how to install it."""
+
+
+class StoreError(EmberError, ValueError):
+    """A model file that is truncated, corrupt or of the wrong kind; names the file and the problem."""
+
+
+class ConfigError(EmberError, ValueError):
+    """A bad `ember.toml` key or value, or a bad `EMBER_*` variable; names the key and the file."""
