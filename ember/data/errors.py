@@ -1,0 +1,21 @@
+"""Errors raised by `ember.data`, both `EmberError`s.
+
+They live here rather than in `ember/errors.py` because only the data package raises them.
+
+Example:
+    >>> raise DataError("data.db: table 'items' expected columns ['id', 'split', 'label'], found ['id']")
+    Traceback (most recent call last):
+    ember.data.errors.DataError: data.db: table 'items' expected columns ['id', 'split', 'label'], found ['id']
+"""
+
+from __future__ import annotations
+
+from ember.errors import EmberError
+
+
+class DataError(EmberError, ValueError):
+    """A data file that is missing, corrupt or of the wrong kind; the message names the file and the problem."""
+
+
+class WorkerError(EmberError, RuntimeError):
+    """An exception inside a `DataLoader` worker process; the message carries the worker's traceback text."""

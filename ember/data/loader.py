@@ -1,0 +1,216 @@
+"""`DataLoader`: batches of a dataset, in a seeded order, optionally built by worker processes.
+
+The batch order of an epoch is a pure function of `(seed, epoch)`, and batches are built by the
+same batcher from the same index lists whatever the number of workers, so `num_workers` 0, 1 or 8
+give identical batches. The loader counts epochs (one per completed iteration) and the position in
+the current one; `state_dict()` / `load_state_dict()` let a run resume mid-epoch in the same order.
+
+Batches are built as NumPy data (in workers when `num_workers > 0`) and moved to `device`, when one
+is given, in the main process.
+
+Example:
+    >>> from ember.data import InMemoryDataset
+    >>> loader = DataLoader(InMemoryDataset(list(range(5))), batch_size=2)
+    >>> [b.tolist() for b in loader]
+    [[0, 1], [2, 3], [4]]
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Callable, Iterator
+from typing import Any, Generic, TypeVar
+
+import numpy as np
+
+from .batcher import default_batcher, to_device
+from .dataset import Dataset
+from .errors import WorkerError
+from .workers import WorkerPool
+
+B = TypeVar("B")
+
+
+class DataLoader(Generic[B]):
+    """Iterate a dataset in batches.
+
+    Args:
+        dataset: the items.
+        batch_size: items per batch; the last batch is smaller unless `drop_last`.
+        shuffle: visit items in the order `np.random.default_rng([seed, epoch]).permutation(n)`.
+        seed: fixes the shuffle order together with the epoch.
+        drop_last: leave out a last, incomplete batch.
+        num_workers: worker processes building batches; 0 builds them in this process.
+        prefetch: batches queued ahead per worker (bounds memory held by finished batches).
+        batcher: turns a list of items into a batch; `default_batcher` stacks into NumPy arrays.
+            With workers, it and the dataset must be picklable.
+        device: when given, each batch's arrays become ember tensors on it (in the main process).
+        multiprocessing_context: how workers start; "spawn" (default, see `ember.data.workers`),
+            "forkserver" or "fork".
+
+    Example:
+        >>> from ember.data import InMemoryDataset
+        >>> loader = DataLoader(InMemoryDataset(list(range(10))), batch_size=4, shuffle=True, seed=1)
+        >>> len(loader), sorted(np.concatenate(list(loader)).tolist()) == list(range(10))
+        (3, True)
+    """
+
+    def __init__(self, dataset: Dataset[Any], batch_size: int, shuffle: bool = False, seed: int = 0,
+                 drop_last: bool = False, num_workers: int = 0, prefetch: int = 2,
+                 batcher: Callable[[list[Any]], B] | None = None, device: Any = None,
+                 multiprocessing_context: str = "spawn") -> None:
+        if not isinstance(dataset, Dataset):
+            raise TypeError(f"DataLoader needs an ember.data.Dataset, got {type(dataset).__name__}")
+        for name, value, least in (("batch_size", batch_size, 1), ("num_workers", num_workers, 0),
+                                   ("prefetch", prefetch, 1)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise ValueError(f"DataLoader {name} must be an integer >= {least}, got {value!r}")
+        if batcher is not None and not callable(batcher):
+            raise TypeError(f"batcher must be callable, got {type(batcher).__name__}")
+        self.dataset = dataset
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.seed = seed
+        self.drop_last = drop_last
+        self.num_workers = num_workers
+        self.prefetch = prefetch
+        self.batcher: Callable[[list[Any]], Any] = batcher if batcher is not None else default_batcher
+        self.device = device
+        self.multiprocessing_context = multiprocessing_context
+        self.epoch = 0
+        self._position = 0
+        self._resume_at = 0
+        # Only the most recently started iterator moves the epoch and position.
+        self._generation = 0
+
+    def __len__(self) -> int:
+        n = len(self.dataset)
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def batch_indices(self, epoch: int) -> list[np.ndarray]:
+        """The dataset indices of every batch of `epoch`, in order.
+
+        Example:
+            >>> from ember.data import InMemoryDataset
+            >>> [b.tolist() for b in DataLoader(InMemoryDataset("abcde"), 2).batch_indices(0)]
+            [[0, 1], [2, 3], [4]]
+        """
+        n = len(self.dataset)
+        order = np.random.default_rng([self.seed, epoch]).permutation(n) if self.shuffle else np.arange(n)
+        return [order[k * self.batch_size:(k + 1) * self.batch_size] for k in range(len(self))]
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next iteration run `epoch` from its start. Example: `loader.set_epoch(3)`."""
+        if not isinstance(epoch, int) or epoch < 0:
+            raise ValueError(f"epoch must be a non-negative integer, got {epoch!r}")
+        self.epoch = epoch
+        self._position = self._resume_at = 0
+
+    def state_dict(self) -> dict[str, int]:
+        """`{"epoch", "position", "seed"}`: position counts the batches of `epoch` already handed out.
+
+        Example:
+            >>> from ember.data import InMemoryDataset
+            >>> DataLoader(InMemoryDataset([1]), 1).state_dict()
+            {'epoch': 0, 'position': 0, 'seed': 0}
+        """
+        return {"epoch": self.epoch, "position": self._position, "seed": self.seed}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """Make the next iteration continue `state["epoch"]` after `state["position"]` batches.
+
+        Example:
+            >>> loader.load_state_dict(saved)  # doctest: +SKIP
+        """
+        missing = {"epoch", "position", "seed"} - set(state)
+        if missing:
+            raise KeyError(f"DataLoader state is missing {sorted(missing)}; expected epoch, position, seed")
+        if state["seed"] != self.seed:
+            raise ValueError(f"DataLoader state has seed {state['seed']} but this loader has seed "
+                             f"{self.seed}; the batch order would differ")
+        if not 0 <= state["position"] <= len(self):
+            raise ValueError(f"DataLoader state position {state['position']} is outside 0..{len(self)} "
+                             f"(batches per epoch)")
+        self.set_epoch(state["epoch"])
+        self._position = self._resume_at = state["position"]
+
+    def __iter__(self) -> Iterator[B]:
+        """Batches of the current epoch, from the start or from a position set by `load_state_dict`."""
+        self._generation += 1
+        start, self._resume_at = self._resume_at, 0
+        self._position = start
+        return LoaderIterator(self, self.batch_indices(self.epoch), start, self._generation)
+
+    def _advance(self, generation: int, position: int) -> None:
+        if generation != self._generation:
+            return
+        if position < len(self):
+            self._position = position
+        else:
+            self.epoch += 1
+            self._position = 0
+
+
+class LoaderIterator(Iterator[B]):
+    """One pass over a `DataLoader`; owns the worker processes, if any, until exhausted or closed.
+
+    Example:
+        >>> it = iter(loader)  # doctest: +SKIP
+        >>> first = next(it); it.close()  # doctest: +SKIP
+    """
+
+    def __init__(self, loader: DataLoader[B], batches: list[np.ndarray], start: int, generation: int) -> None:
+        self._loader = loader
+        self._batches = batches
+        self._next = start
+        self._generation = generation
+        self._pool: WorkerPool | None = None
+        self._submitted = start
+        # batch number -> (ok, pickled batch or error text), for batches that came back early.
+        self._ready: dict[int, tuple[bool, Any]] = {}
+        if loader.num_workers and start < len(batches):
+            self._pool = WorkerPool(loader.dataset, loader.batcher, loader.num_workers,
+                                    loader.multiprocessing_context)
+
+    def __iter__(self) -> LoaderIterator[B]:
+        return self
+
+    def __next__(self) -> B:
+        if self._next >= len(self._batches):
+            self.close()
+            raise StopIteration
+        try:
+            batch = self._build(self._next)
+            if self._loader.device is not None:
+                batch = to_device(batch, self._loader.device)
+        except BaseException:
+            # KeyboardInterrupt included: workers must not outlive a failed or interrupted pass.
+            self.close()
+            raise
+        self._next += 1
+        self._loader._advance(self._generation, self._next)
+        if self._next == len(self._batches):
+            self.close(graceful=True)
+        return batch
+
+    def close(self, graceful: bool = False) -> None:
+        """Stop this pass and its workers; safe to call more than once."""
+        if self._pool is not None:
+            self._pool.close(graceful=graceful)
+            self._pool = None
+
+    def _build(self, number: int) -> Any:
+        if self._pool is None:
+            loader = self._loader
+            return loader.batcher([loader.dataset[int(i)] for i in self._batches[number]])
+        window = self._loader.prefetch * self._loader.num_workers
+        while self._submitted < len(self._batches) and self._submitted - number < window:
+            self._pool.submit(self._submitted, self._batches[self._submitted].tolist())
+            self._submitted += 1
+        while number not in self._ready:
+            done, ok, payload = self._pool.receive()
+            self._ready[done] = (ok, payload)
+        ok, payload = self._ready.pop(number)
+        if not ok:
+            raise WorkerError(f"DataLoader {payload}")
+        return pickle.loads(payload)

@@ -1,0 +1,189 @@
+"""DataLoader: batching, seeded order, resume, and worker processes (determinism, errors, shutdown).
+
+Worker tests use tiny datasets; each starts at most two spawned processes.
+"""
+
+from __future__ import annotations
+
+import gc
+import multiprocessing as mp
+import os
+import signal
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+
+from ember.data import DataLoader, Dataset, InMemoryDataset, WorkerError
+
+
+class Numbers(Dataset[tuple[np.ndarray, int]]):
+    """Item i is (a vector filled with i, i); module-level so spawned workers can unpickle it."""
+
+    def __init__(self, n: int, fail_at: int = -1, stall_at: int = -1) -> None:
+        self.n, self.fail_at, self.stall_at = n, fail_at, stall_at
+
+    def __len__(self) -> int:
+        return self.n
+
+    def get(self, i: int) -> tuple[np.ndarray, int]:
+        if i == self.fail_at:
+            raise ValueError(f"item {i} is broken")
+        if i == self.stall_at:
+            time.sleep(60)
+        return np.full(3, i, dtype=np.float32), i
+
+
+def _labels(batches: list[Any]) -> list[list[int]]:
+    return [b[1].tolist() for b in batches]
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_workers() -> Any:
+    yield
+    assert mp.active_children() == []
+
+
+def test_sequential_batches_and_len() -> None:
+    loader = DataLoader(Numbers(10), batch_size=4)
+    assert len(loader) == 3
+    batches = list(loader)
+    assert _labels(batches) == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    np.testing.assert_array_equal(batches[2][0], [[8, 8, 8], [9, 9, 9]])
+
+
+def test_drop_last() -> None:
+    loader = DataLoader(Numbers(10), batch_size=4, drop_last=True)
+    assert len(loader) == 2
+    assert _labels(list(loader)) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert len(DataLoader(Numbers(3), batch_size=4, drop_last=True)) == 0
+
+
+def test_shuffle_order_is_a_function_of_seed_and_epoch() -> None:
+    loader = DataLoader(Numbers(10), batch_size=3, shuffle=True, seed=7)
+    epoch0, epoch1 = sum(_labels(list(loader)), []), sum(_labels(list(loader)), [])
+    assert epoch0 == np.random.default_rng([7, 0]).permutation(10).tolist()
+    assert epoch1 == np.random.default_rng([7, 1]).permutation(10).tolist()
+    assert loader.epoch == 2
+    loader.set_epoch(1)
+    assert sum(_labels(list(loader)), []) == epoch1
+    other = DataLoader(Numbers(10), batch_size=3, shuffle=True, seed=8)
+    assert sum(_labels(list(other)), []) != epoch0
+
+
+def test_resume_mid_epoch_from_state_dict() -> None:
+    loader = DataLoader(Numbers(11), batch_size=2, shuffle=True, seed=3)
+    list(loader)  # epoch 0 done
+    full_epoch1 = _labels(_epoch(loader, 1))
+    it = iter(loader)
+    seen = [next(it)[1].tolist() for _ in range(2)]
+    state = loader.state_dict()
+    assert state == {"epoch": 1, "position": 2, "seed": 3}
+    it.close()
+
+    resumed = DataLoader(Numbers(11), batch_size=2, shuffle=True, seed=3)
+    resumed.load_state_dict(state)
+    rest = _labels(list(resumed))
+    assert seen + rest == full_epoch1
+    assert resumed.state_dict() == {"epoch": 2, "position": 0, "seed": 3}
+
+
+def _epoch(loader: DataLoader[Any], epoch: int) -> list[Any]:
+    probe = DataLoader(loader.dataset, loader.batch_size, shuffle=loader.shuffle, seed=loader.seed)
+    probe.set_epoch(epoch)
+    return list(probe)
+
+
+def test_load_state_dict_validates() -> None:
+    loader = DataLoader(Numbers(4), batch_size=2, seed=1)
+    with pytest.raises(ValueError, match="seed 2 but this loader has seed 1"):
+        loader.load_state_dict({"epoch": 0, "position": 0, "seed": 2})
+    with pytest.raises(ValueError, match="position 5 is outside 0..2"):
+        loader.load_state_dict({"epoch": 0, "position": 5, "seed": 1})
+    with pytest.raises(KeyError, match="missing"):
+        loader.load_state_dict({"epoch": 0})
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="batch_size must be an integer >= 1"):
+        DataLoader(Numbers(4), batch_size=0)
+    with pytest.raises(ValueError, match="num_workers"):
+        DataLoader(Numbers(4), batch_size=1, num_workers=-1)
+    with pytest.raises(TypeError, match="needs an ember.data.Dataset"):
+        DataLoader([1, 2], batch_size=1)  # type: ignore[arg-type]
+
+
+def test_custom_batcher() -> None:
+    loader = DataLoader(InMemoryDataset(["a", "b", "c"]), batch_size=2, batcher="".join)
+    assert list(loader) == ["ab", "c"]
+
+
+def test_identical_batches_for_any_worker_count() -> None:
+    results = []
+    for workers in (0, 1, 2):
+        loader = DataLoader(Numbers(23), batch_size=3, shuffle=True, seed=5, num_workers=workers, prefetch=1)
+        results.append([list(loader), list(loader)])  # two epochs, two different orders
+    for batches in results[1:]:
+        for epoch_a, epoch_b in zip(results[0], batches):
+            assert len(epoch_a) == len(epoch_b) == 8
+            for a, b in zip(epoch_a, epoch_b):
+                np.testing.assert_array_equal(a[0], b[0])
+                np.testing.assert_array_equal(a[1], b[1])
+    assert _labels(results[0][0]) != _labels(results[0][1])
+
+
+def test_worker_error_carries_traceback_and_workers_stop() -> None:
+    loader = DataLoader(Numbers(12, fail_at=7), batch_size=2, num_workers=2)
+    got = []
+    with pytest.raises(WorkerError) as info:
+        for batch in loader:
+            got.append(batch[1].tolist())
+    message = str(info.value)
+    assert "ValueError: item 7 is broken" in message
+    assert "Traceback (most recent call last)" in message and "in get" in message
+    assert "batch 3" in message
+    assert got == [[0, 1], [2, 3], [4, 5]], "batches before the broken one arrive in order"
+    assert mp.active_children() == []
+
+
+def test_serial_error_is_the_original_exception() -> None:
+    with pytest.raises(ValueError, match="item 1 is broken"):
+        list(DataLoader(Numbers(4, fail_at=1), batch_size=2))
+
+
+def test_early_break_and_garbage_collection_stop_workers() -> None:
+    loader = DataLoader(Numbers(40), batch_size=2, num_workers=2)
+    for batch in loader:
+        break
+    assert batch[1].tolist() == [0, 1]
+    assert mp.active_children() == []
+    assert loader.epoch == 0, "an abandoned pass does not finish the epoch"
+
+    it = iter(loader)
+    next(it)
+    del it
+    gc.collect()
+    assert mp.active_children() == []
+
+
+def test_keyboard_interrupt_while_waiting_stops_workers() -> None:
+    loader = DataLoader(Numbers(6, stall_at=2), batch_size=2, num_workers=1, prefetch=1)
+    it = iter(loader)
+    assert next(it)[1].tolist() == [0, 1]
+    # Batch 1 stalls in the worker, so the main process is waiting inside next() when Ctrl-C lands.
+    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            next(it)
+    finally:
+        timer.cancel()
+    assert mp.active_children() == []
+
+
+def test_unpicklable_dataset_with_workers_explains() -> None:
+    ds = InMemoryDataset([1, 2]).map(lambda x: x + 1)
+    with pytest.raises(TypeError, match="not lambdas or local functions"):
+        list(DataLoader(ds, batch_size=1, num_workers=1))
