@@ -97,12 +97,12 @@ def load_native(path: str | os.PathLike, mmap: bool = True) -> tuple[dict[str, n
     data_start = _PREAMBLE.size + header_len
     if data_start > len(buffer):
         raise StoreError(f"{name}: header needs bytes {_PREAMBLE.size}..{data_start} but the file has {len(buffer)}")
-    header = _parse_header(name, bytes(buffer[_PREAMBLE.size:data_start]))
-    state = {key: _tensor(name, buffer, data_start, key, entry) for key, entry in header["tensors"].items()}
-    return state, header["metadata"]
+    tensors, metadata = _parse_header(name, bytes(buffer[_PREAMBLE.size:data_start]))
+    state = {key: _tensor(name, buffer, data_start, key, entry) for key, entry in tensors.items()}
+    return state, metadata
 
 
-def _parse_header(name: str, raw: bytes) -> dict:
+def _parse_header(name: str, raw: bytes) -> tuple[dict, dict[str, str]]:
     try:
         header = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -112,7 +112,7 @@ def _parse_header(name: str, raw: bytes) -> dict:
     metadata = header.get("metadata", {})
     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
         raise StoreError(f"{name}: header 'metadata' must be an object of strings")
-    return header
+    return header["tensors"], metadata
 
 
 def _tensor(name: str, buffer: memoryview, data_start: int, key: str, entry) -> np.ndarray:

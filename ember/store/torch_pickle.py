@@ -1,0 +1,213 @@
+"""Read PyTorch `.pt` / `.pth` / `.bin` files (state dicts, checkpoints) without torch and without
+executing pickled code.
+
+Two container formats are read:
+
+- the zip archive `torch.save` writes since 1.6: `<name>/data.pkl` (the pickle), `<name>/data/<key>`
+  (one raw record per storage, stored uncompressed) and `<name>/byteorder` (`little` if absent);
+- the legacy stream (`_use_new_zipfile_serialization=False`): pickles of a magic number, protocol
+  version and system info, then the object, then the list of storage keys, then each storage as an
+  8-byte element count followed by its bytes.
+
+The pickle is read by `SafeUnpickler` (see `torch_unpickler`), which refuses every global but the
+tensor/storage helpers of a state dict. Tensors become NumPy views of their storage bytes with
+torch's own offset, shape and strides, so transposed and storage-sharing tensors come back exactly,
+sharing memory as they did in torch. With `mmap=True` (default) those views are read-only and point
+into the memory-mapped file; with `mmap=False` into one writable in-memory copy.
+
+Nesting: the loaded object is flattened. Nested dicts and lists join their keys with dots
+(`{"model": {"fc.weight": t}, "epoch": 3}` gives the tensor `"model.fc.weight"`); every non-tensor
+leaf (numbers, strings, None, ...) goes into the returned metadata as JSON text under its dotted key
+(`{"epoch": "3"}`), so nothing is silently dropped. `key="model"` first selects one top-level entry,
+so a checkpoint's weights come back with their plain names.
+
+Example:
+    >>> state, metadata = load_torch("checkpoint.pt", key="state_dict")
+    >>> state["fc.weight"].shape
+    (10, 784)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import struct
+import zipfile
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from ..errors import StoreError
+from .mapped import map_file
+from .torch_unpickler import SafeUnpickler, StorageRef, TensorRef
+
+__all__ = ["load_torch", "ZIP_MAGIC", "LEGACY_MAGIC"]
+
+ZIP_MAGIC = b"PK\x03\x04"
+# PROTO 2, then LONG1 of 10 bytes: the start of torch's legacy magic number 0x1950a86a20f9469cfc6c
+LEGACY_MAGIC = b"\x80\x02\x8a\x0a"
+_LEGACY_MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
+_LEGACY_PROTOCOL = 1001
+_LOCAL_HEADER = struct.Struct("<4s22xHH")
+
+
+def load_torch(path: str | os.PathLike, mmap: bool = True, key: str | None = None
+               ) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """Read a PyTorch file: `(state, metadata)` with nested containers flattened to dotted keys.
+
+    `key` selects one entry of a top-level dict first (e.g. `"state_dict"`, `"model"`).
+
+    Example:
+        >>> state, _ = load_torch("resnet18.pth")
+        >>> state["bn1.num_batches_tracked"].dtype
+        dtype('int64')
+    """
+    name = os.fspath(path)
+    buffer = map_file(path, mmap)
+    head = bytes(buffer[:4])
+    if head == ZIP_MAGIC:
+        obj, records = _read_zip(name, buffer)
+    elif head == LEGACY_MAGIC:
+        with open(path, "rb") as stream:
+            obj, records = _read_legacy(name, stream, buffer)
+    else:
+        raise StoreError(f"{name}: not a PyTorch file: expected a zip archive (PK\\x03\\x04) or the legacy "
+                         f"pickle stream ({LEGACY_MAGIC!r}), found {head!r}")
+    if key is not None:
+        if not isinstance(obj, dict) or key not in obj:
+            found = ", ".join(map(repr, obj)) if isinstance(obj, dict) else type(obj).__name__
+            raise StoreError(f"{name}: no top-level key {key!r}; the file holds {found}")
+        obj = obj[key]
+    if isinstance(obj, TensorRef) or not isinstance(obj, (dict, list, tuple)):
+        raise StoreError(f"{name}: holds a single {type(obj).__name__}, not a dict of tensors")
+    state: dict[str, np.ndarray] = {}
+    metadata: dict[str, str] = {}
+    _flatten(name, obj, "", records, state, metadata)
+    return state, metadata
+
+
+def _read_zip(name: str, buffer: memoryview) -> tuple[Any, dict[str, memoryview]]:
+    # zipfile reads the directory through its own handle; the records themselves are sliced out of
+    # `buffer`, so a memory-mapped file is never copied.
+    try:
+        with zipfile.ZipFile(name) as archive:
+            names = archive.namelist()
+            pickles = [n for n in names if n.endswith("/data.pkl") and n.count("/") == 1]
+            if len(pickles) != 1:
+                hint = " (a TorchScript archive? ember reads state dicts)" if any("/code/" in n for n in names) else ""
+                raise StoreError(f"{name}: expected one <name>/data.pkl in the zip archive, found {len(pickles)}{hint}")
+            prefix = pickles[0][: -len("data.pkl")]
+            with archive.open(pickles[0]) as pkl:
+                unpickler = SafeUnpickler(pkl, name)
+                obj = unpickler.load()
+            byteorder = "little"
+            if prefix + "byteorder" in names:
+                byteorder = archive.read(prefix + "byteorder").decode("ascii", "replace")
+            if byteorder not in ("little", "big"):
+                raise StoreError(f"{name}: byteorder record says {byteorder!r}, expected 'little' or 'big'")
+            records = {}
+            for ref in unpickler.storages.values():
+                record = f"{prefix}data/{ref.key}"
+                if record not in names:
+                    raise StoreError(f"{name}: missing record {record!r} in the zip archive")
+                records[ref.key] = _to_little(name, _record(name, buffer, archive, archive.getinfo(record)), ref, byteorder)
+    except StoreError:
+        raise
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, NotImplementedError, RuntimeError, ValueError) as e:
+        # EOFError: a member cut short; NotImplementedError: an unknown compression; RuntimeError: encryption
+        raise StoreError(f"{name}: corrupt zip archive: {type(e).__name__}: {e}") from e
+    return obj, records
+
+
+def _record(name: str, buffer: memoryview, archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> memoryview:
+    if info.compress_type != zipfile.ZIP_STORED:  # torch never compresses, but other zip tools might
+        return memoryview(archive.read(info))
+    if info.header_offset + _LOCAL_HEADER.size > len(buffer):
+        raise StoreError(f"{name}: record {info.filename!r} lies past the end of the file")
+    signature, name_len, extra_len = _LOCAL_HEADER.unpack_from(buffer, info.header_offset)
+    begin = info.header_offset + _LOCAL_HEADER.size + name_len + extra_len
+    if signature != ZIP_MAGIC or begin + info.file_size > len(buffer):
+        raise StoreError(f"{name}: record {info.filename!r} needs bytes {begin}..{begin + info.file_size} "
+                         f"but the file has {len(buffer)}")
+    return buffer[begin:begin + info.file_size]  # a slice of the map: no copy
+
+
+def _to_little(name: str, record: memoryview, ref: StorageRef, byteorder: str) -> memoryview:
+    if len(record) < ref.numel * ref.dtype.itemsize:
+        raise StoreError(f"{name}: storage {ref.key!r} declares {ref.numel} x {ref.dtype.name} "
+                         f"but its record has {len(record)} bytes")
+    if byteorder == "little" or ref.dtype.itemsize == 1:
+        return record
+    swapped = np.frombuffer(record, ref.dtype.np.newbyteorder(">"), count=ref.numel).astype(ref.dtype.np.newbyteorder("<"))
+    return memoryview(swapped.view(np.uint8))
+
+
+def _read_legacy(name: str, stream: BinaryIO, buffer: memoryview) -> tuple[Any, dict[str, memoryview]]:
+    # the pickles are read from `stream`, which each unpickler leaves just past its STOP opcode;
+    # the storages that follow are sliced out of `buffer`
+    preamble = SafeUnpickler(stream, name)
+    if preamble.load() != _LEGACY_MAGIC_NUMBER:
+        raise StoreError(f"{name}: legacy magic number mismatch; corrupt file?")
+    if (version := SafeUnpickler(stream, name).load()) != _LEGACY_PROTOCOL:
+        raise StoreError(f"{name}: legacy protocol version {version!r}, expected {_LEGACY_PROTOCOL}")
+    sys_info = SafeUnpickler(stream, name).load()
+    if not isinstance(sys_info, dict) or sys_info.get("little_endian") is not True:
+        raise StoreError(f"{name}: only little-endian legacy files are supported (sys_info {sys_info!r})")
+    unpickler = SafeUnpickler(stream, name, legacy=True)
+    obj = unpickler.load()
+    keys = SafeUnpickler(stream, name).load()
+    if not isinstance(keys, list) or set(keys) != set(unpickler.storages):
+        raise StoreError(f"{name}: legacy storage key list {keys!r} does not match the storages the object uses")
+    offset, records = stream.tell(), {}
+    for key in keys:
+        ref = unpickler.storages[key]
+        if offset + 8 > len(buffer):
+            raise StoreError(f"{name}: storage {key!r} header needs bytes {offset}..{offset + 8} "
+                             f"but the file has {len(buffer)}")
+        (numel,) = struct.unpack_from("<q", buffer, offset)
+        begin, end = offset + 8, offset + 8 + numel * ref.dtype.itemsize
+        if numel < 0 or end > len(buffer):
+            raise StoreError(f"{name}: storage {key!r} needs bytes {begin}..{end} but the file has {len(buffer)}")
+        records[key] = _to_little(name, buffer[begin:end], ref, "little")
+        offset = end
+    return obj, records
+
+
+def _flatten(name: str, obj: Any, prefix: str, records: dict[str, memoryview],
+             state: dict[str, np.ndarray], metadata: dict[str, str]) -> None:
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj)
+    for k, value in items:
+        key = f"{prefix}{k}"
+        if isinstance(value, TensorRef):
+            state[key] = _view(name, key, value, records[value.storage.key])
+        elif isinstance(value, (dict, list, tuple)) and value and _holds_tensors(value):
+            _flatten(name, value, key + ".", records, state, metadata)
+        else:
+            try:
+                metadata[key] = json.dumps(value)
+            except (TypeError, ValueError):
+                metadata[key] = repr(value)
+
+
+def _holds_tensors(obj: Any) -> bool:
+    values = obj.values() if isinstance(obj, dict) else obj
+    return any(isinstance(v, TensorRef) or (isinstance(v, (dict, list, tuple)) and _holds_tensors(v)) for v in values)
+
+
+def _view(name: str, key: str, ref: TensorRef, record: memoryview) -> np.ndarray:
+    """The tensor as a strided NumPy view of its storage, after proving every element lies inside it."""
+    size, stride, offset, dtype = ref.size, ref.stride, ref.offset, ref.dtype
+    if not (type(offset) is int and offset >= 0 and len(size) == len(stride)
+            and all(type(s) is int and s >= 0 for s in size + stride)):
+        raise StoreError(f"{name}: tensor {key!r} has a bad layout: offset {offset!r}, size {size!r}, stride {stride!r}")
+    numel = len(record) // dtype.itemsize
+    if 0 in size:
+        return np.zeros(size, dtype.np)
+    last = offset + sum((n - 1) * s for n, s in zip(size, stride))
+    if last >= numel:
+        raise StoreError(f"{name}: tensor {key!r} reaches element {last} of storage {ref.storage.key!r}, "
+                         f"which holds {numel} {dtype.name} elements")
+    base = np.frombuffer(record, dtype.np.newbyteorder("<"), count=numel)
+    return np.lib.stride_tricks.as_strided(
+        base[offset:], shape=size, strides=tuple(s * dtype.itemsize for s in stride))

@@ -1,0 +1,247 @@
+"""Reading torch.save files without torch: exact values against torch, layouts, safety, corruption."""
+
+from __future__ import annotations
+
+import pickle
+import zipfile
+
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+
+from ember.errors import StoreError
+from ember.store.torch_pickle import load_torch
+from ember.store.torch_unpickler import ALLOWED_GLOBALS
+
+from .conftest import assert_same_state
+
+LEGACY = {"_use_new_zipfile_serialization": False}
+
+
+def to_numpy(t: torch.Tensor) -> np.ndarray:
+    """torch's own values as NumPy, bf16 through its bits (torch has no bf16 .numpy())."""
+    t = t.detach()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
+
+
+def to_torch(a: np.ndarray) -> torch.Tensor:
+    if a.dtype == ml_dtypes.bfloat16:
+        return torch.from_numpy(a.view(np.int16).copy()).view(torch.bfloat16)
+    return torch.from_numpy(a.copy())
+
+
+def small_model_state() -> dict[str, torch.Tensor]:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.Flatten(),
+                                torch.nn.Linear(4 * 6 * 6, 5))
+    model(torch.randn(2, 3, 8, 8))  # training mode: running stats and num_batches_tracked move
+    state = dict(model.state_dict())
+    base = torch.randn(6, 4)
+    state.update({
+        "half": torch.randn(3, 2).half(),
+        "brain": torch.randn(2, 5).bfloat16(),
+        "transposed": base.t(),              # non-contiguous: strides (1, 4)
+        "row": base[2],                      # shares base's storage at offset 8
+        "strided": base[::2, 1::2],
+        "expanded": torch.arange(3.0).expand(4, 3),  # stride 0
+    })
+    return state
+
+
+@pytest.mark.parametrize("options", [{}, LEGACY], ids=["zip", "legacy"])
+@pytest.mark.parametrize("mmap", [True, False])
+def test_small_model_matches_torch_exactly(tmp_path, options, mmap):
+    want = small_model_state()
+    path = tmp_path / "model.pt"
+    torch.save(want, path, **options)
+    got, metadata = load_torch(path, mmap=mmap)
+    assert metadata == {}
+    assert list(got) == list(want)
+    assert_same_state(got, {k: to_numpy(v) for k, v in want.items()})
+    assert got["1.num_batches_tracked"].dtype == np.int64 and got["1.num_batches_tracked"] == 1
+    assert got["transposed"].strides == (4, 16)
+    assert np.shares_memory(got["transposed"], got["row"])
+    assert np.shares_memory(got["transposed"], got["strided"])
+    assert all(a.flags.writeable != mmap for a in got.values() if a.size)
+
+
+@pytest.mark.parametrize("options", [{}, LEGACY], ids=["zip", "legacy"])
+def test_every_dtype_and_shape(tmp_path, every_dtype_state, options):
+    path = tmp_path / "all.pt"
+    torch.save({k: to_torch(v) for k, v in every_dtype_state.items()}, path, **options)
+    got, _ = load_torch(path)
+    assert_same_state(got, every_dtype_state)
+
+
+def test_mmap_views_point_into_the_file(tmp_path):
+    path = tmp_path / "m.pt"
+    values = torch.arange(1000.0, 1016.0)
+    torch.save({"w": values}, path)
+    got, _ = load_torch(path)
+    assert not got["w"].flags.owndata
+    start = path.read_bytes().index(values.numpy().tobytes())
+    with open(path, "r+b") as f:
+        f.seek(start + 4)
+        f.write(np.float32(2.5).tobytes())
+    assert got["w"][1] == 2.5
+
+
+def test_parameters_and_the_v3_untyped_path(tmp_path):
+    path = tmp_path / "p.pt"
+    torch.save({"p": torch.nn.Parameter(torch.arange(4.0)), "s": torch.Size([2, 3])}, path)
+    got, metadata = load_torch(path)
+    np.testing.assert_array_equal(got["p"], [0, 1, 2, 3])
+    assert metadata == {"s": "[2, 3]"}
+
+
+def test_checkpoint_nesting_flattens_or_selects(tmp_path):
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model(torch.ones(1, 3)).sum().backward()
+    opt.step()
+    path = tmp_path / "ckpt.pt"
+    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "epoch": 7, "name": "run"}, path)
+
+    state, metadata = load_torch(path, key="model")
+    assert set(state) == {"weight", "bias"} and metadata == {}
+    np.testing.assert_array_equal(state["weight"], model.weight.detach().numpy())
+
+    state, metadata = load_torch(path)
+    assert {"model.weight", "model.bias", "optimizer.state.0.momentum_buffer"} <= set(state)
+    assert metadata["epoch"] == "7" and metadata["name"] == '"run"'
+    assert "optimizer.param_groups" in metadata
+
+    with pytest.raises(StoreError, match=r"no top-level key 'state_dict'; the file holds 'model', 'optimizer'"):
+        load_torch(path, key="state_dict")
+
+
+def test_a_bare_tensor_is_not_a_state_dict(tmp_path):
+    torch.save(torch.ones(2), tmp_path / "t.pt")
+    with pytest.raises(StoreError, match="single TensorRef"):
+        load_torch(tmp_path / "t.pt")
+
+
+def rewrite(path, transform) -> None:
+    """Rewrite a zip archive member by member (fresh CRCs): transform(name, data) -> data."""
+    with zipfile.ZipFile(path) as z:
+        members = [(i.filename, transform(i.filename, z.read(i))) for i in z.infolist()]
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        for name, data in members:
+            z.writestr(name, data)
+
+
+def test_big_endian_archives_are_swapped(tmp_path):
+    path = tmp_path / "be.pt"
+    want = {"f": torch.randn(5), "i": torch.arange(4, dtype=torch.int64), "b": torch.randn(3).bfloat16()}
+    torch.save(want, path)
+    swap = {"be/data/0": ">f4", "be/data/1": ">i8", "be/data/2": ">i2"}
+
+    def to_big(name: str, data: bytes) -> bytes:
+        if name == "be/byteorder":
+            return b"big"
+        if name in swap:
+            return np.frombuffer(data, swap[name].replace(">", "<")).astype(swap[name]).tobytes()
+        return data
+
+    rewrite(path, to_big)
+    got, _ = load_torch(path)
+    assert_same_state(got, {k: to_numpy(v) for k, v in want.items()})
+
+
+# --- safety: nothing from the file runs -----------------------------------------------------------
+
+PAYLOADS = {
+    "os.system": b"cos\nsystem\n(S'touch {marker}'\ntR.",
+    "builtins.eval": b"cbuiltins\neval\n(S'open(\"{marker}\", \"w\")'\ntR.",
+    "posix.system": b"\x80\x02cposix\nsystem\nq\x00X\x0c\x00\x00\x00touch {marker}q\x01\x85q\x02Rq\x03.",
+}
+
+
+@pytest.mark.parametrize("refused", list(PAYLOADS))
+def test_malicious_pickles_are_refused_and_nothing_runs(tmp_path, refused):
+    marker = tmp_path / "pwned"
+    payload = PAYLOADS[refused].replace(b"{marker}", str(marker).encode())
+    if refused == "posix.system":  # fix the BINUNICODE length for this path
+        text = f"touch {marker}".encode()
+        payload = b"\x80\x02cposix\nsystem\nq\x00X" + len(text).to_bytes(4, "little") + text + b"q\x01\x85q\x02Rq\x03."
+    path = tmp_path / "evil.pt"
+    torch.save({"w": torch.ones(1)}, path)
+    rewrite(path, lambda name, data: payload if name.endswith("data.pkl") else data)
+    with pytest.raises(StoreError) as e:
+        load_torch(path)
+    assert str(path) in str(e.value) and f"refused to load global {refused}" in str(e.value)
+    assert not marker.exists()
+
+
+def test_malicious_legacy_pickle_is_refused(tmp_path):
+    marker = tmp_path / "pwned"
+    path = tmp_path / "evil.pt"
+    with open(path, "wb") as f:
+        for part in (0x1950A86A20F9469CFC6C, 1001, {"little_endian": True}):
+            pickle.dump(part, f, protocol=2)
+        f.write(PAYLOADS["os.system"].replace(b"{marker}", str(marker).encode()))
+    with pytest.raises(StoreError, match="refused to load global os.system"):
+        load_torch(path)
+    assert not marker.exists()
+
+
+def test_allowed_globals_cannot_be_mutated_through_build(tmp_path):
+    before = dict(ALLOWED_GLOBALS)
+    path = tmp_path / "evil.pt"
+    torch.save({"w": torch.ones(1)}, path)
+    # GLOBAL torch.FloatStorage, then BUILD it with state {"dtype": "x"}: must fail, not mutate
+    payload = b"\x80\x02ctorch\nFloatStorage\n}X\x05\x00\x00\x00dtypeX\x01\x00\x00\x00xsb."
+    rewrite(path, lambda name, data: payload if name.endswith("data.pkl") else data)
+    with pytest.raises(StoreError, match="refused to set state"):
+        load_torch(path)
+    assert ALLOWED_GLOBALS == before and ALLOWED_GLOBALS[("torch", "FloatStorage")].dtype.name == "f32"
+
+
+# --- corrupt files ----------------------------------------------------------------------------------
+
+def _refused(path) -> str:
+    with pytest.raises(StoreError) as e:
+        load_torch(path)
+    assert str(path) in str(e.value)
+    return str(e.value)
+
+
+@pytest.mark.parametrize("options", [{}, LEGACY], ids=["zip", "legacy"])
+def test_truncated_files(tmp_path, options):
+    path = tmp_path / "t.pt"
+    torch.save({"w": torch.randn(100)}, path, **options)
+    good = path.read_bytes()
+    for cut in (len(good) - 50, len(good) // 2, 10):
+        path.write_bytes(good[:cut])
+        _refused(path)
+    path.write_bytes(b"")
+    assert "not a PyTorch file" in _refused(path)
+
+
+def test_a_view_past_its_storage_is_refused(tmp_path):
+    path = tmp_path / "oob.pt"
+    torch.save({"w": torch.ones(7)}, path)
+    # the size tuple (7,) becomes (9,): two elements past the 7-element storage
+    rewrite(path, lambda name, data: data.replace(b"K\x07\x85", b"K\x09\x85", 1) if name.endswith("data.pkl") else data)
+    assert "reaches element 8 of storage '0', which holds 7 f32 elements" in _refused(path)
+
+
+def test_a_storage_shorter_than_declared_is_refused(tmp_path):
+    path = tmp_path / "short.pt"
+    torch.save({"w": torch.ones(7)}, path)
+    rewrite(path, lambda name, data: data[:12] if name.endswith("data/0") else data)
+    assert "declares 7 x f32 but its record has 12 bytes" in _refused(path)
+
+
+def test_a_missing_storage_record_is_refused(tmp_path):
+    path = tmp_path / "missing.pt"
+    torch.save({"w": torch.ones(7)}, path)
+    with zipfile.ZipFile(path) as z:
+        members = [(i.filename, z.read(i)) for i in z.infolist() if not i.filename.endswith("data/0")]
+    with zipfile.ZipFile(path, "w") as z:
+        for name, data in members:
+            z.writestr(name, data)
+    assert "missing record 'missing/data/0'" in _refused(path)
