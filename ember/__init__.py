@@ -1,6 +1,43 @@
-"""ember: a deep-learning framework on Burn's design."""
+"""ember: a deep-learning framework on Burn's design.
 
-from .dtype import DType, f64, f32, f16, bf16, i64, i32, i16, i8, u8, bool_
+One tensor API; devices chosen at run time (`Device.cpu()`, `Device.numpy()`, ...); backends stacked
+as decorators (`device.autodiff()`). See README.md and docs/architecture.md.
+
+Example:
+    >>> import ember
+    >>> device = ember.Device.cpu().autodiff()
+    >>> w = ember.randn(3, device=device).require_grad()
+    >>> grads = (w * w).sum().backward()
+    >>> w.grad(grads).shape
+    (3,)
+"""
+
+from .dtype import DType, f64, f32, f16, bf16, i64, i32, i16, i8, u8, bool_, promote_types, result_type
 from .errors import EmberError, ShapeError, DTypeError, DeviceError, DeviceUnavailableError
+from .device import Device
+from .tensor import Tensor
+from .random import seed
+from .autodiff.grad_mode import no_grad, grad_enabled
+from .autodiff.gradients import Gradients
+from .api import activation
+from .api.creation import (
+    tensor, from_numpy, from_dlpack, zeros, ones, full, empty, arange, linspace, eye, rand, uniform,
+    randn, normal, randint, bernoulli, zeros_like, ones_like, full_like, empty_like, rand_like,
+    randn_like, randint_like,
+)
+from .api.math import *  # noqa: F401,F403  (elementwise functions, PyTorch names)
+from .api.math import abs, round, pow, where  # noqa: A004
+from .api.reduce import (
+    sum, prod, mean, amax, amin, max, min, argmax, argmin, var, std, logsumexp, norm, all, any,
+    cumsum, cumprod, cummax, cummin, argsort, sort, topk, median, gather,
+)
+from .api.shape import (
+    reshape, permute, transpose, movedim, flatten, unflatten, squeeze, unsqueeze, expand, broadcast_to,
+    repeat, tile, flip, narrow, roll, chunk, split, cat, stack, pad, tril, triu, diagonal,
+)
+from .api.index import (
+    s, slice_assign, scatter, scatter_add, index_select, index_add, masked_select, take, one_hot, nonzero,
+)
+from .api.linalg import matmul, outer, einsum
 
 __version__ = "0.1.0"

@@ -1,0 +1,9 @@
+"""The user-facing functions of ember, composed from primitives, one module per topic.
+
+Each module's `METHODS` lists what also becomes a `Tensor` method or operator.
+"""
+
+from . import activation, creation, index, linalg, math, reduce, shape
+
+METHODS = {**creation.METHODS, **math.METHODS, **reduce.METHODS, **shape.METHODS, **index.METHODS,
+           **linalg.METHODS, **activation.METHODS}

@@ -1,0 +1,59 @@
+"""Helpers every tensor-level module shares: binding primitives, promotion and scalar operands."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..dispatch import bind, create
+from ..dtype import DType, default_float, dtype_of, result_type
+from ..ops import registry
+from ..tensor import Tensor
+
+__all__ = ["apply", "create_on", "promote", "scalar_like", "to_tensor_like", "shape_arg", "Tensor",
+           "registry", "result_type", "default_float", "dtype_of"]
+
+
+def apply(name: str, *inputs: Tensor, **params) -> Tensor:
+    """Bind the primitive called `name` to tensor inputs."""
+    return bind(registry[name], inputs, params)
+
+
+def create_on(device, name: str, **params) -> Tensor:
+    """Run the creation primitive called `name` on `device`."""
+    return create(device, registry[name], params)
+
+
+def scalar_like(value, dtype: DType, device) -> Tensor:
+    """A 0-d tensor holding a Python scalar, on `device` with `dtype`."""
+    from ..ops.primitive import Aval
+    array = np.asarray(value).astype(dtype.np)
+    return Tensor._make(device, device.backend.from_host(array), Aval((), dtype))
+
+
+def to_tensor_like(value, like: Tensor, dtype: DType) -> Tensor:
+    """`value` (a tensor or a Python scalar) as a tensor of `dtype` on the device of `like`."""
+    if isinstance(value, Tensor):
+        return value.cast(dtype)
+    if isinstance(value, (bool, int, float, np.number, np.bool_)):
+        return scalar_like(value, dtype, like._device)
+    raise TypeError(f"expected a tensor or a Python scalar, got {type(value).__name__}")
+
+
+def promote(*operands, float_only: bool = False) -> tuple[Tensor, ...]:
+    """Operands (tensors and scalars, at least one tensor) as tensors of their PyTorch result dtype."""
+    like = next(x for x in operands if isinstance(x, Tensor))
+    plain = [x.item() if isinstance(x, (np.number, np.bool_)) else x for x in operands]
+    dtype = result_type(*plain)
+    if float_only and not dtype.is_float:
+        dtype = default_float()
+    return tuple(to_tensor_like(x, like, dtype) for x in plain)
+
+
+def shape_arg(shape) -> tuple[int, ...]:
+    """Accept `f(2, 3)`, `f((2, 3))` and `f([2, 3])` alike."""
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = tuple(shape[0])
+    out = tuple(int(n) for n in shape)
+    if any(n < 0 for n in out):
+        raise ValueError(f"negative size in shape {out}")
+    return out

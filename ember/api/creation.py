@@ -1,0 +1,281 @@
+"""Creating tensors: from data, constants, ranges and random streams.
+
+`device=None` means `Device.default()`; `dtype=None` means PyTorch's choice (f32 for floats, i64 for
+ints, bool for bools, the array's own dtype for NumPy input).
+
+Example:
+    >>> ember.zeros(2, 3).shape
+    (2, 3)
+    >>> ember.arange(0, 1, 0.25).tolist()
+    [0.0, 0.25, 0.5, 0.75]
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..device import Device
+from ..dtype import DType, bool_, default_float, dtype_of, i64
+from ..errors import DTypeError
+from ..ops.primitive import Aval
+from ..random import stream_of
+from ._common import Tensor, create_on, shape_arg
+
+
+def _device(device) -> Device:
+    return Device.default() if device is None else Device(device)
+
+
+def from_numpy(array: np.ndarray, device=None) -> Tensor:
+    """A tensor over a NumPy array; on the NumPy and CPU devices it shares the array's memory.
+
+    Example:
+        >>> ember.from_numpy(np.ones((2, 2), np.float32)).dtype
+        f32
+    """
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"from_numpy expects a numpy.ndarray, got {type(array).__name__}")
+    dtype = dtype_of(array.dtype)
+    device = _device(device)
+    return Tensor._make(device, device.backend.from_host(array), Aval(array.shape, dtype))
+
+
+def tensor(data, dtype=None, device=None) -> Tensor:
+    """A new tensor holding a copy of `data` (nested lists, scalars, NumPy arrays or tensors).
+
+    Example:
+        >>> ember.tensor([[1, 2], [3, 4]], dtype="f32").dtype
+        f32
+    """
+    if isinstance(data, Tensor):
+        out = data.to(_device(device) if device is not None else data.device).detach()
+        return out.cast(dtype) if dtype is not None else out
+    if isinstance(data, np.ndarray):
+        array = np.array(data, copy=True)
+        inferred = dtype_of(array.dtype)
+    else:
+        array, inferred = _from_python(data)
+    target = dtype_of(dtype) if dtype is not None else inferred
+    return from_numpy(np.ascontiguousarray(array.astype(target.np)), device)
+
+
+def _from_python(data) -> tuple[np.ndarray, DType]:
+    if isinstance(data, (list, tuple)) and any(isinstance(x, Tensor) for x in _flat(data)):
+        data = _nested_lists(data)
+    array = np.asarray(data)
+    if array.dtype == object:
+        raise TypeError("ember.tensor: data must be numbers or (nested) sequences of numbers of equal length")
+    kind = array.dtype.kind
+    if kind == "b":
+        return array, bool_
+    if kind in "iu":
+        return array, i64
+    if kind == "f":
+        return array, default_float()
+    raise DTypeError(f"ember.tensor: unsupported data of dtype {array.dtype}")
+
+
+def _flat(data):
+    for x in data:
+        if isinstance(x, (list, tuple)):
+            yield from _flat(x)
+        else:
+            yield x
+
+
+def _nested_lists(data):
+    return [_nested_lists(x) if isinstance(x, (list, tuple)) else (x.tolist() if isinstance(x, Tensor) else x)
+            for x in data]
+
+
+def from_dlpack(obj, device=None) -> Tensor:
+    """A tensor from any object speaking DLPack (a host copy is made for non-CPU producers).
+
+    Example:
+        >>> ember.from_dlpack(torch.ones(2))
+    """
+    return from_numpy(np.from_dlpack(obj), device)
+
+
+def full(shape, fill_value, dtype=None, device=None) -> Tensor:
+    """A tensor of `shape` filled with `fill_value`.
+
+    Example:
+        >>> ember.full((2,), 7).tolist()
+        [7, 7]
+    """
+    if isinstance(shape, int):
+        shape = (shape,)
+    if dtype is None:
+        dtype = bool_ if isinstance(fill_value, bool) else i64 if isinstance(fill_value, int) else default_float()
+    return create_on(_device(device), "full", shape=shape_arg((shape,)), value=fill_value, dtype=dtype_of(dtype))
+
+
+def zeros(*shape, dtype=None, device=None) -> Tensor:
+    """A tensor of zeros. Example: `ember.zeros(2, 3)`."""
+    return full(shape_arg(shape), 0, dtype or default_float(), device)
+
+
+def ones(*shape, dtype=None, device=None) -> Tensor:
+    """A tensor of ones. Example: `ember.ones(2, 3, dtype="i32")`."""
+    return full(shape_arg(shape), 1, dtype or default_float(), device)
+
+
+def empty(*shape, dtype=None, device=None) -> Tensor:
+    """A tensor whose contents are unspecified; ember gives zeros so no stale data can leak."""
+    return zeros(*shape, dtype=dtype, device=device)
+
+
+def arange(start, end=None, step=1, dtype=None, device=None) -> Tensor:
+    """Values from `start` (inclusive) to `end` (exclusive) by `step`.
+
+    Example:
+        >>> ember.arange(5).tolist()
+        [0, 1, 2, 3, 4]
+    """
+    if end is None:
+        start, end = 0, start
+    if step == 0:
+        raise ValueError("arange: step must be nonzero")
+    if dtype is None:
+        dtype = i64 if all(isinstance(v, int) for v in (start, end, step)) else default_float()
+    dtype = dtype_of(dtype)
+    count = max(0, math.ceil((end - start) / step))
+    values = start + np.arange(count, dtype=np.float64 if dtype.is_float else np.int64) * step
+    return from_numpy(values.astype(dtype.np), device)
+
+
+def linspace(start: float, end: float, steps: int, dtype=None, device=None) -> Tensor:
+    """`steps` evenly spaced values from `start` to `end`, both included.
+
+    Example:
+        >>> ember.linspace(0, 1, 3).tolist()
+        [0.0, 0.5, 1.0]
+    """
+    if steps < 0:
+        raise ValueError(f"linspace: steps must be non-negative, got {steps}")
+    dtype = dtype_of(dtype) if dtype is not None else default_float()
+    return from_numpy(np.linspace(start, end, steps).astype(dtype.np), device)
+
+
+def eye(n: int, m: int | None = None, dtype=None, device=None) -> Tensor:
+    """The identity matrix of `n` rows and `m` (default `n`) columns."""
+    dtype = dtype_of(dtype) if dtype is not None else default_float()
+    return from_numpy(np.eye(n, m, dtype=dtype.np), device)
+
+
+# ---- random ----------------------------------------------------------------------------------------
+
+def _random(name: str, shape, dtype, device, **params) -> Tensor:
+    device = _device(device)
+    shape = shape_arg(shape)
+    seed, offset = stream_of(device).take(math.prod(shape))
+    return create_on(device, name, shape=shape, dtype=dtype, seed=seed, offset=offset, **params)
+
+
+def _float_dtype(dtype) -> DType:
+    dtype = dtype_of(dtype) if dtype is not None else default_float()
+    if not dtype.is_float:
+        raise DTypeError(f"random floats need a float dtype, got {dtype}")
+    return dtype
+
+
+def rand(*shape, dtype=None, device=None) -> Tensor:
+    """Uniform samples in [0, 1) from the device's random stream. Example: `ember.rand(2, 3)`."""
+    return _random("uniform", shape, _float_dtype(dtype), device, low=0.0, high=1.0)
+
+
+def uniform(*shape, low: float = 0.0, high: float = 1.0, dtype=None, device=None) -> Tensor:
+    """Uniform samples in [low, high). Example: `ember.uniform(3, low=-1, high=1)`."""
+    return _random("uniform", shape, _float_dtype(dtype), device, low=float(low), high=float(high))
+
+
+def randn(*shape, dtype=None, device=None) -> Tensor:
+    """Standard normal samples. Example: `ember.randn(2, 3)`."""
+    return _random("normal", shape, _float_dtype(dtype), device, mean=0.0, std=1.0)
+
+
+def normal(*shape, mean: float = 0.0, std: float = 1.0, dtype=None, device=None) -> Tensor:
+    """Normal samples with `mean` and `std`. Example: `ember.normal(3, mean=1, std=0.1)`."""
+    return _random("normal", shape, _float_dtype(dtype), device, mean=float(mean), std=float(std))
+
+
+def randint(low: int, high: int | None = None, size=(), dtype=None, device=None) -> Tensor:
+    """Integers uniform in [low, high) (`randint(high, size=...)` starts at 0).
+
+    Example:
+        >>> ember.randint(0, 10, (3,)).dtype
+        i64
+    """
+    if high is None:
+        low, high = 0, low
+    if high <= low:
+        raise ValueError(f"randint: high ({high}) must be greater than low ({low})")
+    size = (size,) if isinstance(size, int) else tuple(size)
+    return _random("randint", size, dtype_of(dtype) if dtype is not None else i64, device,
+                   low=int(low), high=int(high))
+
+
+def bernoulli(p: Tensor) -> Tensor:
+    """Draws of 1 with probability `p` (elementwise), in the dtype of `p`.
+
+    Example:
+        >>> ember.bernoulli(ember.full((4,), 0.5))
+    """
+    u = rand(*p.shape, dtype=p.dtype if p.dtype.is_float else None, device=p.device)
+    return (u < p).cast(p.dtype)
+
+
+# ---- *_like and new_* ------------------------------------------------------------------------------
+
+def zeros_like(x: Tensor, dtype=None) -> Tensor:
+    """Zeros of the shape, dtype and device of `x`."""
+    return full(x.shape, 0, dtype or x.dtype, x.device)
+
+
+def ones_like(x: Tensor, dtype=None) -> Tensor:
+    """Ones of the shape, dtype and device of `x`."""
+    return full(x.shape, 1, dtype or x.dtype, x.device)
+
+
+def full_like(x: Tensor, fill_value, dtype=None) -> Tensor:
+    """`fill_value` in the shape, dtype and device of `x`."""
+    return full(x.shape, fill_value, dtype or x.dtype, x.device)
+
+
+def empty_like(x: Tensor, dtype=None) -> Tensor:
+    """Like `empty`, in the shape, dtype and device of `x`."""
+    return zeros_like(x, dtype)
+
+
+def rand_like(x: Tensor, dtype=None) -> Tensor:
+    """Uniform [0, 1) samples in the shape of `x`."""
+    return rand(*x.shape, dtype=dtype or x.dtype, device=x.device)
+
+
+def randn_like(x: Tensor, dtype=None) -> Tensor:
+    """Standard normal samples in the shape of `x`."""
+    return randn(*x.shape, dtype=dtype or x.dtype, device=x.device)
+
+
+def randint_like(x: Tensor, low: int, high: int | None = None, dtype=None) -> Tensor:
+    """Random integers in the shape of `x`."""
+    return randint(low, high, x.shape, dtype=dtype or x.dtype, device=x.device)
+
+
+def new_zeros(x: Tensor, *shape) -> Tensor:
+    """Zeros of `shape` with the dtype and device of `x`. Example: `x.new_zeros(2, 2)`."""
+    return full(shape_arg(shape), 0, x.dtype, x.device)
+
+
+def new_full(x: Tensor, shape, fill_value) -> Tensor:
+    """`fill_value` in `shape` with the dtype and device of `x`."""
+    return full(shape, fill_value, x.dtype, x.device)
+
+
+METHODS = {
+    "zeros_like": zeros_like, "ones_like": ones_like, "full_like": full_like, "new_zeros": new_zeros,
+    "new_full": new_full,
+}

@@ -1,0 +1,353 @@
+"""Elementwise math: arithmetic, powers, exponentials, trigonometry, rounding, comparisons, logic, bits.
+
+Operands follow PyTorch's promotion (`ember.dtype.result_type`) and broadcasting. Float-only functions
+(exp, sin, ...) turn int and bool tensors into the default float first, as PyTorch does. Comparisons
+and logical functions give bool tensors.
+
+Example:
+    >>> x = ember.tensor([1, 2, 3])
+    >>> (x / 2).tolist(), (x // 2).tolist(), (x > 1).tolist()
+    ([0.5, 1.0, 1.5], [0, 1, 1], [False, True, True])
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..dtype import bool_, default_float
+from ..errors import DTypeError
+from ._common import Tensor, apply, promote
+
+FLOAT_UNARY = ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin", "cos",
+               "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf",
+               "erfinv", "sigmoid", "reciprocal")
+
+
+def _float_unary(name: str):
+    def op(x: Tensor) -> Tensor:
+        if not x.dtype.is_float:
+            x = x.cast(default_float())
+        return apply(name, x)
+
+    op.__name__ = name
+    op.__doc__ = f"Elementwise `{name}` (ints and bools become the default float first).\n\n" \
+                 f"Example:\n    >>> ember.tensor([0.5]).{name}()\n"
+    return op
+
+
+for _name in FLOAT_UNARY:
+    globals()[_name] = _float_unary(_name)
+
+
+def neg(x: Tensor) -> Tensor:
+    """`-x`. Example: `(-ember.tensor([1, -2])).tolist() == [-1, 2]`."""
+    if x.dtype.is_bool:
+        raise DTypeError("neg: not defined for bool tensors; use logical_not")
+    return apply("neg", x)
+
+
+def abs(x: Tensor) -> Tensor:  # noqa: A001  (PyTorch's name)
+    """`|x|`. Example: `ember.tensor([-1.5]).abs()`."""
+    if x.dtype.is_bool:
+        raise DTypeError("abs: not defined for bool tensors")
+    return apply("abs", x)
+
+
+def sign(x: Tensor) -> Tensor:
+    """-1, 0 or 1 by the sign of `x` (bool tensors are returned as they are)."""
+    return x if x.dtype.is_bool else apply("sign", x)
+
+
+def square(x: Tensor) -> Tensor:
+    """`x * x`."""
+    return mul(x, x)
+
+
+def _rounding(name: str):
+    def op(x: Tensor) -> Tensor:
+        return x if not x.dtype.is_float else apply(name, x)
+
+    op.__name__ = name
+    op.__doc__ = f"Elementwise `{name}`; integer tensors are already whole and come back unchanged."
+    return op
+
+
+floor = _rounding("floor")
+ceil = _rounding("ceil")
+trunc = _rounding("trunc")
+_round_half_even = _rounding("round")
+
+
+def round(x: Tensor, decimals: int = 0) -> Tensor:  # noqa: A001
+    """Round half to even, to `decimals` places. Example: `ember.tensor([2.5, 0.125]).round(2)`."""
+    if decimals == 0:
+        return _round_half_even(x)
+    scale = 10.0 ** decimals
+    return _round_half_even(x * scale) / scale
+
+
+def frac(x: Tensor) -> Tensor:
+    """The fractional part `x - trunc(x)`, with the sign of `x`."""
+    return x - trunc(x)
+
+
+# ---- binary ----------------------------------------------------------------------------------------
+
+def _binary(name: str, a, b, float_only: bool = False) -> Tensor:
+    x, y = promote(a, b, float_only=float_only)
+    return apply(name, x, y)
+
+
+def add(a, b) -> Tensor:
+    """`a + b`. Example: `ember.add(x, 1)`."""
+    return _binary("add", a, b)
+
+
+def sub(a, b) -> Tensor:
+    """`a - b`."""
+    x, y = promote(a, b)
+    if x.dtype.is_bool:
+        raise DTypeError("sub: not defined for bool tensors; use logical_xor")
+    return apply("sub", x, y)
+
+
+def mul(a, b) -> Tensor:
+    """`a * b`."""
+    return _binary("mul", a, b)
+
+
+def div(a, b, rounding_mode: str | None = None) -> Tensor:
+    """`a / b`: true division (ints give floats); `rounding_mode="trunc"` or `"floor"` round the quotient.
+
+    Example:
+        >>> ember.div(ember.tensor([-7]), 2, rounding_mode="trunc").tolist()
+        [-3]
+    """
+    if rounding_mode is None:
+        return _binary("div", a, b, float_only=True)
+    if rounding_mode == "floor":
+        return floor_divide(a, b)
+    if rounding_mode == "trunc":
+        x, y = promote(a, b)
+        if x.dtype.is_float:
+            return trunc(apply("div", x, y))
+        q = floor_divide(x, y)
+        return q + ((q < 0) & (q * y != x)).cast(q.dtype)
+    raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+
+
+def floor_divide(a, b) -> Tensor:
+    """`a // b`: the quotient rounded toward minus infinity."""
+    x, y = promote(a, b)
+    if x.dtype.is_float:
+        return floor(apply("div", x, y))
+    return apply("floor_divide", x, y)
+
+
+def remainder(a, b) -> Tensor:
+    """`a % b` with the sign of `b` (Python's and PyTorch's `remainder`)."""
+    return _binary("remainder", a, b)
+
+
+def fmod(a, b) -> Tensor:
+    """The C-style remainder, with the sign of `a`."""
+    x, y = promote(a, b)
+    return x - div(x, y, rounding_mode="trunc") * y
+
+
+def pow(a, b) -> Tensor:  # noqa: A001
+    """`a ** b`. Example: `ember.tensor([2.0]).pow(3)`."""
+    return _binary("pow", a, b)
+
+
+def maximum(a, b) -> Tensor:
+    """The elementwise larger of `a` and `b`."""
+    return _binary("maximum", a, b)
+
+
+def minimum(a, b) -> Tensor:
+    """The elementwise smaller of `a` and `b`."""
+    return _binary("minimum", a, b)
+
+
+def atan2(a, b) -> Tensor:
+    """The angle of the point (b, a), in (-pi, pi]."""
+    return _binary("atan2", a, b, float_only=True)
+
+
+def lerp(start, end, weight) -> Tensor:
+    """`start + weight * (end - start)`."""
+    return start + weight * (end - start)
+
+
+def clamp(x: Tensor, min=None, max=None) -> Tensor:  # noqa: A002
+    """`x` limited to [min, max] (either bound may be None, a scalar or a tensor).
+
+    Example:
+        >>> ember.tensor([-2.0, 0.5, 3.0]).clamp(-1, 1).tolist()
+        [-1.0, 0.5, 1.0]
+    """
+    if min is None and max is None:
+        raise ValueError("clamp: give at least one of min and max")
+    if min is not None:
+        x = maximum(x, min)
+    if max is not None:
+        x = minimum(x, max)
+    return x
+
+
+def where(condition: Tensor, a, b) -> Tensor:
+    """`a` where `condition` holds, else `b` (broadcast together; either may be a scalar).
+
+    Example:
+        >>> ember.where(ember.tensor([True, False]), 1.0, 0.0).tolist()
+        [1.0, 0.0]
+    """
+    if not isinstance(condition, Tensor):
+        raise TypeError("where: condition must be a bool tensor")
+    if not isinstance(a, Tensor) and not isinstance(b, Tensor):
+        from ..dtype import result_type
+        from ._common import scalar_like
+        a = scalar_like(a, result_type(a, b), condition.device)
+    x, y = promote(a, b)
+    return apply("where", condition.cast(bool_), x, y)
+
+
+def _where_method(x: Tensor, condition: Tensor, other) -> Tensor:
+    """`x.where(condition, other)`: `x` where `condition` holds, else `other` (PyTorch's method form)."""
+    return where(condition, x, other)
+
+
+def masked_fill(x: Tensor, mask: Tensor, value) -> Tensor:
+    """`x` with `value` wherever `mask` is true (the result keeps the dtype of `x`)."""
+    from ._common import to_tensor_like
+    return apply("where", mask.cast(bool_), to_tensor_like(value, x, x.dtype), x)
+
+
+# ---- predicates --------------------------------------------------------------------------------------
+
+def isnan(x: Tensor) -> Tensor:
+    """True where `x` is NaN."""
+    return apply("isnan", x) if x.dtype.is_float else x.new_full(x.shape, False).cast(bool_)
+
+
+def isinf(x: Tensor) -> Tensor:
+    """True where `x` is infinite."""
+    return apply("isinf", x) if x.dtype.is_float else x.new_full(x.shape, False).cast(bool_)
+
+
+def isfinite(x: Tensor) -> Tensor:
+    """True where `x` is neither infinite nor NaN."""
+    return logical_not(isnan(x) | isinf(x))
+
+
+def nan_to_num(x: Tensor, nan: float = 0.0, posinf: float | None = None, neginf: float | None = None) -> Tensor:
+    """NaN, +inf and -inf replaced (by default with 0 and the dtype's largest and smallest values)."""
+    if not x.dtype.is_float:
+        return x
+    info = np.finfo(x.dtype.np)
+    posinf = float(info.max) if posinf is None else posinf
+    neginf = float(info.min) if neginf is None else neginf
+    x = masked_fill(x, isnan(x), nan)
+    x = masked_fill(x, isinf(x) & (x > 0), posinf)
+    return masked_fill(x, isinf(x) & (x < 0), neginf)
+
+
+# ---- comparison, logic, bits -------------------------------------------------------------------------
+
+def _compare(name: str):
+    def op(a, b) -> Tensor:
+        x, y = promote(a, b)
+        return apply(name, x, y)
+
+    op.__name__ = name
+    op.__doc__ = f"Elementwise `{name}` comparison giving a bool tensor."
+    return op
+
+
+eq, ne, lt, le, gt, ge = (_compare(n) for n in ("eq", "ne", "lt", "le", "gt", "ge"))
+
+
+def _logical(name: str):
+    def op(a, b) -> Tensor:
+        x, y = promote(a, b)
+        return apply(name, x.cast(bool_), y.cast(bool_))
+
+    op.__name__ = name
+    op.__doc__ = f"Elementwise `{name}` of the truth values, giving a bool tensor."
+    return op
+
+
+logical_and, logical_or, logical_xor = (_logical(n) for n in ("logical_and", "logical_or", "logical_xor"))
+
+
+def logical_not(x: Tensor) -> Tensor:
+    """True where `x` is zero or false."""
+    return apply("logical_not", x.cast(bool_))
+
+
+def _bitwise(name: str):
+    def op(a, b) -> Tensor:
+        x, y = promote(a, b)
+        return apply(name, x, y)
+
+    op.__name__ = name
+    op.__doc__ = f"Elementwise `{name}` of integer or bool tensors."
+    return op
+
+
+bitwise_and, bitwise_or, bitwise_xor, bitwise_left_shift, bitwise_right_shift = (
+    _bitwise("bitwise_and"), _bitwise("bitwise_or"), _bitwise("bitwise_xor"),
+    _bitwise("left_shift"), _bitwise("right_shift"))
+
+
+def bitwise_not(x: Tensor) -> Tensor:
+    """Elementwise NOT of an integer tensor (logical NOT for bool)."""
+    return apply("bitwise_not", x)
+
+
+def _reflected(fn):
+    return _operator(lambda x, other: fn(other, x))
+
+
+_OPERANDS = (Tensor, bool, int, float, np.number, np.bool_)
+
+
+def _operator(fn):
+    """An operator form: other operand types get NotImplemented, so Python can try their side."""
+    def op(x, other):
+        if not isinstance(other, _OPERANDS):
+            return NotImplemented
+        return fn(x, other)
+
+    return op
+
+
+METHODS = {
+    **{n: globals()[n] for n in FLOAT_UNARY},
+    "neg": neg, "abs": abs, "sign": sign, "square": square, "floor": floor, "ceil": ceil, "trunc": trunc,
+    "round": round, "frac": frac, "add": add, "sub": sub, "mul": mul, "div": div,
+    "floor_divide": floor_divide, "remainder": remainder, "fmod": fmod, "pow": pow, "maximum": maximum,
+    "minimum": minimum, "atan2": atan2, "lerp": lerp, "clamp": clamp, "where": _where_method,
+    "masked_fill": masked_fill, "isnan": isnan, "isinf": isinf, "isfinite": isfinite,
+    "nan_to_num": nan_to_num, "eq": eq, "ne": ne, "lt": lt, "le": le, "gt": gt, "ge": ge,
+    "logical_and": logical_and, "logical_or": logical_or, "logical_xor": logical_xor,
+    "logical_not": logical_not, "bitwise_and": bitwise_and, "bitwise_or": bitwise_or,
+    "bitwise_xor": bitwise_xor, "bitwise_not": bitwise_not, "bitwise_left_shift": bitwise_left_shift,
+    "bitwise_right_shift": bitwise_right_shift,
+    # operators
+    "__add__": _operator(add), "__radd__": _reflected(add), "__sub__": _operator(sub), "__rsub__": _reflected(sub),
+    "__mul__": _operator(mul), "__rmul__": _reflected(mul), "__truediv__": _operator(div), "__rtruediv__": _reflected(div),
+    "__floordiv__": _operator(floor_divide), "__rfloordiv__": _reflected(floor_divide), "__mod__": _operator(remainder),
+    "__rmod__": _reflected(remainder), "__pow__": _operator(pow), "__rpow__": _reflected(pow), "__neg__": neg,
+    "__pos__": lambda x: x, "__abs__": abs, "__eq__": _operator(eq), "__ne__": _operator(ne),
+    "__lt__": _operator(lt), "__le__": _operator(le), "__gt__": _operator(gt), "__ge__": _operator(ge),
+    "__and__": _operator(bitwise_and), "__or__": _operator(bitwise_or), "__xor__": _operator(bitwise_xor),
+    "__rand__": _reflected(bitwise_and), "__ror__": _reflected(bitwise_or),
+    "__rxor__": _reflected(bitwise_xor), "__invert__": bitwise_not,
+    "__lshift__": _operator(bitwise_left_shift), "__rshift__": _operator(bitwise_right_shift),
+}
+
+
+__all__ = sorted(n for n, f in METHODS.items() if not n.startswith("_") and callable(f) and n != "where") + [
+    "where", "masked_fill"]

@@ -1,0 +1,30 @@
+"""Whether autodiff records operations in the current thread (`ember.no_grad()`)."""
+
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+from typing import Iterator
+
+_state = threading.local()
+
+
+def grad_enabled() -> bool:
+    """True unless the current thread is inside `ember.no_grad()`."""
+    return getattr(_state, "enabled", True)
+
+
+@contextmanager
+def no_grad() -> Iterator[None]:
+    """Stop recording operations for autodiff in this thread (other threads are not affected).
+
+    Example:
+        >>> with ember.no_grad():
+        ...     y = x * 2          # y has no gradient history
+    """
+    previous = grad_enabled()
+    _state.enabled = False
+    try:
+        yield
+    finally:
+        _state.enabled = previous

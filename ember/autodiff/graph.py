@@ -1,0 +1,114 @@
+"""The recorded graph of reverse-mode autodiff and the backward walk (micrograd's idea, per primitive).
+
+Each recorded primitive application is a `Node` that knows its primitive, params and parents. A parent is
+another `Node` (a tracked tensor) or a `Const` (an input that needs no gradient). `backward` walks the
+nodes in reverse topological order and calls each primitive's `vjp` rule with the cotangent of its
+output, accumulating the cotangents of its parents.
+
+Values a rule needs (the op's inputs or output) are read through `Node.primal()`. Without checkpointing a
+node keeps its output. With checkpointing, nodes of cheap primitives (`cost == "memory"`) keep only a
+weak reference: if the user still holds the value it is reused, otherwise it is recomputed from the
+parents when a rule asks for it (recursively up to the nearest kept value).
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+from ..ops.primitive import Aval, Primitive, VjpContext
+
+
+class Const:
+    """An input of a recorded op that needs no gradient; it keeps its value."""
+
+    __slots__ = ("value", "aval")
+
+    def __init__(self, value: Any, aval: Aval) -> None:
+        self.value = value
+        self.aval = aval
+
+    def primal(self) -> Any:
+        return self.value
+
+
+class Node:
+    """A tracked value: a leaf (`prim is None`) or the output of a recorded primitive."""
+
+    __slots__ = ("prim", "params", "parents", "aval", "_value", "tape", "__weakref__")
+
+    def __init__(self, prim: Primitive | None, params: dict, parents: tuple, aval: Aval,
+                 value: Any, tape, keep: bool = True) -> None:
+        self.prim = prim
+        self.params = params
+        self.parents = parents
+        self.aval = aval
+        self.tape = tape
+        if keep:
+            self._value = value
+        else:
+            try:
+                self._value = weakref.ref(value)
+            except TypeError:  # a backend whose handles take no weak references keeps them
+                self._value = value
+
+    def primal(self) -> Any:
+        value = self._value
+        if type(value) is weakref.ref:
+            value = value()
+            if value is None:
+                inputs = [p.primal() for p in self.parents]
+                value = self.tape.inner.execute(self.prim, inputs, self.params, self.aval)
+        return value
+
+    # What a gradient rule reads, as tensors on the inner (non-autodiff) device.
+    @property
+    def input_avals(self) -> tuple[Aval, ...]:
+        return tuple(p.aval for p in self.parents)
+
+    def input_tensors(self) -> tuple:
+        wrap = self.tape.wrap_inner
+        return tuple(wrap(p.primal(), p.aval) for p in self.parents)
+
+    def output_tensor(self):
+        return self.tape.wrap_inner(self.primal(), self.aval)
+
+
+def topological_order(root: Node) -> list[Node]:
+    """Nodes reachable from `root`, each after all of its parents (iterative: graphs can be deep)."""
+    order: list[Node] = []
+    seen: set[int] = set()
+    stack: list[tuple[Node, bool]] = [(root, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            order.append(node)
+            continue
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        stack.append((node, True))
+        for parent in node.parents:
+            if type(parent) is Node and id(parent) not in seen:
+                stack.append((parent, False))
+    return order
+
+
+def backward(root: Node, cotangent) -> dict[Node, Any]:
+    """Cotangents (inner tensors) of every leaf reachable from `root`, given the root's cotangent."""
+    pending: dict[Node, Any] = {root: cotangent}
+    leaves: dict[Node, Any] = {}
+    for node in reversed(topological_order(root)):
+        g = pending.pop(node, None)
+        if g is None:
+            continue
+        if node.prim is None:
+            leaves[node] = g
+            continue
+        grads = node.prim.vjp(VjpContext(node, node.params), g)
+        for parent, pg in zip(node.parents, grads):
+            if pg is None or type(parent) is not Node:
+                continue
+            previous = pending.get(parent)
+            pending[parent] = pg if previous is None else previous + pg
+    return leaves

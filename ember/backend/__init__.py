@@ -1,0 +1,1 @@
+"""Backends: the protocol (`base`), the NumPy reference backend (`numpy`), and decorators over them."""

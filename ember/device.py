@@ -1,0 +1,171 @@
+"""`Device`: where tensors live, chosen at run time. The user API never names a backend.
+
+| device              | backend stack                                                   |
+|---------------------|-----------------------------------------------------------------|
+| `Device.numpy()`    | the NumPy reference backend                                      |
+| `Device.cpu()`      | served by the NumPy backend until the cube CPU backend lands     |
+| `Device.cuda(i)`    | unavailable in this version (the CUDA backend is a later issue)  |
+| `Device.wgpu(i)`    | unavailable in this version (the WGPU backend is a later issue)  |
+
+`device.autodiff()` is the same device with gradient tracking on: tensors made on it are recorded by the
+autodiff decorator. Devices are interned values: `Device("cuda:1") is Device.cuda(1)`. Constructing a
+device never fails for a known kind; using one whose backend cannot run here raises
+`DeviceUnavailableError` saying what is missing and what installs it (as `torch.device("cuda")` can be
+named on a machine without a GPU).
+
+Example:
+    >>> Device("cpu").autodiff()
+    Device("cpu").autodiff()
+    >>> Device.default()          # EMBER_DEVICE, else the best available
+    Device("cpu")
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+from .errors import DeviceError
+
+KINDS = ("numpy", "cpu", "cuda", "wgpu")
+_INDEXED = ("cuda", "wgpu")
+
+
+class Device:
+    """A run-time device: kind, index, and whether autodiff tracks tensors made on it."""
+
+    __slots__ = ("kind", "index", "checkpointing", "is_autodiff", "_backend", "__weakref__")
+
+    # The registry of interned devices: one object per (kind, index, autodiff, checkpointing).
+    _interned: dict[tuple, "Device"] = {}
+    _lock = threading.Lock()
+
+    def __new__(cls, spec: "str | Device" = "cpu") -> "Device":
+        if isinstance(spec, Device):
+            return spec
+        kind, index = _parse(spec)
+        return cls._get(kind, index, False, None)
+
+    @classmethod
+    def _get(cls, kind: str, index: int, autodiff: bool, checkpointing: str | None) -> "Device":
+        key = (kind, index, autodiff, checkpointing)
+        device = cls._interned.get(key)
+        if device is None:
+            with cls._lock:
+                device = cls._interned.get(key)
+                if device is None:
+                    device = object.__new__(cls)
+                    device.kind, device.index = kind, index
+                    device.is_autodiff, device.checkpointing = autodiff, checkpointing
+                    device._backend = None
+                    cls._interned[key] = device
+        return device
+
+    # ---- constructors ----------------------------------------------------------------------------
+    @classmethod
+    def numpy(cls) -> "Device":
+        """The NumPy reference backend: always available, eager, the oracle for the others."""
+        return cls._get("numpy", 0, False, None)
+
+    @classmethod
+    def cpu(cls) -> "Device":
+        """The CPU device. Served by the NumPy backend until the cube CPU backend lands."""
+        return cls._get("cpu", 0, False, None)
+
+    @classmethod
+    def cuda(cls, index: int = 0) -> "Device":
+        """The CUDA GPU `index` (its backend is not part of this version: using it raises)."""
+        return cls._get("cuda", _check_index(index), False, None)
+
+    @classmethod
+    def wgpu(cls, index: int = 0) -> "Device":
+        """The wgpu adapter `index` (its backend is not part of this version: using it raises)."""
+        return cls._get("wgpu", _check_index(index), False, None)
+
+    @classmethod
+    def default(cls) -> "Device":
+        """`EMBER_DEVICE` if set (e.g. `cuda:0`, `numpy`), else the best available device."""
+        spec = os.environ.get("EMBER_DEVICE")
+        if spec:
+            return cls(spec)
+        for device in cls.enumerate():
+            return device
+        return cls.numpy()
+
+    @classmethod
+    def enumerate(cls) -> list["Device"]:
+        """The devices usable on this machine, best first (cuda > wgpu > cpu > numpy).
+
+        Example:
+            >>> Device.enumerate()
+            [Device("cpu"), Device("numpy")]
+        """
+        from .dispatch import available_devices
+        return available_devices()
+
+    # ---- variants --------------------------------------------------------------------------------
+    def autodiff(self, checkpointing: str | None = None) -> "Device":
+        """This device with gradient tracking on.
+
+        `checkpointing="balanced"` keeps only the outputs of costly ops (matmul, reductions, ...) and
+        recomputes cheap ones (elementwise, movement) during backward, trading compute for memory.
+        """
+        from .autodiff.backend import CHECKPOINTING
+        if checkpointing not in CHECKPOINTING:
+            raise ValueError(f"unknown checkpointing strategy {checkpointing!r}; known: {CHECKPOINTING}")
+        return Device._get(self.kind, self.index, True, checkpointing)
+
+    @property
+    def inner(self) -> "Device":
+        """This device without autodiff."""
+        return Device._get(self.kind, self.index, False, None)
+
+    # ---- services --------------------------------------------------------------------------------
+    @property
+    def backend(self):
+        """The backend stack serving this device (built once, on first use)."""
+        backend = self._backend
+        if backend is None:
+            from .dispatch import build_backend
+            backend = self._backend = build_backend(self)
+        return backend
+
+    def seed(self, seed: int) -> None:
+        """Restart this device's random stream from `seed` (see `ember.seed` for all devices)."""
+        from .random import stream_of
+        stream_of(self).reset(seed)
+
+    def sync(self) -> None:
+        """Wait for all work queued on this device."""
+        self.backend.sync()
+
+    # ---- value behaviour -------------------------------------------------------------------------
+    def __repr__(self) -> str:
+        name = self.kind if self.kind not in _INDEXED else f"{self.kind}:{self.index}"
+        text = f'Device("{name}")'
+        if self.is_autodiff:
+            text += f'.autodiff(checkpointing="{self.checkpointing}")' if self.checkpointing else ".autodiff()"
+        return text
+
+    def __reduce__(self):
+        return (Device._get, (self.kind, self.index, self.is_autodiff, self.checkpointing))
+
+
+def _check_index(index: int) -> int:
+    if not isinstance(index, int) or isinstance(index, bool) or index < 0:
+        raise DeviceError(f"device index must be a non-negative int, got {index!r}")
+    return index
+
+
+def _parse(spec: str) -> tuple[str, int]:
+    if not isinstance(spec, str):
+        raise DeviceError(f"expected a device string such as 'cpu' or 'cuda:0', got {spec!r}")
+    kind, _, index = spec.strip().lower().partition(":")
+    if kind not in KINDS:
+        raise DeviceError(f"unknown device {spec!r}; known kinds: {', '.join(KINDS)} "
+                          f"(e.g. 'cpu', 'numpy', 'cuda:0', 'wgpu:0')")
+    if not index:
+        return kind, 0
+    if kind not in _INDEXED or not index.isdigit():
+        raise DeviceError(f"bad device index in {spec!r}: only {' and '.join(_INDEXED)} take ':N'")
+    return kind, int(index)

@@ -1,0 +1,105 @@
+"""Dispatch: from a device to its backend stack, and from a tensor op to that stack (the bridge).
+
+`build_backend(device)` is the table of stacks:
+
+    numpy            -> Numpy
+    cpu              -> Numpy            (Cube(cpu) once the cube CPU backend lands)
+    X.autodiff()     -> Autodiff(stack of X)
+    cuda, wgpu       -> DeviceUnavailableError naming what is missing
+
+`bind(prim, inputs, params)` is the one path every tensor op takes: it checks that the inputs share a
+device (lifting a plain tensor onto the autodiff variant of its own device, so `w - lr * grad` works),
+runs the primitive's shape rule, and asks the device's backend to execute.
+
+Example:
+    >>> bind(registry["exp"], (x,), {})        # what x.exp() does
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+from .device import Device
+from .errors import DeviceError, DeviceUnavailableError
+from .ops.primitive import Aval, Primitive
+
+
+def build_backend(device: Device):
+    """The backend stack of `device`; raises `DeviceUnavailableError` when it cannot run here."""
+    if device.is_autodiff:
+        from .autodiff.backend import Autodiff
+        inner = device.inner
+        return Autodiff(inner.backend, inner, device.checkpointing)
+    if device.kind in ("numpy", "cpu"):
+        from .backend.numpy import NumpyBackend
+        return NumpyBackend()
+    raise DeviceUnavailableError(_unavailable_reason(device))
+
+
+def _unavailable_reason(device: Device) -> str:
+    if device.kind == "cuda":
+        have = importlib.util.find_spec("cuda") is not None
+        missing = ("the CUDA backend is not part of this version of ember" if have else
+                   "the CUDA backend needs the `cuda` extra (pip install 'ember[cuda]') and an NVIDIA "
+                   "GPU, and is not part of this version of ember")
+        return f"{device!r} is unavailable: {missing}; available: {available_devices()}"
+    have = importlib.util.find_spec("wgpu") is not None
+    missing = ("the WGPU backend is not part of this version of ember" if have else
+               "the WGPU backend needs the `wgpu` extra (pip install 'ember[wgpu]') and is not part of "
+               "this version of ember")
+    return f"{device!r} is unavailable: {missing}; available: {available_devices()}"
+
+
+def available_devices() -> list[Device]:
+    """Devices whose backend runs on this machine, best first."""
+    return [Device.cpu(), Device.numpy()]
+
+
+def _common_device(prim_name: str, inputs) -> Device:
+    devices = {t._device for t in inputs}
+    inners = {d.inner for d in devices}
+    if len(inners) > 1:
+        listed = " and ".join(sorted(repr(d) for d in devices))
+        raise DeviceError(f"{prim_name}: tensors are on different devices, {listed}; move them with .to(device)")
+    tracked = [d for d in devices if d.is_autodiff]
+    if len({d.checkpointing for d in tracked}) > 1:
+        raise DeviceError(f"{prim_name}: tensors are on autodiff devices with different checkpointing, "
+                          f"{' and '.join(sorted(map(repr, tracked)))}")
+    return tracked[0] if tracked else devices.pop()
+
+
+def bind(prim: Primitive, inputs: tuple, params: dict):
+    """Apply `prim` to tensors `inputs` with `params`; the result is a tensor on their device."""
+    device = inputs[0]._device
+    for t in inputs:
+        if t._device is not device:
+            device = _common_device(prim.name, inputs)
+            inputs = tuple(t if t._device is device else t.to(device) for t in inputs)
+            break
+    aval = prim.infer(*[t._aval for t in inputs], **params)
+    handle = device.backend.execute(prim, [t._handle for t in inputs], params, aval)
+    return Tensor._make(device, handle, aval)
+
+
+def create(device: Device, prim: Primitive, params: dict):
+    """Run a creation primitive (no tensor inputs) on `device`."""
+    aval = prim.infer(**params)
+    return Tensor._make(device, device.backend.execute(prim, [], params, aval), aval)
+
+
+def transfer(tensor, device: Device):
+    """`tensor` on `device`: free between a device and its autodiff variant, else through the host."""
+    source = tensor._device
+    if source is device:
+        return tensor
+    if source.inner is device.inner:
+        if device.is_autodiff and not source.is_autodiff:
+            return Tensor._make(device, device.backend.lift(tensor._handle, tensor._aval), tensor._aval)
+        if source.is_autodiff and not device.is_autodiff:
+            return Tensor._make(device, tensor._handle.primal, tensor._aval)
+        return Tensor._make(device, device.backend.lift(tensor._handle.primal, tensor._aval), tensor._aval)
+    array = source.backend.to_host(tensor._handle)
+    return Tensor._make(device, device.backend.from_host(array), tensor._aval)
+
+
+from .tensor import Tensor  # noqa: E402  (tensor.py imports this module's functions lazily)

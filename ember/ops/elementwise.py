@@ -1,0 +1,287 @@
+"""Elementwise primitives: unary math, binary arithmetic and comparison, `where`, and `cast`.
+
+Each op is one row: its name, its NumPy reference and its gradient rule. Inputs of a binary op arrive
+already broadcast-compatible and of one dtype (the tensor layer promotes with PyTorch's rules first), so
+the shape rule is broadcasting and the dtype rule is "same as the inputs", or bool for comparisons.
+
+Half-precision references compute in f32 and round once, as PyTorch does on the CPU.
+
+Example:
+    >>> registry["add"].infer(Aval((2, 1), f32), Aval((3,), f32))
+    Aval(shape=(2, 3), dtype=f32)
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..dtype import DType, bool_
+from ..errors import DTypeError
+from .primitive import Aval, broadcast_shapes, primitive, same_aval
+from .grad_utils import sum_to
+
+LN2 = math.log(2.0)
+LN10 = math.log(10.0)
+
+
+def _upcast(fn):
+    """Run `fn` in f32 for f16/bf16 inputs and round the result back; silence NumPy's fp warnings."""
+
+    def run(*arrays, **params):
+        dt = arrays[0].dtype
+        with np.errstate(all="ignore"):
+            if dt == np.float16 or dt.name == "bfloat16":
+                out = fn(*(a.astype(np.float32) for a in arrays), **params)
+                return np.asarray(out).astype(dt)
+            return np.asarray(fn(*arrays, **params))
+
+    run.__name__ = getattr(fn, "__name__", "reference")
+    return run
+
+
+# ---- unary ---------------------------------------------------------------------------------------
+
+def _float_only(name: str):
+    def infer(x: Aval) -> Aval:
+        if not x.dtype.is_float:
+            raise DTypeError(f"{name}: expects a float tensor, got {x.dtype}")
+        return x
+
+    return infer
+
+
+def _bool_out(x: Aval) -> Aval:
+    return Aval(x.shape, bool_)
+
+
+_erf_scalar = np.frompyfunc(math.erf, 1, 1)
+
+
+def _erf(x):
+    # NumPy has no erf; math.erf is exact to f64. A reference backend values exactness over speed.
+    return _erf_scalar(x).astype(x.dtype)
+
+
+def _erfinv(y):
+    # Giles' single-precision start, then Newton steps on erf: exact to f64 after two steps.
+    w = -np.log((1.0 - y) * (1.0 + y))
+    small = w < 5.0
+    ws = w - 2.5
+    wl = np.sqrt(np.where(small, 5.0, w)) - 3.0
+    p_small = 2.81022636e-08
+    for c in (3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087, -0.00125372503,
+              -0.00417768164, 0.246640727, 1.50140941):
+        p_small = c + p_small * ws
+    p_large = -0.000200214257
+    for c in (0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773, -0.0076224613,
+              0.00943887047, 1.00167406, 2.83297682):
+        p_large = c + p_large * wl
+    x = np.where(small, p_small, p_large) * y
+    for _ in range(2):
+        err = _erf(x) - y
+        x = x - err / (2.0 / math.sqrt(math.pi) * np.exp(-x * x))
+    x = np.where(np.abs(y) == 1, np.copysign(np.inf, y), x)
+    return np.where(np.abs(y) > 1, np.nan, x).astype(y.dtype)
+
+
+def _zeros(ctx, g):
+    return (g.zeros_like(),)
+
+
+# name: (reference, vjp(ctx, g) -> input cotangent, float-only?)
+UNARY = {
+    "neg": (np.negative, lambda c, g: -g, False),
+    "abs": (np.abs, lambda c, g: g * c.inputs[0].sign(), False),
+    "sign": (np.sign, _zeros, False),
+    "reciprocal": (np.reciprocal, lambda c, g: -g * c.output * c.output, True),
+    "exp": (np.exp, lambda c, g: g * c.output, True),
+    "exp2": (np.exp2, lambda c, g: g * c.output * LN2, True),
+    "expm1": (np.expm1, lambda c, g: g * (c.output + 1), True),
+    "log": (np.log, lambda c, g: g / c.inputs[0], True),
+    "log2": (np.log2, lambda c, g: g / (c.inputs[0] * LN2), True),
+    "log10": (np.log10, lambda c, g: g / (c.inputs[0] * LN10), True),
+    "log1p": (np.log1p, lambda c, g: g / (c.inputs[0] + 1), True),
+    "sqrt": (np.sqrt, lambda c, g: g / (c.output * 2), True),
+    "rsqrt": (lambda x: 1 / np.sqrt(x), lambda c, g: g * c.output ** 3 * -0.5, True),
+    "sin": (np.sin, lambda c, g: g * c.inputs[0].cos(), True),
+    "cos": (np.cos, lambda c, g: -g * c.inputs[0].sin(), True),
+    "tan": (np.tan, lambda c, g: g * (c.output * c.output + 1), True),
+    "asin": (np.arcsin, lambda c, g: g * (1 - c.inputs[0] ** 2).rsqrt(), True),
+    "acos": (np.arccos, lambda c, g: -g * (1 - c.inputs[0] ** 2).rsqrt(), True),
+    "atan": (np.arctan, lambda c, g: g / (c.inputs[0] ** 2 + 1), True),
+    "sinh": (np.sinh, lambda c, g: g * c.inputs[0].cosh(), True),
+    "cosh": (np.cosh, lambda c, g: g * c.inputs[0].sinh(), True),
+    "tanh": (np.tanh, lambda c, g: g * (1 - c.output * c.output), True),
+    "asinh": (np.arcsinh, lambda c, g: g * (c.inputs[0] ** 2 + 1).rsqrt(), True),
+    "acosh": (np.arccosh, lambda c, g: g * (c.inputs[0] ** 2 - 1).rsqrt(), True),
+    "atanh": (np.arctanh, lambda c, g: g / (1 - c.inputs[0] ** 2), True),
+    "erf": (_erf, lambda c, g: g * (-(c.inputs[0] ** 2)).exp() * (2 / math.sqrt(math.pi)), True),
+    "erfinv": (_erfinv, lambda c, g: g * (c.output ** 2).exp() * (math.sqrt(math.pi) / 2), True),
+    "sigmoid": (lambda x: 0.5 * (np.tanh(0.5 * x) + 1), lambda c, g: g * c.output * (1 - c.output), True),
+    "floor": (np.floor, _zeros, True),
+    "ceil": (np.ceil, _zeros, True),
+    "round": (np.round, _zeros, True),
+    "trunc": (np.trunc, _zeros, True),
+}
+
+
+def _unary_vjp(rule):
+    if rule is None or rule is _zeros:
+        return rule
+    return lambda ctx, g: (rule(ctx, g),)
+
+
+for _name, (_ref, _rule, _float) in UNARY.items():
+    primitive(
+        _name,
+        infer=_float_only(_name) if _float else same_aval,
+        vjp=_unary_vjp(_rule),
+    )(_upcast(_ref))
+
+# Predicates and bit ops: no gradient.
+primitive("isnan", infer=_bool_out)(lambda x: np.isnan(x.astype(np.float32) if x.dtype.itemsize == 2 else x))
+primitive("isinf", infer=_bool_out)(lambda x: np.isinf(x.astype(np.float32) if x.dtype.itemsize == 2 else x))
+primitive("logical_not", infer=_bool_out)(np.logical_not)
+
+
+def _int_or_bool(name: str):
+    def infer(x: Aval, *rest: Aval) -> Aval:
+        shape = broadcast_shapes(name, x.shape, *(r.shape for r in rest)) if rest else x.shape
+        if x.dtype.is_float:
+            raise DTypeError(f"{name}: expects integer or bool tensors, got {x.dtype}")
+        return Aval(shape, x.dtype)
+
+    return infer
+
+
+primitive("bitwise_not", infer=_int_or_bool("bitwise_not"))(np.invert)
+
+
+# ---- binary --------------------------------------------------------------------------------------
+
+def _binary_infer(name: str, out_dtype: DType | None = None, allow_bool: bool = True):
+    def infer(a: Aval, b: Aval) -> Aval:
+        if a.dtype is not b.dtype:
+            raise DTypeError(f"{name}: operands must share a dtype after promotion, got {a.dtype} and {b.dtype}")
+        if not allow_bool and a.dtype.is_bool:
+            raise DTypeError(f"{name}: not defined for bool tensors")
+        return Aval(broadcast_shapes(name, a.shape, b.shape), out_dtype or a.dtype)
+
+    return infer
+
+
+def _binary_vjp(rule):
+    def vjp(ctx, g):
+        ga, gb = rule(ctx, g)
+        (sa, _), (sb, _) = ctx.input_avals
+        return (sum_to(ga, sa) if ga is not None else None, sum_to(gb, sb) if gb is not None else None)
+
+    return vjp
+
+
+def _pow_vjp(ctx, g):
+    a, b = ctx.inputs
+    ga = g * b * a ** (b - 1)
+    gb = g * (ctx.output * a.log()).masked_fill((a == 0) & (b >= 0), 0)
+    return ga, gb
+
+
+def _extreme_vjp(pick):
+    # PyTorch splits the gradient evenly between equal operands.
+    def rule(ctx, g):
+        a, b = ctx.inputs
+        ga = (g / 2).where(a == b, g.masked_fill(pick(b, a), 0))
+        return ga, g - ga
+
+    return rule
+
+
+def _atan2_vjp(ctx, g):
+    a, b = ctx.inputs
+    denom = a * a + b * b
+    return g * b / denom, -g * a / denom
+
+
+def _int_div(fn):
+    def run(a, b):
+        with np.errstate(all="ignore"):
+            return fn(a, b)
+
+    return run
+
+
+BINARY = {
+    "add": (np.add, lambda c, g: (g, g)),
+    "sub": (np.subtract, lambda c, g: (g, -g)),
+    "mul": (np.multiply, lambda c, g: (g * c.inputs[1], g * c.inputs[0])),
+    "div": (np.true_divide, lambda c, g: (g / c.inputs[1], -g * c.output / c.inputs[1])),
+    "pow": (np.power, _pow_vjp),
+    "maximum": (np.maximum, _extreme_vjp(lambda b, a: a < b)),
+    "minimum": (np.minimum, _extreme_vjp(lambda b, a: a > b)),
+    "atan2": (np.arctan2, _atan2_vjp),
+    "remainder": (np.remainder, lambda c, g: (g, -g * (c.inputs[0] / c.inputs[1]).floor())),
+    "floor_divide": (np.floor_divide, None),
+}
+
+for _name, (_ref, _rule) in BINARY.items():
+    float_ref = _upcast(_ref)
+    int_ref = _int_div(_ref)
+    primitive(
+        _name,
+        infer=_binary_infer(_name, allow_bool=_name in ("add", "mul", "maximum", "minimum")),
+        vjp=_binary_vjp(_rule) if _rule else None,
+    )(lambda a, b, _f=float_ref, _i=int_ref: _f(a, b) if a.dtype.kind in "fV" else _i(a, b))
+
+for _name, _ref in {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
+                    "gt": np.greater, "ge": np.greater_equal, "logical_and": np.logical_and,
+                    "logical_or": np.logical_or, "logical_xor": np.logical_xor}.items():
+    primitive(_name, infer=_binary_infer(_name, bool_))(_ref)
+
+for _name, _ref in {"bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or,
+                    "bitwise_xor": np.bitwise_xor, "left_shift": np.left_shift,
+                    "right_shift": np.right_shift}.items():
+    primitive(_name, infer=_int_or_bool(_name))(_ref)
+
+
+# ---- where and cast ------------------------------------------------------------------------------
+
+def _where_infer(c: Aval, a: Aval, b: Aval) -> Aval:
+    if not c.dtype.is_bool:
+        raise DTypeError(f"where: condition must be bool, got {c.dtype}")
+    if a.dtype is not b.dtype:
+        raise DTypeError(f"where: branches must share a dtype after promotion, got {a.dtype} and {b.dtype}")
+    return Aval(broadcast_shapes("where", c.shape, a.shape, b.shape), a.dtype)
+
+
+def _where_vjp(ctx, g):
+    c = ctx.inputs[0]
+    _, (sa, _), (sb, _) = ctx.input_avals
+    zero = g.zeros_like()
+    return None, sum_to(g.where(c, zero), sa), sum_to(zero.where(c, g), sb)
+
+
+primitive("where", infer=_where_infer, vjp=_where_vjp)(lambda c, a, b: np.where(c, a, b))
+
+
+def _cast_infer(x: Aval, *, dtype: DType) -> Aval:
+    return Aval(x.shape, dtype)
+
+
+def _cast_vjp(ctx, g):
+    (_, src), = ctx.input_avals
+    return (g.cast(src) if src.is_float else None,)
+
+
+def _cast_reference(x, *, dtype: DType):
+    if dtype.is_bool:
+        return x != 0
+    if dtype.is_int and x.dtype.kind in "fV":
+        # Float to int truncates toward zero like C and PyTorch; go through f64 for bf16/f16.
+        with np.errstate(all="ignore"):
+            return np.trunc(x.astype(np.float64)).astype(dtype.np)
+    return x.astype(dtype.np)
+
+
+primitive("cast", infer=_cast_infer, vjp=_cast_vjp)(_cast_reference)

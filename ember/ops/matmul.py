@@ -1,0 +1,48 @@
+"""The matmul primitive: batched matrix product with broadcasting batch dims (both operands >= 2-D).
+
+Vectors and `outer` are handled in the tensor layer by adding and removing unit dims.
+
+Example:
+    >>> registry["matmul"].infer(Aval((5, 2, 3), f32), Aval((3, 4), f32))
+    Aval(shape=(5, 2, 4), dtype=f32)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import DTypeError, ShapeError
+from .grad_utils import sum_to
+from .primitive import Aval, broadcast_shapes, primitive
+
+
+def _matmul_infer(a: Aval, b: Aval) -> Aval:
+    if len(a.shape) < 2 or len(b.shape) < 2:
+        raise ShapeError("matmul", f"primitive needs operands of 2 or more dims, got {a.shape} and {b.shape}")
+    if a.dtype is not b.dtype:
+        raise DTypeError(f"matmul: operands must share a dtype, got {a.dtype} and {b.dtype}")
+    if a.dtype.is_bool:
+        raise DTypeError("matmul: not defined for bool tensors")
+    if a.shape[-1] != b.shape[-2]:
+        raise ShapeError("matmul", f"shapes {a.shape} and {b.shape} cannot be multiplied "
+                                   f"({a.shape[-1]} != {b.shape[-2]})")
+    try:
+        batch = broadcast_shapes("matmul", a.shape[:-2], b.shape[:-2])
+    except ShapeError:
+        raise ShapeError("matmul", f"batch dims of {a.shape} and {b.shape} do not broadcast") from None
+    return Aval(batch + (a.shape[-2], b.shape[-1]), a.dtype)
+
+
+def _matmul_vjp(ctx, g):
+    a, b = ctx.inputs
+    (sa, _), (sb, _) = ctx.input_avals
+    return sum_to(g @ b.transpose(-1, -2), sa), sum_to(a.transpose(-1, -2) @ g, sb)
+
+
+def _matmul_reference(a, b):
+    if a.dtype == np.float16 or a.dtype.name == "bfloat16":
+        return np.matmul(a.astype(np.float32), b.astype(np.float32)).astype(a.dtype)
+    return np.matmul(a, b)
+
+
+primitive("matmul", infer=_matmul_infer, vjp=_matmul_vjp, cost="compute")(_matmul_reference)

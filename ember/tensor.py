@@ -1,0 +1,239 @@
+"""`Tensor`: the user-facing array. It holds a device, a backend handle and an abstract value (shape and
+dtype), and never names a backend: every op goes through `dispatch.bind` to the device's stack.
+
+Tensors are immutable values. `x[idx] = v` rebinds `x` to a new tensor (recorded by autodiff); other
+tensors that shared data with the old `x` are not changed.
+
+The methods are defined in topical modules under `ember/api/` (creation, math, reduce, shape, index,
+linalg, activation) and attached here, so each op's user-facing docs live beside its composition.
+
+Example:
+    >>> x = ember.tensor([[1.0, 2.0], [3.0, 4.0]])
+    >>> (x @ x.T + 1).sum(dim=1).tolist()
+    [18.0, 38.0]
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from .dtype import DType, dtype_of
+from .ops.primitive import Aval
+
+
+class Tensor:
+    """An n-dimensional array on a run-time device (see the module docs)."""
+
+    __slots__ = ("_device", "_handle", "_aval", "__weakref__")
+    __array_priority__ = 1000  # make `ndarray + Tensor` call Tensor.__radd__
+
+    def __init__(self, *args, **kwargs) -> None:
+        raise TypeError("create tensors with ember.tensor(...), ember.zeros(...), ember.from_numpy(...)")
+
+    @staticmethod
+    def _make(device, handle, aval: Aval) -> "Tensor":
+        t = object.__new__(Tensor)
+        t._device = device
+        t._handle = handle
+        t._aval = aval
+        return t
+
+    # ---- properties ------------------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The size of each dimension, as a tuple."""
+        return self._aval.shape
+
+    @property
+    def dtype(self) -> DType:
+        return self._aval.dtype
+
+    @property
+    def device(self):
+        return self._device
+
+    @property
+    def ndim(self) -> int:
+        return len(self._aval.shape)
+
+    @property
+    def numel(self) -> int:
+        """The number of elements."""
+        return math.prod(self._aval.shape)
+
+    def size(self, dim: int | None = None):
+        """`shape`, or the size of one dim (PyTorch's `size`)."""
+        if dim is None:
+            return self.shape
+        from .ops.primitive import normalize_dim
+        return self.shape[normalize_dim("size", dim, self.ndim)]
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    # ---- host and interop ------------------------------------------------------------------------
+    def numpy(self) -> np.ndarray:
+        """The data as a read-only NumPy array (no copy where the backend allows; `.copy()` to edit).
+
+        Example:
+            >>> ember.arange(3).numpy()
+            array([0, 1, 2])
+        """
+        view = np.asarray(self._device.backend.to_host(self._handle)).view()
+        view.flags.writeable = False
+        return view
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        out = self.numpy()
+        if dtype is not None:
+            out = out.astype(dtype)
+        return out.copy() if copy else out
+
+    def item(self) -> Any:
+        """The single element as a Python scalar."""
+        if self.numel != 1:
+            raise ValueError(f"item() needs a tensor of one element, got shape {self.shape}")
+        return self.numpy().reshape(()).item()
+
+    def tolist(self) -> Any:
+        """The data as nested Python lists (a scalar for 0-d tensors)."""
+        return self.numpy().tolist()
+
+    def __dlpack__(self, *args, **kwargs):
+        return np.ascontiguousarray(self._device.backend.to_host(self._handle)).__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self):
+        return (1, 0)  # kDLCPU: data crosses DLPack through the host
+
+    def to(self, target) -> "Tensor":
+        """This tensor on another device (or a device string), or cast to a dtype.
+
+        Moving between a device and its autodiff variant shares the data; otherwise it goes through the
+        host and does not carry gradient history.
+        """
+        from .device import Device
+        from .dispatch import transfer
+        if isinstance(target, (DType,)) or (isinstance(target, str) and not _is_device_string(target)):
+            return self.cast(target)
+        return transfer(self, Device(target))
+
+    def cast(self, dtype) -> "Tensor":
+        """This tensor converted to `dtype` (floats to ints truncate toward zero)."""
+        dtype = dtype_of(dtype)
+        if dtype is self.dtype:
+            return self
+        from .dispatch import bind
+        from .ops import registry
+        return bind(registry["cast"], (self,), {"dtype": dtype})
+
+    # ---- autodiff --------------------------------------------------------------------------------
+    def require_grad(self) -> "Tensor":
+        """This value as a leaf whose gradient `backward()` computes.
+
+        On a device without autodiff the result lives on `device.autodiff()` (the data is shared).
+
+        Example:
+            >>> w = ember.randn(3).require_grad()
+        """
+        if not self.dtype.is_float:
+            raise TypeError(f"only float tensors can require gradients, got {self.dtype}")
+        t = self if self._device.is_autodiff else self.to(self._device.autodiff())
+        return Tensor._make(t._device, t._device.backend.leaf(t._handle), self._aval)
+
+    @property
+    def requires_grad(self) -> bool:
+        """Whether this tensor is tracked by autodiff (a leaf or the result of tracked ops)."""
+        return getattr(self._handle, "node", None) is not None
+
+    def detach(self) -> "Tensor":
+        """The same value with no gradient history (shares the data)."""
+        if not self.requires_grad:
+            return self
+        return Tensor._make(self._device, self._device.backend.lift(self._handle.primal, self._aval), self._aval)
+
+    def inner(self) -> "Tensor":
+        """The same value on the device without autodiff (shares the data)."""
+        return self.to(self._device.inner)
+
+    def backward(self, grad: "Tensor | None" = None):
+        """Reverse-mode autodiff from this tensor; returns `Gradients`.
+
+        Without `grad` the seed is ones of this tensor's shape (so a non-scalar behaves like its sum).
+
+        Example:
+            >>> grads = loss.backward()
+            >>> w.grad(grads)
+        """
+        from .autodiff.gradients import Gradients
+        from .autodiff.graph import backward
+        node = getattr(self._handle, "node", None)
+        if node is None:
+            raise RuntimeError("backward(): this tensor has no gradient history; make its inputs with "
+                               "require_grad() on an autodiff device, outside ember.no_grad()")
+        inner = self._device.inner
+        seed = (grad.to(inner) if grad is not None else None)
+        if seed is None:
+            from .api.creation import ones
+            seed = ones(*self.shape, dtype=self.dtype, device=inner)
+        elif seed.shape != self.shape:
+            from .errors import ShapeError
+            raise ShapeError("backward", f"grad of shape {seed.shape} for a tensor of shape {self.shape}")
+        return Gradients(backward(node, seed))
+
+    def grad(self, grads) -> "Tensor | None":
+        """This tensor's gradient in `grads` (a tensor on the inner device), or None if not reached."""
+        return grads.get(self)
+
+    # ---- Python protocol -------------------------------------------------------------------------
+    def __repr__(self) -> str:
+        body = np.array2string(self.numpy(), separator=", ", prefix="tensor(")
+        extra = f", dtype={self.dtype}" if self.dtype.name not in ("f32", "i64", "bool") else ""
+        grad = ", requires_grad" if self.requires_grad else ""
+        return f"tensor({body}{extra}, device={self._device!r}{grad})"
+
+    def __bool__(self) -> bool:
+        if self.numel != 1:
+            raise ValueError(f"the truth value of a tensor of shape {self.shape} is ambiguous; use .any() or .all()")
+        return bool(self.item())
+
+    def __float__(self) -> float:
+        return float(self.item())
+
+    def __int__(self) -> int:
+        return int(self.item())
+
+    def __index__(self) -> int:
+        if not self.dtype.is_int or self.numel != 1:
+            raise TypeError(f"only integer tensors of one element can be used as an index, got "
+                            f"{self.dtype} of shape {self.shape}")
+        return int(self.item())
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self[i]
+
+    __hash__ = object.__hash__
+
+    def __reduce__(self):
+        from .api.creation import tensor
+        return (tensor, (np.array(self.numpy()), self.dtype.name, self._device.inner))
+
+
+def _is_device_string(text: str) -> bool:
+    from .device import KINDS
+    return text.split(":")[0].lower() in KINDS
+
+
+def _attach_methods() -> None:
+    """Attach the functions of `ember/api/*` as Tensor methods and operators."""
+    from .api import METHODS
+    for name, fn in METHODS.items():
+        setattr(Tensor, name, fn)
+
+
+_attach_methods()
