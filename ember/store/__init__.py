@@ -1,0 +1,88 @@
+"""Model files: ember's native format, safetensors and PyTorch `.pt` import, at the level of host arrays.
+
+A *state* is `dict[str, numpy.ndarray]` (bf16 through `ml_dtypes.bfloat16`) and *metadata* is
+`dict[str, str]`. `save` and `load` pick the format from `format=`, else from the file (its first
+bytes when reading, then its extension): `.ember` native, `.safetensors`, `.pt`/`.pth`/`.bin` PyTorch
+(read only). Loaded arrays are read-only views of the memory-mapped file unless `mmap=False`.
+`ember.store.remap` renames, selects, casts and transposes states to fit a model.
+
+Example:
+    >>> save("m.ember", {"w": np.ones((2, 3), np.float32)}, metadata={"epoch": "3"})
+    >>> state, metadata = load("m.ember")
+    >>> state["w"].shape, metadata
+    ((2, 3), {'epoch': '3'})
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from ..dtype import DType
+from ..errors import StoreError
+from .formats import EXTENSIONS, FORMAT_NAMES, detect_format
+from .native import load_native, save_native
+from . import remap
+from .safetensors import load_safetensors, save_safetensors
+from .torch_pickle import load_torch
+
+__all__ = [
+    "save", "load", "save_native", "load_native", "save_safetensors", "load_safetensors", "load_torch",
+    "remap", "EXTENSIONS", "FORMAT_NAMES",
+]
+
+_SAVERS = {"native": save_native, "safetensors": save_safetensors}
+
+
+def save(path: str | os.PathLike, state: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None = None,
+         format: str | None = None) -> None:
+    """Write `state` to `path` atomically, in `format` or the one its extension names.
+
+    Example:
+        >>> save("model.safetensors", {"w": np.zeros(3, np.float32)})
+    """
+    fmt = format or detect_format(path, reading=False)
+    if fmt not in FORMAT_NAMES:
+        raise StoreError(f"{os.fspath(path)}: unknown format {fmt!r}; expected one of {', '.join(FORMAT_NAMES)}")
+    if fmt not in _SAVERS:
+        raise StoreError(f"{os.fspath(path)}: ember reads PyTorch files but does not write them; "
+                         "save as .safetensors, which torch loads with the safetensors package")
+    _SAVERS[fmt](path, state, metadata)
+
+
+def load(path: str | os.PathLike, format: str | None = None, *, mmap: bool = True, key: str | None = None,
+         prefix: str | None = None, rename: Sequence[tuple[str, str]] | None = None,
+         cast: str | DType | Mapping | None = None) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """Read `(state, metadata)` from `path`, then optionally narrow and adapt the state.
+
+    Args:
+        format: "native", "safetensors" or "torch"; by default sniffed from the file, then its extension.
+        mmap: arrays are read-only views of the memory-mapped file (True) or of one in-memory copy.
+        key: PyTorch files only: take this top-level entry of a checkpoint (e.g. "state_dict").
+        prefix: keep only keys starting with it, and strip it (`remap.select(..., strip=True)`).
+        rename: (regex, replacement) rules applied to every key in order (`remap.rename`).
+        cast: a dtype for every float tensor, or a {source: target} dtype map (`remap.cast`).
+
+    Example:
+        >>> state, _ = load("pytorch_model.bin", prefix="encoder.", cast="f16")
+    """
+    fmt = format or detect_format(path, reading=True)
+    if fmt == "torch":
+        state, metadata = load_torch(path, mmap=mmap, key=key)
+    elif key is not None:
+        raise StoreError(f"{os.fspath(path)}: key= selects a checkpoint entry of PyTorch files; this is {fmt}")
+    elif fmt == "native":
+        state, metadata = load_native(path, mmap=mmap)
+    elif fmt == "safetensors":
+        state, metadata = load_safetensors(path, mmap=mmap)
+    else:
+        raise StoreError(f"{os.fspath(path)}: unknown format {fmt!r}; expected one of {', '.join(FORMAT_NAMES)}")
+    if prefix is not None:
+        state = remap.select(state, prefix=prefix, strip=True)
+    if rename:
+        state = remap.rename(state, rename)
+    if cast is not None:
+        state = remap.cast(state, cast)
+    return state, metadata
