@@ -8,6 +8,12 @@ the current one; `state_dict()` / `load_state_dict()` let a run resume mid-epoch
 Batches are built as NumPy data (in workers when `num_workers > 0`) and moved to `device`, when one
 is given, in the main process.
 
+Workers are spawned processes (see `ember.data.workers`), started for each pass and stopped at its
+end: the dataset and batcher must be picklable (module-level functions and classes, no lambdas),
+and a script that iterates with workers needs the usual `if __name__ == "__main__":` guard. A pass
+stops its workers when exhausted, on any error or Ctrl-C inside `next()`, on `close()`, when the
+iterator is garbage collected, and at interpreter exit.
+
 Example:
     >>> from ember.data import InMemoryDataset
     >>> loader = DataLoader(InMemoryDataset(list(range(5))), batch_size=2)
@@ -131,8 +137,12 @@ class DataLoader(Generic[B]):
         if not 0 <= state["position"] <= len(self):
             raise ValueError(f"DataLoader state position {state['position']} is outside 0..{len(self)} "
                              f"(batches per epoch)")
-        self.set_epoch(state["epoch"])
-        self._position = self._resume_at = state["position"]
+        if state["position"] == len(self):
+            # A state saved after an epoch's last batch resumes at the start of the next epoch.
+            self.set_epoch(state["epoch"] + 1)
+        else:
+            self.set_epoch(state["epoch"])
+            self._position = self._resume_at = state["position"]
 
     def __iter__(self) -> Iterator[B]:
         """Batches of the current epoch, from the start or from a position set by `load_state_dict`."""
@@ -164,6 +174,7 @@ class LoaderIterator(Iterator[B]):
         self._batches = batches
         self._next = start
         self._generation = generation
+        self._finished = False
         self._pool: WorkerPool | None = None
         self._submitted = start
         # batch number -> (ok, pickled batch or error text), for batches that came back early.
@@ -178,6 +189,10 @@ class LoaderIterator(Iterator[B]):
     def __next__(self) -> B:
         if self._next >= len(self._batches):
             self.close()
+            if not self._batches and not self._finished:
+                # No batch to hand out, so the epoch ends here rather than at its last batch.
+                self._loader._advance(self._generation, 0)
+            self._finished = True
             raise StopIteration
         try:
             batch = self._build(self._next)

@@ -51,7 +51,7 @@ class WorkerPool:
                  context: str = "spawn") -> None:
         if num_workers < 1:
             raise ValueError(f"a worker pool needs num_workers >= 1, got {num_workers}")
-        ctx = mp.get_context(context)
+        ctx: Any = mp.get_context(context)  # typeshed's BaseContext lacks Process
         self._tasks = ctx.Queue()
         self._results = ctx.Queue()
         self._workers = [

@@ -22,8 +22,8 @@ from ember.data import DataLoader, Dataset, InMemoryDataset, WorkerError
 class Numbers(Dataset[tuple[np.ndarray, int]]):
     """Item i is (a vector filled with i, i); module-level so spawned workers can unpickle it."""
 
-    def __init__(self, n: int, fail_at: int = -1, stall_at: int = -1) -> None:
-        self.n, self.fail_at, self.stall_at = n, fail_at, stall_at
+    def __init__(self, n: int, fail_at: int = -1, stall_at: int = -1, crash_at: int = -1) -> None:
+        self.n, self.fail_at, self.stall_at, self.crash_at = n, fail_at, stall_at, crash_at
 
     def __len__(self) -> int:
         return self.n
@@ -33,6 +33,8 @@ class Numbers(Dataset[tuple[np.ndarray, int]]):
             raise ValueError(f"item {i} is broken")
         if i == self.stall_at:
             time.sleep(60)
+        if i == self.crash_at:
+            os._exit(3)
         return np.full(3, i, dtype=np.float32), i
 
 
@@ -94,6 +96,22 @@ def _epoch(loader: DataLoader[Any], epoch: int) -> list[Any]:
     probe = DataLoader(loader.dataset, loader.batch_size, shuffle=loader.shuffle, seed=loader.seed)
     probe.set_epoch(epoch)
     return list(probe)
+
+
+def test_state_saved_after_the_last_batch_resumes_at_the_next_epoch() -> None:
+    loader = DataLoader(Numbers(4), batch_size=2, shuffle=True, seed=0)
+    assert loader.state_dict() == {"epoch": 0, "position": 0, "seed": 0}
+    it = iter(loader)
+    next(it), next(it)
+    assert loader.state_dict() == {"epoch": 1, "position": 0, "seed": 0}
+    resumed = DataLoader(Numbers(4), batch_size=2, shuffle=True, seed=0)
+    resumed.load_state_dict({"epoch": 0, "position": 2, "seed": 0})
+    assert resumed.epoch == 1 and _labels(list(resumed)) == _labels(_epoch(resumed, 1))
+
+
+def test_empty_dataset_gives_no_batches_and_counts_the_epoch() -> None:
+    loader = DataLoader(InMemoryDataset([]), batch_size=3, num_workers=1)
+    assert len(loader) == 0 and list(loader) == [] and loader.epoch == 1
 
 
 def test_load_state_dict_validates() -> None:
@@ -181,6 +199,22 @@ def test_keyboard_interrupt_while_waiting_stops_workers() -> None:
     finally:
         timer.cancel()
     assert mp.active_children() == []
+
+
+def test_crashed_worker_is_reported() -> None:
+    loader = DataLoader(Numbers(6, crash_at=3), batch_size=2, num_workers=1)
+    with pytest.raises(WorkerError, match="worker 0 .* exited unexpectedly with exit code 3"):
+        list(loader)
+
+
+def test_device_conversion_happens_in_the_main_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ember
+
+    monkeypatch.setattr(ember, "from_numpy", lambda a, device=None: ("on", device, os.getpid(), a.shape),
+                        raising=False)
+    loader = DataLoader(Numbers(3), batch_size=2, num_workers=1, device="dev")
+    assert list(loader) == [(("on", "dev", os.getpid(), (2, 3)), ("on", "dev", os.getpid(), (2,))),
+                            (("on", "dev", os.getpid(), (1, 3)), ("on", "dev", os.getpid(), (1,)))]
 
 
 def test_unpicklable_dataset_with_workers_explains() -> None:

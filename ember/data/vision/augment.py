@@ -14,12 +14,14 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 import numpy as np
 
 from ember.errors import ShapeError
 
 Rng = np.random.Generator | int
+PadMode = Literal["constant", "edge", "reflect", "symmetric", "wrap"]
 
 
 def crop(image: np.ndarray, top: int, left: int, height: int, width: int) -> np.ndarray:
@@ -36,7 +38,7 @@ def crop(image: np.ndarray, top: int, left: int, height: int, width: int) -> np.
     return image[top:top + height, left:left + width].copy()
 
 
-def pad(image: np.ndarray, padding: int, fill: float = 0, mode: str = "constant") -> np.ndarray:
+def pad(image: np.ndarray, padding: int, fill: float = 0, mode: PadMode = "constant") -> np.ndarray:
     """`padding` pixels added on every side of H and W; `mode` as in `np.pad` ("constant" uses `fill`).
 
     Example:
@@ -53,7 +55,7 @@ def pad(image: np.ndarray, padding: int, fill: float = 0, mode: str = "constant"
 
 
 def random_crop(image: np.ndarray, size: int | tuple[int, int], *, rng: Rng, padding: int = 0,
-                fill: float = 0, pad_mode: str = "constant") -> np.ndarray:
+                fill: float = 0, pad_mode: PadMode = "constant") -> np.ndarray:
     """A `size` window at a uniformly random position of the image padded by `padding`.
 
     Example:
