@@ -1,0 +1,529 @@
+"""The cube IR: a typed SSA form with structured control flow, shared by every target.
+
+A kernel is a list of statements. A statement is an `Instr`, a `For` loop or an `If`. Every `Instr`
+defines at most one `Value`, exactly once (SSA); a value's `Type` is a scalar dtype or a vector of
+`lanes` elements of one dtype. Control flow stays structured (no CFG, no phi nodes) because every
+target we render (C, CUDA C, WGSL) is itself structured. The one mutable thing is a `Local`: a typed
+variable written with `write` and read with `read`; the frontend creates one only when a Python name is
+reassigned across a loop or branch, so straight-line code remains pure SSA for the passes.
+
+Memory is reached through `Array`s: global buffers (kernel parameters) and `shared` buffers (one per
+cube). Loads and stores take an explicit element index; a vector load of N lanes reads N consecutive
+elements starting at that index.
+
+Nothing here knows about any target: no pointers, no C types, no thread ids beyond the abstract
+builtins (`unit_pos`, `cube_pos`, ...).
+
+Example:
+    >>> b = Builder("axpy")
+    >>> x = b.array_param("x", f32); y = b.array_param("y", f32); a = b.scalar_param("a", f32)
+    >>> i = b.builtin("absolute_pos")
+    >>> b.store(y, i, b.binary("add", b.binary("mul", a, b.load(x, i)), b.load(y, i)))
+    >>> print(b.kernel)  # doctest: +ELLIPSIS
+    kernel axpy(x: array<f32>, y: array<f32>, %0: f32) {
+    ...
+"""
+
+from __future__ import annotations
+
+import hashlib
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Iterator, Union
+
+from ..dtype import DType, FLOAT, INT, bool_, f32, f64, f16, bf16, i64, i32, i16, i8, u8
+
+# Unsigned 32/64-bit ints exist only inside kernels (index math, counter-based RNG); ember's tensor
+# dtypes stop at u8. They are DType instances so targets treat every element type the same way.
+u32 = DType("u32", INT, 4, False, "uint32")
+u64 = DType("u64", INT, 8, False, "uint64")
+DTYPES = {d.name: d for d in (f64, f32, f16, bf16, i64, i32, i16, i8, u8, u32, u64, bool_)}
+
+INDEX = i32  # the type of positions, lengths and loop counters
+
+
+class IRError(ValueError):
+    """An ill-typed or malformed instruction; the frontend re-raises it with the kernel's source line."""
+
+
+@dataclass(frozen=True)
+class Type:
+    """A scalar (`lanes == 1`) or a vector of `lanes` elements of `dtype`."""
+
+    dtype: DType
+    lanes: int = 1
+
+    def __str__(self) -> str:
+        return self.dtype.name if self.lanes == 1 else f"{self.dtype.name}x{self.lanes}"
+
+    @property
+    def scalar(self) -> "Type":
+        return Type(self.dtype)
+
+
+class Value:
+    """An SSA value: defined once, compared by identity."""
+
+    __slots__ = ("id", "type")
+
+    def __init__(self, id: int, type: Type) -> None:
+        self.id = id
+        self.type = type
+
+    def __repr__(self) -> str:
+        return f"%{self.id}:{self.type}"
+
+
+@dataclass(eq=False)
+class Array:
+    """A buffer the kernel reads or writes: a global parameter, or `shared` memory of `size` elements."""
+
+    name: str
+    dtype: DType
+    kind: str = "global"  # "global" | "shared"
+    size: int = 0
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+@dataclass(eq=False)
+class Local:
+    """A mutable, typed variable (the frontend's answer to a name reassigned in a loop or branch)."""
+
+    name: str
+    type: Type
+
+
+@dataclass(eq=False)
+class Instr:
+    """One operation. `attr` holds what is not a value: a constant, an Array, a Local, a builtin name."""
+
+    op: str
+    args: tuple
+    result: Value | None = None
+    attr: object = None
+    line: int = 0  # source line in the kernel, for error messages
+
+
+@dataclass(eq=False)
+class For:
+    """`for var in range(start, stop, step)`; `step` is a positive or negative constant or value."""
+
+    var: Value
+    start: Value
+    stop: Value
+    step: Value
+    body: list = field(default_factory=list)
+    line: int = 0
+
+
+@dataclass(eq=False)
+class If:
+    cond: Value
+    then: list = field(default_factory=list)
+    orelse: list = field(default_factory=list)
+    line: int = 0
+
+
+Stmt = Union[Instr, For, If]
+
+
+@dataclass(eq=False)
+class ScalarParam:
+    name: str
+    value: Value
+
+
+@dataclass(eq=False)
+class Kernel:
+    """A specialized kernel: parameters (Arrays and ScalarParams in call order) and a body."""
+
+    name: str
+    params: list
+    body: list
+    next_id: int = 0
+
+    def __str__(self) -> str:
+        return print_kernel(self)
+
+    def hash(self) -> str:
+        """A stable content hash (value ids renumbered), the key of the compilation cache."""
+        return hashlib.sha256(print_kernel(self, canonical=True).encode()).hexdigest()[:32]
+
+
+# ----------------------------------------------------------------------------------------------
+# The op table: what each op accepts and whether it may be moved, merged or deleted by passes.
+
+UNARY_FLOAT = ("exp", "exp2", "log", "log2", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan", "tanh",
+               "erf", "floor", "ceil", "round", "trunc", "recip")
+UNARY_NUMERIC = ("neg", "abs")
+UNARY_LOGIC = ("not",)       # bool -> bool
+UNARY_BITS = ("bitnot",)     # int -> int
+ARITH = ("add", "sub", "mul", "div", "rem", "min", "max", "pow")
+BITS = ("and", "or", "xor", "shl", "shr")
+COMPARE = ("eq", "ne", "lt", "le", "gt", "ge")
+BUILTINS = ("absolute_pos", "absolute_pos_x", "absolute_pos_y", "absolute_pos_z",
+            "unit_pos", "unit_pos_x", "unit_pos_y", "unit_pos_z",
+            "cube_pos", "cube_pos_x", "cube_pos_y", "cube_pos_z",
+            "cube_dim", "cube_dim_x", "cube_dim_y", "cube_dim_z",
+            "cube_count", "cube_count_x", "cube_count_y", "cube_count_z", "plane_dim", "unit_pos_plane")
+PLANE = ("plane_sum", "plane_prod", "plane_max", "plane_min", "plane_all", "plane_any")
+ATOMIC = ("atomic_add", "atomic_max", "atomic_min")
+
+# Ops without side effects: CSE may merge them and DCE may delete them when unused.
+PURE = frozenset(("const", "cast", "select", "builtin", "len", "mulhi", "extract", "splat", "pack",
+                  "read") + UNARY_FLOAT + UNARY_NUMERIC + UNARY_LOGIC + UNARY_BITS + ARITH + BITS
+                 + COMPARE)
+# Ops whose result differs between the units of a cube even when their operands do not.
+VARYING_BUILTINS = frozenset(b for b in BUILTINS if b.startswith(("absolute_pos", "unit_pos")))
+
+
+def is_pure(instr: Instr) -> bool:
+    return instr.op in PURE
+
+
+# ----------------------------------------------------------------------------------------------
+# Walking
+
+def walk(body: list) -> Iterator[Stmt]:
+    """Every statement, nested ones included, in program order."""
+    for s in body:
+        yield s
+        if isinstance(s, For):
+            yield from walk(s.body)
+        elif isinstance(s, If):
+            yield from walk(s.then)
+            yield from walk(s.orelse)
+
+
+def operands(s: Stmt) -> tuple:
+    """The values a statement reads directly (not those of nested statements)."""
+    if isinstance(s, Instr):
+        return s.args
+    if isinstance(s, For):
+        return (s.start, s.stop, s.step)
+    return (s.cond,)
+
+
+def substitute(body: list, mapping: dict) -> None:
+    """Replace, in place, every use of a value `v` by `mapping[v]` (keys and values are Values)."""
+    if not mapping:
+        return
+    for s in walk(body):
+        if isinstance(s, Instr):
+            if any(a in mapping for a in s.args):
+                s.args = tuple(mapping.get(a, a) for a in s.args)
+        elif isinstance(s, For):
+            s.start, s.stop, s.step = (mapping.get(v, v) for v in (s.start, s.stop, s.step))
+        else:
+            s.cond = mapping.get(s.cond, s.cond)
+
+
+def use_counts(body: list) -> dict:
+    counts: dict = {}
+    for s in walk(body):
+        for v in operands(s):
+            counts[v] = counts.get(v, 0) + 1
+    return counts
+
+
+# ----------------------------------------------------------------------------------------------
+# Type rules
+
+def _is_numeric(t: Type) -> bool:
+    return t.dtype.category in (INT, FLOAT)
+
+
+def result_type(op: str, args: tuple, attr=None) -> Type:
+    """The result type of `op` over `args`, or IRError naming what does not fit."""
+    types = [a.type for a in args]
+    if op in ARITH or op in BITS:
+        a, b = types
+        if a != b:
+            raise IRError(f"{op} needs operands of one type, got {a} and {b}")
+        if op in ARITH and not _is_numeric(a):
+            raise IRError(f"{op} needs numbers, got {a}")
+        if op == "pow" and not a.dtype.is_float:
+            raise IRError(f"pow needs floats, got {a}")
+        if op in ("shl", "shr") and not a.dtype.is_int:
+            raise IRError(f"{op} needs integers, got {a}")
+        if op in ("and", "or", "xor") and a.dtype.is_float:
+            raise IRError(f"{op} needs integers or bools, got {a}")
+        return a
+    if op in COMPARE:
+        a, b = types
+        if a != b:
+            raise IRError(f"cannot compare {a} with {b}; cast one side first")
+        return Type(bool_, a.lanes)
+    if op in UNARY_FLOAT:
+        if not types[0].dtype.is_float:
+            raise IRError(f"{op} needs a float, got {types[0]}; cast it first")
+        return types[0]
+    if op in UNARY_NUMERIC:
+        if not _is_numeric(types[0]):
+            raise IRError(f"{op} needs a number, got {types[0]}")
+        return types[0]
+    if op in UNARY_LOGIC:
+        if types[0].dtype is not bool_:
+            raise IRError(f"not needs a bool, got {types[0]}")
+        return types[0]
+    if op in UNARY_BITS:
+        if not types[0].dtype.is_int:
+            raise IRError(f"~ needs an integer, got {types[0]}")
+        return types[0]
+    if op == "select":
+        c, a, b = types
+        if c.dtype is not bool_ or a != b or c.lanes not in (1, a.lanes):
+            raise IRError(f"select needs (bool, T, T), got ({c}, {a}, {b})")
+        return a
+    if op == "mulhi":
+        if types[0] != types[1] or types[0].dtype is not u32:
+            raise IRError(f"mulhi needs two u32, got {types[0]} and {types[1]}")
+        return types[0]
+    if op in PLANE:
+        return types[0]
+    raise IRError(f"no type rule for {op}")
+
+
+# ----------------------------------------------------------------------------------------------
+# Building
+
+class Builder:
+    """Appends typed instructions to a kernel; `with b.loop(...)` and `with b.branch(...)` nest."""
+
+    def __init__(self, name: str) -> None:
+        self.kernel = Kernel(name, [], [])
+        self._blocks: list[list] = [self.kernel.body]
+        self.line = 0  # the frontend sets this to stamp instructions with their source line
+
+    # -- values ---------------------------------------------------------------------------------
+    def new_value(self, type: Type) -> Value:
+        v = Value(self.kernel.next_id, type)
+        self.kernel.next_id += 1
+        return v
+
+    def emit(self, op: str, args: tuple = (), type: Type | None = None, attr=None) -> Value | None:
+        result = self.new_value(type) if type is not None else None
+        self._blocks[-1].append(Instr(op, tuple(args), result, attr, self.line))
+        return result
+
+    @property
+    def block(self) -> list:
+        return self._blocks[-1]
+
+    # -- parameters -----------------------------------------------------------------------------
+    def array_param(self, name: str, dtype: DType) -> Array:
+        arr = Array(name, dtype)
+        self.kernel.params.append(arr)
+        return arr
+
+    def scalar_param(self, name: str, dtype: DType) -> Value:
+        v = self.new_value(Type(dtype))
+        self.kernel.params.append(ScalarParam(name, v))
+        return v
+
+    # -- pure ops -------------------------------------------------------------------------------
+    def const(self, value, dtype: DType) -> Value:
+        if dtype.is_float:
+            value = float(value)
+        elif dtype is bool_:
+            value = bool(value)
+        else:
+            value = int(value)
+            bits = dtype.itemsize * 8
+            lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if dtype.signed else (0, (1 << bits) - 1)
+            if not lo <= value <= hi:
+                raise IRError(f"constant {value} does not fit {dtype.name}")
+        return self.emit("const", (), Type(dtype), value)
+
+    def binary(self, op: str, a: Value, b: Value) -> Value:
+        return self.emit(op, (a, b), result_type(op, (a, b)))
+
+    def unary(self, op: str, a: Value) -> Value:
+        return self.emit(op, (a,), result_type(op, (a,)))
+
+    def cast(self, a: Value, dtype: DType) -> Value:
+        if a.type.dtype is dtype:
+            return a
+        return self.emit("cast", (a,), Type(dtype, a.type.lanes))
+
+    def select(self, cond: Value, a: Value, b: Value) -> Value:
+        return self.emit("select", (cond, a, b), result_type("select", (cond, a, b)))
+
+    def mulhi(self, a: Value, b: Value) -> Value:
+        return self.emit("mulhi", (a, b), result_type("mulhi", (a, b)))
+
+    def builtin(self, name: str) -> Value:
+        if name not in BUILTINS:
+            raise IRError(f"unknown builtin {name}")
+        return self.emit("builtin", (), Type(INDEX), name)
+
+    def length(self, arr: Array) -> Value:
+        return self.emit("len", (), Type(INDEX), arr)
+
+    # -- vectors --------------------------------------------------------------------------------
+    def extract(self, v: Value, lane: int) -> Value:
+        return self.emit("extract", (v,), v.type.scalar, lane)
+
+    def splat(self, v: Value, lanes: int) -> Value:
+        return self.emit("splat", (v,), Type(v.type.dtype, lanes))
+
+    def pack(self, values: list) -> Value:
+        t = values[0].type
+        if any(v.type != t for v in values) or t.lanes != 1:
+            raise IRError("pack needs scalars of one type")
+        return self.emit("pack", tuple(values), Type(t.dtype, len(values)))
+
+    # -- memory ---------------------------------------------------------------------------------
+    def load(self, arr: Array, index: Value, lanes: int = 1) -> Value:
+        self._check_index(index)
+        return self.emit("load", (index,), Type(arr.dtype, lanes), arr)
+
+    def store(self, arr: Array, index: Value, value: Value) -> None:
+        self._check_index(index)
+        if value.type.dtype is not arr.dtype:
+            raise IRError(f"cannot store {value.type} into {arr.name} of {arr.dtype.name}; cast it first")
+        self.emit("store", (index, value), None, arr)
+
+    def shared(self, dtype: DType, size: int, name: str = "") -> Array:
+        if not isinstance(size, int) or size <= 0:
+            raise IRError(f"shared memory needs a positive comptime size, got {size!r}")
+        arr = Array(name or f"shared{self.kernel.next_id}", dtype, "shared", size)
+        self.kernel.next_id += 1
+        self.emit("shared", (), None, arr)
+        return arr
+
+    def atomic(self, op: str, arr: Array, index: Value, value: Value) -> Value:
+        self._check_index(index)
+        if value.type != Type(arr.dtype):
+            raise IRError(f"{op} of {value.type} into {arr.name} of {arr.dtype.name}")
+        return self.emit(op, (index, value), value.type, arr)
+
+    def sync(self) -> None:
+        self.emit("sync_units")
+
+    def plane(self, op: str, v: Value) -> Value:
+        if op not in PLANE:
+            raise IRError(f"unknown plane op {op}")
+        return self.emit(op, (v,), v.type)
+
+    def _check_index(self, index: Value) -> None:
+        if not index.type.dtype.is_int or index.type.lanes != 1:
+            raise IRError(f"an index must be a scalar integer, got {index.type}")
+
+    # -- locals ---------------------------------------------------------------------------------
+    def local(self, type: Type, name: str = "") -> Local:
+        var = Local(name or f"var{self.kernel.next_id}", type)
+        self.kernel.next_id += 1
+        self.emit("local", (), None, var)
+        return var
+
+    def read(self, var: Local) -> Value:
+        return self.emit("read", (), var.type, var)
+
+    def write(self, var: Local, value: Value) -> None:
+        if value.type != var.type:
+            raise IRError(f"variable {var.name} holds {var.type}, cannot assign {value.type}")
+        self.emit("write", (value,), None, var)
+
+    def ret(self) -> None:
+        self.emit("return")
+
+    # -- structure ------------------------------------------------------------------------------
+    @contextmanager
+    def loop(self, start: Value, stop: Value, step: Value):
+        for v in (start, stop, step):
+            if v.type != Type(INDEX):
+                raise IRError(f"range bounds must be {INDEX.name}, got {v.type}")
+        stmt = For(self.new_value(Type(INDEX)), start, stop, step, [], self.line)
+        self.block.append(stmt)
+        self._blocks.append(stmt.body)
+        try:
+            yield stmt.var
+        finally:
+            self._blocks.pop()
+
+    def branch(self, cond: Value) -> If:
+        """Append an If; fill it with `with b.inside(stmt.then): ...`."""
+        if cond.type != Type(bool_):
+            raise IRError(f"a condition must be a bool, got {cond.type}")
+        stmt = If(cond, [], [], self.line)
+        self.block.append(stmt)
+        return stmt
+
+    @contextmanager
+    def inside(self, block: list):
+        self._blocks.append(block)
+        try:
+            yield
+        finally:
+            self._blocks.pop()
+
+
+# ----------------------------------------------------------------------------------------------
+# Printing
+
+def print_kernel(k: Kernel, canonical: bool = False) -> str:
+    """The kernel as text; `canonical` renumbers values and names so equal kernels print equal."""
+    names: dict = {}
+
+    def val(v: Value) -> str:
+        if not canonical:
+            return f"%{v.id}"
+        if v not in names:
+            names[v] = f"%{len(names)}"
+        return names[v]
+
+    objs: dict = {}
+
+    def obj(o) -> str:
+        if not canonical:
+            return o.name
+        if id(o) not in objs:
+            objs[id(o)] = f"@{len(objs)}"
+        return objs[id(o)]
+
+    lines = []
+
+    def attr_str(a) -> str:
+        if isinstance(a, (Array, Local)):
+            return obj(a)
+        return repr(a)
+
+    def emit(body: list, depth: int) -> None:
+        pad = "  " * depth
+        for s in body:
+            if isinstance(s, Instr):
+                lhs = f"{val(s.result)} = " if s.result is not None else ""
+                parts = [val(a) for a in s.args]
+                if s.attr is not None:
+                    parts.append(attr_str(s.attr))
+                extra = ""
+                if s.op == "shared":
+                    extra = f" {s.attr.dtype.name}[{s.attr.size}]"
+                elif s.op == "local":
+                    extra = f" {s.attr.type}"
+                ty = f" : {s.result.type}" if s.result is not None else ""
+                lines.append(f"{pad}{lhs}{s.op} {', '.join(parts)}{extra}{ty}")
+            elif isinstance(s, For):
+                lines.append(f"{pad}for {val(s.var)} in range({val(s.start)}, {val(s.stop)}, {val(s.step)}) {{")
+                emit(s.body, depth + 1)
+                lines.append(pad + "}")
+            else:
+                lines.append(f"{pad}if {val(s.cond)} {{")
+                emit(s.then, depth + 1)
+                if s.orelse:
+                    lines.append(pad + "} else {")
+                    emit(s.orelse, depth + 1)
+                lines.append(pad + "}")
+
+    params = []
+    for p in k.params:
+        if isinstance(p, Array):
+            params.append(f"{obj(p)}: array<{p.dtype.name}>")
+        else:
+            params.append(f"{val(p.value)}: {p.value.type}")
+    emit(k.body, 1)
+    head = f"kernel {'k' if canonical else k.name}({', '.join(params)}) {{"
+    return "\n".join([head] + lines + ["}"])

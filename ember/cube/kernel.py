@@ -1,0 +1,197 @@
+"""`@cube.kernel` and `@cube.function`: parameters, specialization and launch.
+
+A kernel is specialized once per combination of comptime values and element types, and each
+specialization is traced to IR once (then cached here); compiling the IR is the runtime's job.
+
+Example:
+    >>> @cube.kernel
+    ... def fill(out: cube.Array, value: cube.Comptime[float]):
+    ...     if cube.ABSOLUTE_POS < len(out):
+    ...         out[cube.ABSOLUTE_POS] = out.dtype(value)
+    >>> y = np.empty(100, np.float32)
+    >>> fill.launch(cube.CubeCount(1), cube.CubeDim(128), y, value=2.5)
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from dataclasses import dataclass
+
+from ..dtype import DType
+from . import ir
+from .frontend import ArrayRef, Source, Tracer
+from .lang import ArraySpec, ComptimeSpec, KernelError, ScalarSpec, _ArrayFactory, _ComptimeFactory
+
+
+@dataclass(frozen=True)
+class Param:
+    """One kernel parameter: `kind` is "array", "scalar" or "comptime"; `dtype` may name a comptime."""
+
+    name: str
+    kind: str
+    dtype: object = None
+    default: object = inspect.Parameter.empty
+
+
+def _parameters(source: Source) -> list:
+    ns = source.namespace()
+    sig = inspect.signature(source.fn)
+    params = []
+    for arg in source.tree.args.args:
+        if arg.annotation is None:
+            raise source.error(arg, f"kernel parameter {arg.arg!r} needs an annotation "
+                                    f"(cube.Array[...], a dtype, or cube.Comptime[...])")
+        try:
+            spec = eval(compile(ast.Expression(arg.annotation), source.file, "eval"), ns)
+        except Exception as e:
+            raise source.error(arg, f"cannot evaluate the annotation of {arg.arg!r}: {e}") from None
+        default = sig.parameters[arg.arg].default
+        if isinstance(spec, (ArraySpec, _ArrayFactory)):
+            params.append(Param(arg.arg, "array", getattr(spec, "dtype", None), default))
+        elif isinstance(spec, (ComptimeSpec, _ComptimeFactory)):
+            params.append(Param(arg.arg, "comptime", None, default))
+        elif isinstance(spec, ScalarSpec):
+            params.append(Param(arg.arg, "scalar", spec.dtype, default))
+        elif isinstance(spec, DType):
+            params.append(Param(arg.arg, "scalar", spec, default))
+        else:
+            raise source.error(arg, f"parameter {arg.arg!r}: unsupported annotation {spec!r}")
+    return params
+
+
+class KernelFunction:
+    """A function under `@cube.kernel`: call `.launch(count, dim, *args, **comptime)` to run it."""
+
+    def __init__(self, fn) -> None:
+        self.fn = fn
+        self.__name__ = fn.__name__
+        self.__doc__ = fn.__doc__
+        self.source = Source.of(fn)
+        self.params = _parameters(self.source)
+        self.runtime_params = [p for p in self.params if p.kind != "comptime"]
+        self._traced: dict = {}
+
+    def __repr__(self) -> str:
+        return f"<cube.kernel {self.__name__}>"
+
+    def __call__(self, *args, **kwargs):
+        raise KernelError(f"{self.__name__} is a cube kernel: run it with "
+                          f"{self.__name__}.launch(CubeCount(...), CubeDim(...), *args)")
+
+    def comptime_values(self, given: dict) -> dict:
+        """Fill defaults and check that every comptime parameter has a value and no stranger came."""
+        values = {}
+        names = {p.name for p in self.params if p.kind == "comptime"}
+        unknown = set(given) - names
+        if unknown:
+            raise KernelError(f"{self.__name__}: unknown comptime argument(s) {sorted(unknown)}; "
+                              f"comptime parameters are {sorted(names)}")
+        for p in self.params:
+            if p.kind != "comptime":
+                continue
+            if p.name in given:
+                values[p.name] = given[p.name]
+            elif p.default is not inspect.Parameter.empty:
+                values[p.name] = p.default
+            else:
+                raise KernelError(f"{self.__name__}: comptime argument {p.name!r} is missing")
+        return values
+
+    def resolve_dtypes(self, arg_dtypes: tuple, comptime: dict) -> tuple:
+        """The element type of each runtime parameter, from annotations, comptime values and args."""
+        if len(arg_dtypes) != len(self.runtime_params):
+            raise KernelError(f"{self.__name__} takes {len(self.runtime_params)} runtime arguments "
+                              f"({', '.join(p.name for p in self.runtime_params)}), got {len(arg_dtypes)}")
+        resolved = []
+        for p, given in zip(self.runtime_params, arg_dtypes):
+            want = comptime[p.dtype] if isinstance(p.dtype, str) else p.dtype
+            if want is not None and not isinstance(want, DType):
+                raise KernelError(f"{self.__name__}: comptime {p.dtype!r} must be a dtype, got {want!r}")
+            if p.kind == "array":
+                if want is not None and given is not None and given is not want:
+                    raise KernelError(f"{self.__name__}: argument {p.name!r} must hold {want.name}, "
+                                      f"got {given.name}")
+                resolved.append(want or given)
+            else:
+                resolved.append(want or given)
+            if resolved[-1] is None:
+                raise KernelError(f"{self.__name__}: cannot tell the dtype of {p.name!r}")
+        return tuple(resolved)
+
+    def specialize(self, dtypes: tuple, comptime: dict) -> ir.Kernel:
+        """Trace (once per key) the kernel for these runtime dtypes and complete comptime values."""
+        try:
+            key = (dtypes, tuple(sorted(comptime.items())))
+            hash(key)
+        except TypeError:
+            raise KernelError(f"{self.__name__}: comptime values must be hashable "
+                              f"(numbers, strings, tuples, dtypes), got {comptime!r}") from None
+        kernel = self._traced.get(key)
+        if kernel is None:
+            kernel = self._traced[key] = self._trace(dtypes, comptime)
+        return kernel
+
+    def _trace(self, dtypes: tuple, comptime: dict) -> ir.Kernel:
+        b = ir.Builder(self.__name__)
+        env = {}
+        it = iter(dtypes)
+        for p in self.params:
+            if p.kind == "array":
+                env[p.name] = ArrayRef(b.array_param(p.name, next(it)))
+            elif p.kind == "scalar":
+                env[p.name] = b.scalar_param(p.name, next(it))
+            else:
+                env[p.name] = comptime[p.name]
+        Tracer(b, self.source, env, is_kernel=True).run()
+        return b.kernel
+
+    def launch(self, count, dim, *args, **comptime) -> None:
+        """Run on NumPy arrays with the CPU runtime (the C target).
+
+        Arrays are passed by pointer and written in place; scalars are converted to the parameter's
+        dtype; `comptime` values select the specialization.
+        """
+        from .runtime.cpu import cpu_runtime
+        cpu_runtime().launch(self, count, dim, args, comptime)
+
+
+class CubeFunction:
+    """A helper under `@cube.function`, inlined into the kernel that calls it.
+
+    Example:
+        >>> @cube.function
+        ... def gelu(x):
+        ...     return 0.5 * x * (1.0 + cube.erf(x * 0.7071067811865476))
+    """
+
+    def __init__(self, fn) -> None:
+        self.fn = fn
+        self.__name__ = fn.__name__
+        self.__doc__ = fn.__doc__
+        self.source = Source.of(fn)
+        self.signature = inspect.signature(fn)
+
+    def __cube_inline__(self, builder: ir.Builder, args: list, kwargs: dict):
+        try:
+            bound = self.signature.bind(*args, **kwargs)
+        except TypeError as e:
+            raise KernelError(f"{self.__name__}: {e}") from None
+        bound.apply_defaults()
+        line = builder.line
+        result = Tracer(builder, self.source, dict(bound.arguments), is_kernel=False).run()
+        builder.line = line
+        return result
+
+    def __call__(self, *args, **kwargs):
+        raise KernelError(f"{self.__name__} is a cube function: call it from inside a kernel")
+
+
+def kernel(fn) -> KernelFunction:
+    """Decorator: make `fn` a cube kernel (see the module docstring)."""
+    return KernelFunction(fn)
+
+
+def function(fn) -> CubeFunction:
+    """Decorator: make `fn` a helper that kernels can call; it is inlined at each call."""
+    return CubeFunction(fn)

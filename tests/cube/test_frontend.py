@@ -1,0 +1,116 @@
+import pytest
+
+from ember import cube
+from ember.cube import ir
+
+
+def ops(kernel):
+    return [s.op for s in ir.walk(kernel.body) if isinstance(s, ir.Instr)]
+
+
+@cube.kernel
+def scaled_copy(x: cube.Array, y: cube.Array, n: cube.Comptime[int], flip: cube.Comptime[bool] = False):
+    i = cube.ABSOLUTE_POS
+    if i < len(x):
+        v = x[i]
+        for _ in cube.unroll(range(n)):
+            v = v * x.dtype(2)
+        if flip:
+            v = -v
+        y[i] = v
+
+
+def test_comptime_values_specialize_and_unroll():
+    k3 = scaled_copy.specialize((cube.f32, cube.f32), {"n": 3, "flip": False})
+    k1 = scaled_copy.specialize((cube.f32, cube.f32), {"n": 1, "flip": True})
+    assert ops(k3).count("mul") == 3 and "neg" not in ops(k3)
+    assert ops(k1).count("mul") == 1 and "neg" in ops(k1)
+    assert not any(isinstance(s, ir.For) for s in ir.walk(k3.body))
+    assert scaled_copy.specialize((cube.f32, cube.f32), {"n": 3, "flip": False}) is k3
+
+
+def test_generic_array_takes_the_argument_dtype():
+    k = scaled_copy.specialize((cube.f64, cube.f64), {"n": 1, "flip": False})
+    assert k.params[0].dtype is cube.f64
+    consts = [s for s in ir.walk(k.body) if isinstance(s, ir.Instr) and s.op == "const"]
+    assert all(c.result.type.dtype is cube.f64 for c in consts if isinstance(c.attr, float))
+
+
+@cube.kernel
+def loop_sum(x: cube.Array[cube.f32], out: cube.Array[cube.f32], n: cube.i32):
+    acc = cube.f32(0)
+    for k in range(n):
+        acc += x[k]
+    out[0] = acc
+
+
+def test_reassigned_names_become_locals_and_loops_stay_runtime():
+    k = loop_sum.specialize((cube.f32, cube.f32, cube.i32), {})
+    loops = [s for s in ir.walk(k.body) if isinstance(s, ir.For)]
+    assert len(loops) == 1
+    assert {"local", "read", "write"} <= set(ops(k))
+
+
+@cube.kernel
+def typed_array(x: cube.Array["T"], T: cube.Comptime):
+    x[0] = T(1)
+
+
+def test_array_dtype_from_a_comptime_parameter():
+    k = typed_array.specialize(typed_array.resolve_dtypes((cube.i32,), {"T": cube.i32}), {"T": cube.i32})
+    assert k.params[0].dtype is cube.i32
+    with pytest.raises(cube.KernelError, match="must hold i32"):
+        typed_array.resolve_dtypes((cube.f32,), {"T": cube.i32})
+
+
+def test_type_errors_show_file_line_and_source():
+    @cube.kernel
+    def bad(x: cube.Array[cube.f32]):
+        x[0] = x[1] + cube.i32(2)
+
+    with pytest.raises(cube.KernelError) as e:
+        bad.specialize((cube.f32,), {})
+    message = str(e.value)
+    assert "one type" in message and "test_frontend.py" in message
+    assert "x[0] = x[1] + cube.i32(2)" in message
+
+
+@pytest.mark.parametrize("body, match", [
+    ("while True:\n        pass", "unsupported statement"),
+    ("for i in range(3):\n        break", "break"),
+    ("y = x[0] / cube.i32(2)", "use //"),
+    ("x[0] = undefined_name", "not defined"),
+    ("return 3", "cannot return a value"),
+])
+def test_unsupported_constructs_raise_kernel_error(tmp_path, body, match):
+    import importlib.util
+    path = tmp_path / "bad_kernel.py"
+    path.write_text(f"from ember import cube\n@cube.kernel\ndef k(x: cube.Array[cube.i32]):\n    {body}\n")
+    spec = importlib.util.spec_from_file_location("bad_kernel", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    with pytest.raises(cube.KernelError, match=match) as e:
+        mod.k.specialize((cube.i32,), {})
+    assert "bad_kernel.py" in str(e.value)
+
+
+def test_missing_comptime_and_calling_a_kernel_directly():
+    with pytest.raises(cube.KernelError, match="'n' is missing"):
+        scaled_copy.comptime_values({})
+    with pytest.raises(cube.KernelError, match="launch"):
+        scaled_copy(1, 2)
+
+
+@cube.function
+def twice_plus(v, c):
+    return v * 2 + c
+
+
+@cube.kernel
+def uses_helper(x: cube.Array[cube.f32]):
+    x[0] = twice_plus(x[0], 1.0)
+
+
+def test_functions_are_inlined():
+    k = uses_helper.specialize((cube.f32,), {})
+    assert ops(k).count("mul") == 1 and ops(k).count("add") == 1
