@@ -19,6 +19,7 @@ from .tensor import Tensor
 from .random import seed
 from .autodiff.grad_mode import no_grad, grad_enabled
 from .autodiff.gradients import Gradients
+from .config import Config
 from .api import activation
 from .api.creation import (
     tensor, from_numpy, from_dlpack, zeros, ones, full, empty, arange, linspace, eye, rand, uniform,

@@ -219,6 +219,9 @@ class Tensor:
 
     __hash__ = object.__hash__
 
+    def __deepcopy__(self, memo) -> "Tensor":
+        return self  # tensors are immutable values: a copy may share them
+
     def __reduce__(self):
         from .api.creation import tensor
         return (tensor, (np.array(self.numpy()), self.dtype.name, self._device.inner))

@@ -1,0 +1,143 @@
+"""`Config`: model and training settings as dataclasses that save to and load from JSON (Burn's Config).
+
+Subclasses are made dataclasses automatically. Field values are checked against their annotations
+(int, float, str, bool, None-able, lists, tuples, dicts and nested configs) when built and when loaded;
+an error names the field and what was expected. Files are written atomically.
+
+Example:
+    >>> class MLPConfig(Config):
+    ...     hidden: int = 512
+    ...     dropout: float = 0.1
+    >>> MLPConfig(hidden=256).save("mlp.json")
+    >>> MLPConfig.load("mlp.json").hidden
+    256
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+import types
+import typing
+from typing import Any
+
+from .errors import ConfigError
+
+
+class Config:
+    """Base class of settings dataclasses (see the module docs)."""
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if "__dataclass_fields__" not in cls.__dict__:
+            dataclasses.dataclass(cls)
+
+    def __post_init__(self) -> None:
+        hints = typing.get_type_hints(type(self))
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            setattr(self, field.name, _check(type(self).__name__, field.name, value, hints[field.name]))
+
+    def to_dict(self) -> dict:
+        """The settings as a JSON-ready dict (nested configs become dicts)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Config":
+        """Build from a dict; unknown keys and missing required fields raise `ConfigError`."""
+        if not isinstance(data, dict):
+            raise ConfigError(f"{cls.__name__}: expected a JSON object, got {type(data).__name__}")
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ConfigError(f"{cls.__name__}: unknown field(s) {unknown}; known: {sorted(names)}")
+        required = [f.name for f in dataclasses.fields(cls)
+                    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+        missing = [n for n in required if n not in data]
+        if missing:
+            raise ConfigError(f"{cls.__name__}: missing required field(s) {missing}")
+        return cls(**data)
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the config as JSON (atomically)."""
+        text = json.dumps(self.to_dict(), indent=2, sort_keys=True)
+        write_atomic(path, text.encode())
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "Config":
+        """Read a config written by `save`; a bad file raises `ConfigError` naming the file."""
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{path}: not valid JSON ({e})") from None
+        try:
+            return cls.from_dict(data)
+        except ConfigError as e:
+            raise ConfigError(f"{path}: {e}") from None
+
+
+def write_atomic(path: str | os.PathLike, data: bytes) -> None:
+    """Write `data` to `path` through a temporary file in the same folder and a rename."""
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.basename(path))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _check(owner: str, name: str, value: Any, hint: Any) -> Any:
+    """`value` checked against the annotation `hint` (nested configs built from dicts)."""
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if hint is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        for option in args:
+            try:
+                return _check(owner, name, value, option)
+            except ConfigError:
+                continue
+        raise ConfigError(f"{owner}.{name}: expected {hint}, got {value!r}")
+    if hint is type(None):
+        if value is None:
+            return value
+        raise ConfigError(f"{owner}.{name}: expected None, got {value!r}")
+    if isinstance(hint, type) and issubclass(hint, Config):
+        if isinstance(value, dict):
+            return hint.from_dict(value)
+        if isinstance(value, hint):
+            return value
+        raise ConfigError(f"{owner}.{name}: expected a {hint.__name__} or a dict, got {value!r}")
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{owner}.{name}: expected a list, got {value!r}")
+        inner = args[0] if args else Any
+        items = [_check(owner, name, v, inner) for v in value] if inner is not Ellipsis else list(value)
+        return tuple(items) if origin is tuple else items
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{owner}.{name}: expected a dict, got {value!r}")
+        return value
+    if hint is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise ConfigError(f"{owner}.{name}: expected a float, got {value!r}")
+    if hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise ConfigError(f"{owner}.{name}: expected an int, got {value!r}")
+    if isinstance(hint, type):
+        if isinstance(value, hint):
+            return value
+        raise ConfigError(f"{owner}.{name}: expected {hint.__name__}, got {value!r}")
+    return value

@@ -1,0 +1,289 @@
+"""`Module`: a plain Python class whose attributes are its parts.
+
+Attributes that are `Param`s are trainable parameters; other tensors are buffers (saved and moved, not
+trained); `Module`s, and lists, tuples and dicts of them, are children. Nothing needs registering and
+`super().__init__()` is optional: the structure is found by walking attributes in definition order.
+
+Example:
+    >>> class MLP(Module):
+    ...     def __init__(self):
+    ...         self.layers = [Linear(4, 8), Linear(8, 2)]
+    ...     def forward(self, x):
+    ...         return self.layers[1](relu(self.layers[0](x)))
+    >>> MLP().num_params()
+    58
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import OrderedDict
+from typing import Any, Callable, Iterator, NamedTuple
+
+from ..device import Device
+from ..errors import ShapeError
+from ..tensor import Tensor
+from .param import Param, ParamGroup
+
+
+class LoadReport(NamedTuple):
+    """What `load_state_dict` found: keys the module has but the state lacks, keys the state has but the
+    module lacks, and keys whose shapes differ (`(key, expected, found)`)."""
+
+    missing: list[str]
+    unexpected: list[str]
+    mismatched: list[tuple[str, tuple, tuple]]
+
+    @property
+    def ok(self) -> bool:
+        return not (self.missing or self.unexpected or self.mismatched)
+
+
+class Module:
+    """Base class of layers and models (see the module docs)."""
+
+    training: bool = True
+
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError(f"{type(self).__name__} defines no forward()")
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    # ---- walking the structure -------------------------------------------------------------------
+    def _entries(self) -> Iterator[tuple[str, Any]]:
+        """(name, value) of every attribute that is part of the structure, flattening containers."""
+        for name, value in vars(self).items():
+            if name.startswith("_") or name == "training":
+                continue
+            yield from _flatten(name, value)
+
+    def named_modules(self, prefix: str = "") -> Iterator[tuple[str, "Module"]]:
+        """This module (named `prefix`) and every descendant with dotted names, depth first."""
+        return _prefixed(self, prefix)
+
+    def children(self) -> Iterator["Module"]:
+        """The direct sub-modules."""
+        for _, value in self._entries():
+            if isinstance(value, Module):
+                yield value
+
+    def named_parameters(self, prefix: str = "") -> Iterator[tuple[str, Param]]:
+        """(dotted name, Param) of every parameter, frozen ones included.
+
+        Example:
+            >>> [n for n, _ in Linear(2, 3).named_parameters()]
+            ['weight', 'bias']
+        """
+        for name, value in self._entries():
+            if isinstance(value, Param):
+                yield prefix + name, value
+            elif isinstance(value, Module):
+                yield from value.named_parameters(prefix + name + ".")
+
+    def parameters(self) -> list[Param]:
+        """Every parameter, in definition order."""
+        return [p for _, p in self.named_parameters()]
+
+    def named_buffers(self, prefix: str = "") -> Iterator[tuple[str, Tensor]]:
+        """(dotted name, tensor) of every buffer: tensors that are not parameters."""
+        for name, value in self._entries():
+            if isinstance(value, Param):
+                continue
+            if isinstance(value, Tensor):
+                yield prefix + name, value
+            elif isinstance(value, Module):
+                yield from value.named_buffers(prefix + name + ".")
+
+    def num_params(self, trainable_only: bool = False) -> int:
+        """The number of parameter elements (only unfrozen ones with `trainable_only`)."""
+        return sum(p.numel for p in self.parameters() if not (trainable_only and p.frozen))
+
+    # ---- transforming ----------------------------------------------------------------------------
+    def to(self, device) -> "Module":
+        """Move every parameter and buffer to `device` (in place); returns self.
+
+        Example:
+            >>> model.to(Device.cpu().autodiff())
+        """
+        device = Device(device)
+        for _, p in self.named_parameters():
+            p._bind(p.value.to(device))
+        self._replace_buffers(lambda t: t.to(device))
+        return self
+
+    def _replace_buffers(self, fn: Callable[[Tensor], Tensor]) -> None:
+        for module_name, module in self.named_modules():
+            for name, value in list(vars(module).items()):
+                if isinstance(value, Tensor) and not isinstance(value, Param):
+                    setattr(module, name, fn(value))
+                elif isinstance(value, (list, tuple, dict)):
+                    setattr(module, name, _map_container(value, fn))
+
+    def train(self, mode: bool = True) -> "Module":
+        """Set training mode (dropout active, batch norm updating statistics) here and below."""
+        for _, module in self.named_modules():
+            module.training = mode
+        return self
+
+    def eval(self) -> "Module":
+        """Set evaluation mode here and below."""
+        return self.train(False)
+
+    def freeze(self, group: ParamGroup | None = None) -> "Module":
+        """Stop training every parameter (or those `group` selects): they get no gradients."""
+        return self._set_frozen(True, group)
+
+    def unfreeze(self, group: ParamGroup | None = None) -> "Module":
+        """Train every parameter again (or those `group` selects)."""
+        return self._set_frozen(False, group)
+
+    def _set_frozen(self, frozen: bool, group: ParamGroup | None) -> "Module":
+        for name, p in self.named_parameters():
+            if group is None or group.matches(name, p):
+                p.frozen = frozen
+                p._bind(p.value)
+        return self
+
+    def map(self, fn: Callable[[str, Param], Tensor]) -> "Module":
+        """Replace each parameter's value by `fn(name, param)` (in place); returns self.
+
+        Example:
+            >>> model.map(lambda name, p: p * 0.5)
+        """
+        for name, p in self.named_parameters():
+            p.set(fn(name, p))
+        return self
+
+    def visit(self, fn: Callable[[str, Param], None]) -> None:
+        """Call `fn(name, param)` for every parameter."""
+        for name, p in self.named_parameters():
+            fn(name, p)
+
+    def copy(self) -> "Module":
+        """An independent module with the same structure and values (values are shared until changed)."""
+        return copy.deepcopy(self)
+
+    # ---- state -----------------------------------------------------------------------------------
+    def state_dict(self) -> "OrderedDict[str, Tensor]":
+        """Every parameter and buffer by dotted name, as plain tensors.
+
+        Example:
+            >>> sorted(Linear(2, 3).state_dict())
+            ['bias', 'weight']
+        """
+        state: OrderedDict[str, Tensor] = OrderedDict()
+        for name, p in self.named_parameters():
+            state[name] = p.value.detach()
+        for name, b in self.named_buffers():
+            state[name] = b.detach()
+        return state
+
+    def load_state_dict(self, state: dict, strict: bool = True) -> LoadReport:
+        """Load values by name (each moved to the parameter's device and cast to its dtype).
+
+        Returns a `LoadReport`. With `strict=True` any missing, unexpected or mismatched key raises a
+        `ShapeError`/`KeyError` listing all of them and nothing is loaded; with `strict=False` the
+        matching keys are loaded and the report says what was not.
+        """
+        params = dict(self.named_parameters())
+        buffers = dict(self.named_buffers())
+        known = {**params, **buffers}
+        missing = [k for k in known if k not in state]
+        unexpected = [k for k in state if k not in known]
+        mismatched = [(k, known[k].shape, tuple(state[k].shape)) for k in known
+                      if k in state and tuple(state[k].shape) != known[k].shape]
+        report = LoadReport(missing, unexpected, mismatched)
+        if strict and not report.ok:
+            problems = []
+            if missing:
+                problems.append(f"missing keys {missing}")
+            if unexpected:
+                problems.append(f"unexpected keys {unexpected}")
+            if mismatched:
+                problems.append("shape mismatches " + ", ".join(
+                    f"{k}: expected {e}, found {f}" for k, e, f in mismatched))
+            if mismatched:
+                raise ShapeError("load_state_dict", "; ".join(problems))
+            raise KeyError("load_state_dict: " + "; ".join(problems))
+        bad = {k for k, _, _ in mismatched}
+        for name, p in params.items():
+            if name in state and name not in bad:
+                p.set(_as_tensor(state[name], p))
+        for name, b in buffers.items():
+            if name in state and name not in bad:
+                _set_attribute(self, name, _as_tensor(state[name], b))
+        return report
+
+    # ---- display ---------------------------------------------------------------------------------
+    def extra_repr(self) -> str:
+        """Settings shown in this module's line of `repr` (override in layers)."""
+        return ""
+
+    def __repr__(self) -> str:
+        return "\n".join(_repr_lines(self, None, 0))
+
+
+def _prefixed(module: Module, name: str) -> Iterator[tuple[str, Module]]:
+    yield name, module
+    for child_name, value in module._entries():
+        if isinstance(value, Module):
+            yield from _prefixed(value, f"{name}.{child_name}" if name else child_name)
+
+
+def _flatten(name: str, value) -> Iterator[tuple[str, Any]]:
+    if isinstance(value, (Module, Tensor)):
+        yield name, value
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            yield from _flatten(f"{name}.{i}", item)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _flatten(f"{name}.{key}", item)
+
+
+def _map_container(value, fn):
+    if isinstance(value, Tensor) and not isinstance(value, Param):
+        return fn(value)
+    if isinstance(value, list):
+        return [_map_container(v, fn) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_map_container(v, fn) for v in value)
+    if isinstance(value, dict):
+        return {k: _map_container(v, fn) for k, v in value.items()}
+    return value
+
+
+def _as_tensor(value, like: Tensor) -> Tensor:
+    from ..api.creation import from_numpy
+    import numpy as np
+    if not isinstance(value, Tensor):
+        value = from_numpy(np.asarray(value), like.device.inner)
+    return value.to(like.device).cast(like.dtype)
+
+
+def _set_attribute(root: Module, dotted: str, value: Tensor) -> None:
+    """Rebind the buffer at a dotted path (through modules, lists, tuples and dicts)."""
+    *path, last = dotted.split(".")
+    parent: Any = root
+    for part in path:
+        parent = parent[int(part)] if isinstance(parent, (list, tuple)) else (
+            parent[part] if isinstance(parent, dict) else getattr(parent, part))
+    if isinstance(parent, dict):
+        parent[last] = value
+    elif isinstance(parent, list):
+        parent[int(last)] = value
+    else:
+        setattr(parent, last, value)
+
+
+def _repr_lines(module: Module, name: str | None, depth: int) -> list[str]:
+    pad = "  " * depth
+    label = f"({name}): " if name is not None else ""
+    extra = module.extra_repr()
+    count = f"params={module.num_params():,}"
+    lines = [f"{pad}{label}{type(module).__name__}({extra + ', ' if extra else ''}{count})"]
+    for child_name, value in module._entries():
+        if isinstance(value, Module):
+            lines.extend(_repr_lines(value, child_name, depth + 1))
+    return lines
