@@ -71,6 +71,8 @@ def load_torch(path: str | os.PathLike, mmap: bool = True, key: str | None = Non
     elif head == LEGACY_MAGIC:
         with open(path, "rb") as stream:
             obj, records = _read_legacy(name, stream, buffer)
+    elif bytes(buffer[257:262]) == b"ustar":
+        raise StoreError(f"{name}: the tar format of torch < 0.4 is not supported; re-save it with a newer torch")
     else:
         raise StoreError(f"{name}: not a PyTorch file: expected a zip archive (PK\\x03\\x04) or the legacy "
                          f"pickle stream ({LEGACY_MAGIC!r}), found {head!r}")
@@ -93,10 +95,12 @@ def _read_zip(name: str, buffer: memoryview) -> tuple[Any, dict[str, memoryview]
     try:
         with zipfile.ZipFile(name) as archive:
             names = archive.namelist()
+            if any(n.count("/") >= 2 and n.split("/")[1] == "code" for n in names):
+                raise StoreError(f"{name}: a TorchScript archive (torch.jit.save) holds code, not a state dict; "
+                                 "save model.state_dict() with torch.save instead")
             pickles = [n for n in names if n.endswith("/data.pkl") and n.count("/") == 1]
             if len(pickles) != 1:
-                hint = " (a TorchScript archive? ember reads state dicts)" if any("/code/" in n for n in names) else ""
-                raise StoreError(f"{name}: expected one <name>/data.pkl in the zip archive, found {len(pickles)}{hint}")
+                raise StoreError(f"{name}: expected one <name>/data.pkl in the zip archive, found {len(pickles)}")
             prefix = pickles[0][: -len("data.pkl")]
             with archive.open(pickles[0]) as pkl:
                 unpickler = SafeUnpickler(pkl, name)

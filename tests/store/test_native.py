@@ -140,3 +140,12 @@ def test_failed_write_leaves_the_old_file_intact(tmp_path, monkeypatch):
     assert calls, "the write must have started"
     assert path.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["m.ember"], "the temporary file is removed"
+
+
+def test_replacing_a_mapped_file_keeps_the_old_views_valid(tmp_path):
+    path = tmp_path / "m.ember"
+    save_native(path, {"w": np.full(1000, 1.0, np.float32)})
+    old, _ = load_native(path)
+    save_native(path, {"w": np.full(10, 2.0, np.float32)})
+    assert (old["w"] == 1.0).all() and old["w"].shape == (1000,)
+    assert (load_native(path)[0]["w"] == 2.0).all()

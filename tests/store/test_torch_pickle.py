@@ -245,3 +245,13 @@ def test_a_missing_storage_record_is_refused(tmp_path):
         for name, data in members:
             z.writestr(name, data)
     assert "missing record 'missing/data/0'" in _refused(path)
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit:DeprecationWarning")
+def test_torchscript_and_tar_files_are_refused_by_name(tmp_path):
+    path = tmp_path / "scripted.pt"
+    torch.jit.save(torch.jit.script(torch.nn.Linear(2, 2)), path)
+    assert "TorchScript archive" in _refused(path)
+    tar = tmp_path / "old.pt"
+    tar.write_bytes(bytes(257) + b"ustar" + bytes(250))
+    assert "tar format of torch < 0.4" in _refused(tar)
