@@ -1,9 +1,9 @@
 """The dataset protocol: a sized, indexable collection of items, and the in-memory dataset.
 
 A dataset implements `__len__` and `get(i)` for `0 <= i < len(self)`; indexing with `ds[i]` adds
-negative indices and a bounds check. Transforms (`map`, `shuffled`, `partial`, `select`, `windows`,
-`compose`, `sampler`) return new datasets that read through to this one; they are also functions in
-`ember.data.transform`.
+negative indices and a bounds check. Transforms (`map`, `map_random`, `shuffled`, `partial`,
+`select`, `windows`, `compose`, `sampler`) return new datasets that read through to this one; they
+are also functions in `ember.data.transform`.
 
 Datasets handed to a `DataLoader` with worker processes are pickled, so they should hold picklable
 state (no lambdas, no open connections).
@@ -20,6 +20,8 @@ import operator
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Generic, TypeVar
+
+import numpy as np
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -52,11 +54,33 @@ class Dataset(ABC, Generic[T]):
         for i in range(len(self)):
             yield self.get(i)
 
+    def set_epoch(self, epoch: int) -> None:
+        """Tell epoch-dependent datasets which epoch is read; wrappers pass it to the datasets they wrap.
+
+        The `DataLoader` calls it before each pass. Only `map_random` results use it.
+        Example: `ds.map_random(augment, seed=0).set_epoch(3)`.
+        """
+        for inner in self.wrapped():
+            inner.set_epoch(epoch)
+
+    def wrapped(self) -> Sequence[Dataset[Any]]:
+        """The datasets this one reads from (none for a source of items)."""
+        return ()
+
     def map(self, fn: Callable[[T], U]) -> Dataset[U]:
         """Dataset of `fn(item)`, computed on access. Example: `ds.map(lambda x: x * 2)`."""
         from .transform import map as map_
 
         return map_(self, fn)
+
+    def map_random(self, fn: Callable[[T, np.random.Generator], U], seed: int) -> Dataset[U]:
+        """Dataset of `fn(item, rng)` with a generator fixed by (seed, epoch, index), for augmentation.
+
+        Example: `ds.map_random(lambda item, rng: random_crop(item, 28, padding=4, rng=rng), seed=0)`.
+        """
+        from .transform import map_random
+
+        return map_random(self, fn, seed)
 
     def shuffled(self, seed: int) -> Dataset[T]:
         """The items in an order fixed by `seed`. Example: `ds.shuffled(seed=0)`."""

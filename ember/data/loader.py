@@ -149,6 +149,8 @@ class DataLoader(Generic[B]):
         self._generation += 1
         start, self._resume_at = self._resume_at, 0
         self._position = start
+        # Before workers start, so their pickled copies see the epoch too.
+        self.dataset.set_epoch(self.epoch)
         return LoaderIterator(self, self.batch_indices(self.epoch), start, self._generation)
 
     def _advance(self, generation: int, position: int) -> None:

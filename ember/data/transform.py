@@ -2,7 +2,8 @@
 
 Each is a function here and a method on `Dataset` (`ds.map(fn)` is `map(ds, fn)`). Random
 transforms draw their whole index table from `np.random.default_rng(seed)` once, so the result is
-a pure function of the seed and safe to rebuild in worker processes.
+a pure function of the seed and safe to rebuild in worker processes; `map_random` derives a
+generator per item from (seed, epoch, index) for the same reason.
 
 Example:
     >>> from ember.data import InMemoryDataset
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -37,8 +38,46 @@ class MappedDataset(Dataset[U]):
     def __len__(self) -> int:
         return len(self.dataset)
 
+    def wrapped(self) -> Sequence[Dataset[Any]]:
+        return (self.dataset,)
+
     def get(self, i: int) -> U:
         return self.fn(self.dataset.get(i))
+
+
+class RandomMappedDataset(Dataset[U]):
+    """`fn(item, rng)` where item `i` of epoch `e` gets `rng = np.random.default_rng([seed, e, i])`.
+
+    The generator depends only on (seed, epoch, index), so an augmented item is the same whichever
+    process builds it and in whatever order, and differs from one epoch to the next.
+
+    Example:
+        >>> from ember.data import InMemoryDataset
+        >>> noisy = RandomMappedDataset(InMemoryDataset([0.0]), lambda x, rng: x + rng.random(), seed=1)
+        >>> noisy[0] == noisy[0]
+        True
+    """
+
+    def __init__(self, dataset: Dataset[T], fn: Callable[[T, np.random.Generator], U], seed: int) -> None:
+        if not callable(fn):
+            raise TypeError(f"map_random needs a callable, got {type(fn).__name__}")
+        self.dataset = dataset
+        self.fn = fn
+        self.seed = seed
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+        super().set_epoch(epoch)
+
+    def wrapped(self) -> Sequence[Dataset[Any]]:
+        return (self.dataset,)
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def get(self, i: int) -> U:
+        return self.fn(self.dataset.get(i), np.random.default_rng([self.seed, self.epoch, i]))
 
 
 class IndexedDataset(Dataset[T]):
@@ -62,6 +101,9 @@ class IndexedDataset(Dataset[T]):
         self.dataset = dataset
         self.indices = np.where(table < 0, table + n, table).astype(np.int64)
 
+    def wrapped(self) -> Sequence[Dataset[Any]]:
+        return (self.dataset,)
+
     def __len__(self) -> int:
         return len(self.indices)
 
@@ -83,6 +125,9 @@ class WindowsDataset(Dataset[list[T]]):
             raise ValueError(f"window size must be a positive integer, got {size!r}")
         self.dataset = dataset
         self.size = size
+
+    def wrapped(self) -> Sequence[Dataset[Any]]:
+        return (self.dataset,)
 
     def __len__(self) -> int:
         return max(0, len(self.dataset) - self.size + 1)
@@ -108,6 +153,9 @@ class ComposedDataset(Dataset[T]):
         # ends[k] is one past the last global index served by datasets[k].
         self.ends = list(np.cumsum([len(d) for d in self.datasets], dtype=np.int64).tolist())
 
+    def wrapped(self) -> Sequence[Dataset[Any]]:
+        return self.datasets
+
     def __len__(self) -> int:
         return self.ends[-1] if self.ends else 0
 
@@ -126,6 +174,24 @@ def map(dataset: Dataset[T], fn: Callable[[T], U]) -> Dataset[U]:
         [10, 20]
     """
     return MappedDataset(dataset, fn)
+
+
+def map_random(dataset: Dataset[T], fn: Callable[[T, np.random.Generator], U], seed: int) -> Dataset[U]:
+    """Dataset of `fn(item, rng)`, `rng` fixed by (seed, epoch, index): reproducible augmentation.
+
+    The `DataLoader` sets the epoch before each pass, so items change from epoch to epoch but a
+    run gives the same batches for any number of workers.
+
+    Example:
+        >>> import numpy as np
+        >>> from ember.data import InMemoryDataset
+        >>> from ember.data.vision.augment import random_horizontal_flip
+        >>> images = InMemoryDataset([np.array([[1, 2]])])
+        >>> flipped = map_random(images, lambda im, rng: random_horizontal_flip(im, rng=rng), seed=0)
+        >>> flipped[0].shape
+        (1, 2)
+    """
+    return RandomMappedDataset(dataset, fn, seed)
 
 
 def shuffled(dataset: Dataset[T], seed: int) -> Dataset[T]:

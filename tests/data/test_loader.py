@@ -221,3 +221,24 @@ def test_unpicklable_dataset_with_workers_explains() -> None:
     ds = InMemoryDataset([1, 2]).map(lambda x: x + 1)
     with pytest.raises(TypeError, match="not lambdas or local functions"):
         list(DataLoader(ds, batch_size=1, num_workers=1))
+
+
+def _shift(item: tuple[np.ndarray, int], rng: np.random.Generator) -> tuple[np.ndarray, int]:
+    """A random augmentation: add noise fixed by the generator."""
+    x, label = item
+    return x + rng.standard_normal(x.shape).astype(np.float32), label
+
+
+def test_random_augmentation_is_identical_across_workers_and_varies_by_epoch() -> None:
+    ds = Numbers(9).map_random(_shift, seed=4)
+    runs = []
+    for workers in (0, 2):
+        loader = DataLoader(ds, batch_size=4, shuffle=True, seed=1, num_workers=workers)
+        runs.append([np.concatenate([b[0] for b in loader]) for _ in range(2)])
+    for epoch in range(2):
+        np.testing.assert_array_equal(runs[0][epoch], runs[1][epoch])
+    order0 = np.random.default_rng([1, 0]).permutation(9)
+    order1 = np.random.default_rng([1, 1]).permutation(9)
+    first0 = runs[0][0][np.argsort(order0)]
+    first1 = runs[0][1][np.argsort(order1)]
+    assert not np.allclose(first0, first1), "each epoch draws new augmentations"

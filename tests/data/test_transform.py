@@ -119,3 +119,25 @@ def test_random_chains_against_python_model() -> None:
             else:
                 ds, model = ds.compose(InMemoryDataset([-1])), model + [-1]
         assert list(ds) == model
+
+
+def _tag(item: str, rng: np.random.Generator) -> tuple[str, int]:
+    return item, int(rng.integers(0, 1_000_000))
+
+
+def test_map_random_uses_seed_epoch_and_index(ds: InMemoryDataset[str]) -> None:
+    noisy = ds.map_random(_tag, seed=9)
+    assert list(noisy) == [(s, int(np.random.default_rng([9, 0, i]).integers(0, 1_000_000)))
+                           for i, s in enumerate(ITEMS)]
+    assert list(noisy) == list(T.map_random(ds, _tag, seed=9)), "same on every access"
+    noisy.set_epoch(2)
+    assert noisy[3] == _tag(ITEMS[3], np.random.default_rng([9, 2, 3]))
+    with pytest.raises(TypeError, match="callable"):
+        ds.map_random(None, seed=0)  # type: ignore[arg-type]
+
+
+def test_set_epoch_reaches_through_wrappers(ds: InMemoryDataset[str]) -> None:
+    a, b = ds.map_random(_tag, seed=1), ds.map_random(_tag, seed=2)
+    outer = a.shuffled(seed=0).compose(b.windows(2)).select([0, 1]).map(str)
+    outer.set_epoch(5)
+    assert a.epoch == 5 and b.epoch == 5
