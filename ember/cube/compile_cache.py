@@ -1,0 +1,81 @@
+"""The on-disk cache of compiled kernels: one shared library per key, written atomically.
+
+The key is a hash of (IR hash, target and its version, compiler version, flags, launch shape baked
+into the code); anything that changes the binary changes the key. The directory is `EMBER_CACHE_DIR`,
+else `~/.cache/ember/kernels`. A file that cannot be loaded (truncated, corrupt, from another machine)
+is deleted and rebuilt: the cache can only cost time, never correctness.
+
+Example:
+    >>> cache = CompileCache()
+    >>> lib = cache.load_or_build("3fa1...", build=lambda path: compile_to(path))
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+
+def default_cache_dir() -> Path:
+    env = os.environ.get("EMBER_CACHE_DIR")
+    return Path(env) if env else Path.home() / ".cache" / "ember" / "kernels"
+
+
+def cache_key(*parts: str) -> str:
+    """A file-name-safe hash of everything that determines a binary."""
+    return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:40]
+
+
+class CompileCache:
+    """Maps keys to loaded shared libraries, building them on a miss.
+
+    `build(path)` must write a shared library to `path` (a temporary name in the cache directory);
+    the cache then renames it into place, so concurrent processes never see half a file.
+    """
+
+    def __init__(self, directory: Path | str | None = None) -> None:
+        self.directory = Path(directory) if directory is not None else default_cache_dir()
+        self.hits = 0
+        self.builds = 0
+
+    def path(self, key: str) -> Path:
+        return self.directory / f"{key}.so"
+
+    def load_or_build(self, key: str, build: Callable[[Path], None], symbol: str) -> ctypes.CDLL:
+        path = self.path(key)
+        if path.exists():
+            lib = _try_load(path, symbol)
+            if lib is not None:
+                self.hits += 1
+                return lib
+            try:  # unloadable: remove it and fall through to a rebuild
+                path.unlink()
+            except OSError:
+                pass
+        self.directory.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{key}.", suffix=".so", dir=self.directory)
+        os.close(fd)
+        try:
+            build(Path(tmp))
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        self.builds += 1
+        lib = _try_load(path, symbol)
+        if lib is None:
+            raise OSError(f"the freshly built kernel {path} cannot be loaded")
+        return lib
+
+
+def _try_load(path: Path, symbol: str) -> ctypes.CDLL | None:
+    try:
+        lib = ctypes.CDLL(str(path))
+        getattr(lib, symbol)
+        return lib
+    except (OSError, AttributeError):
+        return None

@@ -1,0 +1,200 @@
+"""The CPU runtime: specialize, optimize, render to C, compile with gcc/clang, launch on NumPy buffers.
+
+A launch passes each array as a pointer to its first element plus its element count (what `len()`
+returns in the kernel); the array's layout is the kernel's business, so views with any strides can be
+passed along with their strides as kernel arguments. Scalars are passed by address in the compute type
+(f16/bf16 scalars as float32).
+
+The C entry point has one signature for every kernel:
+    void ember_kernel(const int64_t *launch, void **args)
+where launch = [cube_count.x, cube_count.y, cube_count.z, len(array_0), len(array_1), ...] and
+args[i] is the i-th parameter: a data pointer for an array, a pointer to the value for a scalar.
+
+Example:
+    >>> rt = cpu_runtime()
+    >>> rt.launch(my_kernel, CubeCount(4), CubeDim(256), (x, y), {})
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from ..compile_cache import CompileCache, cache_key
+from ..ir import DTYPES
+from ..lang import CubeCount, CubeDim, KernelError
+from ..passes import optimize
+from ..targets import c as c_target
+
+FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=gnu11", "-fno-math-errno")
+
+_NP_TO_CUBE = {np.dtype(d.np): d for d in DTYPES.values()}
+_SCALAR_CTYPES = {"f64": ctypes.c_double, "f32": ctypes.c_float, "f16": ctypes.c_float,
+                  "bf16": ctypes.c_float, "i64": ctypes.c_int64, "i32": ctypes.c_int32,
+                  "i16": ctypes.c_int16, "i8": ctypes.c_int8, "u8": ctypes.c_uint8,
+                  "u32": ctypes.c_uint32, "u64": ctypes.c_uint64, "bool": ctypes.c_uint8}
+
+
+def find_compiler() -> str | None:
+    """`CC` if set, else the first of gcc, cc, clang on PATH."""
+    candidates = [os.environ["CC"]] if os.environ.get("CC") else ["gcc", "cc", "clang"]
+    for name in candidates:
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+_probe: tuple | None = None
+
+
+def cpu_available() -> tuple:
+    """(True, "") if a C compiler with OpenMP builds and loads a test kernel here, else (False, why)."""
+    global _probe
+    if _probe is None:
+        _probe = _check_compiler()
+    return _probe
+
+
+def _check_compiler() -> tuple:
+    cc = find_compiler()
+    if cc is None:
+        return False, "no C compiler found (install gcc or clang, or set CC)"
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "probe.c"
+        src.write_text("#include <omp.h>\nint ember_probe(void) { return omp_get_max_threads(); }\n")
+        try:
+            _compile(cc, src, Path(tmp) / "probe.so")
+            ctypes.CDLL(str(Path(tmp) / "probe.so")).ember_probe()
+        except (OSError, subprocess.SubprocessError, RuntimeError) as e:
+            return False, f"{cc} cannot build OpenMP shared libraries: {str(e).strip()[:300]}"
+    return True, ""
+
+
+def _compile(cc: str, source: Path, output: Path) -> None:
+    proc = subprocess.run([cc, *FLAGS, str(source), "-o", str(output), "-lm"],
+                          capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0:
+        raise RuntimeError(f"C compilation failed:\n{proc.stderr}")
+
+
+def _compiler_version(cc: str) -> str:
+    proc = subprocess.run([cc, "--version"], capture_output=True, text=True)
+    return proc.stdout.splitlines()[0] if proc.stdout else cc
+
+
+class CompiledKernel:
+    """A loaded `ember_kernel` plus what a launch needs to marshal arguments."""
+
+    def __init__(self, fn, kernel, source: str) -> None:
+        self.fn = fn
+        self.source = source
+        self.params = kernel.params
+        self.kinds = ["array" if hasattr(p, "kind") else "scalar" for p in kernel.params]
+        self.scalar_ctypes = [None if k == "array" else _SCALAR_CTYPES[p.value.type.dtype.name]
+                              for k, p in zip(self.kinds, kernel.params)]
+
+
+class CpuRuntime:
+    """Compiles cube kernels to C and runs them on NumPy arrays (see the module docstring)."""
+
+    def __init__(self, cache: CompileCache | None = None) -> None:
+        ok, why = cpu_available()
+        if not ok:
+            raise RuntimeError(f"the CPU cube runtime is unavailable: {why}")
+        self.cc = find_compiler()
+        self.cc_version = _compiler_version(self.cc)
+        self.cache = cache or CompileCache()
+        self._compiled: dict = {}
+        self._lock = threading.Lock()
+
+    def compile(self, kernel, dim: CubeDim) -> CompiledKernel:
+        """Optimize, render and build (or load from the disk cache) one specialized kernel."""
+        optimized = optimize(kernel)
+        source = c_target.render(optimized, dim)
+        if os.environ.get("EMBER_DEBUG_KERNELS") == "1":
+            print(f"// ---- cube kernel {kernel.name} (cube dim {dim}) ----\n{source}", file=sys.stderr)
+        key = cache_key(optimized.hash(), "c", c_target.VERSION, self.cc_version, " ".join(FLAGS),
+                        f"{dim.x},{dim.y},{dim.z}")
+
+        def build(path: Path) -> None:
+            src = path.with_suffix(".c")
+            src.write_text(source)
+            try:
+                _compile(self.cc, src, path)
+            finally:
+                src.unlink(missing_ok=True)
+
+        lib = self.cache.load_or_build(key, build, c_target.ENTRY)
+        fn = getattr(lib, c_target.ENTRY)
+        fn.restype = None
+        fn.argtypes = [ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_void_p)]
+        return CompiledKernel(fn, optimized, source)
+
+    def prepare(self, kfn, dim: CubeDim, args: tuple, comptime: dict) -> CompiledKernel:
+        """The compiled kernel for these arguments, from memory when this key was seen before."""
+        comptime = kfn.comptime_values(comptime)
+        arg_dtypes = []
+        for p, a in zip(kfn.runtime_params, args):
+            if p.kind == "array":
+                if not isinstance(a, np.ndarray):
+                    raise KernelError(f"{kfn.__name__}: argument {p.name!r} must be a NumPy array, "
+                                      f"got {type(a).__name__}")
+                arg_dtypes.append(_NP_TO_CUBE.get(a.dtype))
+                if arg_dtypes[-1] is None:
+                    raise KernelError(f"{kfn.__name__}: arrays of {a.dtype} are not supported")
+            else:
+                arg_dtypes.append(None)
+        dtypes = kfn.resolve_dtypes(tuple(arg_dtypes) + (None,) * (len(kfn.runtime_params) - len(args)),
+                                    comptime)
+        key = (kfn, dtypes, tuple(sorted(comptime.items())), dim)
+        compiled = self._compiled.get(key)
+        if compiled is None:
+            with self._lock:
+                compiled = self._compiled.get(key)
+                if compiled is None:
+                    compiled = self.compile(kfn.specialize(dtypes, comptime), dim)
+                    self._compiled[key] = compiled
+        return compiled
+
+    def launch(self, kfn, count: CubeCount, dim: CubeDim, args: tuple, comptime: dict) -> None:
+        """Run `kfn` over `count` cubes of shape `dim` on NumPy arrays (written in place)."""
+        if len(args) != len(kfn.runtime_params):
+            raise KernelError(f"{kfn.__name__} takes {len(kfn.runtime_params)} runtime arguments "
+                              f"({', '.join(p.name for p in kfn.runtime_params)}), got {len(args)}")
+        compiled = self.prepare(kfn, dim, args, comptime)
+        if count.total == 0:
+            return
+        launch = [count.x, count.y, count.z]
+        pointers = (ctypes.c_void_p * len(args))()
+        keep = []  # scalar boxes must outlive the call
+        for i, (kind, a) in enumerate(zip(compiled.kinds, args)):
+            if kind == "array":
+                if a.size >= 2**31:
+                    raise KernelError(f"{kfn.__name__}: arrays over 2**31 elements need 64-bit indices")
+                pointers[i] = a.ctypes.data
+                launch.append(a.size)
+            else:
+                box = compiled.scalar_ctypes[i](a)
+                keep.append(box)
+                pointers[i] = ctypes.addressof(box)
+        compiled.fn((ctypes.c_int64 * len(launch))(*launch), pointers)
+
+
+_default: CpuRuntime | None = None
+
+
+def cpu_runtime() -> CpuRuntime:
+    """The process-wide CPU runtime (created on first use, with the default disk cache)."""
+    global _default
+    if _default is None:
+        _default = CpuRuntime()
+    return _default

@@ -1,0 +1,543 @@
+"""The C target: render a kernel as one C function that runs every cube of a launch.
+
+How the launch model maps onto a CPU:
+
+- **Cubes** are the iterations of an OpenMP `parallel for`; each core takes a share of the cubes.
+- **Units** of a cube run as an inner loop `for (u = 0; u < NU; ++u)` marked `omp simd`, so gcc
+  vectorizes across units (unit u in lane u). The cube shape is baked in (`NU`, `DX`, `DY`, `DZ`
+  constants), which makes each CubeDim its own compiled kernel.
+- **Phases.** The body is cut into phases at barriers (`sync_units`). Each phase is its own unit loop,
+  so every unit finishes phase k before any starts phase k+1: that *is* the barrier. Loops and
+  branches whose bounds and conditions are uniform (the same for every unit of the cube) are lifted
+  out of the unit loops ("cube level"), with the unit loops inside them; this lets a barrier sit inside
+  a uniform loop (tiled matmul), and keeps the unit loop innermost so it vectorizes. A value or
+  variable used in more than one phase lives in a per-unit array `name[NU]`.
+- **Restriction:** a barrier must not be under divergent control flow (a branch on a varying value, or
+  a loop with varying bounds); rendering raises CTargetError. This is also undefined behaviour on GPUs.
+- **Shared memory** is a local array of the cube (its size is comptime).
+- **Planes** have one unit on this target (PLANE_DIM == 1), so plane reductions are the identity.
+- **f16/bf16** are computed in `float`: converted on load, rounded on store and on casts.
+- A `return` clears the unit's `alive` flag; later phases skip units that returned.
+
+Example:
+    >>> source = render(kernel_ir, CubeDim(256))
+    >>> "void ember_kernel(const int64_t *launch, void **args)" in source
+    True
+"""
+
+from __future__ import annotations
+
+import math
+
+from ...dtype import bool_, bf16, f16, f32, f64
+from .. import ir
+from ..ir import For, If, Instr
+from ..lang import CubeDim
+
+ENTRY = "ember_kernel"
+VERSION = "c-1"  # bump when the rendering changes, so cached binaries are rebuilt
+
+PRELUDE = r"""#include <stdint.h>
+#include <string.h>
+#include <math.h>
+static inline float ember_bf16_load(uint16_t b) { uint32_t u = (uint32_t)b << 16; float f; memcpy(&f, &u, 4); return f; }
+static inline uint16_t ember_bf16_store(float f) {
+  uint32_t u; memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);  /* quiet NaN */
+  u += 0x7fffu + ((u >> 16) & 1u);  /* round to nearest even */
+  return (uint16_t)(u >> 16);
+}
+static inline float ember_bf16_round(float f) { return ember_bf16_load(ember_bf16_store(f)); }
+"""
+
+
+class CTargetError(ValueError):
+    """A kernel this target cannot run (for example a barrier under divergent control flow)."""
+
+
+_STORAGE = {"f64": "double", "f32": "float", "f16": "_Float16", "bf16": "uint16_t", "i64": "int64_t",
+            "i32": "int32_t", "i16": "int16_t", "i8": "int8_t", "u8": "uint8_t", "u32": "uint32_t",
+            "u64": "uint64_t", "bool": "uint8_t"}
+_COMPUTE = dict(_STORAGE, f16="float", bf16="float", bool="_Bool")
+_BINARY_C = {"add": "+", "sub": "-", "mul": "*", "div": "/", "and": "&", "or": "|", "xor": "^",
+             "shl": "<<", "shr": ">>", "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+_MATH_C = {"exp": "exp", "exp2": "exp2", "log": "log", "log2": "log2", "log1p": "log1p", "sqrt": "sqrt",
+           "sin": "sin", "cos": "cos", "tan": "tan", "tanh": "tanh", "erf": "erf", "floor": "floor",
+           "ceil": "ceil", "round": "rint", "trunc": "trunc", "pow": "pow", "rem": "fmod"}
+
+
+def storage_type(dtype) -> str:
+    return _STORAGE[dtype.name]
+
+
+def compute_type(t: ir.Type) -> str:
+    scalar = _COMPUTE[t.dtype.name]
+    if t.lanes == 1:
+        return scalar
+    return f"ember_{t.dtype.name}x{t.lanes}"
+
+
+def _vector_typedef(t: ir.Type) -> str:
+    scalar = _COMPUTE[t.dtype.name] if t.dtype is not bool_ else "uint8_t"
+    size = {"double": 8, "float": 4}.get(scalar) or t.dtype.itemsize
+    return f"typedef {scalar} {compute_type(t)} __attribute__((vector_size({size * t.lanes})));"
+
+
+def literal(value, dtype) -> str:
+    if dtype.is_float:
+        suffix = "" if dtype is f64 else "f"
+        if math.isnan(value):
+            return f"((float)NAN)" if suffix else "((double)NAN)"
+        if math.isinf(value):
+            return f"({'-' if value < 0 else ''}({'float' if suffix else 'double'})INFINITY)"
+        return f"{float(value).hex()}{suffix}"
+    if dtype is bool_:
+        return "1" if value else "0"
+    if dtype.name == "i64" and value == -(1 << 63):
+        return "(-9223372036854775807LL - 1)"
+    suffix = {"i64": "LL", "u64": "ULL", "u32": "u"}.get(dtype.name, "")
+    return f"(({_COMPUTE[dtype.name]}){value}{suffix})"
+
+
+# ----------------------------------------------------------------------------------------------
+# Scheduling: which statements run per unit (in which phase) and which at cube level.
+
+class Phase:
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.stmts: list = []      # run by every unit, inside the unit loop
+        self.hoisted: list = []    # uniform instructions computed once per cube before the loop
+
+
+class Schedule:
+    """The cube-level tree: a list of Phase, ("for", For, children) and ("if", If, then, orelse)."""
+
+    def __init__(self, kernel: ir.Kernel) -> None:
+        self.kernel = kernel
+        self.phases: list = []
+        self.site: dict = {}        # Value -> Phase, or "cube" for values every unit shares
+        self.written = {s.attr for s in ir.walk(kernel.body)
+                        if isinstance(s, Instr) and s.op in ("store",) + ir.ATOMIC}
+        self.shared: list = []
+        for p in kernel.params:
+            if isinstance(p, ir.ScalarParam):
+                self.site[p.value] = "cube"
+        self.tree = self.build(kernel.body)
+
+    def new_phase(self) -> Phase:
+        phase = Phase(len(self.phases))
+        self.phases.append(phase)
+        return phase
+
+    def build(self, block: list) -> list:
+        nodes: list = []
+        phase = self.new_phase()
+        nodes.append(phase)
+        for s in block:
+            if isinstance(s, Instr) and s.op == "sync_units":
+                phase = self.new_phase()
+                nodes.append(phase)
+            elif isinstance(s, Instr) and s.op == "shared":
+                self.shared.append(s.attr)
+            elif isinstance(s, For) and self.hoist((s.start, s.stop, s.step)):
+                self.site[s.var] = "cube"
+                nodes.append(("for", s, self.build(s.body)))
+                phase = self.new_phase()
+                nodes.append(phase)
+            elif isinstance(s, If) and _has_barrier(s) and self.hoist((s.cond,)):
+                nodes.append(("if", s, self.build(s.then), self.build(s.orelse)))
+                phase = self.new_phase()
+                nodes.append(phase)
+            elif not isinstance(s, Instr) and _has_barrier(s):
+                raise CTargetError(f"line {s.line}: a barrier (sync_units) under control flow that "
+                                   f"differs between units is not supported on the C target")
+            else:
+                phase.stmts.append(s)
+                for inner in ir.walk([s]):
+                    if isinstance(inner, Instr) and inner.result is not None:
+                        self.site[inner.result] = phase
+                    elif isinstance(inner, For):
+                        self.site[inner.var] = phase
+        return nodes
+
+    def hoist(self, values: tuple) -> bool:
+        """Move the uniform instructions computing `values` to cube level; False if one is varying."""
+        todo, found = list(values), []
+        while todo:
+            v = todo.pop()
+            site = self.site.get(v)
+            if site == "cube" or any(v is i.result for i in found):
+                continue
+            if not isinstance(site, Phase):
+                return False
+            instr = next((s for s in site.stmts if isinstance(s, Instr) and s.result is v), None)
+            if instr is None or not self._uniform(instr):
+                return False
+            found.append(instr)
+            todo.extend(instr.args)
+        for instr in found:
+            phase = self.site[instr.result]
+            phase.stmts.remove(instr)
+            phase.hoisted.append(instr)
+            self.site[instr.result] = "cube"
+        for p in self.phases:  # keep program order among the hoisted instructions of a phase
+            p.hoisted.sort(key=lambda i: i.result.id)
+        return True
+
+    def _uniform(self, instr: Instr) -> bool:
+        if instr.op == "builtin":
+            return instr.attr not in ir.VARYING_BUILTINS
+        if instr.op == "load":
+            return instr.attr.kind == "global" and instr.attr not in self.written
+        return ir.is_pure(instr) and instr.op != "read"
+
+
+def _has_barrier(s) -> bool:
+    return any(isinstance(i, Instr) and i.op == "sync_units" for i in ir.walk([s]))
+
+
+# ----------------------------------------------------------------------------------------------
+# Emission
+
+class Renderer:
+    def __init__(self, kernel: ir.Kernel, dim: CubeDim) -> None:
+        self.k = kernel
+        self.dim = dim
+        self.sched = Schedule(kernel)
+        self.lines: list = []
+        self.vectors: dict = {}
+        self.has_return = any(isinstance(s, Instr) and s.op == "return" for s in ir.walk(kernel.body))
+        # Constants, launch coordinates and lengths are recomputed wherever they are used rather
+        # than carried across phases in per-unit arrays.
+        self.remat = {s.result: self.expr(s, [], None) for s in ir.walk(kernel.body)
+                      if isinstance(s, Instr) and s.op in ("const", "builtin", "len")}
+        self._find_crossings()
+
+    def _find_crossings(self) -> None:
+        """Values and locals used in more than one phase are kept in per-unit arrays."""
+        self.crossing: set = set()
+        local_phases: dict = {}
+
+        def visit(block, phase):
+            for s in ir.walk(block):
+                for v in ir.operands(s):
+                    site = self.sched.site.get(v)
+                    if isinstance(site, Phase) and site is not phase and v not in self.remat:
+                        self.crossing.add(v)
+                if isinstance(s, Instr) and isinstance(s.attr, ir.Local):
+                    local_phases.setdefault(s.attr, set()).add(phase.index)
+
+        for phase in self.sched.phases:
+            visit(phase.stmts, phase)
+            for instr in phase.hoisted:
+                for v in instr.args:  # cube-level code only reads cube-level values
+                    assert self.sched.site.get(v) == "cube"
+        self.array_locals = {var for var, ps in local_phases.items() if len(ps) > 1}
+
+        def visit_tree(nodes):
+            for node in nodes:
+                if isinstance(node, tuple):
+                    for v in ir.operands(node[1]):
+                        assert self.sched.site.get(v) == "cube"
+                    for children in node[2:]:
+                        visit_tree(children)
+        visit_tree(self.sched.tree)
+
+    # -- names ----------------------------------------------------------------------------------
+    def ref(self, v: ir.Value, phase) -> str:
+        site = self.sched.site.get(v)
+        if v in self.remat and site is not phase and site != "cube":
+            return self.remat[v]
+        if v in self.crossing and site is not phase:
+            return f"v{v.id}_u[u]"
+        return f"v{v.id}"
+
+    def local_ref(self, var: ir.Local) -> str:
+        name = f"l{id(var) % 100000}_{var.name}"
+        return f"{name}[u]" if var in self.array_locals else name
+
+    def ctype(self, t: ir.Type) -> str:
+        if t.lanes > 1:
+            self.vectors[compute_type(t)] = _vector_typedef(t)
+        return compute_type(t)
+
+    def emit(self, line: str, depth: int) -> None:
+        self.lines.append("  " * depth + line)
+
+    # -- top ------------------------------------------------------------------------------------
+    def render(self) -> str:
+        d = self.dim
+        body_start = len(self.lines)
+        self.emit(f"void {ENTRY}(const int64_t *launch, void **args) {{", 0)
+        self.emit("const int32_t cx = (int32_t)launch[0], cy = (int32_t)launch[1], cz = (int32_t)launch[2];", 1)
+        n_arrays = 0
+        for i, p in enumerate(self.k.params):
+            if isinstance(p, ir.Array):
+                self.emit(f"{storage_type(p.dtype)} *a_{p.name} = ({storage_type(p.dtype)} *)args[{i}];", 1)
+                self.emit(f"const int32_t len_{p.name} = (int32_t)launch[{3 + n_arrays}];", 1)
+                n_arrays += 1
+            else:
+                t = self.ctype(p.value.type)
+                self.emit(f"const {t} v{p.value.id} = *(const {t} *)args[{i}];", 1)
+        self.emit("const int64_t ncubes = (int64_t)cx * cy * cz;", 1)
+        self.emit("#pragma omp parallel for schedule(static) if(ncubes > 1)", 1)
+        self.emit("for (int64_t cube_l = 0; cube_l < ncubes; ++cube_l) {", 1)
+        self.emit("const int32_t cube = (int32_t)cube_l;", 2)
+        for arr in self.sched.shared:
+            self.emit(f"{_COMPUTE[arr.dtype.name]} s_{arr.name}[{arr.size}];", 2)
+        for v in sorted(self.crossing, key=lambda v: v.id):
+            self.emit(f"{self.ctype(v.type)} v{v.id}_u[NU];", 2)
+        for var in self.array_locals:
+            self.emit(f"{self.ctype(var.type)} {self.local_ref(var)[:-3]}[NU];", 2)
+        if self.has_return:
+            self.emit("uint8_t alive[NU]; memset(alive, 1, sizeof alive);", 2)
+        self.tree(self.sched.tree, 2)
+        self.emit("}", 1)
+        self.emit("}", 0)
+        body = self.lines[body_start:]
+        head = [PRELUDE, f"#define NU {d.total}", f"#define DX {d.x}", f"#define DY {d.y}",
+                f"#define DZ {d.z}", *self.vectors.values(), ""]
+        return "\n".join(head + body) + "\n"
+
+    def tree(self, nodes: list, depth: int) -> None:
+        for node in nodes:
+            if isinstance(node, Phase):
+                self.phase(node, depth)
+            elif node[0] == "for":
+                s = node[1]
+                self.emit(self.for_header(s, None), depth)
+                self.tree(node[2], depth + 1)
+                self.emit("}", depth)
+            else:
+                self.emit(f"if ({self.ref(node[1].cond, None)}) {{", depth)
+                self.tree(node[2], depth + 1)
+                self.emit("} else {", depth)
+                self.tree(node[3], depth + 1)
+                self.emit("}", depth)
+
+    def for_header(self, s: For, phase) -> str:
+        step_const = self._const_of(s.step)
+        cmp = ">" if step_const is not None and step_const < 0 else "<"
+        v = f"v{s.var.id}"
+        return (f"for (int32_t {v} = {self.ref(s.start, phase)}; {v} {cmp} {self.ref(s.stop, phase)}; "
+                f"{v} += {self.ref(s.step, phase)}) {{")
+
+    def _const_of(self, v):
+        for s in ir.walk(self.k.body):
+            if isinstance(s, Instr) and s.result is v:
+                return s.attr if s.op == "const" else None
+        return None
+
+    def phase(self, phase: Phase, depth: int) -> None:
+        for instr in phase.hoisted:
+            self.instr(instr, None, depth)
+        if not phase.stmts:
+            return
+        special = any(isinstance(s, Instr) and (s.op in ir.ATOMIC or s.op == "return")
+                      for s in ir.walk(phase.stmts))
+        if not special:
+            self.emit("#pragma omp simd", depth)
+        self.emit("for (int32_t u = 0; u < NU; ++u) {", depth)
+        if self.has_return:
+            self.emit("if (!alive[u]) continue;", depth + 1)
+        self.block(phase.stmts, phase, depth + 1)
+        if any(isinstance(s, Instr) and s.op == "return" for s in ir.walk(phase.stmts)):
+            self.emit(f"end_{phase.index}: ;", depth + 1)
+        self.emit("}", depth)
+
+    def block(self, stmts: list, phase: Phase, depth: int) -> None:
+        for s in stmts:
+            if isinstance(s, Instr):
+                self.instr(s, phase, depth)
+            elif isinstance(s, For):
+                self.emit(self.for_header(s, phase), depth)
+                self.block(s.body, phase, depth + 1)
+                self.emit("}", depth)
+            else:
+                self.emit(f"if ({self.ref(s.cond, phase)}) {{", depth)
+                self.block(s.then, phase, depth + 1)
+                if s.orelse:
+                    self.emit("} else {", depth)
+                    self.block(s.orelse, phase, depth + 1)
+                self.emit("}", depth)
+
+    # -- instructions ---------------------------------------------------------------------------
+    def instr(self, s: Instr, phase, depth: int) -> None:
+        a = [self.ref(v, phase) for v in s.args]
+        op = s.op
+        if op == "store":
+            self.store(s, a, depth)
+        elif op == "local":
+            var = s.attr
+            self.emit(f"{'' if var in self.array_locals else self.ctype(var.type) + ' '}"
+                      f"{self.local_ref(var)} = {self.zero(var.type)};", depth)
+        elif op == "write":
+            self.emit(f"{self.local_ref(s.attr)} = {a[0]};", depth)
+        elif op == "return":
+            self.emit(f"{{ {'alive[u] = 0; ' if self.has_return else ''}goto end_{phase.index}; }}", depth)
+        elif op in ir.ATOMIC:
+            self.atomic(s, a, depth)
+        else:
+            t = s.result.type
+            self.emit(f"const {self.ctype(t)} v{s.result.id} = {self.expr(s, a, phase)};", depth)
+            if s.result in self.crossing:
+                self.emit(f"v{s.result.id}_u[u] = v{s.result.id};", depth)
+
+    def zero(self, t: ir.Type) -> str:
+        return "0" if t.lanes == 1 else f"({self.ctype(t)}){{0}}"
+
+    def expr(self, s: Instr, a: list, phase) -> str:
+        op, t = s.op, s.result.type
+        if op == "const":
+            return literal(s.attr, t.dtype)
+        if op == "builtin":
+            return _builtin(s.attr)
+        if op == "len":
+            return f"len_{s.attr.name}"
+        if op == "load":
+            return self.load(s, a)
+        if op == "extract":
+            return f"{a[0]}[{s.attr}]"
+        if op == "pack":
+            return f"({self.ctype(t)}){{{', '.join(a)}}}"
+        if op in ir.PLANE:
+            return a[0]  # a plane is one unit on this target
+        if op == "read":
+            return self.local_ref(s.attr)
+        if t.lanes == 1 and all(v.type.lanes == 1 for v in s.args):
+            return scalar_expr(op, a, [v.type for v in s.args], t)
+        # Vector op: lane by lane (gcc turns the fixed-count loop into vector instructions).
+        lanes = [f"{x}[l]" if v.type.lanes > 1 else x for x, v in zip(a, s.args)]
+        scalar = scalar_expr(op, lanes, [v.type.scalar for v in s.args], t.scalar)
+        return f"({{ {self.ctype(t)} r; for (int l = 0; l < {t.lanes}; ++l) r[l] = {scalar}; r; }})"
+
+    def load(self, s: Instr, a: list) -> str:
+        arr, t = s.attr, s.result.type
+        if arr.kind == "shared":
+            src = lambda i: f"s_{arr.name}[{i}]"
+        else:
+            src = lambda i: _from_storage(f"a_{arr.name}[{i}]", arr.dtype)
+        if t.lanes == 1:
+            return src(a[0])
+        return f"({{ {self.ctype(t)} r; for (int l = 0; l < {t.lanes}; ++l) r[l] = {src(a[0] + ' + l')}; r; }})"
+
+    def store(self, s: Instr, a: list, depth: int) -> None:
+        arr, value = s.attr, s.args[1]
+        if arr.kind == "shared":
+            dst, conv = f"s_{arr.name}", lambda x: x
+        else:
+            dst, conv = f"a_{arr.name}", lambda x: _to_storage(x, arr.dtype)
+        if value.type.lanes == 1:
+            self.emit(f"{dst}[{a[0]}] = {conv(a[1])};", depth)
+        else:
+            self.emit(f"for (int l = 0; l < {value.type.lanes}; ++l) {dst}[{a[0]} + l] = {conv(a[1] + '[l]')};",
+                      depth)
+
+    def atomic(self, s: Instr, a: list, depth: int) -> None:
+        arr = s.attr
+        if arr.dtype in (f16, bf16, bool_):
+            raise CTargetError(f"line {s.line}: atomics on {arr.dtype.name} are not supported on the C target")
+        dst = f"{'s' if arr.kind == 'shared' else 'a'}_{arr.name}[{a[0]}]"
+        t = self.ctype(s.result.type)
+        v = f"v{s.result.id}"
+        self.emit(f"{t} {v};", depth)
+        if s.op == "atomic_add":
+            self.emit("#pragma omp atomic capture", depth)
+            self.emit(f"{{ {v} = {dst}; {dst} += {a[1]}; }}", depth)
+        else:
+            better = "<" if s.op == "atomic_min" else ">"
+            self.emit("#pragma omp critical(ember_atomic)", depth)
+            self.emit(f"{{ {v} = {dst}; if ({a[1]} {better} {v}) {dst} = {a[1]}; }}", depth)
+        if s.result in self.crossing:
+            self.emit(f"v{s.result.id}_u[u] = {v};", depth)
+
+
+def _builtin(name: str) -> str:
+    cube_x, cube_y, cube_z = "(cube % cx)", "((cube / cx) % cy)", "(cube / (cx * cy))"
+    unit_x, unit_y, unit_z = "(u % DX)", "((u / DX) % DY)", "(u / (DX * DY))"
+    return {
+        "unit_pos": "u", "unit_pos_x": unit_x, "unit_pos_y": unit_y, "unit_pos_z": unit_z,
+        "cube_pos": "cube", "cube_pos_x": cube_x, "cube_pos_y": cube_y, "cube_pos_z": cube_z,
+        "cube_dim": "NU", "cube_dim_x": "DX", "cube_dim_y": "DY", "cube_dim_z": "DZ",
+        "cube_count": "(cx * cy * cz)", "cube_count_x": "cx", "cube_count_y": "cy", "cube_count_z": "cz",
+        "absolute_pos": "(cube * NU + u)", "absolute_pos_x": f"({cube_x} * DX + {unit_x})",
+        "absolute_pos_y": f"({cube_y} * DY + {unit_y})", "absolute_pos_z": f"({cube_z} * DZ + {unit_z})",
+        "plane_dim": "1", "unit_pos_plane": "0",
+    }[name]
+
+
+def _from_storage(x: str, dtype) -> str:
+    if dtype is bf16:
+        return f"ember_bf16_load({x})"
+    if dtype is f16:
+        return f"(float){x}"
+    if dtype is bool_:
+        return f"(_Bool){x}"
+    return x
+
+
+def _to_storage(x: str, dtype) -> str:
+    if dtype is bf16:
+        return f"ember_bf16_store({x})"
+    if dtype is f16:
+        return f"(_Float16)({x})"
+    if dtype is bool_:
+        return f"(uint8_t)({x})"
+    return x
+
+
+def _round_to(x: str, dtype) -> str:
+    """A float holding an f16/bf16 value must be rounded to that format after a cast."""
+    if dtype is f16:
+        return f"(float)(_Float16)({x})"
+    if dtype is bf16:
+        return f"ember_bf16_round({x})"
+    return x
+
+
+def scalar_expr(op: str, a: list, types: list, t: ir.Type) -> str:
+    """C for one scalar op whose operands are already rendered as `a` (compute types)."""
+    src = types[0].dtype if types else t.dtype
+    is_float = src.is_float
+    fsuffix = "f" if is_float and src is not f64 else ""
+    if op == "cast":
+        if t.dtype is bool_:
+            return f"({a[0]} != 0)"
+        return _round_to(f"(({_COMPUTE[t.dtype.name]}){a[0]})", t.dtype)
+    if op in ("min", "max"):
+        cmp = "<" if op == "min" else ">"
+        return f"({a[0]} {cmp} {a[1]} ? {a[0]} : {a[1]})"
+    if op == "select":
+        return f"({a[0]} ? {a[1]} : {a[2]})"
+    if op == "mulhi":
+        return f"((uint32_t)(((uint64_t){a[0]} * (uint64_t){a[1]}) >> 32))"
+    if op == "splat":
+        return a[0]
+    if op == "neg":
+        return f"(-{a[0]})"
+    if op == "not":
+        return f"(!{a[0]})"
+    if op == "bitnot":
+        return f"(~{a[0]})"
+    if op == "abs":
+        return f"fabs{fsuffix}({a[0]})" if is_float else f"({a[0]} < 0 ? -{a[0]} : {a[0]})"
+    if op == "rsqrt":
+        return f"(({_COMPUTE[src.name]})1 / sqrt{fsuffix}({a[0]}))"
+    if op == "recip":
+        return f"(({_COMPUTE[src.name]})1 / {a[0]})"
+    if op == "rem" and not is_float:
+        return f"({a[0]} % {a[1]})"
+    if op in _MATH_C and (is_float or op not in ("rem",)):
+        return f"{_MATH_C[op]}{fsuffix}({', '.join(a)})"
+    if op in _BINARY_C:
+        expr = f"({a[0]} {_BINARY_C[op]} {a[1]})"
+        # C promotes narrow ints to int: bring the result back to the value's type.
+        if not is_float and src.itemsize < 4 and op not in ("eq", "ne", "lt", "le", "gt", "ge"):
+            return f"(({_COMPUTE[t.dtype.name]}){expr})"
+        return expr
+    raise CTargetError(f"the C target has no rendering for {op}")
+
+
+def render(kernel: ir.Kernel, dim: CubeDim) -> str:
+    """C source for `kernel` launched with cube shape `dim`; the entry point is `ember_kernel`."""
+    return Renderer(kernel, dim).render()

@@ -1,0 +1,69 @@
+"""The CPU runtime's compiler probe, disk cache and debug output."""
+
+import numpy as np
+
+from ember import cube
+from ember.cube.compile_cache import CompileCache
+from ember.cube.lang import CubeCount, CubeDim
+from ember.cube.runtime import cpu
+from ember.cube.runtime.cpu import CpuRuntime
+
+
+@cube.kernel
+def add_one(x: cube.Array[cube.f32]):
+    i = cube.ABSOLUTE_POS
+    if i < len(x):
+        x[i] = x[i] + 1.0
+
+
+def run(rt, n=10):
+    x = np.arange(n, dtype=np.float32)
+    rt.launch(add_one, CubeCount(1), CubeDim(16), (x,), {})
+    return x
+
+
+def test_cpu_available_here():
+    ok, reason = cube.cpu_available()
+    assert ok and reason == ""
+
+
+def test_cpu_unavailable_without_a_compiler(monkeypatch):
+    monkeypatch.setenv("CC", "/nonexistent/ember-cc")
+    monkeypatch.setattr(cpu, "_probe", None)
+    ok, reason = cube.cpu_available()
+    assert not ok and "compiler" in reason
+    monkeypatch.setattr(cpu, "_probe", None)
+
+
+def test_disk_cache_hits_across_runtimes(tmp_path):
+    first = CpuRuntime(CompileCache(tmp_path))
+    np.testing.assert_array_equal(run(first), np.arange(10) + 1)
+    assert first.cache.builds == 1 and len(list(tmp_path.glob("*.so"))) == 1
+    second = CpuRuntime(CompileCache(tmp_path))
+    np.testing.assert_array_equal(run(second), np.arange(10) + 1)
+    assert second.cache.builds == 0 and second.cache.hits == 1
+
+
+def test_corrupt_cache_entry_is_rebuilt(tmp_path):
+    # Build in one directory to learn the entry's name, then plant garbage under that name in a
+    # second directory (overwriting a library this process has loaded would crash it, not test it).
+    CpuRuntime(CompileCache(tmp_path / "a")).compile(add_one.specialize((cube.f32,), {}), CubeDim(16))
+    (built,) = (tmp_path / "a").glob("*.so")
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / built.name).write_bytes(b"\x7fELF this is not a shared library")
+    rt = CpuRuntime(CompileCache(tmp_path / "b"))
+    np.testing.assert_array_equal(run(rt), np.arange(10) + 1)
+    assert rt.cache.builds == 1
+    assert not list((tmp_path / "b").glob(".*"))  # no temporary files left behind
+
+
+def test_cache_dir_from_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path / "kernels"))
+    assert CompileCache().directory == tmp_path / "kernels"
+
+
+def test_debug_kernels_prints_source(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("EMBER_DEBUG_KERNELS", "1")
+    CpuRuntime(CompileCache(tmp_path)).compile(add_one.specialize((cube.f32,), {}), CubeDim(8))
+    err = capsys.readouterr().err
+    assert "void ember_kernel" in err and "#define NU 8" in err
