@@ -58,7 +58,8 @@ def tensor(data, dtype=None, device=None) -> Tensor:
     else:
         array, inferred = _from_python(data)
     target = dtype_of(dtype) if dtype is not None else inferred
-    return from_numpy(np.ascontiguousarray(array.astype(target.np)), device)
+    # np.ascontiguousarray would turn a 0-d array into a 1-d one; astype(order="C") keeps the rank.
+    return from_numpy(array.astype(target.np, order="C"), device)
 
 
 def _from_python(data) -> tuple[np.ndarray, DType]:
