@@ -61,7 +61,8 @@ _erf_scalar = np.frompyfunc(math.erf, 1, 1)
 
 def _erf(x):
     # NumPy has no erf; math.erf is exact to f64. A reference backend values exactness over speed.
-    return _erf_scalar(x).astype(x.dtype)
+    # A ufunc from frompyfunc returns a Python float, not an array, for a 0-d input.
+    return np.asarray(_erf_scalar(x)).astype(x.dtype)
 
 
 def _erfinv(y):
