@@ -2,8 +2,7 @@
 
 A *state* is `dict[str, numpy.ndarray]` (bf16 through `ml_dtypes.bfloat16`) and *metadata* is
 `dict[str, str]`. `save` and `load` pick the format from `format=`, else from the file (its first
-bytes when reading, then its extension): `.ember` native, `.safetensors`, `.pt`/`.pth`/`.bin` PyTorch
-(read only). Loaded arrays are read-only views of the memory-mapped file unless `mmap=False`.
+bytes when reading, then its extension): `.ember` native, `.safetensors`, `.pt`/`.pth`/`.bin` PyTorch. Loaded arrays are read-only views of the memory-mapped file unless `mmap=False`.
 `ember.store.remap` renames, selects, casts and transposes states to fit a model.
 
 Example:
@@ -27,13 +26,15 @@ from .native import load_native, save_native
 from . import remap
 from .safetensors import load_safetensors, save_safetensors
 from .torch_pickle import load_torch
+from .torch_writer import save_torch
 
 __all__ = [
-    "save", "load", "save_native", "load_native", "save_safetensors", "load_safetensors", "load_torch",
+    "save", "load", "save_native", "load_native", "save_safetensors", "load_safetensors", "save_torch",
+    "load_torch",
     "remap", "EXTENSIONS", "FORMAT_NAMES",
 ]
 
-_SAVERS = {"native": save_native, "safetensors": save_safetensors}
+_SAVERS = {"native": save_native, "safetensors": save_safetensors, "torch": save_torch}
 
 
 def save(path: str | os.PathLike, state: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None = None,
@@ -44,11 +45,8 @@ def save(path: str | os.PathLike, state: Mapping[str, np.ndarray], metadata: Map
         >>> save("model.safetensors", {"w": np.zeros(3, np.float32)})
     """
     fmt = format or detect_format(path, reading=False)
-    if fmt not in FORMAT_NAMES:
-        raise StoreError(f"{os.fspath(path)}: unknown format {fmt!r}; expected one of {', '.join(FORMAT_NAMES)}")
     if fmt not in _SAVERS:
-        raise StoreError(f"{os.fspath(path)}: ember reads PyTorch files but does not write them; "
-                         "save as .safetensors, which torch loads with the safetensors package")
+        raise StoreError(f"{os.fspath(path)}: unknown format {fmt!r}; expected one of {', '.join(FORMAT_NAMES)}")
     _SAVERS[fmt](path, state, metadata)
 
 

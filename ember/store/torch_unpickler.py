@@ -26,9 +26,9 @@ from typing import BinaryIO
 from ..dtype import DType, bf16, bool_, f16, f32, f64, i8, i16, i32, i64, u8
 from ..errors import StoreError
 
-__all__ = ["SafeUnpickler", "StorageRef", "TensorRef", "ALLOWED_GLOBALS"]
+__all__ = ["SafeUnpickler", "StorageRef", "TensorRef", "ALLOWED_GLOBALS", "STORAGE_DTYPES"]
 
-_STORAGE_DTYPES: dict[str, DType] = {
+STORAGE_DTYPES: dict[str, DType] = {
     "DoubleStorage": f64, "FloatStorage": f32, "HalfStorage": f16, "BFloat16Storage": bf16,
     "LongStorage": i64, "IntStorage": i32, "ShortStorage": i16, "CharStorage": i8, "ByteStorage": u8,
     "BoolStorage": bool_,
@@ -120,7 +120,7 @@ def _allowed() -> dict[tuple[str, str], object]:
     for name in ("_rebuild_tensor", "_rebuild_tensor_v2", "_rebuild_tensor_v3", "_rebuild_parameter",
                  "_rebuild_parameter_with_state"):
         table[("torch._utils", name)] = _Rebuild(name)
-    for name, dtype in _STORAGE_DTYPES.items():
+    for name, dtype in STORAGE_DTYPES.items():
         table[("torch", name)] = _StorageType(dtype)
     for name, dtype in _TORCH_DTYPES.items():
         table[("torch", name)] = _TorchDType(dtype)

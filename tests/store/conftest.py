@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
+import torch
 
 from ember.dtype import ALL
 
@@ -41,3 +43,16 @@ def assert_same_state(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -
         assert got[key].shape == array.shape, key
         assert np.ascontiguousarray(got[key]).tobytes() == np.ascontiguousarray(array).tobytes(), key
 
+
+def to_numpy(t: torch.Tensor) -> np.ndarray:
+    """torch's own values as NumPy, bf16 through its bits (torch has no bf16 .numpy())."""
+    t = t.detach()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
+
+
+def to_torch(a: np.ndarray) -> torch.Tensor:
+    if a.dtype == ml_dtypes.bfloat16:
+        return torch.from_numpy(a.view(np.int16).copy()).view(torch.bfloat16)
+    return torch.from_numpy(a.copy())

@@ -44,8 +44,12 @@ def test_torch_files_load_through_the_front_door(tmp_path):
     state, metadata = store.load(path, key="state_dict")
     assert_same_state(state, STATE)
     assert metadata == {}
-    with pytest.raises(StoreError, match="does not write them"):
-        store.save(path, STATE)
+
+
+def test_pt_extension_saves_a_file_torch_loads(tmp_path):
+    path = tmp_path / "out.pt"
+    store.save(path, STATE)
+    assert_same_state({k: v.numpy() for k, v in torch.load(path, weights_only=True).items()}, STATE)
 
 
 def test_load_options_select_rename_and_cast(tmp_path):

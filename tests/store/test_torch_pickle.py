@@ -5,7 +5,6 @@ from __future__ import annotations
 import pickle
 import zipfile
 
-import ml_dtypes
 import numpy as np
 import pytest
 import torch
@@ -14,23 +13,9 @@ from ember.errors import StoreError
 from ember.store.torch_pickle import load_torch
 from ember.store.torch_unpickler import ALLOWED_GLOBALS
 
-from .conftest import assert_same_state
+from .conftest import assert_same_state, to_numpy, to_torch
 
 LEGACY = {"_use_new_zipfile_serialization": False}
-
-
-def to_numpy(t: torch.Tensor) -> np.ndarray:
-    """torch's own values as NumPy, bf16 through its bits (torch has no bf16 .numpy())."""
-    t = t.detach()
-    if t.dtype == torch.bfloat16:
-        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
-    return t.numpy()
-
-
-def to_torch(a: np.ndarray) -> torch.Tensor:
-    if a.dtype == ml_dtypes.bfloat16:
-        return torch.from_numpy(a.view(np.int16).copy()).view(torch.bfloat16)
-    return torch.from_numpy(a.copy())
 
 
 def small_model_state() -> dict[str, torch.Tensor]:
