@@ -4,11 +4,13 @@ The batch order of an epoch is a pure function of `(seed, epoch)`, and batches a
 same batcher from the same index lists whatever the number of workers, so `num_workers` 0, 1 or 8
 give identical batches. The loader counts epochs (one per completed iteration) and the position in
 the current one; `state_dict()` / `load_state_dict()` let a run resume mid-epoch in the same order.
+Before each pass it calls `dataset.set_epoch(epoch)`, so `map_random` augmentations follow the
+epoch too.
 
 Batches are built as NumPy data (in workers when `num_workers > 0`) and moved to `device`, when one
 is given, in the main process.
 
-Workers are spawned processes (see `ember.data.workers`), started for each pass and stopped at its
+Workers are spawned processes by default (see `ember.data.workers`), started for each pass and stopped at its
 end: the dataset and batcher must be picklable (module-level functions and classes, no lambdas),
 and a script that iterates with workers needs the usual `if __name__ == "__main__":` guard. A pass
 stops its workers when exhausted, on any error or Ctrl-C inside `next()`, on `close()`, when the
@@ -23,6 +25,7 @@ Example:
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import pickle
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
@@ -71,6 +74,9 @@ class DataLoader(Generic[B]):
                                    ("prefetch", prefetch, 1)):
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
                 raise ValueError(f"DataLoader {name} must be an integer >= {least}, got {value!r}")
+        if multiprocessing_context not in mp.get_all_start_methods():
+            raise ValueError(f"multiprocessing_context must be one of {mp.get_all_start_methods()}, "
+                             f"got {multiprocessing_context!r}")
         if batcher is not None and not callable(batcher):
             raise TypeError(f"batcher must be callable, got {type(batcher).__name__}")
         self.dataset = dataset
@@ -211,7 +217,8 @@ class LoaderIterator(Iterator[B]):
         return batch
 
     def close(self, graceful: bool = False) -> None:
-        """Stop this pass and its workers; safe to call more than once."""
+        """Stop this pass and its workers; later `next()` calls raise StopIteration. Safe to repeat."""
+        self._next = len(self._batches)
         if self._pool is not None:
             self._pool.close(graceful=graceful)
             self._pool = None

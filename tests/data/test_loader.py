@@ -129,6 +129,8 @@ def test_bad_arguments() -> None:
         DataLoader(Numbers(4), batch_size=0)
     with pytest.raises(ValueError, match="num_workers"):
         DataLoader(Numbers(4), batch_size=1, num_workers=-1)
+    with pytest.raises(ValueError, match="multiprocessing_context must be one of"):
+        DataLoader(Numbers(4), batch_size=1, multiprocessing_context="threads")
     with pytest.raises(TypeError, match="needs an ember.data.Dataset"):
         DataLoader([1, 2], batch_size=1)  # type: ignore[arg-type]
 
@@ -164,6 +166,18 @@ def test_worker_error_carries_traceback_and_workers_stop() -> None:
     assert "batch 3" in message
     assert got == [[0, 1], [2, 3], [4, 5]], "batches before the broken one arrive in order"
     assert mp.active_children() == []
+    assert loader.state_dict()["position"] == 3
+
+
+def test_closed_iterator_is_exhausted() -> None:
+    loader = DataLoader(Numbers(8), batch_size=2, num_workers=1)
+    it = iter(loader)
+    next(it)
+    it.close()
+    assert mp.active_children() == []
+    with pytest.raises(StopIteration):
+        next(it)
+    assert loader.epoch == 0 and loader.state_dict()["position"] == 1
 
 
 def test_serial_error_is_the_original_exception() -> None:
@@ -192,9 +206,9 @@ def test_keyboard_interrupt_while_waiting_stops_workers() -> None:
     assert next(it)[1].tolist() == [0, 1]
     # Batch 1 stalls in the worker, so the main process is waiting inside next() when Ctrl-C lands.
     timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
-    timer.start()
     try:
         with pytest.raises(KeyboardInterrupt):
+            timer.start()
             next(it)
     finally:
         timer.cancel()
