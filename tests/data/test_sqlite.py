@@ -10,7 +10,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from ember.data import DataError, SqliteDataset, SqliteDatasetWriter
+from ember.data import DataError, DataLoader, SqliteDataset, SqliteDatasetWriter
+from ember.data.sqlite import SqliteItem
 
 
 def _write(path: Path, n: int = 12, commit_every: int = 5) -> list[dict[str, np.ndarray]]:
@@ -134,3 +135,19 @@ def test_not_a_database_and_missing_file(tmp_path: Path) -> None:
         SqliteDataset(junk)
     with pytest.raises(DataError, match="no such dataset file"):
         SqliteDataset(tmp_path / "absent.db")
+
+
+def test_workers_read_the_same_batches(tmp_path: Path) -> None:
+    path = tmp_path / "w.db"
+    _write(path)
+    ds = SqliteDataset(path).map(_image_and_label)
+    serial = list(DataLoader(ds, batch_size=4, shuffle=True, seed=2))
+    parallel = list(DataLoader(ds, batch_size=4, shuffle=True, seed=2, num_workers=2))
+    assert len(serial) == len(parallel) == 3
+    for (a_img, a_lab), (b_img, b_lab) in zip(serial, parallel):
+        np.testing.assert_array_equal(a_img, b_img)
+        np.testing.assert_array_equal(a_lab, b_lab)
+
+
+def _image_and_label(item: SqliteItem) -> tuple[np.ndarray, int]:
+    return item.arrays["image"], item.label

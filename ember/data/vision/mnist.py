@@ -33,7 +33,7 @@ SPLITS = ("train", "test")
 
 
 class LabeledImages(Dataset[tuple[np.ndarray, int]]):
-    """`(images[i], int(labels[i]))` pairs over two equal-length arrays (made read-only).
+    """`(images[i], int(labels[i]))` pairs over two equal-length arrays; items are read-only views.
 
     Example:
         >>> import numpy as np
@@ -45,9 +45,10 @@ class LabeledImages(Dataset[tuple[np.ndarray, int]]):
     def __init__(self, images: np.ndarray, labels: np.ndarray) -> None:
         if len(images) != len(labels):
             raise DataError(f"{len(images)} images but {len(labels)} labels")
-        self.images = images
-        self.labels = labels
-        # Items are views into these arrays; read-only turns an accidental in-place edit into an error.
+        # Items are views into these arrays; read-only views turn an accidental in-place edit of an
+        # item into an error while leaving the caller's own arrays writable.
+        self.images = images.view()
+        self.labels = labels.view()
         self.images.setflags(write=False)
         self.labels.setflags(write=False)
 

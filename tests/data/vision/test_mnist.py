@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from ember.data import DataError, DataLoader
-from ember.data.vision import MNIST, mnist_sample
+from ember.data.vision import MNIST, LabeledImages, mnist_sample
 
 
 def _write_split(root: Path, prefix: str, images: np.ndarray, labels: np.ndarray, gz: bool) -> None:
@@ -79,6 +79,15 @@ def test_sample_counts_balance_and_real_pixels() -> None:
     assert image.shape == (28, 28) and isinstance(label, int)
     with pytest.raises(ValueError, match="read-only"):
         image[0, 0] = 1
+
+
+def test_labeled_images_leave_the_callers_arrays_writable() -> None:
+    images, labels = np.zeros((2, 28, 28), np.uint8), np.array([1, 2])
+    ds = LabeledImages(images, labels)
+    images[0, 0, 0] = 9
+    assert ds[0][0][0, 0] == 9 and images.flags.writeable
+    with pytest.raises(DataError, match="2 images but 1 labels"):
+        LabeledImages(images, labels[:1])
 
 
 def _digests(images: np.ndarray) -> set[str]:
