@@ -146,7 +146,7 @@ class SqliteDatasetWriter:
         self.path = Path(path)
         if self.path.exists() and not overwrite:
             raise DataError(f"{self.path}: file exists; pass overwrite=True to replace it")
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent or ".")
+        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
         os.close(fd)
         self._tmp = Path(tmp)
         self._conn = sqlite3.connect(self._tmp)
@@ -190,6 +190,8 @@ class SqliteDatasetWriter:
         self._finalizer.detach()
         self._conn.commit()
         self._conn.close()
+        # mkstemp makes the file private (0600); a dataset is meant to be read by others too.
+        os.chmod(self._tmp, 0o644)
         os.replace(self._tmp, self.path)
 
     def abort(self) -> None:
