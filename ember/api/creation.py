@@ -52,7 +52,7 @@ def tensor(data, dtype=None, device=None) -> Tensor:
     if isinstance(data, Tensor):
         out = data.to(_device(device) if device is not None else data.device).detach()
         return out.cast(dtype) if dtype is not None else out
-    if isinstance(data, np.ndarray):
+    if isinstance(data, (np.ndarray, np.generic)):  # NumPy scalars keep their dtype, as in PyTorch
         array = np.array(data, copy=True)
         inferred = dtype_of(array.dtype)
     else:
