@@ -12,6 +12,7 @@ Example:
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 from ..dtype import bool_, default_float
@@ -245,7 +246,7 @@ def nan_to_num(x: Tensor, nan: float = 0.0, posinf: float | None = None, neginf:
     """NaN, +inf and -inf replaced (by default with 0 and the dtype's largest and smallest values)."""
     if not x.dtype.is_float:
         return x
-    info = np.finfo(x.dtype.np)
+    info = ml_dtypes.finfo(x.dtype.np)  # np.finfo does not know bf16
     posinf = float(info.max) if posinf is None else posinf
     neginf = float(info.min) if neginf is None else neginf
     x = masked_fill(x, isnan(x), nan)
