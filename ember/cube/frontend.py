@@ -44,14 +44,15 @@ _CMPOPS = {ast.Eq: "eq", ast.NotEq: "ne", ast.Lt: "lt", ast.LtE: "le", ast.Gt: "
 _PY_CMPOPS = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
               ast.Gt: operator.gt, ast.GtE: operator.ge, ast.Is: operator.is_, ast.IsNot: operator.is_not,
               ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
-_UNARY_MATH = {"exp", "exp2", "log", "log2", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan", "tanh",
-               "erf", "floor", "ceil", "round", "trunc", "recip"}
+_UNARY_MATH = set(ir.UNARY_FLOAT)
 # Comptime evaluation of the math intrinsics on Python numbers.
 _PY_MATH = {"exp": math.exp, "exp2": lambda x: 2.0 ** x, "log": math.log, "log2": math.log2,
             "log1p": math.log1p, "sqrt": math.sqrt, "rsqrt": lambda x: 1.0 / math.sqrt(x),
             "sin": math.sin, "cos": math.cos, "tan": math.tan, "tanh": math.tanh, "erf": math.erf,
             "floor": math.floor, "ceil": math.ceil, "round": round, "trunc": math.trunc,
-            "recip": lambda x: 1.0 / x, "abs": abs}
+            "recip": lambda x: 1.0 / x, "abs": abs, "expm1": math.expm1, "log10": math.log10,
+            "asin": math.asin, "acos": math.acos, "atan": math.atan, "sinh": math.sinh,
+            "cosh": math.cosh, "asinh": math.asinh, "acosh": math.acosh, "atanh": math.atanh}
 
 
 @dataclass
@@ -629,11 +630,11 @@ class Tracer:
             if not isinstance(x, Value):
                 return _PY_MATH[name](x)
             return b.unary(name, x)
-        if name in ("min", "max", "pow"):
+        if name in ("min", "max", "pow", "atan2"):
             if len(args) != 2:
                 raise self.src.error(node, f"{name} takes two arguments in a kernel")
             if not any(isinstance(a, Value) for a in args):
-                return {"min": min, "max": max, "pow": pow}[name](*args)
+                return {"min": min, "max": max, "pow": pow, "atan2": math.atan2}[name](*args)
             x, y = self.coerce(args[0], args[1], node)
             return b.binary(name, x, y)
         if name in ("select", "where"):

@@ -155,12 +155,13 @@ class Kernel:
 # ----------------------------------------------------------------------------------------------
 # The op table: what each op accepts and whether it may be moved, merged or deleted by passes.
 
-UNARY_FLOAT = ("exp", "exp2", "log", "log2", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan", "tanh",
-               "erf", "floor", "ceil", "round", "trunc", "recip")
+UNARY_FLOAT = ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin", "cos",
+               "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf",
+               "floor", "ceil", "round", "trunc", "recip")
 UNARY_NUMERIC = ("neg", "abs")
 UNARY_LOGIC = ("not",)       # bool -> bool
 UNARY_BITS = ("bitnot",)     # int -> int
-ARITH = ("add", "sub", "mul", "div", "rem", "min", "max", "pow")
+ARITH = ("add", "sub", "mul", "div", "rem", "min", "max", "pow", "atan2")
 BITS = ("and", "or", "xor", "shl", "shr")
 COMPARE = ("eq", "ne", "lt", "le", "gt", "ge")
 BUILTINS = ("absolute_pos", "absolute_pos_x", "absolute_pos_y", "absolute_pos_z",
@@ -244,8 +245,8 @@ def result_type(op: str, args: tuple, attr=None) -> Type:
             raise IRError(f"{op} needs operands of one type, got {a} and {b}")
         if op in ARITH and not _is_numeric(a):
             raise IRError(f"{op} needs numbers, got {a}")
-        if op == "pow" and not a.dtype.is_float:
-            raise IRError(f"pow needs floats, got {a}")
+        if op in ("pow", "atan2") and not a.dtype.is_float:
+            raise IRError(f"{op} needs floats, got {a}")
         if op in ("shl", "shr") and not a.dtype.is_int:
             raise IRError(f"{op} needs integers, got {a}")
         if op in ("and", "or", "xor") and a.dtype.is_float:

@@ -115,8 +115,9 @@ BUILTINS["UNIT_POS_PLANE"] = Builtin("unit_pos_plane")
 
 INTRINSIC_NAMES = (
     # math, elementwise
-    "exp", "exp2", "log", "log2", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan", "tanh", "erf",
-    "floor", "ceil", "round", "trunc", "recip", "abs", "min", "max", "pow", "select", "where",
+    "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan",
+    "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "floor", "ceil",
+    "round", "trunc", "recip", "abs", "min", "max", "pow", "atan2", "select", "where",
     "cast", "mulhi",
     # memory and synchronisation
     "shared", "sync_units", "atomic_add", "atomic_max", "atomic_min",

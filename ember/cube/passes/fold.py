@@ -21,9 +21,12 @@ from ..ir import For, If, Instr
 
 _NP_BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "min": np.minimum,
               "max": np.maximum, "pow": np.power, "and": np.bitwise_and, "or": np.bitwise_or,
-              "xor": np.bitwise_xor, "eq": np.equal, "ne": np.not_equal, "lt": np.less,
+              "xor": np.bitwise_xor, "atan2": np.arctan2, "eq": np.equal, "ne": np.not_equal, "lt": np.less,
               "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal}
-_NP_UNARY = {"exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "log1p": np.log1p,
+_NP_UNARY = {"exp": np.exp, "exp2": np.exp2, "expm1": np.expm1, "log": np.log, "log2": np.log2,
+             "log10": np.log10, "log1p": np.log1p, "asin": np.arcsin, "acos": np.arccos,
+             "atan": np.arctan, "sinh": np.sinh, "cosh": np.cosh, "asinh": np.arcsinh,
+             "acosh": np.arccosh, "atanh": np.arctanh,
              "sqrt": np.sqrt, "sin": np.sin, "cos": np.cos, "tan": np.tan, "tanh": np.tanh,
              "floor": np.floor, "ceil": np.ceil, "round": np.rint, "trunc": np.trunc, "neg": np.negative,
              "abs": np.abs, "not": np.logical_not, "bitnot": np.invert}

@@ -115,6 +115,7 @@ class CpuRuntime:
         self.cache = cache or CompileCache()
         self._compiled: dict = {}
         self._lock = threading.Lock()
+        self._key_locks: dict = {}
 
     def compile(self, kernel, dim: CubeDim) -> CompiledKernel:
         """Optimize, render and build (or load from the disk cache) one specialized kernel."""
@@ -158,10 +159,15 @@ class CpuRuntime:
         key = (kfn, dtypes, tuple(sorted(comptime.items())), dim)
         compiled = self._compiled.get(key)
         if compiled is None:
+            # One lock per key: different kernels compile concurrently from different threads.
             with self._lock:
+                key_lock = self._key_locks.setdefault(key, threading.Lock())
+            with key_lock:
                 compiled = self._compiled.get(key)
                 if compiled is None:
-                    compiled = self.compile(kfn.specialize(dtypes, comptime), dim)
+                    with self._lock:
+                        traced = kfn.specialize(dtypes, comptime)  # tracing is not thread-safe
+                    compiled = self.compile(traced, dim)
                     self._compiled[key] = compiled
         return compiled
 

@@ -61,9 +61,10 @@ _STORAGE = {"f64": "double", "f32": "float", "f16": "_Float16", "bf16": "uint16_
 _COMPUTE = dict(_STORAGE, f16="float", bf16="float", bool="_Bool")
 _BINARY_C = {"add": "+", "sub": "-", "mul": "*", "div": "/", "and": "&", "or": "|", "xor": "^",
              "shl": "<<", "shr": ">>", "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
-_MATH_C = {"exp": "exp", "exp2": "exp2", "log": "log", "log2": "log2", "log1p": "log1p", "sqrt": "sqrt",
-           "sin": "sin", "cos": "cos", "tan": "tan", "tanh": "tanh", "erf": "erf", "floor": "floor",
-           "ceil": "ceil", "round": "rint", "trunc": "trunc", "pow": "pow", "rem": "fmod"}
+_MATH_C = {name: name for name in ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "sin",
+                                   "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh",
+                                   "acosh", "atanh", "erf", "floor", "ceil", "trunc", "pow", "atan2")}
+_MATH_C.update(round="rint", rem="fmod")
 
 
 def storage_type(dtype) -> str:

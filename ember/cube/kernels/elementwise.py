@@ -1,0 +1,307 @@
+"""Elementwise kernels: unary, binary and ternary ops with broadcasting and any strides, and cast.
+
+One kernel per arity; the op is a comptime string, so each op compiles to its own specialized code.
+Operands are read through their layouts (shape + strides, see `common.offset`) unless they are dense
+with the output's shape, in which case the flat position is the offset (a comptime fast path).
+Op names follow ember's primitives (`ember/ops/elementwise.py`). Arithmetic happens in the
+operands' common dtype (f16/bf16 in f32 on the C target); comparisons and logical ops give bool.
+
+Example:
+    >>> binary("add", np.ones((2, 1), np.float32), np.arange(3, dtype=np.float32))
+    array([[1., 2., 3.],
+           [1., 2., 3.]], dtype=float32)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ... import cube
+from ...dtype import bool_
+from ...errors import DTypeError
+from .common import broadcast_layout, check_size, cube_dtype, grid, is_dense, offset
+
+UNARY_OPS = ("neg", "abs", "sign", "reciprocal", "square", "exp", "exp2", "expm1", "log", "log2", "log10",
+             "log1p", "sqrt", "rsqrt", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh",
+             "asinh", "acosh", "atanh", "erf", "sigmoid", "relu", "gelu", "silu", "floor", "ceil", "round",
+             "trunc", "logical_not", "bitwise_not")
+FLOAT_UNARY = frozenset(UNARY_OPS) - {"neg", "abs", "sign", "square", "relu", "logical_not", "bitwise_not"}
+BINARY_OPS = ("add", "sub", "mul", "div", "pow", "maximum", "minimum", "atan2", "remainder", "floor_divide",
+              "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
+              "bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift")
+FLOAT_BINARY = frozenset(("div", "pow", "atan2"))
+BOOL_OUT = frozenset(("eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
+                      "logical_not"))
+TERNARY_OPS = ("where", "clamp")
+
+
+@cube.function
+def unary_op(op, x):
+    """`op` (comptime name) applied to kernel value `x`."""
+    t = x.dtype
+    if op == "neg":
+        return -x
+    if op == "abs":
+        return cube.abs(x)
+    if op == "sign":
+        return cube.select(x > t(0), t(1), cube.select(x < t(0), t(-1), t(0)))
+    if op == "reciprocal":
+        return cube.recip(x)
+    if op == "square":
+        return x * x
+    if op == "sigmoid":
+        return t(1) / (t(1) + cube.exp(-x))
+    if op == "relu":
+        return cube.select(x > t(0), x, t(0))
+    if op == "gelu":
+        return t(0.5) * x * (t(1) + cube.erf(x * t(0.7071067811865476)))
+    if op == "silu":
+        return x / (t(1) + cube.exp(-x))
+    if op == "logical_not":
+        return not x
+    if op == "bitwise_not":
+        return ~x
+    return math_op(op, x)
+
+
+@cube.function
+def math_op(op, x):
+    if op == "exp":
+        return cube.exp(x)
+    if op == "exp2":
+        return cube.exp2(x)
+    if op == "expm1":
+        return cube.expm1(x)
+    if op == "log":
+        return cube.log(x)
+    if op == "log2":
+        return cube.log2(x)
+    if op == "log10":
+        return cube.log10(x)
+    if op == "log1p":
+        return cube.log1p(x)
+    if op == "sqrt":
+        return cube.sqrt(x)
+    if op == "rsqrt":
+        return cube.rsqrt(x)
+    if op == "sin":
+        return cube.sin(x)
+    if op == "cos":
+        return cube.cos(x)
+    if op == "tan":
+        return cube.tan(x)
+    if op == "asin":
+        return cube.asin(x)
+    if op == "acos":
+        return cube.acos(x)
+    if op == "atan":
+        return cube.atan(x)
+    if op == "sinh":
+        return cube.sinh(x)
+    if op == "cosh":
+        return cube.cosh(x)
+    if op == "tanh":
+        return cube.tanh(x)
+    if op == "asinh":
+        return cube.asinh(x)
+    if op == "acosh":
+        return cube.acosh(x)
+    if op == "atanh":
+        return cube.atanh(x)
+    if op == "erf":
+        return cube.erf(x)
+    if op == "floor":
+        return cube.floor(x)
+    if op == "ceil":
+        return cube.ceil(x)
+    if op == "round":
+        return cube.round(x)
+    if op == "trunc":
+        return cube.trunc(x)
+    assert False, f"unknown unary op {op}"
+
+
+@cube.function
+def binary_op(op, a, b):
+    """`op` (comptime name) of kernel values `a` and `b` of one dtype (NumPy semantics)."""
+    t = a.dtype
+    if op == "add":
+        return (a or b) if t == cube.bool_ else a + b
+    if op == "sub":
+        return a - b
+    if op == "mul":
+        return (a and b) if t == cube.bool_ else a * b
+    if op == "div":
+        return a / b
+    if op == "pow":
+        return cube.pow(a, b)
+    if op == "atan2":
+        return cube.atan2(a, b)
+    if op == "maximum" or op == "minimum":
+        best = cube.max(a, b) if op == "maximum" else cube.min(a, b)
+        if t.is_float:  # NaN wins, as in NumPy
+            best = cube.select(a != a, a, cube.select(b != b, b, best))
+        return best
+    if op == "remainder":
+        if t.is_float:
+            r = a % b  # fmod: sign of a; NumPy's remainder takes the sign of b
+            return cube.select((r != t(0)) and ((r < t(0)) != (b < t(0))), r + b, r)
+        safe = cube.select(b == t(0), t(1), b)
+        r = a % safe
+        r = cube.select((r != t(0)) and ((r < t(0)) != (safe < t(0))), r + safe, r)
+        return cube.select(b == t(0), t(0), r)
+    if op == "floor_divide":
+        if t.is_float:
+            return cube.floor(a / b)
+        safe = cube.select(b == t(0), t(1), b)
+        q = a // safe  # truncates toward zero; step down when the signs differ and it is inexact
+        q = cube.select((a % safe != t(0)) and ((a < t(0)) != (safe < t(0))), q - t(1), q)
+        return cube.select(b == t(0), t(0), q)
+    return compare_op(op, a, b)
+
+
+@cube.function
+def compare_op(op, a, b):
+    if op == "eq":
+        return a == b
+    if op == "ne":
+        return a != b
+    if op == "lt":
+        return a < b
+    if op == "le":
+        return a <= b
+    if op == "gt":
+        return a > b
+    if op == "ge":
+        return a >= b
+    if op == "logical_and":
+        return a and b
+    if op == "logical_or":
+        return a or b
+    if op == "logical_xor":
+        return cube.select(a, not b, b) if a.dtype == cube.bool_ else (a != a.dtype(0)) != (b != b.dtype(0))
+    if op == "bitwise_and":
+        return a & b
+    if op == "bitwise_or":
+        return a | b
+    if op == "bitwise_xor":
+        return a ^ b
+    if op == "left_shift":
+        return a << b
+    if op == "right_shift":
+        return a >> b
+    assert False, f"unknown binary op {op}"
+
+
+@cube.kernel
+def unary_kernel(x: cube.Array, out: cube.Array, layout: cube.Array[cube.i32], op: cube.Comptime[str],
+                 T: cube.Comptime, ndim: cube.Comptime[int], dense: cube.Comptime[bool]):
+    i = cube.ABSOLUTE_POS
+    if i < len(out):
+        xi = i if dense else offset(i, layout, ndim, 0)
+        v = cube.cast(x[xi], T)
+        out[i] = cube.cast(v if op == "cast" else unary_op(op, v), out.dtype)
+
+
+@cube.kernel
+def binary_kernel(a: cube.Array, b: cube.Array, out: cube.Array, layout: cube.Array[cube.i32],
+                  op: cube.Comptime[str], T: cube.Comptime, ndim: cube.Comptime[int],
+                  dense_a: cube.Comptime[bool], dense_b: cube.Comptime[bool]):
+    i = cube.ABSOLUTE_POS
+    if i < len(out):
+        ai = i if dense_a else offset(i, layout, ndim, 0)
+        bi = i if dense_b else offset(i, layout, ndim, 1)
+        out[i] = cube.cast(binary_op(op, cube.cast(a[ai], T), cube.cast(b[bi], T)), out.dtype)
+
+
+@cube.kernel
+def ternary_kernel(a: cube.Array, b: cube.Array, c: cube.Array, out: cube.Array,
+                   layout: cube.Array[cube.i32], op: cube.Comptime[str], T: cube.Comptime,
+                   ndim: cube.Comptime[int], dense: cube.Comptime[tuple]):
+    i = cube.ABSOLUTE_POS
+    if i < len(out):
+        ai = i if dense[0] else offset(i, layout, ndim, 0)
+        bi = i if dense[1] else offset(i, layout, ndim, 1)
+        ci = i if dense[2] else offset(i, layout, ndim, 2)
+        if op == "where":  # where(cond, then, else)
+            r = cube.select(cube.cast(a[ai], cube.bool_), cube.cast(b[bi], T), cube.cast(c[ci], T))
+        else:  # clamp(x, lo, hi)
+            r = cube.min(cube.max(cube.cast(a[ai], T), cube.cast(b[bi], T)), cube.cast(c[ci], T))
+        out[i] = cube.cast(r, out.dtype)
+
+
+
+def _launch(kernel, n: int, *args, **comptime) -> None:
+    count, dim = grid(n)
+    kernel.launch(count, dim, *args, **comptime)
+
+
+def unary(op: str, x: np.ndarray, out_dtype=None) -> np.ndarray:
+    """`op(x)` elementwise; `x` may have any strides. Float-only ops reject ints (cast first).
+
+    Example:
+        >>> unary("exp", np.zeros(3, np.float32))
+        array([1., 1., 1.], dtype=float32)
+    """
+    if op not in UNARY_OPS:
+        raise ValueError(f"unknown unary op {op!r}; known: {', '.join(UNARY_OPS)}")
+    t = cube_dtype(x.dtype)
+    if op in FLOAT_UNARY and not t.is_float:
+        raise DTypeError(f"{op} needs a float input, got {t.name}")
+    out_t = bool_ if op in BOOL_OUT else cube_dtype(out_dtype) if out_dtype is not None else t
+    return _unary(x, op, t, out_t)
+
+
+def cast(x: np.ndarray, dtype) -> np.ndarray:
+    """`x` converted to `dtype` (floats to ints truncate toward zero; to bool is `!= 0`)."""
+    return _unary(x, "cast", cube_dtype(x.dtype), cube_dtype(dtype))
+
+
+def _unary(x: np.ndarray, op: str, t, out_t) -> np.ndarray:
+    check_size(op, x)
+    out = np.empty(x.shape, out_t.np)
+    _launch(unary_kernel, out.size, x, out, broadcast_layout(x.shape, x), op=op, T=t, ndim=x.ndim,
+            dense=is_dense(x.shape, x))
+    return out
+
+
+def binary(op: str, a: np.ndarray, b: np.ndarray, out_dtype=None) -> np.ndarray:
+    """`op(a, b)` with NumPy broadcasting, computed in the operands' common dtype.
+
+    Example:
+        >>> binary("lt", np.arange(3), np.array([1]))
+        array([ True, False, False])
+    """
+    if op not in BINARY_OPS:
+        raise ValueError(f"unknown binary op {op!r}; known: {', '.join(BINARY_OPS)}")
+    a, b = np.asarray(a), np.asarray(b)
+    t = cube_dtype(np.result_type(a, b))
+    if op in FLOAT_BINARY and not t.is_float:
+        raise DTypeError(f"{op} needs float inputs, got {t.name}")
+    shape = np.broadcast_shapes(a.shape, b.shape)
+    out_t = bool_ if op in BOOL_OUT else cube_dtype(out_dtype) if out_dtype is not None else t
+    out = np.empty(shape, out_t.np)
+    check_size(op, a, b, out)
+    _launch(binary_kernel, out.size, a, b, out, broadcast_layout(shape, a, b), op=op, T=t, ndim=len(shape),
+            dense_a=is_dense(shape, a), dense_b=is_dense(shape, b))
+    return out
+
+
+def ternary(op: str, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """`where(a, b, c)` (a is the condition) or `clamp(a, b, c)`, with broadcasting.
+
+    Example:
+        >>> ternary("where", np.array([True, False]), np.ones(2), np.zeros(2))
+        array([1., 0.])
+    """
+    if op not in TERNARY_OPS:
+        raise ValueError(f"unknown ternary op {op!r}; known: {', '.join(TERNARY_OPS)}")
+    a, b, c = np.asarray(a), np.asarray(b), np.asarray(c)
+    t = cube_dtype(np.result_type(b, c) if op == "where" else np.result_type(a, b, c))
+    shape = np.broadcast_shapes(a.shape, b.shape, c.shape)
+    out = np.empty(shape, t.np)
+    check_size(op, a, b, c, out)
+    dense = tuple(is_dense(shape, x) for x in (a, b, c))
+    _launch(ternary_kernel, out.size, a, b, c, out, broadcast_layout(shape, a, b, c), op=op, T=t,
+            ndim=len(shape), dense=dense)
+    return out
