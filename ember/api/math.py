@@ -106,9 +106,10 @@ def add(a, b) -> Tensor:
 
 def sub(a, b) -> Tensor:
     """`a - b`."""
+    # PyTorch refuses a bool on either side, even when the other operand promotes the result.
+    if any(isinstance(v, (bool, np.bool_)) or (isinstance(v, Tensor) and v.dtype.is_bool) for v in (a, b)):
+        raise DTypeError("sub: not defined for bool operands; use logical_xor or ~")
     x, y = promote(a, b)
-    if x.dtype.is_bool:
-        raise DTypeError("sub: not defined for bool tensors; use logical_xor")
     return apply("sub", x, y)
 
 
@@ -131,15 +132,31 @@ def div(a, b, rounding_mode: str | None = None) -> Tensor:
     if rounding_mode == "trunc":
         x, y = promote(a, b)
         if x.dtype.is_float:
-            return trunc(apply("div", x, y))
+            return _half_in_f32(lambda u, v: trunc(apply("div", u, v)))(x, y)
         q = floor_divide(x, y)
         return q + ((q < 0) & (q * y != x)).cast(q.dtype)
     raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
 
 
+def _half_in_f32(fn):
+    """Run a composed quotient op in f32 for f16/bf16 operands and round once (as PyTorch does):
+    rounding the quotient to half precision before flooring can cross an integer."""
+    def op(x: Tensor, y: Tensor, *rest) -> Tensor:
+        if x.dtype.name in ("f16", "bf16"):
+            return fn(x.cast("f32"), y.cast("f32"), *rest).cast(x.dtype)
+        return fn(x, y, *rest)
+
+    return op
+
+
 def floor_divide(a, b) -> Tensor:
     """`a // b`: the quotient rounded toward minus infinity."""
     x, y = promote(a, b)
+    return _floor_divide(x, y)
+
+
+@_half_in_f32
+def _floor_divide(x: Tensor, y: Tensor) -> Tensor:
     if x.dtype.is_float:
         return floor(apply("div", x, y))
     return apply("floor_divide", x, y)
@@ -153,7 +170,7 @@ def remainder(a, b) -> Tensor:
 def fmod(a, b) -> Tensor:
     """The C-style remainder, with the sign of `a`."""
     x, y = promote(a, b)
-    return x - div(x, y, rounding_mode="trunc") * y
+    return _half_in_f32(lambda u, v: u - div(u, v, rounding_mode="trunc") * v)(x, y)
 
 
 def pow(a, b) -> Tensor:  # noqa: A001
