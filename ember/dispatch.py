@@ -77,8 +77,8 @@ def bind(prim: Primitive, inputs: tuple, params: dict):
             inputs = tuple(t if t._device is device else t.to(device) for t in inputs)
             break
     aval = prim.infer(*[t._aval for t in inputs], **params)
-    handle = device.backend.execute(prim, [t._handle for t in inputs], params, aval)
-    return Tensor._make(device, handle, aval)
+    backend = device._backend or device.backend
+    return Tensor._make(device, backend.execute(prim, [t._handle for t in inputs], params, aval), aval)
 
 
 def create(device: Device, prim: Primitive, params: dict):

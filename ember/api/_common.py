@@ -7,6 +7,7 @@ import numpy as np
 from ..dispatch import bind, create
 from ..dtype import DType, default_float, dtype_of, result_type
 from ..ops import registry
+from ..ops.primitive import Aval
 from ..tensor import Tensor
 
 __all__ = ["apply", "create_on", "promote", "scalar_like", "to_tensor_like", "shape_arg", "Tensor",
@@ -25,15 +26,14 @@ def create_on(device, name: str, **params) -> Tensor:
 
 def scalar_like(value, dtype: DType, device) -> Tensor:
     """A 0-d tensor holding a Python scalar, on `device` with `dtype`."""
-    from ..ops.primitive import Aval
-    array = np.asarray(value).astype(dtype.np)
+    array = np.array(value, dtype=dtype.np)
     return Tensor._make(device, device.backend.from_host(array), Aval((), dtype))
 
 
 def to_tensor_like(value, like: Tensor, dtype: DType) -> Tensor:
     """`value` (a tensor or a Python scalar) as a tensor of `dtype` on the device of `like`."""
     if isinstance(value, Tensor):
-        return value.cast(dtype)
+        return value if value._aval.dtype is dtype else value.cast(dtype)
     if isinstance(value, (bool, int, float, np.number, np.bool_)):
         return scalar_like(value, dtype, like._device)
     raise TypeError(f"expected a tensor or a Python scalar, got {type(value).__name__}")
@@ -41,6 +41,16 @@ def to_tensor_like(value, like: Tensor, dtype: DType) -> Tensor:
 
 def promote(*operands, float_only: bool = False) -> tuple[Tensor, ...]:
     """Operands (tensors and scalars, at least one tensor) as tensors of their PyTorch result dtype."""
+    first = operands[0]
+    if len(operands) == 2 and type(first) is Tensor:
+        # The common cases, decided without the general rule: same-dtype tensors, and a float
+        # tensor with a Python number.
+        other = operands[1]
+        dtype = first._aval.dtype
+        if type(other) is Tensor and other._aval.dtype is dtype or (
+                dtype.is_float and type(other) in (float, int)):
+            if not float_only or dtype.is_float:
+                return first, to_tensor_like(other, first, dtype)
     like = next(x for x in operands if isinstance(x, Tensor))
     plain = [x.item() if isinstance(x, (np.number, np.bool_)) else x for x in operands]
     dtype = result_type(*plain)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 
+import ml_dtypes
 import numpy as np
 
 from ..dtype import DType, bool_
@@ -26,16 +27,30 @@ LN2 = math.log(2.0)
 LN10 = math.log(10.0)
 
 
-def _upcast(fn):
-    """Run `fn` in f32 for f16/bf16 inputs and round the result back; silence NumPy's fp warnings."""
+_HALF = {np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)}
+
+# Ops whose float results often leave the domain (NaN, inf): NumPy's warnings for them are silenced,
+# since PyTorch gives the same values without warning. Others skip the cost of `np.errstate`.
+_QUIET = {"div", "pow", "remainder", "floor_divide", "atan2", "reciprocal", "exp", "exp2", "expm1",
+          "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "asin", "acos", "acosh", "atanh", "sinh",
+          "cosh", "tan", "erfinv", "sigmoid"}
+
+
+def _upcast(fn, name: str = ""):
+    """Run `fn` in f32 for f16/bf16 inputs and round the result back, as PyTorch's CPU kernels do."""
+    quiet = name in _QUIET
+
+    def compute(*arrays, **params):
+        dt = arrays[0].dtype
+        if dt in _HALF:
+            return np.asarray(fn(*(a.astype(np.float32) for a in arrays), **params)).astype(dt)
+        return fn(*arrays, **params)
 
     def run(*arrays, **params):
-        dt = arrays[0].dtype
-        with np.errstate(all="ignore"):
-            if dt == np.float16 or dt.name == "bfloat16":
-                out = fn(*(a.astype(np.float32) for a in arrays), **params)
-                return np.asarray(out).astype(dt)
-            return np.asarray(fn(*arrays, **params))
+        if quiet:
+            with np.errstate(all="ignore"):
+                return compute(*arrays, **params)
+        return compute(*arrays, **params)
 
     run.__name__ = getattr(fn, "__name__", "reference")
     return run
@@ -139,7 +154,7 @@ for _name, (_ref, _rule, _float) in UNARY.items():
         _name,
         infer=_float_only(_name) if _float else same_aval,
         vjp=_unary_vjp(_rule),
-    )(_upcast(_ref))
+    )(_upcast(_ref, _name))
 
 # Predicates and bit ops: no gradient.
 primitive("isnan", infer=_bool_out)(lambda x: np.isnan(x.astype(np.float32) if x.dtype.itemsize == 2 else x))
@@ -184,7 +199,7 @@ def _binary_vjp(rule):
 
 def _pow_vjp(ctx, g):
     a, b = ctx.inputs
-    ga = g * b * a ** (b - 1)
+    ga = (g * b * a ** (b - 1)).masked_fill(b == 0, 0)  # 0 ** -1 is inf; PyTorch's gradient is 0 there
     gb = g * (ctx.output * a.log()).masked_fill((a == 0) & (b >= 0), 0)
     return ga, gb
 
@@ -205,14 +220,6 @@ def _atan2_vjp(ctx, g):
     return g * b / denom, -g * a / denom
 
 
-def _int_div(fn):
-    def run(a, b):
-        with np.errstate(all="ignore"):
-            return fn(a, b)
-
-    return run
-
-
 BINARY = {
     "add": (np.add, lambda c, g: (g, g)),
     "sub": (np.subtract, lambda c, g: (g, -g)),
@@ -227,13 +234,12 @@ BINARY = {
 }
 
 for _name, (_ref, _rule) in BINARY.items():
-    float_ref = _upcast(_ref)
-    int_ref = _int_div(_ref)
     primitive(
         _name,
         infer=_binary_infer(_name, allow_bool=_name in ("add", "mul", "maximum", "minimum")),
         vjp=_binary_vjp(_rule) if _rule else None,
-    )(lambda a, b, _f=float_ref, _i=int_ref: _f(a, b) if a.dtype.kind in "fV" else _i(a, b))
+    )(_upcast(_ref, _name))
+
 
 for _name, _ref in {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
                     "gt": np.greater, "ge": np.greater_equal, "logical_and": np.logical_and,
