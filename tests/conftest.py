@@ -1,0 +1,42 @@
+"""Fixtures shared by the core test suite.
+
+`DEVICES` is the list every conformance test runs over. A new backend joins the suite by adding its
+device here (e.g. `ember.Device.cuda(0)` behind an availability check); nothing else changes. Tests
+that take the `device` fixture run once per entry, with ids "numpy", "cpu", ...
+
+The helpers that make random inputs per dtype and compare ember tensors with PyTorch tensors live in
+`tests/conformance/oracle.py`; tolerances per dtype in `tests/tolerances.py`.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, settings
+
+import ember
+
+# The devices of the conformance suite (id, constructor). Add a backend here and it runs everything.
+DEVICES = [
+    ("numpy", ember.Device.numpy),
+    ("cpu", ember.Device.cpu),
+]
+
+settings.register_profile("ember", max_examples=40, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ember"))
+
+
+@pytest.fixture(params=[make for _, make in DEVICES], ids=[name for name, _ in DEVICES])
+def device(request) -> ember.Device:
+    """Each device of `DEVICES` in turn (without autodiff; use `device.autodiff()` for gradients)."""
+    return request.param()
+
+
+@pytest.fixture
+def rng(request) -> np.random.Generator:
+    """A NumPy generator seeded from the test's id: fresh inputs per test, reproducible per run."""
+    return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
