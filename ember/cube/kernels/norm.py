@@ -1,0 +1,85 @@
+"""Layer norm and RMS norm over the last dim: one cube per row.
+
+    layer_norm(x) = (x - mean(x)) / sqrt(var(x) + eps) * weight + bias     (biased variance)
+    rms_norm(x)   = x / sqrt(mean(x**2) + eps) * weight
+
+`weight` and `bias` are optional (comptime flags choose the code); f16/bf16 rows are computed in f32.
+
+Example:
+    >>> layer_norm(np.array([[1.0, 3.0]], np.float32))
+    array([[-0.999995,  0.999995]], dtype=float32)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ... import cube
+from ...errors import DTypeError, ShapeError
+from .common import check_size, cube_dtype
+from .reduce import accumulator, block_reduce
+from .softmax import _units
+
+
+@cube.kernel
+def norm_kernel(x: cube.Array, weight: cube.Array, bias: cube.Array, out: cube.Array, n: cube.i32,
+                eps: cube.f32, rms: cube.Comptime[bool], has_weight: cube.Comptime[bool],
+                has_bias: cube.Comptime[bool], T: cube.Comptime, units: cube.Comptime[int]):
+    row = cube.CUBE_POS * n
+    mean = T(0)
+    if not rms:
+        s = T(0)
+        for k in range(0, n, units):
+            j = k + cube.UNIT_POS
+            if j < n:
+                s += T(x[row + j])
+        mean = block_reduce("sum", s, units) / T(n)
+    sq = T(0)
+    for k in range(0, n, units):
+        j = k + cube.UNIT_POS
+        if j < n:
+            d = T(x[row + j]) - mean
+            sq += d * d
+    inv = cube.rsqrt(block_reduce("sum", sq, units) / T(n) + T(eps))
+    for k in range(0, n, units):
+        j = k + cube.UNIT_POS
+        if j < n:
+            y = (T(x[row + j]) - mean) * inv
+            if has_weight:
+                y = y * T(weight[j])
+            if has_bias:
+                y = y + T(bias[j])
+            out[row + j] = out.dtype(y)
+
+
+def _norm(x, weight, bias, eps: float, rms: bool) -> np.ndarray:
+    name = "rms_norm" if rms else "layer_norm"
+    t = cube_dtype(x.dtype)
+    if not t.is_float:
+        raise DTypeError(f"{name} needs a float input, got {t.name}")
+    n = x.shape[-1] if x.ndim else 1
+    for label, p in (("weight", weight), ("bias", bias)):
+        if p is not None and np.shape(p) != (n,):
+            raise ShapeError(name, f"{label} of shape {np.shape(p)} does not match the last dim {n} of {x.shape}")
+    x = np.ascontiguousarray(x)
+    out = np.empty_like(x)
+    check_size(name, x)
+    if x.size == 0:
+        return out
+    units = _units(n)
+    w = np.ascontiguousarray(weight) if weight is not None else np.zeros(1, x.dtype)
+    b = np.ascontiguousarray(bias) if bias is not None else np.zeros(1, x.dtype)
+    norm_kernel.launch(cube.CubeCount(x.size // n), cube.CubeDim(units), x, w, b, out, n, float(eps),
+                       rms=rms, has_weight=weight is not None, has_bias=bias is not None,
+                       T=accumulator("sum", t), units=units)
+    return out
+
+
+def layer_norm(x: np.ndarray, weight=None, bias=None, eps: float = 1e-5) -> np.ndarray:
+    """Normalize the last dim to zero mean and unit (biased) variance, then scale and shift."""
+    return _norm(x, weight, bias, eps, rms=False)
+
+
+def rms_norm(x: np.ndarray, weight=None, eps: float = 1e-6) -> np.ndarray:
+    """Divide the last dim by its root mean square, then scale."""
+    return _norm(x, weight, None, eps, rms=True)

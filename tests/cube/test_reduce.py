@@ -1,0 +1,112 @@
+"""Reductions, softmax and norms against NumPy on random inputs of several layouts and dtypes."""
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from ember.cube.kernels.norm import layer_norm, rms_norm
+from ember.cube.kernels.reduce import reduce
+from ember.cube.kernels.softmax import softmax
+from ember.errors import DTypeError, ShapeError
+
+rng = np.random.default_rng(2)
+
+REF = {
+    "sum": np.sum, "mean": np.mean, "prod": np.prod, "max": np.max, "min": np.min,
+    "var": lambda x, axis, keepdims=False: np.var(x, axis=axis, ddof=1, keepdims=keepdims),
+    "argmax": np.argmax, "argmin": np.argmin,
+}
+# (input, dims): trailing dims of a dense array (fast path), leading/middle dims, a transposed view
+X = rng.standard_normal((4, 5, 6)).astype(np.float32)
+LAYOUTS = [(X, (2,)), (X, (0, 2)), (X.transpose(2, 0, 1)[:, ::2], (1,))]
+
+
+def test_every_reduction_on_every_layout(parallel):
+    cases = [(op, i) for op in REF for i in range(len(LAYOUTS))]
+
+    def check(case):
+        op, i = case
+        x, dims = LAYOUTS[i]
+        if op.startswith("arg"):
+            dims = dims[0]
+        x = x * 0.5 + 1 if op == "prod" else x
+        got = reduce(op, x, dims)
+        want = REF[op](x.astype(np.float64), axis=dims)
+        assert got.shape == want.shape, case
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=str(case))
+
+    parallel(check, cases)
+
+
+def test_keepdim_all_dims_and_long_rows():
+    x = rng.standard_normal((3, 1000)).astype(np.float32)
+    np.testing.assert_allclose(reduce("sum", x, None), x.sum(), rtol=1e-4)
+    np.testing.assert_allclose(reduce("max", x, 1, keepdim=True), x.max(1, keepdims=True))
+    assert reduce("argmax", x) == np.argmax(x)
+
+
+def test_integer_and_half_dtypes(parallel):
+    ints = rng.integers(-50, 50, (7, 9)).astype(np.int32)
+    halves = rng.standard_normal((7, 9)).astype(np.float16)
+    brains = rng.standard_normal((7, 9)).astype(ml_dtypes.bfloat16)
+
+    def check(case):
+        op, x = case
+        got = reduce(op, x, 1)
+        want = REF[op](x.astype(np.float64) if x.dtype.kind != "i" else x, axis=1)
+        if op == "sum" and x.dtype.kind == "i":
+            assert got.dtype == np.int64
+        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=1e-2, atol=1e-2)
+
+    parallel(check, [("sum", ints), ("max", ints), ("argmin", ints), ("sum", halves), ("mean", brains)])
+
+
+def test_ties_go_to_the_first_index_and_nan_wins():
+    x = np.array([[1, 3, 3, 0], [2, 2, 2, 2]], np.float32)
+    np.testing.assert_array_equal(reduce("argmax", x, 1), [1, 0])
+    y = np.array([1.0, np.nan, 5.0, np.nan], np.float32)
+    assert reduce("argmax", y, 0) == 1 and np.isnan(reduce("max", y, 0))
+
+
+def test_empty_and_scalar_inputs():
+    assert reduce("sum", np.zeros((3, 0), np.float32), 1).tolist() == [0, 0, 0]
+    assert reduce("prod", np.zeros((0,), np.float32), 0) == 1
+    assert reduce("sum", np.zeros((0, 4), np.float32), 0).shape == (4,)
+    assert reduce("sum", np.float32(2.5)) == 2.5
+    with pytest.raises(ShapeError):
+        reduce("max", np.zeros((3, 0)), 1)
+    with pytest.raises(DTypeError):
+        reduce("mean", np.arange(3), 0)
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (3, 7), (2, 3, 300)])
+def test_softmax_and_log_softmax(shape):
+    x = (rng.standard_normal(shape) * 5).astype(np.float32)
+    e = np.exp(x - x.max(-1, keepdims=True))
+    ref = e / e.sum(-1, keepdims=True)
+    np.testing.assert_allclose(softmax(x), ref, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(softmax(x, log=True), np.log(ref), rtol=1e-5, atol=1e-5)
+
+
+def test_softmax_half_and_noncontiguous():
+    x = rng.standard_normal((8, 5)).astype(np.float16).T
+    e = np.exp(x.astype(np.float64) - x.max(-1, keepdims=True))
+    np.testing.assert_allclose(softmax(x).astype(np.float64), e / e.sum(-1, keepdims=True), atol=2e-3)
+
+
+@pytest.mark.parametrize("affine", [True, False])
+def test_layer_norm_and_rms_norm(affine):
+    x = rng.standard_normal((5, 3, 33)).astype(np.float64)
+    w = rng.standard_normal(33) if affine else None
+    b = rng.standard_normal(33) if affine else None
+    ln = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5)
+    rn = x / np.sqrt((x ** 2).mean(-1, keepdims=True) + 1e-6)
+    if affine:
+        ln, rn = ln * w + b, rn * w
+    np.testing.assert_allclose(layer_norm(x, w, b), ln, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(rms_norm(x, w), rn, rtol=1e-10, atol=1e-10)
+
+
+def test_norm_rejects_mismatched_weight():
+    with pytest.raises(ShapeError, match="weight"):
+        layer_norm(np.zeros((2, 4), np.float32), np.ones(3, np.float32))
