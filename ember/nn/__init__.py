@@ -4,3 +4,9 @@ from .param import Param, ParamGroup
 from .module import Module, LoadReport
 from . import init
 from .linear import Linear, Identity
+from .loss import (
+    Loss, MSELoss, L1Loss, HuberLoss, SmoothL1Loss, PoissonNLLLoss, GaussianNLLLoss, CrossEntropyLoss, NLLLoss,
+    BCELoss, BCEWithLogitsLoss, KLDivLoss, CosineEmbeddingLoss, MarginRankingLoss, HingeEmbeddingLoss,
+    TripletMarginLoss, CTCLoss,
+)
+from .distance import CosineSimilarity, PairwiseDistance

@@ -8,3 +8,9 @@ Example:
 """
 
 from ..api.activation import *  # noqa: F401,F403
+from .loss import (  # noqa: F401
+    binary_cross_entropy, binary_cross_entropy_with_logits, cosine_embedding_loss, cross_entropy, ctc_loss,
+    gaussian_nll_loss, hinge_embedding_loss, huber_loss, kl_div, l1_loss, margin_ranking_loss, mse_loss, nll_loss,
+    poisson_nll_loss, smooth_l1_loss, triplet_margin_loss,
+)
+from .distance import cosine_similarity, pairwise_distance  # noqa: F401
