@@ -1,0 +1,80 @@
+"""`Adam` (with AMSGrad) and `AdamW` (decoupled weight decay), as PyTorch's `torch.optim.Adam`/`AdamW`."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+from ..api.creation import zeros_like
+from ..api.math import maximum
+from ..tensor import Tensor
+from .optimizer import Optimizer
+
+
+def check_betas(who: str, betas, count: int) -> None:
+    """Raise unless `betas` is a tuple of `count` numbers in [0, 1)."""
+    if not isinstance(betas, (tuple, list)) or len(betas) != count or \
+            not all(isinstance(b, (int, float)) and 0 <= b < 1 for b in betas):
+        raise ValueError(f"{who}: betas must be {count} numbers in [0, 1), got {betas!r}")
+
+
+class Adam(Optimizer):
+    r"""Adam (Kingma & Ba, 2015), optionally with AMSGrad.
+
+    Per step t, with `(b1, b2) = betas`:
+
+        g    <- g + wd * p                                   (coupled L2 weight decay)
+        m    <- b1 * m + (1 - b1) * g
+        v    <- b2 * v + (1 - b2) * g^2
+        vmax <- max(vmax, v)   and use vmax for v below      (amsgrad)
+        p    <- p - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+
+    Options: `betas=(0.9, 0.999)`, `eps=1e-8`, `weight_decay=0`, `amsgrad=False`.
+
+    Example:
+        >>> opt = Adam(model, lr=1e-3, amsgrad=True)
+        >>> opt.step(loss.backward())
+    """
+
+    defaults = {"betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.0, "amsgrad": False}
+    decoupled_weight_decay = False
+
+    def check_options(self, options: SimpleNamespace, where: str) -> None:
+        super().check_options(options, where)
+        check_betas(type(self).__name__ + where, options.betas, 2)
+
+    def update(self, value: Tensor, grad: Tensor, state: dict, options: SimpleNamespace, lr: float) -> Tensor:
+        b1, b2 = options.betas
+        t = state["step"]
+        if options.weight_decay:
+            if self.decoupled_weight_decay:
+                value = value * (1 - lr * options.weight_decay)
+            else:
+                grad = grad + options.weight_decay * value
+        if t == 1:
+            state["exp_avg"] = zeros_like(grad)
+            state["exp_avg_sq"] = zeros_like(grad)
+        m = state["exp_avg"] = b1 * state["exp_avg"] + (1 - b1) * grad
+        v = state["exp_avg_sq"] = b2 * state["exp_avg_sq"] + (1 - b2) * grad * grad
+        if options.amsgrad:
+            v = state["max_exp_avg_sq"] = v if t == 1 else maximum(state["max_exp_avg_sq"], v)
+        denom = v.sqrt() / math.sqrt(1 - b2 ** t) + options.eps
+        return value - (lr / (1 - b1 ** t)) * m / denom
+
+
+class AdamW(Adam):
+    r"""Adam with decoupled weight decay (Loshchilov & Hutter, 2019).
+
+    As `Adam`, except that weight decay shrinks the parameter instead of entering the gradient:
+
+        p <- p * (1 - lr * wd)      before the Adam update, which then uses the raw gradient
+
+    Options: `betas=(0.9, 0.999)`, `eps=1e-8`, `weight_decay=0.01`, `amsgrad=False`.
+
+    Example:
+        >>> opt = AdamW(model, lr=1e-3, weight_decay=0.01, groups=[ParamGroup(prefix="head.", lr=1e-2)])
+        >>> opt.step(loss.backward())
+    """
+
+    defaults = {**Adam.defaults, "weight_decay": 0.01}
+    decoupled_weight_decay = True

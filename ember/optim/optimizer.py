@@ -1,0 +1,286 @@
+"""`Optimizer`: what every optimizer shares (Burn's design: an optimizer takes a module and `Gradients`).
+
+An optimizer is built on a module. Its parameters are found by name; each belongs to the first
+`ParamGroup` that matches it (else to the base options). `step(grads)`:
+
+1. reads `p.grad(grads)` for every unfrozen parameter (one with no gradient is skipped: its state and
+   step count do not advance, as in PyTorch),
+2. clips the gradients when `clip_value=` / `clip_norm=` are set (value first, then the global norm
+   over every gradient of this step, delegated groups included),
+3. computes each new value with tensor ops on the inner (non-autodiff) device, `update(...)` of the
+   subclass, and writes it with `p.set(new)`.
+
+A subclass states its hyperparameters and their defaults in `defaults` and implements `update`, the
+rule for one parameter. `lr` is not in `defaults`: it is the base learning rate, `opt.lr`.
+
+**Groups with another optimizer.** A group may name a different optimizer class,
+`ParamGroup(prefix="emb.", optimizer=SGD, lr=0.1)`. Its parameters are then handed to a *delegate*:
+an instance of that class built on the same module, restricted to those parameters, with the group's
+options (others take that class's defaults, and `lr` the base lr when the group gives none). One
+`step` updates both; `state_dict` holds both.
+
+**Learning rates under a scheduler.** `opt.lr` is the base lr. A group with its own `lr` keeps its
+ratio to the base: setting `opt.lr = x` gives it `group_lr * x / initial_lr` (delegates alike). This
+is PyTorch's behaviour for multiplicative schedules (LambdaLR, StepLR, ExponentialLR, ...), where each
+group's lr is its initial lr times a common factor; for schedules with an absolute floor such as
+cosine annealing's `eta_min`, PyTorch applies the floor to every group while here it is scaled too.
+
+Example:
+    >>> opt = AdamW(model, lr=1e-3, weight_decay=0.01, groups=[ParamGroup(prefix="head.", lr=1e-2)])
+    >>> grads = loss.backward()
+    >>> opt.step(grads)
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any, ClassVar, Iterator, Sequence
+
+import numpy as np
+
+from ..api.creation import from_numpy
+from ..autodiff.gradients import Gradients
+from ..errors import ShapeError
+from ..nn.module import Module
+from ..nn.param import Param, ParamGroup
+from ..tensor import Tensor
+from .clip import clip_by_norm, clip_by_value
+
+
+@dataclass
+class _Entry:
+    """One parameter this optimizer updates, with the options of its group."""
+
+    name: str
+    param: Param
+    options: SimpleNamespace
+    group_lr: float | None  # None: follows the base lr exactly
+
+
+class Optimizer:
+    """Base class of optimizers (see the module docs).
+
+    Args:
+        module: the model whose parameters are trained.
+        lr: the base learning rate.
+        groups: `ParamGroup`s with their own options (the first match wins); a group's `optimizer=`
+            hands its parameters to another optimizer class.
+        select: train only the parameters this group selects (the others are left alone).
+        clip_value: clamp every gradient element to [-clip_value, clip_value] before the update.
+        clip_norm: rescale the gradients so their global L2 norm is at most `clip_norm`.
+        **options: the hyperparameters in `defaults` of the subclass.
+    """
+
+    defaults: ClassVar[dict[str, Any]] = {}
+
+    def __init__(self, module: Module, lr: float, *, groups: Sequence[ParamGroup] = (),
+                 select: ParamGroup | None = None, clip_value: float | None = None,
+                 clip_norm: float | None = None, **options) -> None:
+        name = type(self).__name__
+        if not isinstance(module, Module):
+            raise TypeError(f"{name} takes a Module, got {type(module).__name__}")
+        _check_number(name, "lr", lr)
+        for key, value in (("clip_value", clip_value), ("clip_norm", clip_norm)):
+            if value is not None:
+                _check_number(name, key, value, positive=True)
+        for group in groups:
+            if not isinstance(group, ParamGroup):
+                raise TypeError(f"{name}: groups must be ParamGroups, got {type(group).__name__}")
+        self._lr = self._initial_lr = float(lr)
+        self.clip_value, self.clip_norm = clip_value, clip_norm
+        self.state: dict[str, dict[str, Any]] = {}
+        self.steps = 0
+        base = self._options(options, "")
+        self._entries: list[_Entry] = []
+        self._delegates: list[Optimizer] = []
+        claimed: dict[int, list[str]] = {}
+        for pname, param in module.named_parameters():
+            if select is not None and not select.matches(pname, param):
+                continue
+            index = next((i for i, g in enumerate(groups) if g.matches(pname, param)), None)
+            group = groups[index] if index is not None else None
+            foreign = group is not None and group.options.get("optimizer", type(self)) is not type(self)
+            if foreign:
+                claimed.setdefault(index, []).append(pname)
+            elif group is None:
+                self._entries.append(_Entry(pname, param, base, None))
+            else:
+                self._entries.append(self._group_entry(pname, param, group, options))
+        for index, names in claimed.items():
+            self._delegates.append(self._delegate(module, groups[index], names))
+
+    # ---- construction helpers --------------------------------------------------------------------
+    def _options(self, given: dict, where: str) -> SimpleNamespace:
+        unknown = sorted(set(given) - set(self.defaults))
+        if unknown:
+            raise ValueError(f"{type(self).__name__}{where}: unknown option(s) {unknown}; known: "
+                             f"{sorted(['lr', *self.defaults])}")
+        options = SimpleNamespace(**{**self.defaults, **given})
+        self.check_options(options, where)
+        return options
+
+    def _group_entry(self, pname: str, param: Param, group: ParamGroup, base: dict) -> _Entry:
+        given = {k: v for k, v in group.options.items() if k not in ("optimizer", "lr")}
+        where = f" group {group!r}"
+        if any(k in given for k in ("clip_value", "clip_norm")):
+            raise ValueError(f"{type(self).__name__}{where}: clipping is set on the optimizer, not per group")
+        group_lr = group.options.get("lr")
+        if group_lr is not None:
+            _check_number(type(self).__name__ + where, "lr", group_lr)
+            if self._initial_lr == 0:
+                raise ValueError(f"{type(self).__name__}{where}: a group with its own lr needs a nonzero "
+                                 f"base lr (the group keeps its ratio to it under a scheduler)")
+        return _Entry(pname, param, self._options({**base, **given}, where), group_lr)
+
+    def _delegate(self, module: Module, group: ParamGroup, names: list[str]) -> "Optimizer":
+        cls = group.options["optimizer"]
+        if not (isinstance(cls, type) and issubclass(cls, Optimizer)):
+            raise TypeError(f"{type(self).__name__} group {group!r}: optimizer= must be an Optimizer "
+                            f"class such as SGD, got {cls!r}")
+        options = {k: v for k, v in group.options.items() if k not in ("optimizer", "lr")}
+        lr = group.options.get("lr", self._initial_lr)
+        if lr and not self._initial_lr:
+            raise ValueError(f"{type(self).__name__} group {group!r}: a group with its own lr needs a "
+                             f"nonzero base lr (the group keeps its ratio to it under a scheduler)")
+        chosen = frozenset(names)
+        return cls(module, lr=lr, select=ParamGroup(predicate=lambda n, p: n in chosen), **options)
+
+    # ---- the subclass interface ------------------------------------------------------------------
+    def check_options(self, options: SimpleNamespace, where: str) -> None:
+        """Raise `ValueError` for a bad hyperparameter (subclasses extend this)."""
+        for key in ("weight_decay", "eps", "momentum"):
+            if hasattr(options, key):
+                _check_number(type(self).__name__ + where, key, getattr(options, key))
+
+    def update(self, value: Tensor, grad: Tensor, state: dict, options: SimpleNamespace, lr: float) -> Tensor:
+        """The new value of one parameter. `state` holds this parameter's tensors between steps
+        (`state["step"]` is already this step's number, from 1) and is updated in place."""
+        raise NotImplementedError(f"{type(self).__name__} does not define update()")
+
+    # ---- learning rate ---------------------------------------------------------------------------
+    @property
+    def lr(self) -> float:
+        """The base learning rate (what schedulers set); groups follow it (see the module docs)."""
+        return self._lr
+
+    @lr.setter
+    def lr(self, value: float) -> None:
+        _check_number(type(self).__name__, "lr", value)
+        self._lr = float(value)
+        for delegate in self._delegates:
+            delegate.lr = delegate._initial_lr * self._scale()
+
+    def _scale(self) -> float:
+        return self._lr / self._initial_lr if self._initial_lr else 1.0
+
+    def _lr_of(self, entry: _Entry) -> float:
+        return self._lr if entry.group_lr is None else entry.group_lr * self._scale()
+
+    # ---- stepping --------------------------------------------------------------------------------
+    def step(self, grads: Gradients) -> None:
+        """Update every unfrozen parameter that has a gradient in `grads` (see the module docs).
+
+        Example:
+            >>> opt.step(loss.backward())
+        """
+        if not isinstance(grads, Gradients):
+            raise TypeError(f"{type(self).__name__}.step takes the Gradients of backward(), "
+                            f"got {type(grads).__name__}")
+        found = list(self._with_grads(grads))
+        clipped = [g for _, _, g in found]
+        if self.clip_value is not None:
+            clipped = clip_by_value(clipped, self.clip_value)
+        if self.clip_norm is not None:
+            clipped, _ = clip_by_norm(clipped, self.clip_norm)
+        for (owner, entry, _), grad in zip(found, clipped):
+            owner._apply(entry, grad)
+        for owner in {id(o): o for o, _, _ in found}.values():
+            owner.steps += 1
+
+    def _with_grads(self, grads: Gradients) -> Iterator[tuple["Optimizer", _Entry, Tensor]]:
+        """(owner, entry, gradient) of every trainable parameter with a gradient, delegates included."""
+        for entry in self._entries:
+            grad = _grad_of(entry, grads, type(self).__name__)
+            if grad is not None:
+                yield self, entry, grad
+        for delegate in self._delegates:
+            yield from delegate._with_grads(grads)
+
+    def _apply(self, entry: _Entry, grad: Tensor) -> None:
+        state = self.state.setdefault(entry.name, {"step": 0})
+        state["step"] += 1
+        value = entry.param.value.inner()
+        entry.param.set(self.update(value, grad.cast(value.dtype), state, entry.options, self._lr_of(entry)))
+
+    # ---- state -----------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The optimizer's state keyed by parameter name: tensors as host NumPy arrays, the rest scalars.
+
+        Example:
+            >>> d = opt.state_dict()
+            >>> d["params"]["head.weight"]["step"]
+            10
+        """
+        return {
+            "optimizer": type(self).__name__,
+            "lr": self._lr,
+            "steps": self.steps,
+            "params": {name: {k: (np.array(v.numpy()) if isinstance(v, Tensor) else v) for k, v in s.items()}
+                       for name, s in self.state.items()},
+            "delegates": [d.state_dict() for d in self._delegates],
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a `state_dict` (possibly saved from another copy of the same model); the values move
+        to each parameter's device and dtype.
+
+        Example:
+            >>> opt.load_state_dict(saved)
+        """
+        name = type(self).__name__
+        if state.get("optimizer") != name:
+            raise ValueError(f"{name}.load_state_dict: the state is of optimizer {state.get('optimizer')!r}")
+        delegates = state.get("delegates", [])
+        if len(delegates) != len(self._delegates):
+            raise ValueError(f"{name}.load_state_dict: the state has {len(delegates)} delegated group(s), "
+                             f"this optimizer {len(self._delegates)}")
+        params = {e.name: e.param for e in self._entries}
+        unknown = sorted(set(state["params"]) - set(params))
+        if unknown:
+            raise KeyError(f"{name}.load_state_dict: state for unknown parameter(s) {unknown}")
+        restored = {pname: {k: self._restore(pname, k, v, params[pname]) for k, v in s.items()}
+                    for pname, s in state["params"].items()}
+        for delegate, saved in zip(self._delegates, delegates):
+            delegate.load_state_dict(saved)
+        self.state, self.steps, self.lr = restored, int(state["steps"]), state["lr"]
+
+    def _restore(self, pname: str, key: str, value, param: Param):
+        if not isinstance(value, np.ndarray):
+            return value
+        if value.shape != param.shape:
+            raise ShapeError(f"{type(self).__name__}.load_state_dict",
+                             f"{pname}.{key} has shape {value.shape}, the parameter {param.shape}")
+        return from_numpy(np.array(value), param.device.inner).cast(param.dtype)
+
+    def __repr__(self) -> str:
+        delegated = "".join(f", {type(d).__name__}: {len(d._entries)} params" for d in self._delegates)
+        return f"{type(self).__name__}(lr={self._lr}, params={len(self._entries)}{delegated})"
+
+
+def _grad_of(entry: _Entry, grads: Gradients, who: str) -> Tensor | None:
+    param = entry.param
+    if param.frozen:
+        return None
+    if not param.requires_grad:
+        raise ValueError(f"{who}: parameter {entry.name!r} is not tracked by autodiff; move the module to an "
+                         f"autodiff device first (model.to(device.autodiff()))")
+    return param.grad(grads)
+
+
+def _check_number(who: str, key: str, value, positive: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{who}: {key} must be a number, got {value!r}")
+    if not (value > 0 if positive else value >= 0):
+        raise ValueError(f"{who}: {key} must be {'> 0' if positive else '>= 0'}, got {value}")
