@@ -7,5 +7,6 @@ convolution beside them). Importing this package registers them all.
 
 from .primitive import Aval, Primitive, VjpContext, registry, primitive
 from . import elementwise, reduce, matmul, movement, indexing, creation  # noqa: F401  (registration)
+from . import conv, pool, unfold, embedding  # noqa: F401  (module ops: registration)
 
 __all__ = ["Aval", "Primitive", "VjpContext", "registry", "primitive"]

@@ -1,0 +1,196 @@
+"""Convolution primitives over any number of spatial dims: `conv`, `conv_transpose`, `conv_weight_grad`.
+
+Layouts are PyTorch's: input (N, C, *spatial); `conv` weight (out, in/groups, *kernel); `conv_transpose`
+weight (in, out/groups, *kernel). Params arrive normalized from `ember.nn.functional`: one int per spatial
+dim for `stride`, `padding` (symmetric zero padding), `dilation` and `output_padding`.
+
+The three are adjoint to each other, so each one's gradient is written with the others:
+
+    conv(x, w):             dx = conv_transpose(g, w)       dw = conv_weight_grad(x, g)
+    conv_transpose(x, w):   dx = conv(g, w)                 dw = conv_weight_grad(g, x)
+    conv_weight_grad(x, g): dx = conv_transpose(g, c)       dg = conv(x, c)
+
+Math (1-d, groups = 1): y[n, o, i] = sum_{c, k} x_pad[n, c, i*s + k*d] * w[o, c, k]. `conv_transpose`
+scatters instead of gathers: y_full[n, o, i*s + k*d] += x[n, c, i] * w[c, o, k], then crops `padding` from
+the start and keeps (H-1)s - 2p + d(k-1) + 1 + output_padding elements. The primitive accepts any
+`output_padding` that leaves a positive size (a negative one crops further, which gradient rules use);
+the user-facing function enforces PyTorch's 0 <= output_padding < max(stride, dilation).
+
+Example:
+    >>> registry["conv"].infer(Aval((8, 3, 28, 28), f32), Aval((16, 3, 3, 3), f32),
+    ...                        stride=(1, 1), padding=(1, 1), dilation=(1, 1), groups=1)
+    Aval(shape=(8, 16, 28, 28), dtype=f32)
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import ShapeError
+from .primitive import Aval, primitive
+from .spatial import call, check_float, check_layout, col2im, compute_dtype, conv_out_size, crop, \
+    pad_spatial, window_view
+
+
+def _check_groups(op: str, channels: int, out_channels: int, groups: int, x_shape, w_shape) -> None:
+    if groups < 1 or channels % groups or out_channels % groups:
+        raise ShapeError(op, f"groups={groups} must divide both the input channels ({channels}) and the "
+                             f"output channels ({out_channels}); input {x_shape}, weight {w_shape}")
+
+
+# ---- conv ----------------------------------------------------------------------------------------
+
+def _conv_infer(x: Aval, w: Aval, *, stride, padding, dilation, groups) -> Aval:
+    nd = len(stride)
+    check_layout("conv", x.shape, nd)
+    check_layout("conv", w.shape, nd, "weight")
+    check_float("conv", x, w)
+    _check_groups("conv", x.shape[1], w.shape[0], groups, x.shape, w.shape)
+    if x.shape[1] != w.shape[1] * groups:
+        raise ShapeError("conv", f"input of shape {x.shape} has {x.shape[1]} channels but weight of shape "
+                                 f"{w.shape} with groups={groups} expects {w.shape[1] * groups}")
+    out = tuple(conv_out_size("conv", n, k, s, p, d)
+                for n, k, s, p, d in zip(x.shape[2:], w.shape[2:], stride, padding, dilation))
+    return Aval((x.shape[0], w.shape[0]) + out, x.dtype)
+
+
+def _conv_reference(x, w, *, stride, padding, dilation, groups):
+    acc = compute_dtype(x.dtype)
+    n, c = x.shape[:2]
+    o, kernel, g = w.shape[0], w.shape[2:], groups
+    out = tuple(conv_out_size("conv", *a) for a in zip(x.shape[2:], kernel, stride, padding, dilation))
+    windows = window_view(pad_spatial(x.astype(acc, copy=False), padding, padding), kernel, stride, dilation, out)
+    # im2col (one copy of the windows), then per sample and group (O/G, C/G*kernel) @ (C/G*kernel, out).
+    cols = windows.reshape(n, g, -1, math.prod(out))
+    y = np.matmul(w.astype(acc, copy=False).reshape(g, o // g, -1), cols)
+    return y.reshape((n, o) + out).astype(x.dtype, copy=False)
+
+
+def _conv_vjp(ctx, g):
+    x, w = ctx.inputs
+    (x_shape, _), (w_shape, _) = ctx.input_avals
+    p = ctx.params
+    extra = _transpose_output_padding(x_shape[2:], g.shape[2:], w_shape[2:], p["stride"], p["padding"],
+                                      p["dilation"])
+    gx = call("conv_transpose", g, w, output_padding=extra, **p)
+    gw = call("conv_weight_grad", x, g, kernel=tuple(w_shape[2:]), **p)
+    return gx, gw
+
+
+def _transpose_output_padding(size, out, kernel, stride, padding, dilation) -> tuple[int, ...]:
+    """The `output_padding` that makes `conv_transpose` of a map of size `out` come back to `size`."""
+    return tuple(n + 2 * p - ((o - 1) * s + d * (k - 1) + 1)
+                 for n, o, k, s, p, d in zip(size, out, kernel, stride, padding, dilation))
+
+
+primitive("conv", infer=_conv_infer, vjp=_conv_vjp, cost="compute")(_conv_reference)
+
+
+# ---- conv_transpose ------------------------------------------------------------------------------
+
+def _transpose_size(h, k, s, p, op, d) -> int:
+    return (h - 1) * s - 2 * p + d * (k - 1) + 1 + op
+
+
+def _conv_transpose_infer(x: Aval, w: Aval, *, stride, padding, output_padding, dilation, groups) -> Aval:
+    nd = len(stride)
+    check_layout("conv_transpose", x.shape, nd)
+    check_layout("conv_transpose", w.shape, nd, "weight")
+    check_float("conv_transpose", x, w)
+    if x.shape[1] != w.shape[0]:
+        raise ShapeError("conv_transpose", f"input of shape {x.shape} has {x.shape[1]} channels but weight "
+                                           f"of shape {w.shape} expects {w.shape[0]}")
+    _check_groups("conv_transpose", x.shape[1], w.shape[1] * groups, groups, x.shape, w.shape)
+    out = tuple(_transpose_size(*args) for args in zip(x.shape[2:], w.shape[2:], stride, padding,
+                                                        output_padding, dilation))
+    if any(n < 1 for n in out):
+        raise ShapeError("conv_transpose", f"input of shape {x.shape} with weight {w.shape}, stride {stride}, "
+                                           f"padding {padding} gives an empty output {out}")
+    return Aval((x.shape[0], w.shape[1] * groups) + out, x.dtype)
+
+
+def _conv_transpose_reference(x, w, *, stride, padding, output_padding, dilation, groups):
+    acc = compute_dtype(x.dtype)
+    n, c = x.shape[:2]
+    size, kernel, g = x.shape[2:], w.shape[2:], groups
+    o = w.shape[1] * g
+    # Each input pixel times the weight gives an (O/G, *kernel) patch: per sample and group
+    # (O/G*kernel, C/G) @ (C/G, pixels); col2im then sums the patches into the full output...
+    weights = w.astype(acc, copy=False).reshape(g, c // g, -1).transpose(0, 2, 1)
+    patches = np.matmul(weights, x.astype(acc, copy=False).reshape(n, g, c // g, -1))
+    patches = patches.reshape((n, o) + kernel + size)
+    final = tuple(_transpose_size(*a) for a in zip(size, kernel, stride, padding, output_padding, dilation))
+    full = tuple(max((h - 1) * s + d * (k - 1) + 1, p + f)
+                 for h, k, s, d, p, f in zip(size, kernel, stride, dilation, padding, final))
+    # ...which is cropped by `padding` at the start and to the output size at the end.
+    y = crop(col2im(patches, full, stride, dilation), padding, final)
+    return np.ascontiguousarray(y, dtype=x.dtype)
+
+
+def _conv_transpose_vjp(ctx, g):
+    x, w = ctx.inputs
+    (x_shape, _), (w_shape, _) = ctx.input_avals
+    p = dict(ctx.params)
+    extra = p.pop("output_padding")
+    if any(e < 0 for e in extra):
+        # A negative output_padding cropped the end of the full output; its adjoint pads zeros back.
+        g = g.pad([a for e in reversed(extra) for a in (0, max(-e, 0))])
+    gx = call("conv", g, w, **p)
+    if gx.shape != tuple(x_shape):  # output_padding >= stride made outputs no input pixel reaches
+        gx = gx._slice_ranges(tuple((0, n, 1) for n in x_shape))
+    gw = call("conv_weight_grad", g, x, kernel=tuple(w_shape[2:]), **p)
+    return gx, gw
+
+
+primitive("conv_transpose", infer=_conv_transpose_infer, vjp=_conv_transpose_vjp, cost="compute")(
+    _conv_transpose_reference)
+
+
+# ---- conv_weight_grad ----------------------------------------------------------------------------
+
+def _weight_grad_infer(x: Aval, g: Aval, *, kernel, stride, padding, dilation, groups) -> Aval:
+    nd = len(stride)
+    check_layout("conv_weight_grad", x.shape, nd)
+    check_layout("conv_weight_grad", g.shape, nd, "output gradient")
+    check_float("conv_weight_grad", x, g)
+    _check_groups("conv_weight_grad", x.shape[1], g.shape[1], groups, x.shape, g.shape)
+    full = tuple(conv_out_size("conv_weight_grad", *a) for a in zip(x.shape[2:], kernel, stride, padding,
+                                                                     dilation))
+    # The gradient may cover only the leading outputs (the rest then count as zero), which is what
+    # conv_transpose's rule needs when output_padding reaches past the last input pixel.
+    if x.shape[0] != g.shape[0] or any(m > f for m, f in zip(g.shape[2:], full)):
+        raise ShapeError("conv_weight_grad", f"output gradient of shape {g.shape} does not fit input "
+                                             f"{x.shape} (full output size {full})")
+    return Aval((g.shape[1], x.shape[1] // groups) + tuple(kernel), x.dtype)
+
+
+def _weight_grad_reference(x, g, *, kernel, stride, padding, dilation, groups):
+    acc = compute_dtype(x.dtype)
+    n, c = x.shape[:2]
+    o, out, grp = g.shape[1], g.shape[2:], groups
+    kernel = tuple(kernel)
+    windows = window_view(pad_spatial(x.astype(acc, copy=False), padding, padding), kernel, stride, dilation, out)
+    cols = windows.reshape(n, grp, -1, math.prod(out))
+    grads = g.astype(acc, copy=False).reshape(n, grp, o // grp, -1)
+    # Per sample and group (O/G, out) @ (out, C/G*kernel), summed over the batch.
+    dw = np.matmul(grads, cols.transpose(0, 1, 3, 2)).sum(axis=0)
+    return dw.reshape((o, c // grp) + kernel).astype(x.dtype, copy=False)
+
+
+def _weight_grad_vjp(ctx, cot):
+    x, g = ctx.inputs
+    (x_shape, _), (g_shape, _) = ctx.input_avals
+    p = dict(ctx.params)
+    kernel = p.pop("kernel")
+    extra = _transpose_output_padding(x_shape[2:], g_shape[2:], kernel, p["stride"], p["padding"], p["dilation"])
+    gx = call("conv_transpose", g, cot, output_padding=extra, **p)
+    gg = call("conv", x, cot, **p)
+    if gg.shape != tuple(g_shape):
+        gg = gg._slice_ranges(tuple((0, n, 1) for n in g_shape))
+    return gx, gg
+
+
+primitive("conv_weight_grad", infer=_weight_grad_infer, vjp=_weight_grad_vjp, cost="compute")(
+    _weight_grad_reference)
