@@ -10,3 +10,6 @@ from .loss import (
     TripletMarginLoss, CTCLoss,
 )
 from .distance import CosineSimilarity, PairwiseDistance
+from .norm import (
+    BatchNorm1d, BatchNorm2d, BatchNorm3d, InstanceNorm1d, InstanceNorm2d, LayerNorm, GroupNorm, RMSNorm,
+)

@@ -14,3 +14,4 @@ from .loss import (  # noqa: F401
     poisson_nll_loss, smooth_l1_loss, triplet_margin_loss,
 )
 from .distance import cosine_similarity, pairwise_distance  # noqa: F401
+from .norm import group_norm, instance_norm, layer_norm, rms_norm  # noqa: F401
