@@ -8,7 +8,9 @@ output, accumulating the cotangents of its parents.
 Values a rule needs (the op's inputs or output) are read through `Node.primal()`. Without checkpointing a
 node keeps its output. With checkpointing, nodes of cheap primitives (`cost == "memory"`) keep only a
 weak reference: if the user still holds the value it is reused, otherwise it is recomputed from the
-parents when a rule asks for it (recursively up to the nearest kept value).
+parents when a rule asks for it (recursively up to the nearest kept value). A recomputed value is cached
+on its node until the backward walk has passed that node, and a chain of cheap ops keeps every
+`MAX_RECOMPUTE_DEPTH`-th value, so long residual chains never recompute from their start.
 """
 
 from __future__ import annotations
@@ -18,11 +20,14 @@ from typing import Any
 
 from ..ops.primitive import Aval, Primitive, VjpContext
 
+MAX_RECOMPUTE_DEPTH = 4
+
 
 class Const:
     """An input of a recorded op that needs no gradient; it keeps its value."""
 
     __slots__ = ("value", "aval")
+    depth = 0
 
     def __init__(self, value: Any, aval: Aval) -> None:
         self.value = value
@@ -35,7 +40,7 @@ class Const:
 class Node:
     """A tracked value: a leaf (`prim is None`) or the output of a recorded primitive."""
 
-    __slots__ = ("prim", "params", "parents", "aval", "_value", "tape", "__weakref__")
+    __slots__ = ("prim", "params", "parents", "aval", "_value", "_cache", "depth", "tape", "__weakref__")
 
     def __init__(self, prim: Primitive | None, params: dict, parents: tuple, aval: Aval,
                  value: Any, tape, keep: bool = True) -> None:
@@ -44,21 +49,26 @@ class Node:
         self.parents = parents
         self.aval = aval
         self.tape = tape
-        if keep:
-            self._value = value
+        self._cache = None
+        # How many recomputations reaching this value would chain; past the limit it is kept.
+        self.depth = 0 if keep else 1 + max((p.depth for p in parents), default=0)
+        if keep or self.depth > MAX_RECOMPUTE_DEPTH:
+            self._value, self.depth = value, 0
         else:
             try:
                 self._value = weakref.ref(value)
             except TypeError:  # a backend whose handles take no weak references keeps them
-                self._value = value
+                self._value, self.depth = value, 0
 
     def primal(self) -> Any:
         value = self._value
         if type(value) is weakref.ref:
             value = value()
             if value is None:
+                value = self._cache
+            if value is None:
                 inputs = [p.primal() for p in self.parents]
-                value = self.tape.inner.execute(self.prim, inputs, self.params, self.aval)
+                value = self._cache = self.tape.inner.execute(self.prim, inputs, self.params, self.aval)
         return value
 
     # What a gradient rule reads, as tensors on the inner (non-autodiff) device.
@@ -101,11 +111,13 @@ def backward(root: Node, cotangent) -> dict[Node, Any]:
     for node in reversed(topological_order(root)):
         g = pending.pop(node, None)
         if g is None:
+            node._cache = None
             continue
         if node.prim is None:
             leaves[node] = g
             continue
         grads = node.prim.vjp(VjpContext(node, node.params), g)
+        node._cache = None  # every rule that could read this value has run
         for parent, pg in zip(node.parents, grads):
             if pg is None or type(parent) is not Node:
                 continue
