@@ -87,14 +87,16 @@ def _extreme(name: str, arg):
 def argmax(x: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:
     """The index of the largest value along `dim` (of the flattened tensor when `dim` is None)."""
     if dim is None:
-        return apply("argmax", x.reshape(-1), dim=0, keepdim=False)
+        out = apply("argmax", x.reshape(-1), dim=0, keepdim=False)
+        return out.reshape((1,) * x.ndim) if keepdim else out
     return apply("argmax", x, dim=normalize_dim("argmax", dim, x.ndim), keepdim=keepdim)
 
 
 def argmin(x: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:
     """The index of the smallest value along `dim` (of the flattened tensor when `dim` is None)."""
     if dim is None:
-        return apply("argmin", x.reshape(-1), dim=0, keepdim=False)
+        out = apply("argmin", x.reshape(-1), dim=0, keepdim=False)
+        return out.reshape((1,) * x.ndim) if keepdim else out
     return apply("argmin", x, dim=normalize_dim("argmin", dim, x.ndim), keepdim=keepdim)
 
 
