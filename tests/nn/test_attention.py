@@ -11,25 +11,9 @@ import torch.nn.functional as TF
 
 import ember
 from ember.nn.attention import KVCache, MultiHeadAttention, causal_mask, scaled_dot_product_attention
-from nn.torch_twin import DEVICE, assert_close, check
+from nn.torch_twin import DEVICE, assert_close, check, mha_layout
 
 E, H = 8, 2
-
-
-def mha_layout(e: int = E, separate: bool = False) -> dict:
-    """ember MultiHeadAttention names -> torch nn.MultiheadAttention parameters in ember's layout."""
-    if separate:
-        w = {"query": lambda t: t["q_proj_weight"].T, "key": lambda t: t["k_proj_weight"].T,
-             "value": lambda t: t["v_proj_weight"].T}
-    else:
-        w = {name: (lambda t, i=i: t["in_proj_weight"][i * e:(i + 1) * e].T)
-             for i, name in enumerate(("query", "key", "value"))}
-    layout = {f"{name}.weight": fn for name, fn in w.items()}
-    layout.update({f"{name}.bias": (lambda t, i=i: t["in_proj_bias"][i * e:(i + 1) * e])
-                   for i, name in enumerate(("query", "key", "value"))})
-    layout["output.weight"] = lambda t: t["out_proj.weight"].T
-    layout["output.bias"] = lambda t: t["out_proj.bias"]
-    return layout
 
 
 def randn(rng, *shape):
@@ -115,7 +99,7 @@ def test_mha_self_attention_matches_torch():
     rng = np.random.default_rng(3)
     e, t = _mha_pair()
     x = randn(rng, 2, 5, E)
-    check(e, t, mha_layout(), [x], lambda m, x: m(x), lambda m, x: m(x, x, x, need_weights=False),
+    check(e, t, mha_layout(E), [x], lambda m, x: m(x), lambda m, x: m(x, x, x, need_weights=False),
           grad_inputs=[0])
 
 
@@ -123,7 +107,7 @@ def test_mha_cross_attention_with_kdim_vdim_matches_torch():
     rng = np.random.default_rng(4)
     e, t = _mha_pair(kdim=6, vdim=3)
     q, k, v = randn(rng, 2, 4, E), randn(rng, 2, 7, 6), randn(rng, 2, 7, 3)
-    check(e, t, mha_layout(separate=True), [q, k, v], _ember_call(), _torch_call(), grad_inputs=[0, 1, 2])
+    check(e, t, mha_layout(E, separate=True), [q, k, v], _ember_call(), _torch_call(), grad_inputs=[0, 1, 2])
 
 
 @pytest.mark.parametrize("kind", ["bool", "float"])
@@ -139,7 +123,7 @@ def test_mha_attn_mask_and_key_padding_mask_match_torch(kind):
     if kind == "float":
         blocked = np.where(blocked, -np.inf, randn(rng, 4, 6))
         padding = np.where(padding, -np.inf, 0.0)
-    layout = {k: v for k, v in mha_layout().items() if k.endswith("weight")}
+    layout = {k: v for k, v in mha_layout(E).items() if k.endswith("weight")}
     check(e, t, layout, [q, kv, kv, blocked, padding], _ember_call(), _torch_call(), grad_inputs=[0, 1])
 
 
@@ -150,7 +134,7 @@ def test_mha_per_head_mask_and_causal_match_torch():
     per_head = rng.random((2 * H, 5, 5)) > 0.5
     per_head[..., 0] = False
     causal = np.triu(np.ones((5, 5), bool), 1)
-    check(e, t, mha_layout(), [x, per_head],
+    check(e, t, mha_layout(E), [x, per_head],
           lambda m, x, mask: m(x, attn_mask=mask, is_causal=True),
           lambda m, x, mask: m(x, x, x, attn_mask=torch.tensor(causal) | mask, need_weights=False)[0],
           grad_inputs=[0])

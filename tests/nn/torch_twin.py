@@ -79,6 +79,22 @@ def check(module, torch_module, layout: Layout, inputs: list, ember_call: Callab
     return e_out
 
 
+def mha_layout(e: int, separate: bool = False) -> dict:
+    """ember MultiHeadAttention names -> torch nn.MultiheadAttention parameters in ember's layout."""
+    if separate:
+        w = {"query": lambda t: t["q_proj_weight"].T, "key": lambda t: t["k_proj_weight"].T,
+             "value": lambda t: t["v_proj_weight"].T}
+    else:
+        w = {name: (lambda t, i=i: t["in_proj_weight"][i * e:(i + 1) * e].T)
+             for i, name in enumerate(("query", "key", "value"))}
+    layout = {f"{name}.weight": fn for name, fn in w.items()}
+    layout.update({f"{name}.bias": (lambda t, i=i: t["in_proj_bias"][i * e:(i + 1) * e])
+                   for i, name in enumerate(("query", "key", "value"))})
+    layout["output.weight"] = lambda t: t["out_proj.weight"].T
+    layout["output.bias"] = lambda t: t["out_proj.bias"]
+    return layout
+
+
 def _ember(x, requires_grad: bool):
     if not isinstance(x, np.ndarray):
         return x
