@@ -257,6 +257,8 @@ class Optimizer:
         self.state, self.steps, self.lr = restored, int(state["steps"]), state["lr"]
 
     def _restore(self, pname: str, key: str, value, param: Param):
+        if isinstance(value, list):  # a tensor that went through JSON
+            value = np.asarray(value, dtype=param.dtype.np)
         if not isinstance(value, np.ndarray):
             return value
         if value.shape != param.shape:
