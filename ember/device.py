@@ -84,8 +84,10 @@ class Device:
 
     @classmethod
     def default(cls) -> "Device":
-        """`EMBER_DEVICE` if set (e.g. `cuda:0`, `numpy`), else the best available device."""
-        spec = os.environ.get("EMBER_DEVICE")
+        """`EMBER_DEVICE` if set (e.g. `cuda:0`, `numpy`), else `[device] default` of `ember.toml`, else
+        the best available device."""
+        from .settings import settings
+        spec = os.environ.get("EMBER_DEVICE") or settings().get("device", "default")
         if spec:
             return cls(spec)
         for device in cls.enumerate():
