@@ -138,12 +138,29 @@ def _cumsum_vjp(ctx, g):
 
 
 def _cumprod_vjp(ctx, g):
-    # Valid where x has no zeros (the case PyTorch also takes its fast path for).
     dim = ctx.params["dim"]
     x, = ctx.inputs
     if g.ndim == 0:
         return (g,)
-    return ((g * ctx.output).flip(dim).cumsum(dim).flip(dim) / x,)
+    if not bool((x == 0).any()):  # PyTorch's fast path: divide by x where it has no zeros
+        return ((g * ctx.output).flip(dim).cumsum(dim).flip(dim) / x,)
+    return (_cumprod_vjp_exact(x, g, dim),)
+
+
+def _cumprod_vjp_exact(x, g, dim):
+    """d out_j / d x_i = prod(x[:i]) * prod(x[i+1:j+1]) for j >= i, without dividing (zeros allowed).
+
+    Builds an n x n matrix per row of `dim`: O(n^2) work, only taken when `x` holds a zero.
+    """
+    from ..api.creation import arange
+    xm, gm = x.movedim(dim, -1), g.movedim(dim, -1)
+    n = xm.shape[-1]
+    i = arange(n, device=x.device).reshape(n, 1)
+    j = arange(n, device=x.device).reshape(1, n)
+    square = xm.unsqueeze(-2).expand(xm.shape[:-1] + (n, n))
+    span = square.where(j > i, 1).cumprod(-1).masked_fill(j < i, 0)   # prod(x[i+1:j+1]), j >= i
+    before = xm.cumprod(-1).narrow(-1, 0, n - 1).pad((1, 0), value=1.0)  # prod(x[:i])
+    return (before * (span * gm.unsqueeze(-2)).sum(dim=-1)).movedim(-1, dim)
 
 
 primitive("cumsum", infer=_scan_infer, vjp=_cumsum_vjp, cost="compute")(_scan(np.cumsum))
