@@ -22,6 +22,7 @@ from .lion import Lion
 from .muon import Muon
 from .clip import clip_grad_norm, clip_grad_value
 from .accumulate import GradientAccumulator
+from . import lr
 
 __all__ = ["Optimizer", "ParamGroup", "SGD", "Adam", "AdamW", "AdaGrad", "RMSprop", "Adan", "Lion", "Muon",
-           "clip_grad_norm", "clip_grad_value", "GradientAccumulator"]
+           "clip_grad_norm", "clip_grad_value", "GradientAccumulator", "lr"]

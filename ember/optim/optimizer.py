@@ -172,6 +172,11 @@ class Optimizer:
         for delegate in self._delegates:
             delegate.lr = delegate._initial_lr * self._scale()
 
+    @property
+    def initial_lr(self) -> float:
+        """The base lr the optimizer was built with: schedulers scale from it, as PyTorch's from `initial_lr`."""
+        return self._initial_lr
+
     def _scale(self) -> float:
         return self._lr / self._initial_lr if self._initial_lr else 1.0
 
