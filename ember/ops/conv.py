@@ -63,8 +63,8 @@ def _conv_reference(x, w, *, stride, padding, dilation, groups):
     out = tuple(conv_out_size("conv", *a) for a in zip(x.shape[2:], kernel, stride, padding, dilation))
     windows = window_view(pad_spatial(x.astype(acc, copy=False), padding, padding), kernel, stride, dilation, out)
     # im2col (one copy of the windows), then per sample and group (O/G, C/G*kernel) @ (C/G*kernel, out).
-    cols = windows.reshape(n, g, -1, math.prod(out))
-    y = np.matmul(w.astype(acc, copy=False).reshape(g, o // g, -1), cols)
+    cols = windows.reshape(n, g, (c // g) * math.prod(kernel), math.prod(out))
+    y = np.matmul(w.astype(acc, copy=False).reshape(g, o // g, (c // g) * math.prod(kernel)), cols)
     return y.reshape((n, o) + out).astype(x.dtype, copy=False)
 
 
@@ -118,8 +118,8 @@ def _conv_transpose_reference(x, w, *, stride, padding, output_padding, dilation
     o = w.shape[1] * g
     # Each input pixel times the weight gives an (O/G, *kernel) patch: per sample and group
     # (O/G*kernel, C/G) @ (C/G, pixels); col2im then sums the patches into the full output...
-    weights = w.astype(acc, copy=False).reshape(g, c // g, -1).transpose(0, 2, 1)
-    patches = np.matmul(weights, x.astype(acc, copy=False).reshape(n, g, c // g, -1))
+    weights = w.astype(acc, copy=False).reshape(g, c // g, (o // g) * math.prod(kernel)).transpose(0, 2, 1)
+    patches = np.matmul(weights, x.astype(acc, copy=False).reshape(n, g, c // g, math.prod(size)))
     patches = patches.reshape((n, o) + kernel + size)
     final = tuple(_transpose_size(*a) for a in zip(size, kernel, stride, padding, output_padding, dilation))
     full = tuple(max((h - 1) * s + d * (k - 1) + 1, p + f)
@@ -172,8 +172,8 @@ def _weight_grad_reference(x, g, *, kernel, stride, padding, dilation, groups):
     o, out, grp = g.shape[1], g.shape[2:], groups
     kernel = tuple(kernel)
     windows = window_view(pad_spatial(x.astype(acc, copy=False), padding, padding), kernel, stride, dilation, out)
-    cols = windows.reshape(n, grp, -1, math.prod(out))
-    grads = g.astype(acc, copy=False).reshape(n, grp, o // grp, -1)
+    cols = windows.reshape(n, grp, (c // grp) * math.prod(kernel), math.prod(out))
+    grads = g.astype(acc, copy=False).reshape(n, grp, o // grp, math.prod(out))
     # Per sample and group (O/G, out) @ (out, C/G*kernel), summed over the batch.
     dw = np.matmul(grads, cols.transpose(0, 1, 3, 2)).sum(axis=0)
     return dw.reshape((o, c // grp) + kernel).astype(x.dtype, copy=False)

@@ -13,6 +13,8 @@ Example:
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..errors import DTypeError, ShapeError
@@ -39,8 +41,8 @@ def _embedding_vjp(ctx, g):
     _, indices = ctx.inputs
     (table, _), _ = ctx.input_avals
     p = ctx.params
-    flat = indices.reshape(-1)
-    rows = g.reshape(-1, table[1])
+    flat = indices.reshape(math.prod(indices.shape))
+    rows = g.reshape(flat.shape[0], table[1])
     if p["padding_idx"] is not None:
         rows = rows * (flat != p["padding_idx"]).unsqueeze(1).cast(g.dtype)
     if p["scale_grad_by_freq"]:

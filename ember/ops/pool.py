@@ -88,7 +88,7 @@ def _indices_reference(x, *, kernel, stride, padding, dilation, ceil_mode):
     size = x.shape[2:]
     out = _out_size("max_pool", x.shape[2:], kernel, stride, padding, dilation, ceil_mode)
     windows = _windows(x, kernel, stride, padding, dilation, out, _lowest(x.dtype))
-    taps = np.moveaxis(windows.reshape(x.shape[:2] + (-1,) + out), 2, -1)
+    taps = np.moveaxis(windows.reshape(x.shape[:2] + (math.prod(kernel),) + out), 2, -1)
     best = np.unravel_index(taps.argmax(axis=-1), kernel)
     flat = np.zeros(x.shape[:2] + out, dtype=np.int64)
     for axis, (k_index, n, s, p, d) in enumerate(zip(best, size, stride, padding, dilation)):

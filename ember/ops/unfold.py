@@ -60,7 +60,7 @@ def _fold_infer(x: Aval, *, output_size, kernel, stride, padding, dilation) -> A
 
 def _fold_reference(x, *, output_size, kernel, stride, padding, dilation):
     out = _out("fold", output_size, kernel, stride, padding, dilation)
-    cols = x.reshape((x.shape[0], -1) + tuple(kernel) + out)
+    cols = x.reshape((x.shape[0], x.shape[1] // math.prod(kernel)) + tuple(kernel) + out)
     padded = tuple(n + 2 * p for n, p in zip(output_size, padding))
     return np.ascontiguousarray(crop(col2im(cols, padded, stride, dilation), padding, output_size))
 
