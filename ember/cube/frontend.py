@@ -113,6 +113,18 @@ class VarRef:
         self.local = local
 
 
+class VarTuple:
+    """A name bound to a tuple of values that a runtime loop or branch reassigns: one Local each.
+
+    This is how a kernel keeps register-blocked accumulators: `acc = tuple(... for r in range(R))`.
+    """
+
+    __slots__ = ("refs",)
+
+    def __init__(self, refs: tuple) -> None:
+        self.refs = refs
+
+
 class _Return(Exception):
     """Unwinds tracing at a `return` reached at comptime."""
 
@@ -317,7 +329,11 @@ class Tracer:
                     t.env[name] = t.make_local(name, current)
                 elif isinstance(current, (bool, int, float)) and not isinstance(current, DType):
                     t.env[name] = t.make_local(name, t.const_default(current))
-                elif name not in t.pending and not isinstance(current, VarRef):
+                elif isinstance(current, (tuple, list)) and current and all(
+                        isinstance(v, Value) for v in current):
+                    t.env[name] = VarTuple(tuple(t.make_local(f"{name}{k}", v)
+                                                 for k, v in enumerate(current)))
+                elif name not in t.pending and not isinstance(current, (VarRef, VarTuple)):
                     if t._all_loads[name] > inside[name]:  # read after the region: must outlive it
                         t.pending[name] = [t.b.block, len(t.b.block)]
                         self.new_pending.append(name)
@@ -330,7 +346,7 @@ class Tracer:
                 t.pending.pop(name, None)
             env = {}
             for name, value in t.env.items():
-                if isinstance(value, VarRef):
+                if isinstance(value, (VarRef, VarTuple)):
                     env[name] = value
                 elif name in self.saved:
                     env[name] = self.saved[name]
@@ -375,17 +391,26 @@ class Tracer:
                 if entry[0] is block and entry[1] >= index:
                     entry[1] += 1
             current = self.env[name] = VarRef(var)
+        if isinstance(current, VarTuple):
+            if not isinstance(value, (tuple, list)) or len(value) != len(current.refs):
+                raise self.src.error(node, f"{name} holds a tuple of {len(current.refs)} values; "
+                                           f"assign a tuple of the same length")
+            for ref, v in zip(current.refs, value):
+                self.write_var(ref.local, v, name, node)
+            return
         if isinstance(current, VarRef):
-            var = current.local
-            if not isinstance(value, Value):
-                value = self.convert(value, var.type.dtype)
-            if value.type != var.type:
-                raise self.src.error(node, f"{name} holds {var.type} but is assigned {value.type}; "
-                                           f"cast it, or initialise {name} with the type it needs "
-                                           f"(e.g. {name} = cube.{value.type.dtype.name}(0))")
-            self.b.write(var, value)
+            self.write_var(current.local, value, name, node)
         else:
             self.env[name] = value
+
+    def write_var(self, var: ir.Local, value, name: str, node) -> None:
+        if not isinstance(value, Value):
+            value = self.convert(value, var.type.dtype)
+        if value.type != var.type:
+            raise self.src.error(node, f"{name} holds {var.type} but is assigned {value.type}; "
+                                       f"cast it, or initialise {name} with the type it needs "
+                                       f"(e.g. {name} = cube.{value.type.dtype.name}(0))")
+        self.b.write(var, value)
 
     def py_type(self, x, node) -> Type:
         if isinstance(x, (bool, int, float)):
@@ -403,6 +428,8 @@ class Tracer:
                                            f"a runtime loop or branch)")
         if isinstance(value, VarRef):
             return self.b.read(value.local)
+        if isinstance(value, VarTuple):
+            return tuple(self.b.read(r.local) for r in value.refs)
         if isinstance(value, Builtin):
             return self.b.builtin(value.name)
         return value
@@ -426,6 +453,36 @@ class Tracer:
         return tuple(self.eval(e) for e in node.elts)
 
     expr_List = expr_Tuple
+
+    def expr_ListComp(self, node):
+        """A comprehension over comptime iterables, unrolled at trace time into a tuple."""
+        saved = dict(self.env)
+        out = []
+
+        def run(generators):
+            if not generators:
+                out.append(self.eval(node.elt))
+                return
+            gen = generators[0]
+            items = self.eval(gen.iter)
+            if isinstance(items, (Value, ArrayRef)):
+                raise self.src.error(node, "a comprehension in a kernel needs a comptime iterable")
+            for item in items:
+                self.assign(gen.target, item, node)
+                conds = [self.eval(c) for c in gen.ifs]
+                if any(isinstance(c, Value) for c in conds):
+                    raise self.src.error(node, "a comprehension filter must be comptime")
+                if all(conds):
+                    run(generators[1:])
+
+        try:
+            run(node.generators)
+        finally:
+            self.env.clear()
+            self.env.update(saved)
+        return tuple(out)
+
+    expr_GeneratorExp = expr_ListComp
 
     def expr_Attribute(self, node):
         base = self.eval(node.value)

@@ -212,11 +212,47 @@ class Renderer:
         # than carried across phases in per-unit arrays.
         self.remat = {s.result: self.expr(s, [], None) for s in ir.walk(kernel.body)
                       if isinstance(s, Instr) and s.op in ("const", "builtin", "len")}
+        # Uniform work (the same for every unit) is done once per cube, outside the unit loops.
+        for phase in self.sched.phases:
+            for s in list(phase.stmts):
+                if isinstance(s, Instr) and s.result is not None and s.result not in self.remat:
+                    self.sched.hoist((s.result,))
+        self.chain: dict = {}  # cheap varying values recomputed in each phase that uses them
         self._find_crossings()
 
     def _find_crossings(self) -> None:
-        """Values and locals used in more than one phase are kept in per-unit arrays."""
+        """Values used in more than one phase are computed once per cube when they are uniform,
+        recomputed when they are a short pure chain over cube-level values and launch coordinates,
+        and kept in per-unit arrays otherwise; so are locals used in more than one phase."""
+        while True:
+            self._scan_crossings()
+            changed = False
+            for v in sorted(self.crossing, key=lambda v: v.id):
+                if self.sched.hoist((v,)) or self._chain(v, 3):
+                    changed = True
+            if not changed:
+                return
+
+    def _chain(self, v: ir.Value, depth: int) -> bool:
+        if v in self.chain or v in self.remat or self.sched.site.get(v) == "cube":
+            return True
+        instr = self._def(v)
+        if depth == 0 or instr is None or not ir.is_pure(instr) or instr.op == "read":
+            return False
+        if not all(self._chain(a, depth - 1) for a in instr.args):
+            return False
+        self.chain[v] = instr
+        return True
+
+    def _def(self, v: ir.Value):
+        site = self.sched.site.get(v)
+        if isinstance(site, Phase):
+            return next((s for s in site.stmts if isinstance(s, Instr) and s.result is v), None)
+        return None
+
+    def _scan_crossings(self) -> None:
         self.crossing: set = set()
+        self.phase_chains: dict = {}
         local_phases: dict = {}
 
         def visit(block, phase):
@@ -224,7 +260,10 @@ class Renderer:
                 for v in ir.operands(s):
                     site = self.sched.site.get(v)
                     if isinstance(site, Phase) and site is not phase and v not in self.remat:
-                        self.crossing.add(v)
+                        if v in self.chain:
+                            self.phase_chains.setdefault(phase.index, set()).add(v)
+                        else:
+                            self.crossing.add(v)
                 if isinstance(s, Instr) and isinstance(s.attr, ir.Local):
                     local_phases.setdefault(s.attr, set()).add(phase.index)
 
@@ -341,10 +380,23 @@ class Renderer:
         self.emit("for (int32_t u = 0; u < NU; ++u) {", depth)
         if self.has_return:
             self.emit("if (!alive[u]) continue;", depth + 1)
+        for instr in self._chains_for(phase):
+            self.emit(f"const {self.ctype(instr.result.type)} v{instr.result.id} = "
+                      f"{self.expr(instr, [self.ref(a, phase) for a in instr.args], phase)};", depth + 1)
         self.block(phase.stmts, phase, depth + 1)
         if any(isinstance(s, Instr) and s.op == "return" for s in ir.walk(phase.stmts)):
             self.emit(f"end_{phase.index}: ;", depth + 1)
         self.emit("}", depth)
+
+    def _chains_for(self, phase: Phase) -> list:
+        """The chain instructions (with their chain operands) this phase recomputes, in order."""
+        todo, found = list(self.phase_chains.get(phase.index, ())), {}
+        while todo:
+            v = todo.pop()
+            if v in self.chain and v not in found:
+                found[v] = self.chain[v]
+                todo.extend(found[v].args)
+        return [found[v] for v in sorted(found, key=lambda v: v.id)]
 
     def block(self, stmts: list, phase: Phase, depth: int) -> None:
         for s in stmts:
