@@ -159,8 +159,17 @@ def norm(x: Tensor, p: float = 2, dim=None, keepdim: bool = False) -> Tensor:
     if p == 1:
         return a.sum(dim=dim, keepdim=keepdim)
     if p == 2:
-        return (x * x).sum(dim=dim, keepdim=keepdim).sqrt()
-    return (a ** p).sum(dim=dim, keepdim=keepdim) ** (1.0 / p)
+        return _root_of_sum((x * x).sum(dim=dim, keepdim=keepdim), p)
+    return _root_of_sum((a ** p).sum(dim=dim, keepdim=keepdim), p)
+
+
+def _root_of_sum(total: Tensor, p: float) -> Tensor:
+    """`total ** (1/p)` with a zero gradient where `total` is 0: the root's infinite slope there would
+    meet the zero slope of `|x|^p` and give NaN; PyTorch's norm takes the subgradient 0 at the origin."""
+    zero = total == 0
+    safe = total.masked_fill(zero, 1.0)
+    root = safe.sqrt() if p == 2 else safe ** (1.0 / p)
+    return root.masked_fill(zero, 0.0)
 
 
 def all(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:  # noqa: A001
