@@ -119,7 +119,7 @@ def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "neares
 
     Example:
         >>> interpolate(ember.tensor([[[1.0, 2.0]]]), size=4, mode="linear", align_corners=True).tolist()
-        [[[1.0, 1.3333333730697632, 1.6666666269302673, 2.0]]]
+        [[[1.0, 1.3333332538604736, 1.6666667461395264, 2.0]]]
     """
     if mode not in MODES:
         raise ShapeError("interpolate", f"unknown mode {mode!r}; known: {sorted(MODES)}")
