@@ -26,7 +26,9 @@ UNITS = 256  # units per cube for one-element-per-unit kernels
 
 
 def cube_dtype(np_dtype) -> ir.DType:
-    """The kernel element type of a NumPy dtype (u32/u64 included)."""
+    """The kernel element type of a DType, a NumPy dtype or a name (u32/u64 included)."""
+    if isinstance(np_dtype, ir.DType):
+        return np_dtype
     found = {np.dtype(d.np): d for d in ir.DTYPES.values()}.get(np.dtype(np_dtype))
     return found if found is not None else dtype_of(np_dtype)
 
