@@ -23,6 +23,7 @@ Example:
 from __future__ import annotations
 
 import json
+import math
 import os
 import struct
 from typing import Mapping
@@ -123,11 +124,11 @@ def _tensor(name: str, buffer: memoryview, data_start: int, key: str, entry) -> 
     except DTypeError as e:
         raise StoreError(f"{name}: tensor {key!r}: unknown dtype {entry.get('dtype')!r}") from e
     shape, offset, nbytes = entry.get("shape"), entry.get("offset"), entry.get("nbytes")
-    if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
-        raise StoreError(f"{name}: tensor {key!r}: shape must be a list of non-negative ints, got {shape!r}")
+    if not isinstance(shape, list) or len(shape) > 64 or not all(type(d) is int and d >= 0 for d in shape):
+        raise StoreError(f"{name}: tensor {key!r}: shape must be a list of at most 64 non-negative ints, got {shape!r}")
     if type(offset) is not int or offset < 0 or offset % ALIGNMENT:
         raise StoreError(f"{name}: tensor {key!r}: offset must be a non-negative multiple of {ALIGNMENT}, got {offset!r}")
-    expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    expected = math.prod(shape) * dtype.itemsize
     if nbytes != expected:
         raise StoreError(f"{name}: tensor {key!r}: nbytes is {nbytes!r} but {dtype.name} {tuple(shape)} needs {expected}")
     begin, end = data_start + offset, data_start + offset + nbytes

@@ -16,6 +16,7 @@ Example:
 from __future__ import annotations
 
 import json
+import math
 import os
 import struct
 from typing import Mapping
@@ -110,14 +111,14 @@ def _tensor(name: str, buffer: memoryview, data_start: int, data_len: int, key: 
         raise StoreError(f"{name}: tensor {key!r}: dtype {entry.get('dtype')!r} is not one ember holds "
                          f"({', '.join(_BY_NAME)})")
     shape, offsets = entry.get("shape"), entry.get("data_offsets")
-    if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
-        raise StoreError(f"{name}: tensor {key!r}: shape must be a list of non-negative ints, got {shape!r}")
+    if not isinstance(shape, list) or len(shape) > 64 or not all(type(d) is int and d >= 0 for d in shape):
+        raise StoreError(f"{name}: tensor {key!r}: shape must be a list of at most 64 non-negative ints, got {shape!r}")
     if (not isinstance(offsets, list) or len(offsets) != 2 or not all(type(o) is int for o in offsets)
             or not 0 <= offsets[0] <= offsets[1]):
         raise StoreError(f"{name}: tensor {key!r}: data_offsets must be [begin, end] with 0 <= begin <= end, "
                          f"got {offsets!r}")
     begin, end = offsets
-    expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    expected = math.prod(shape) * dtype.itemsize
     if end - begin != expected:
         raise StoreError(f"{name}: tensor {key!r}: data_offsets span {end - begin} bytes but "
                          f"{dtype.name} {tuple(shape)} needs {expected}")

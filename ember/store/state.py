@@ -11,6 +11,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Mapping
 
@@ -83,6 +84,6 @@ def array_view(buffer, dtype: DType, shape: tuple[int, ...], offset: int) -> np.
         >>> array_view(b"\\x01\\x00\\x02\\x00", i16, (2,), 0)
         array([1, 2], dtype=int16)
     """
-    count = int(np.prod(shape, dtype=np.int64))
+    count = math.prod(shape)
     array = np.frombuffer(buffer, dtype=dtype.np.newbyteorder("<"), count=count, offset=offset)
     return array.reshape(shape)

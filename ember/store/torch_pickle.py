@@ -34,7 +34,7 @@ import os
 import pickle
 import struct
 import zipfile
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 import numpy as np
 
@@ -67,10 +67,11 @@ def load_torch(path: str | os.PathLike, mmap: bool = True, key: str | None = Non
     buffer = map_file(path, mmap)
     head = bytes(buffer[:4])
     if head == ZIP_MAGIC:
-        obj, records = _read_zip(name, buffer)
+        obj, records, byteorder = _read_zip(name, buffer)
     elif head == LEGACY_MAGIC:
         with open(path, "rb") as stream:
             obj, records = _read_legacy(name, stream, buffer)
+        byteorder = "little"
     elif bytes(buffer[257:262]) == b"ustar":
         raise StoreError(f"{name}: the tar format of torch < 0.4 is not supported; re-save it with a newer torch")
     else:
@@ -85,11 +86,21 @@ def load_torch(path: str | os.PathLike, mmap: bool = True, key: str | None = Non
         raise StoreError(f"{name}: holds a single {type(obj).__name__}, not a dict of tensors")
     state: dict[str, np.ndarray] = {}
     metadata: dict[str, str] = {}
-    _flatten(name, obj, "", records, state, metadata)
+    try:
+        _flatten(name, obj, "", _Storages(records, "<" if byteorder == "little" else ">"), state, metadata)
+    except RecursionError:  # pickle memo references can build a dict that contains itself
+        raise StoreError(f"{name}: the pickled object nests too deeply or contains itself") from None
     return state, metadata
 
 
-def _read_zip(name: str, buffer: memoryview) -> tuple[Any, dict[str, memoryview]]:
+class _Storages(NamedTuple):
+    """The raw bytes of each storage record, by key, and the byte order they were written in."""
+
+    records: dict[str, memoryview]
+    byteorder: str  # "<" or ">", as NumPy spells it
+
+
+def _read_zip(name: str, buffer: memoryview) -> tuple[Any, dict[str, memoryview], str]:
     # zipfile reads the directory through its own handle; the records themselves are sliced out of
     # `buffer`, so a memory-mapped file is never copied.
     try:
@@ -115,13 +126,15 @@ def _read_zip(name: str, buffer: memoryview) -> tuple[Any, dict[str, memoryview]
                 record = f"{prefix}data/{ref.key}"
                 if record not in names:
                     raise StoreError(f"{name}: missing record {record!r} in the zip archive")
-                records[ref.key] = _to_little(name, _record(name, buffer, archive, archive.getinfo(record)), ref, byteorder)
+                records[ref.key] = _checked(name, _record(name, buffer, archive, archive.getinfo(record)), ref)
     except StoreError:
         raise
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, NotImplementedError, RuntimeError, ValueError) as e:
-        # EOFError: a member cut short; NotImplementedError: an unknown compression; RuntimeError: encryption
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, NotImplementedError, RuntimeError, ValueError,
+            OSError) as e:
+        # EOFError: a member cut short; NotImplementedError: an unknown compression; RuntimeError: encryption;
+        # OSError: a directory entry pointing before the start of the file
         raise StoreError(f"{name}: corrupt zip archive: {type(e).__name__}: {e}") from e
-    return obj, records
+    return obj, records, byteorder
 
 
 def _record(name: str, buffer: memoryview, archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> memoryview:
@@ -137,14 +150,11 @@ def _record(name: str, buffer: memoryview, archive: zipfile.ZipFile, info: zipfi
     return buffer[begin:begin + info.file_size]  # a slice of the map: no copy
 
 
-def _to_little(name: str, record: memoryview, ref: StorageRef, byteorder: str) -> memoryview:
+def _checked(name: str, record: memoryview, ref: StorageRef) -> memoryview:
     if len(record) < ref.numel * ref.dtype.itemsize:
         raise StoreError(f"{name}: storage {ref.key!r} declares {ref.numel} x {ref.dtype.name} "
                          f"but its record has {len(record)} bytes")
-    if byteorder == "little" or ref.dtype.itemsize == 1:
-        return record
-    swapped = np.frombuffer(record, ref.dtype.np.newbyteorder(">"), count=ref.numel).astype(ref.dtype.np.newbyteorder("<"))
-    return memoryview(swapped.view(np.uint8))
+    return record
 
 
 def _read_legacy(name: str, stream: BinaryIO, buffer: memoryview) -> tuple[Any, dict[str, memoryview]]:
@@ -173,20 +183,20 @@ def _read_legacy(name: str, stream: BinaryIO, buffer: memoryview) -> tuple[Any, 
         begin, end = offset + 8, offset + 8 + numel * ref.dtype.itemsize
         if numel < 0 or end > len(buffer):
             raise StoreError(f"{name}: storage {key!r} needs bytes {begin}..{end} but the file has {len(buffer)}")
-        records[key] = _to_little(name, buffer[begin:end], ref, "little")
+        records[key] = _checked(name, buffer[begin:end], ref)
         offset = end
     return obj, records
 
 
-def _flatten(name: str, obj: Any, prefix: str, records: dict[str, memoryview],
+def _flatten(name: str, obj: Any, prefix: str, storages: _Storages,
              state: dict[str, np.ndarray], metadata: dict[str, str]) -> None:
     items = obj.items() if isinstance(obj, dict) else enumerate(obj)
     for k, value in items:
         key = f"{prefix}{k}"
         if isinstance(value, TensorRef):
-            state[key] = _view(name, key, value, records[value.storage.key])
+            state[key] = _view(name, key, value, storages.records[value.storage.key], storages.byteorder)
         elif isinstance(value, (dict, list, tuple)) and value and _holds_tensors(value):
-            _flatten(name, value, key + ".", records, state, metadata)
+            _flatten(name, value, key + ".", storages, state, metadata)
         else:
             try:
                 metadata[key] = json.dumps(value)
@@ -199,7 +209,7 @@ def _holds_tensors(obj: Any) -> bool:
     return any(isinstance(v, TensorRef) or (isinstance(v, (dict, list, tuple)) and _holds_tensors(v)) for v in values)
 
 
-def _view(name: str, key: str, ref: TensorRef, record: memoryview) -> np.ndarray:
+def _view(name: str, key: str, ref: TensorRef, record: memoryview, byteorder: str) -> np.ndarray:
     """The tensor as a strided NumPy view of its storage, after proving every element lies inside it."""
     size, stride, offset, dtype = ref.size, ref.stride, ref.offset, ref.dtype
     if not (type(offset) is int and offset >= 0 and len(size) == len(stride)
@@ -207,11 +217,19 @@ def _view(name: str, key: str, ref: TensorRef, record: memoryview) -> np.ndarray
         raise StoreError(f"{name}: tensor {key!r} has a bad layout: offset {offset!r}, size {size!r}, stride {stride!r}")
     numel = len(record) // dtype.itemsize
     if 0 in size:
-        return np.zeros(size, dtype.np)
+        try:
+            return np.zeros(size, dtype.np)
+        except ValueError as e:  # more dims, or a bigger total, than numpy allows
+            raise StoreError(f"{name}: tensor {key!r} of size {size} cannot be made: {e}") from e
     last = offset + sum((n - 1) * s for n, s in zip(size, stride))
     if last >= numel:
         raise StoreError(f"{name}: tensor {key!r} reaches element {last} of storage {ref.storage.key!r}, "
                          f"which holds {numel} {dtype.name} elements")
-    base = np.frombuffer(record, dtype.np.newbyteorder("<"), count=numel)
-    return np.lib.stride_tricks.as_strided(
-        base[offset:], shape=size, strides=tuple(s * dtype.itemsize for s in stride))
+    # a length-1 dim never steps, so its stride may be anything torch liked; 0 keeps numpy in range
+    strides = tuple(0 if n == 1 else s * dtype.itemsize for n, s in zip(size, stride))
+    base = np.frombuffer(record, dtype.np.newbyteorder(byteorder), count=numel)
+    try:
+        view = np.lib.stride_tricks.as_strided(base[offset:], shape=size, strides=strides)
+    except ValueError as e:  # e.g. an expanded (stride 0) shape too big for numpy to index
+        raise StoreError(f"{name}: tensor {key!r} of size {size} cannot be viewed: {e}") from e
+    return view if byteorder == "<" else view.astype(dtype.np)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import pickle
 import zipfile
 
@@ -84,11 +85,11 @@ def test_parameters_and_the_v3_untyped_path(tmp_path):
 
 def test_checkpoint_nesting_flattens_or_selects(tmp_path):
     model = torch.nn.Linear(3, 2)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    model(torch.ones(1, 3)).sum().backward()
-    opt.step()
+    # the shape of torch.optim.SGD(momentum=0.9).state_dict(), built by hand to keep torch.optim's import out
+    optimizer = {"state": {0: {"momentum_buffer": torch.ones(2, 3)}, 1: {"momentum_buffer": torch.ones(2)}},
+                 "param_groups": [{"lr": 0.1, "momentum": 0.9, "nesterov": False, "params": [0, 1]}]}
     path = tmp_path / "ckpt.pt"
-    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "epoch": 7, "name": "run"}, path)
+    torch.save({"model": model.state_dict(), "optimizer": optimizer, "epoch": 7, "name": "run"}, path)
 
     state, metadata = load_torch(path, key="model")
     assert set(state) == {"weight", "bias"} and metadata == {}
@@ -97,7 +98,7 @@ def test_checkpoint_nesting_flattens_or_selects(tmp_path):
     state, metadata = load_torch(path)
     assert {"model.weight", "model.bias", "optimizer.state.0.momentum_buffer"} <= set(state)
     assert metadata["epoch"] == "7" and metadata["name"] == '"run"'
-    assert "optimizer.param_groups" in metadata
+    assert json.loads(metadata["optimizer.param_groups"]) == optimizer["param_groups"]
 
     with pytest.raises(StoreError, match=r"no top-level key 'state_dict'; the file holds 'model', 'optimizer'"):
         load_torch(path, key="state_dict")
@@ -240,3 +241,12 @@ def test_torchscript_and_tar_files_are_refused_by_name(tmp_path):
     tar = tmp_path / "old.pt"
     tar.write_bytes(bytes(257) + b"ustar" + bytes(250))
     assert "tar format of torch < 0.4" in _refused(tar)
+
+
+def test_a_dict_that_contains_itself_is_refused(tmp_path):
+    path = tmp_path / "cycle.pt"
+    torch.save({"w": torch.ones(1)}, path)
+    # {"a": <itself>} through the memo: EMPTY_DICT, BINPUT 0, key, BINGET 0, SETITEM, STOP
+    payload = b"\x80\x02}q\x00X\x01\x00\x00\x00ah\x00s."
+    rewrite(path, lambda name, data: payload if name.endswith("data.pkl") else data)
+    assert "nests too deeply or contains itself" in _refused(path)
