@@ -79,11 +79,11 @@ def load_torch(path: str | os.PathLike, mmap: bool = True, key: str | None = Non
                          f"pickle stream ({LEGACY_MAGIC!r}), found {head!r}")
     if key is not None:
         if not isinstance(obj, dict) or key not in obj:
-            found = ", ".join(map(repr, obj)) if isinstance(obj, dict) else type(obj).__name__
+            found = _describe(obj)
             raise StoreError(f"{name}: no top-level key {key!r}; the file holds {found}")
         obj = obj[key]
-    if isinstance(obj, TensorRef) or not isinstance(obj, (dict, list, tuple)):
-        raise StoreError(f"{name}: holds a single {type(obj).__name__}, not a dict of tensors")
+    if not isinstance(obj, (dict, list, tuple)):
+        raise StoreError(f"{name}: holds {_describe(obj)}, not a dict of tensors")
     state: dict[str, np.ndarray] = {}
     metadata: dict[str, str] = {}
     try:
@@ -91,6 +91,13 @@ def load_torch(path: str | os.PathLike, mmap: bool = True, key: str | None = Non
     except RecursionError:  # pickle memo references can build a dict that contains itself
         raise StoreError(f"{name}: the pickled object nests too deeply or contains itself") from None
     return state, metadata
+
+
+def _describe(obj: Any) -> str:
+    if isinstance(obj, dict):
+        keys = list(obj)
+        return ", ".join(map(repr, keys[:10])) + (f" and {len(keys) - 10} more keys" if len(keys) > 10 else "")
+    return "a single tensor" if isinstance(obj, TensorRef) else f"a {type(obj).__name__}"
 
 
 class _Storages(NamedTuple):

@@ -106,7 +106,7 @@ def test_checkpoint_nesting_flattens_or_selects(tmp_path):
 
 def test_a_bare_tensor_is_not_a_state_dict(tmp_path):
     torch.save(torch.ones(2), tmp_path / "t.pt")
-    with pytest.raises(StoreError, match="single TensorRef"):
+    with pytest.raises(StoreError, match="holds a single tensor, not a dict of tensors"):
         load_torch(tmp_path / "t.pt")
 
 
