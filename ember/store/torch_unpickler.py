@@ -45,6 +45,10 @@ def _refuse_state(self, state: object) -> None:
     # replaces it with this refusal.
     raise StoreError(f"refused to set state {state!r} on {type(self).__name__}")
 
+# torch dtypes ember lacks, by name prefix: only for a clearer refusal message
+_OTHER_DTYPES = ("uint16", "uint32", "uint64", "complex", "cfloat", "cdouble", "chalf", "float8", "float4", "qint",
+                 "quint", "bits")
+
 
 @dataclass(frozen=True, slots=True)
 class StorageRef:
@@ -150,6 +154,9 @@ class SafeUnpickler(pickle.Unpickler):
 
     def find_class(self, module: str, name: str) -> object:
         found = ALLOWED_GLOBALS.get((module, name))
+        if found is None and module == "torch" and (name.endswith("Storage") or name.startswith(_OTHER_DTYPES)):
+            raise StoreError(f"a tensor of type torch.{name} has no ember dtype; ember holds "
+                             f"{', '.join(f'torch.{n}' for n in _TORCH_DTYPES)}")
         if found is None:
             raise StoreError(
                 f"refused to load global {module}.{name}: a state dict needs only tensors, "

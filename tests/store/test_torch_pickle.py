@@ -250,3 +250,10 @@ def test_a_dict_that_contains_itself_is_refused(tmp_path):
     payload = b"\x80\x02}q\x00X\x01\x00\x00\x00ah\x00s."
     rewrite(path, lambda name, data: payload if name.endswith("data.pkl") else data)
     assert "nests too deeply or contains itself" in _refused(path)
+
+
+@pytest.mark.parametrize("dtype,named", [(torch.uint16, "torch.uint16"), (torch.complex64, "torch.ComplexFloatStorage")])
+def test_dtypes_ember_lacks_are_named(tmp_path, dtype, named):
+    path = tmp_path / "other.pt"
+    torch.save({"w": torch.zeros(2, dtype=dtype)}, path)
+    assert f"a tensor of type {named} has no ember dtype" in _refused(path)
