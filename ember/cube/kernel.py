@@ -146,7 +146,7 @@ class KernelFunction:
         Tracer(b, self.source, env, is_kernel=True).run()
         return b.kernel
 
-    def launch(self, count, dim, *args, **comptime) -> None:
+    def launch(self, count, dim, /, *args, **comptime) -> None:
         """Run on NumPy arrays with the CPU runtime (the C target).
 
         Arrays are passed by pointer and written in place; scalars are converted to the parameter's

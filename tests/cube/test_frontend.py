@@ -114,3 +114,26 @@ def uses_helper(x: cube.Array[cube.f32]):
 def test_functions_are_inlined():
     k = uses_helper.specialize((cube.f32,), {})
     assert ops(k).count("mul") == 1 and ops(k).count("add") == 1
+
+
+@cube.kernel
+def blocked(x: cube.Array[cube.f32], out: cube.Array[cube.f32], n: cube.i32, width: cube.Comptime[int]):
+    acc = tuple(cube.f32(0) for _ in range(width))
+    for k in range(n):
+        acc = tuple(acc[j] + x[k * width + j] for j in range(width))
+    for j in cube.unroll(range(width)):
+        out[j] = acc[j]
+
+
+def test_tuples_reassigned_in_a_loop_become_one_local_per_element():
+    k = blocked.specialize((cube.f32, cube.f32, cube.i32), {"width": 3})
+    locals_ = {s.attr.name for s in ir.walk(k.body) if isinstance(s, ir.Instr) and s.op == "local"}
+    assert locals_ == {"acc0", "acc1", "acc2"}
+
+
+def test_tuple_accumulators_run():
+    import numpy as np
+    x = np.arange(12, dtype=np.float32)
+    out = np.zeros(3, np.float32)
+    blocked.launch(cube.CubeCount(1), cube.CubeDim(1), x, out, 4, width=3)
+    np.testing.assert_array_equal(out, x.reshape(4, 3).sum(0))

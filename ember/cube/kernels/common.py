@@ -80,3 +80,23 @@ def offset(pos, layout, ndim, which):
         off = off + (rest % size) * layout[ndim * (which + 1) + d]
         rest = rest // size
     return off
+
+
+@cube.function
+def unravel(pos, layout, ndim):
+    """The coordinates (a tuple, one per dim) of flat position `pos` in the shape `layout[0:ndim]`."""
+    coords = ()
+    rest = pos
+    for d in cube.unroll(range(ndim - 1, -1, -1)):
+        coords = (rest % layout[d],) + coords
+        rest = rest // layout[d]
+    return coords
+
+
+@cube.function
+def dot(coords, layout, start):
+    """sum(coords[d] * layout[start + d]): an element offset from coordinates and strides."""
+    off = cube.i32(0)
+    for d in cube.unroll(range(len(coords))):
+        off = off + coords[d] * layout[start + d]
+    return off

@@ -231,7 +231,7 @@ def ternary_kernel(a: cube.Array, b: cube.Array, c: cube.Array, out: cube.Array,
 
 
 
-def _launch(kernel, n: int, *args, **comptime) -> None:
+def _launch(kernel, n: int, /, *args, **comptime) -> None:
     count, dim = grid(n)
     kernel.launch(count, dim, *args, **comptime)
 

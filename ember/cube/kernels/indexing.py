@@ -1,0 +1,170 @@
+"""Indexing kernels: gather, scatter (assign or add), index_select, index_add.
+
+Semantics follow ember's primitives (`ember/ops/indexing.py`, PyTorch's): along `dim`, the output
+coordinate (gather, index_select) or the target coordinate (scatter, index_add) comes from `index`;
+every other coordinate is the position's own. Negative indices count from the end. Adds go through
+atomics, so duplicate indices accumulate; a plain scatter with duplicate indices keeps one of the
+writes (which one is unspecified, as on every parallel backend). Inputs may have any strides;
+outputs are new C-contiguous arrays.
+
+Example:
+    >>> gather(np.array([[1, 2], [3, 4]]), np.array([[1, 0], [0, 0]]), dim=1)
+    array([[2, 1],
+           [3, 3]])
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ... import cube
+from ...errors import ShapeError
+from .common import check_size, dot, element_strides, grid, unravel
+
+ATOMIC_DTYPES = ("float32", "float64", "int32", "int64")
+
+
+@cube.function
+def wrap(j, size):
+    j = cube.i32(j)
+    return cube.select(j < 0, j + size, j)
+
+
+@cube.kernel
+def gather_kernel(x: cube.Array, index: cube.Array, out: cube.Array, layout: cube.Array[cube.i32],
+                  size: cube.i32, dim: cube.Comptime[int], ndim: cube.Comptime[int]):
+    """layout = [index shape, x strides, index strides]; out has index's shape."""
+    p = cube.ABSOLUTE_POS
+    if p < len(out):
+        c = unravel(p, layout, ndim)
+        j = wrap(index[dot(c, layout, 2 * ndim)], size)
+        at = tuple(j if d == dim else c[d] for d in range(ndim))
+        out[p] = x[dot(at, layout, ndim)]
+
+
+@cube.kernel
+def scatter_kernel(out: cube.Array, index: cube.Array, src: cube.Array, layout: cube.Array[cube.i32],
+                   size: cube.i32, n: cube.i32, dim: cube.Comptime[int], ndim: cube.Comptime[int],
+                   add: cube.Comptime[bool], select_mode: cube.Comptime[bool]):
+    """One unit per index element (scatter) or source element (index_add, `select_mode`).
+
+    layout = [iteration shape, out strides, index strides, src strides].
+    """
+    p = cube.ABSOLUTE_POS
+    if p < n:
+        c = unravel(p, layout, ndim)
+        j = wrap(index[c[dim] if select_mode else dot(c, layout, 2 * ndim)], size)
+        at = tuple(j if d == dim else c[d] for d in range(ndim))
+        target = dot(at, layout, ndim)
+        value = src[dot(c, layout, 3 * ndim)]
+        if add:
+            cube.atomic_add(out, target, value)
+        else:
+            out[target] = value
+
+
+@cube.kernel
+def index_select_kernel(x: cube.Array, index: cube.Array, out: cube.Array, layout: cube.Array[cube.i32],
+                        size: cube.i32, dim: cube.Comptime[int], ndim: cube.Comptime[int]):
+    """layout = [out shape, x strides]."""
+    p = cube.ABSOLUTE_POS
+    if p < len(out):
+        c = unravel(p, layout, ndim)
+        j = wrap(index[c[dim]], size)
+        out[p] = x[dot(tuple(j if d == dim else c[d] for d in range(ndim)), layout, ndim)]
+
+
+def _layout(shape, *arrays) -> np.ndarray:
+    parts = list(shape)
+    for a in arrays:
+        parts += list(element_strides(a))
+    return np.asarray(parts, np.int32)
+
+
+def _launch(kernel, n, /, *args, **comptime):
+    count, dim = grid(n)
+    kernel.launch(count, dim, *args, **comptime)
+
+
+def _check_bounds(op: str, index: np.ndarray, size: int, dim: int) -> None:
+    if index.size and (index.min() < -size or index.max() >= size):
+        bad = index[(index < -size) | (index >= size)].flat[0]
+        raise IndexError(f"{op}: index {bad} is out of bounds for dim {dim} of size {size}")
+
+
+def gather(x: np.ndarray, index: np.ndarray, dim: int) -> np.ndarray:
+    """out[i][j] = x[index[i][j]][j] (dim 0) / x[i][index[i][j]] (dim 1), for any rank."""
+    x, index = np.asarray(x), np.asarray(index)
+    dim = dim % max(x.ndim, 1)
+    if index.ndim != x.ndim or any(i != dim and index.shape[i] > x.shape[i] for i in range(x.ndim)):
+        raise ShapeError("gather", f"index of shape {index.shape} does not fit input {x.shape} at dim {dim}")
+    if x.ndim == 0:
+        return x.copy()
+    _check_bounds("gather", index, x.shape[dim], dim)
+    out = np.empty(index.shape, x.dtype)
+    check_size("gather", x, index)
+    _launch(gather_kernel, out.size, x, index, out, _layout(index.shape, x, index), x.shape[dim],
+            dim=dim, ndim=x.ndim)
+    return out
+
+
+def index_select(x: np.ndarray, index: np.ndarray, dim: int) -> np.ndarray:
+    """The slices of `x` along `dim` named by the 1-D `index`, in its order."""
+    x, index = np.asarray(x), np.asarray(index)
+    if index.ndim != 1:
+        raise ShapeError("index_select", f"index must be 1-D, got shape {index.shape}")
+    if x.ndim == 0:
+        return np.broadcast_to(x, index.shape).copy()
+    dim = dim % x.ndim
+    _check_bounds("index_select", index, x.shape[dim], dim)
+    out = np.empty(x.shape[:dim] + index.shape + x.shape[dim + 1:], x.dtype)
+    check_size("index_select", x, out)
+    _launch(index_select_kernel, out.size, x, index, out, _layout(out.shape, x), x.shape[dim], dim=dim,
+            ndim=x.ndim)
+    return out
+
+
+def scatter(x: np.ndarray, index: np.ndarray, src: np.ndarray, dim: int, reduce: str | None = None):
+    """A copy of `x` with src[p] written (or added, `reduce="add"`) at index[p] along `dim`."""
+    x, index, src = np.asarray(x), np.asarray(index), np.asarray(src)
+    dim = dim % max(x.ndim, 1)
+    if index.ndim != x.ndim or src.ndim != x.ndim or any(
+            index.shape[i] > src.shape[i] or (i != dim and index.shape[i] > x.shape[i]) for i in range(x.ndim)):
+        raise ShapeError("scatter", f"index {index.shape} does not fit input {x.shape} and source "
+                                    f"{src.shape} at dim {dim}")
+    if x.ndim == 0:
+        return src.copy() if reduce is None else x + src
+    _check_bounds("scatter", index, x.shape[dim], dim)
+    return _scatter_into(x, index, src, dim, reduce == "add", index.shape, select_mode=False)
+
+
+def index_add(x: np.ndarray, index: np.ndarray, src: np.ndarray, dim: int) -> np.ndarray:
+    """A copy of `x` with src's slices added at the positions `index` names along `dim`."""
+    x, index, src = np.asarray(x), np.asarray(index), np.asarray(src)
+    if x.ndim == 0:
+        return x + src.sum()
+    dim = dim % x.ndim
+    if index.ndim != 1 or src.shape != x.shape[:dim] + index.shape + x.shape[dim + 1:]:
+        raise ShapeError("index_add", f"source {src.shape} does not fit input {x.shape} with index "
+                                      f"{index.shape} at dim {dim}")
+    _check_bounds("index_add", index, x.shape[dim], dim)
+    return _scatter_into(x, index, src, dim, True, src.shape, select_mode=True)
+
+
+def _scatter_into(x, index, src, dim, add, shape, select_mode):
+    # Atomics exist for 32/64-bit types only: add others in f64 or i64 and convert back.
+    wide = x.dtype if not add or x.dtype.name in ATOMIC_DTYPES else \
+        np.dtype(np.float64 if x.dtype.kind in "fV" else np.int64)
+    out = np.array(x, dtype=wide, order="C")
+    src = src.astype(wide, copy=False)
+    n = int(np.prod(shape, dtype=np.int64))
+    check_size("scatter", out, src, index)
+    if n:
+        if select_mode:  # a 1-D index read at c[dim]: contiguous, and no strides in the layout
+            index = np.ascontiguousarray(index)
+            layout = np.concatenate([_layout(shape, out), np.zeros(x.ndim, np.int32), _layout((), src)])
+        else:
+            layout = _layout(shape, out, index, src)
+        _launch(scatter_kernel, n, out, index, src, layout, x.shape[dim], n, dim=dim, ndim=x.ndim, add=add,
+                select_mode=select_mode)
+    return out.astype(x.dtype, copy=False)

@@ -1,0 +1,55 @@
+"""gather / scatter / index_select / index_add against ember's NumPy references."""
+
+import numpy as np
+import pytest
+
+from ember.cube.kernels import indexing as ix
+from ember.ops.indexing import (_gather_reference, _index_add_reference, _index_select_reference,
+                                _scatter_reference)
+
+rng = np.random.default_rng(4)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int64])
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_gather(dtype, dim):
+    x = (rng.standard_normal((4, 5, 6)) * 10).astype(dtype).transpose(1, 0, 2)  # (5, 4, 6), strided
+    shape = list(x.shape)
+    shape[dim] = 3
+    index = rng.integers(-x.shape[dim], x.shape[dim], shape)
+    want = _gather_reference(x, index % x.shape[dim], dim=dim % 3)
+    np.testing.assert_array_equal(ix.gather(x, index, dim), want)
+
+
+@pytest.mark.parametrize("dim", [0, 2])
+def test_index_select(dim):
+    x = rng.standard_normal((3, 4, 5)).astype(np.float32)[:, ::-1]
+    index = np.array([0, -1, 2, 2, 1])
+    np.testing.assert_array_equal(ix.index_select(x, index, dim), _index_select_reference(x, index, dim=dim))
+    with pytest.raises(IndexError):
+        ix.index_select(x, np.array([7]), dim)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int32])
+def test_scatter_add_accumulates_duplicates(dtype):
+    x = rng.integers(-5, 5, (4, 5)).astype(dtype)
+    index = rng.integers(0, 5, (4, 8))
+    src = rng.integers(-5, 5, (4, 8)).astype(dtype)
+    want = _scatter_reference(x, index, src, dim=1, reduce="add")
+    np.testing.assert_array_equal(ix.scatter(x, index, src, 1, "add"), want)
+
+
+def test_scatter_assign_with_unique_indices():
+    x = rng.standard_normal((6, 3)).astype(np.float64)
+    index = np.stack([rng.permutation(6)[:4] for _ in range(3)], 1)
+    src = rng.standard_normal((5, 3))
+    np.testing.assert_array_equal(ix.scatter(x, index, src, 0), _scatter_reference(x, index, src, dim=0,
+                                                                                   reduce=None))
+
+
+def test_index_add():
+    x = rng.standard_normal((3, 5)).astype(np.float32)
+    index = np.array([4, 0, 4, -2])
+    src = rng.standard_normal((3, 4)).astype(np.float32)
+    np.testing.assert_allclose(ix.index_add(x, index, src, 1), _index_add_reference(x, index, src, dim=1),
+                               rtol=1e-6)
