@@ -13,3 +13,9 @@ from .distance import CosineSimilarity, PairwiseDistance
 from .norm import (
     BatchNorm1d, BatchNorm2d, BatchNorm3d, InstanceNorm1d, InstanceNorm2d, LayerNorm, GroupNorm, RMSNorm,
 )
+from .conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
+from .pool import (
+    MaxPool1d, MaxPool2d, AvgPool1d, AvgPool2d, AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveMaxPool1d,
+    AdaptiveMaxPool2d,
+)
+from .upsample import Upsample
