@@ -13,6 +13,14 @@ from .distance import CosineSimilarity, PairwiseDistance
 from .norm import (
     BatchNorm1d, BatchNorm2d, BatchNorm3d, InstanceNorm1d, InstanceNorm2d, LayerNorm, GroupNorm, RMSNorm,
 )
+from .linear import Bilinear
+from .embedding import Embedding
+from .dropout import Dropout
+from .shuffle import PixelShuffle, PixelUnshuffle
+from .activation import (
+    ReLU, LeakyReLU, ELU, SELU, GELU, SiLU, Mish, Sigmoid, Tanh, Softplus, Softsign, HardSigmoid, HardSwish,
+    Softmax, LogSoftmax, GLU, PReLU, SwiGLU,
+)
 from .conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
 from .pool import (
     MaxPool1d, MaxPool2d, AvgPool1d, AvgPool2d, AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveMaxPool1d,

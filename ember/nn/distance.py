@@ -21,7 +21,8 @@ def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -
     Args:
         x1, x2: float tensors that broadcast to one shape.
         dim: the dim holding the vectors.
-        eps: the smallest norm used: `sum(x1 / max(|x1|, eps) * x2 / max(|x2|, eps))` along `dim`.
+        eps: the smallest norm used: `sum(x1 / max(|x1|, eps) * x2 / max(|x2|, eps))` along `dim`;
+            the gradient treats the clamp as the identity, as PyTorch does.
 
     Example:
         >>> cosine_similarity(ember.tensor([[1.0, 0.0]]), ember.tensor([[0.0, 2.0]])).tolist()
@@ -29,9 +30,14 @@ def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -
     """
     shape = broadcast_shapes("cosine_similarity", x1.shape, x2.shape)
     x1, x2 = x1.expand(shape), x2.expand(shape)
-    n1 = x1.norm(dim=dim, keepdim=True).clamp(min=eps)
-    n2 = x2.norm(dim=dim, keepdim=True).clamp(min=eps)
+    n1, n2 = _clamped_norm(x1, dim, eps), _clamped_norm(x2, dim, eps)
     return ((x1 / n1) * (x2 / n2)).sum(dim=dim)
+
+
+def _clamped_norm(x: Tensor, dim: int, eps: float) -> Tensor:
+    """`max(|x|, eps)` whose gradient is the norm's own: PyTorch clamps the norm outside autograd."""
+    n = x.norm(dim=dim, keepdim=True)
+    return n + (n.clamp(min=eps) - n).detach()
 
 
 def pairwise_distance(x1: Tensor, x2: Tensor, p: float = 2.0, eps: float = 1e-6,

@@ -20,3 +20,5 @@ from .ops import (  # noqa: F401  (module ops: convolution, pooling, resampling,
     avg_pool3d, conv1d, conv2d, conv3d, conv_transpose1d, conv_transpose2d, conv_transpose3d, embedding, fold,
     interpolate, max_pool1d, max_pool2d, max_pool3d, unfold,
 )
+from .dropout import dropout  # noqa: F401
+from .shuffle import pixel_shuffle, pixel_unshuffle  # noqa: F401

@@ -1,9 +1,10 @@
-"""`Linear` and `Identity`."""
+"""`Linear`, `Bilinear` and `Identity`."""
 
 from __future__ import annotations
 
 import math
 
+from ..errors import ShapeError
 from ..tensor import Tensor
 from . import init
 from .module import Module
@@ -52,3 +53,51 @@ class Identity(Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return x
+
+
+class Bilinear(Module):
+    """`y_k = x1 @ weight[k] @ x2 + bias_k`, a bilinear form per output feature.
+
+    Args:
+        in1_features: size of the last dim of `x1`.
+        in2_features: size of the last dim of `x2`.
+        out_features: size of the last dim of the output.
+        bias: whether to add a learned bias.
+    The weight is stored as (out_features, in1_features, in2_features), PyTorch's layout (it has no
+    matrix transpose to undo). Weight and bias are initialized U(-1/sqrt(in1), 1/sqrt(in1)) like PyTorch.
+    Inputs share their leading dims: (*, in1) and (*, in2) give (*, out).
+
+    Example:
+        >>> Bilinear(3, 4, 2)(ember.ones(5, 3), ember.ones(5, 4)).shape
+        (5, 2)
+    """
+
+    def __init__(self, in1_features: int, in2_features: int, out_features: int, bias: bool = True,
+                 device=None, dtype=None) -> None:
+        self.in1_features = in1_features
+        self.in2_features = in2_features
+        self.out_features = out_features
+        bound_gain = 1.0 / math.sqrt(3.0)
+        self.weight = Param(init.kaiming_uniform((out_features, in1_features, in2_features), in1_features,
+                                                 bound_gain, device, dtype))
+        self.bias = Param(init.kaiming_uniform((out_features,), in1_features, bound_gain, device, dtype)) \
+            if bias else None
+
+    def forward(self, x1: Tensor, x2: Tensor) -> Tensor:
+        if x1.shape[:-1] != x2.shape[:-1] or x1.shape[-1:] != (self.in1_features,) or \
+                x2.shape[-1:] != (self.in2_features,):
+            raise ShapeError("Bilinear", f"expected inputs (*, {self.in1_features}) and (*, {self.in2_features}) "
+                                         f"with the same leading dims, got {x1.shape} and {x2.shape}")
+        lead = x1.shape[:-1]
+        a = x1.reshape(-1, self.in1_features)
+        b = x2.reshape(-1, self.in2_features)
+        # (B, in1) @ (in1, out * in2) -> (B, out, in2), then contract in2 with x2.
+        w = self.weight.permute(1, 0, 2).reshape(self.in1_features, -1)
+        y = ((a @ w).reshape(-1, self.out_features, self.in2_features) * b.unsqueeze(1)).sum(dim=2)
+        if self.bias is not None:
+            y = y + self.bias
+        return y.reshape(*lead, self.out_features)
+
+    def extra_repr(self) -> str:
+        return (f"in1={self.in1_features}, in2={self.in2_features}, out={self.out_features}, "
+                f"bias={self.bias is not None}")

@@ -11,44 +11,19 @@ Example:
 
 from __future__ import annotations
 
-import inspect
-from typing import Callable
-
-from ...tensor import Tensor
-from ..module import Module
+from ..wrap import FunctionModule
 from .classification import binary_cross_entropy, binary_cross_entropy_with_logits, cross_entropy, kl_div, nll_loss
 from .ctc import ctc_loss
 from .margin import cosine_embedding_loss, hinge_embedding_loss, margin_ranking_loss, triplet_margin_loss
 from .regression import gaussian_nll_loss, huber_loss, l1_loss, mse_loss, poisson_nll_loss, smooth_l1_loss
 
 
-class Loss(Module):
-    """Base of the loss modules: `function`'s parameters with defaults are the module's options.
+class Loss(FunctionModule):
+    """Base of the loss modules: the options of `function` (e.g. `reduction`) are the module's settings.
 
     Args:
         **options: keyword options of `function` (anything else raises `TypeError` naming it).
     """
-
-    function: Callable[..., Tensor]
-
-    def __init__(self, **options) -> None:
-        params = inspect.signature(type(self).function).parameters
-        defaults = {n: p.default for n, p in params.items() if p.default is not inspect.Parameter.empty}
-        unknown = sorted(set(options) - set(defaults))
-        if unknown:
-            raise TypeError(f"{type(self).__name__}: unknown option(s) {unknown}; known: {sorted(defaults)}")
-        self._option_names = list(defaults)
-        for name, default in defaults.items():
-            setattr(self, name, options.get(name, default))
-
-    def forward(self, *inputs: Tensor) -> Tensor:
-        options = {n: getattr(self, n) for n in self._option_names}
-        return type(self).function(*inputs, **options)
-
-    def extra_repr(self) -> str:
-        shown = [f"{n}={getattr(self, n)!r}" for n in self._option_names
-                 if not isinstance(getattr(self, n), Tensor)]
-        return ", ".join(shown)
 
 
 class MSELoss(Loss):
