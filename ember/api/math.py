@@ -17,7 +17,7 @@ import numpy as np
 
 from ..dtype import bool_, default_float
 from ..errors import DTypeError
-from ._common import Tensor, apply, promote
+from ._common import Tensor, apply, bind, promote, registry
 
 FLOAT_UNARY = ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin", "cos",
                "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf",
@@ -96,7 +96,7 @@ def frac(x: Tensor) -> Tensor:
 
 def _binary(name: str, a, b, float_only: bool = False) -> Tensor:
     x, y = promote(a, b, float_only=float_only)
-    return apply(name, x, y)
+    return bind(registry[name], (x, y), {})
 
 
 def add(a, b) -> Tensor:

@@ -38,7 +38,6 @@ _QUIET = {"div", "pow", "remainder", "floor_divide", "atan2", "reciprocal", "exp
 
 def _upcast(fn, name: str = ""):
     """Run `fn` in f32 for f16/bf16 inputs and round the result back, as PyTorch's CPU kernels do."""
-    quiet = name in _QUIET
 
     def compute(*arrays, **params):
         dt = arrays[0].dtype
@@ -46,13 +45,13 @@ def _upcast(fn, name: str = ""):
             return np.asarray(fn(*(a.astype(np.float32) for a in arrays), **params)).astype(dt)
         return fn(*arrays, **params)
 
-    def run(*arrays, **params):
-        if quiet:
-            with np.errstate(all="ignore"):
-                return compute(*arrays, **params)
-        return compute(*arrays, **params)
+    if name not in _QUIET:
+        return compute
 
-    run.__name__ = getattr(fn, "__name__", "reference")
+    def run(*arrays, **params):
+        with np.errstate(all="ignore"):
+            return compute(*arrays, **params)
+
     return run
 
 
