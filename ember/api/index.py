@@ -122,6 +122,11 @@ def _advanced(x: Tensor, items: list) -> Tensor:
             x = x.unsqueeze(dim)
             expanded.append(slice(None))
             dim += 1
+        elif isinstance(item, Tensor) and item.dtype.is_bool and item.ndim == 0:
+            # A 0-d mask adds a dim of size 1 (true) or 0 (false), as in NumPy and PyTorch.
+            x = x.unsqueeze(dim)
+            expanded.append(nonzero(item.reshape(1), as_tuple=True)[0])
+            dim += 1
         elif isinstance(item, Tensor) and item.dtype.is_bool:
             if item.shape != x.shape[dim:dim + item.ndim]:
                 raise IndexError(f"boolean mask of shape {item.shape} does not match dims {dim}.."
