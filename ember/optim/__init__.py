@@ -20,9 +20,10 @@ from .rmsprop import RMSprop
 from .adan import Adan
 from .lion import Lion
 from .muon import Muon
+from .lbfgs import LBFGS
 from .clip import clip_grad_norm, clip_grad_value
 from .accumulate import GradientAccumulator
 from . import lr
 
-__all__ = ["Optimizer", "ParamGroup", "SGD", "Adam", "AdamW", "AdaGrad", "RMSprop", "Adan", "Lion", "Muon",
+__all__ = ["Optimizer", "ParamGroup", "SGD", "Adam", "AdamW", "AdaGrad", "RMSprop", "Adan", "Lion", "Muon", "LBFGS",
            "clip_grad_norm", "clip_grad_value", "GradientAccumulator", "lr"]

@@ -50,10 +50,16 @@ def batch(seed: int = 1, n: int = 16) -> tuple[np.ndarray, np.ndarray]:
     return x, np.stack([np.sin(x[:, 0] + x[:, 1]), x[:, 2] * x[:, 3]], axis=1)
 
 
+def ember_loss_and_grads(model: MLP, x: np.ndarray, y: np.ndarray):
+    """The mean squared error on (x, y) and its `Gradients`."""
+    out = model(ember.from_numpy(x, DEVICE.inner))
+    loss = ((out - ember.from_numpy(y, DEVICE.inner)) ** 2).mean()
+    return loss, loss.backward()
+
+
 def ember_grads(model: MLP, x: np.ndarray, y: np.ndarray):
     """The `Gradients` of the mean squared error on (x, y)."""
-    out = model(ember.from_numpy(x, DEVICE.inner))
-    return ((out - ember.from_numpy(y, DEVICE.inner)) ** 2).mean().backward()
+    return ember_loss_and_grads(model, x, y)[1]
 
 
 def torch_backward(torch_model: torch.nn.Module, x: np.ndarray, y: np.ndarray) -> None:
