@@ -41,18 +41,20 @@ def sniff_format(path: str | os.PathLike) -> str | None:
         'native'
     """
     from .native import MAGIC
-    from .torch_pickle import LEGACY_MAGIC, ZIP_MAGIC
+    from .torch_pickle import ZIP_MAGIC, is_legacy_stream
 
     with open(path, "rb") as f:
         head = f.read(9)
         size = os.fstat(f.fileno()).st_size
     if head[:4] == MAGIC:
         return "native"
-    if head[:4] in (ZIP_MAGIC, LEGACY_MAGIC):
-        return "torch"
-    # safetensors has no magic: a u64 header length that fits the file, then a JSON object
+    # safetensors has no magic: a u64 header length that fits the file, then a JSON object. Tested
+    # before torch's pickle check, which a header length like 0x0580 (bytes 80 05) would also pass;
+    # neither torch container has "{" at byte 8.
     if len(head) == 9 and head[8:9] == b"{" and struct.unpack_from("<Q", head)[0] <= size - 8:
         return "safetensors"
+    if head[:4] == ZIP_MAGIC or is_legacy_stream(head):
+        return "torch"
     return None
 
 

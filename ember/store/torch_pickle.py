@@ -42,11 +42,9 @@ from ..errors import StoreError
 from .mapped import map_file
 from .torch_unpickler import SafeUnpickler, StorageRef, TensorRef
 
-__all__ = ["load_torch", "ZIP_MAGIC", "LEGACY_MAGIC"]
+__all__ = ["load_torch", "ZIP_MAGIC", "is_legacy_stream"]
 
 ZIP_MAGIC = b"PK\x03\x04"
-# PROTO 2, then LONG1 of 10 bytes: the start of torch's legacy magic number 0x1950a86a20f9469cfc6c
-LEGACY_MAGIC = b"\x80\x02\x8a\x0a"
 _LEGACY_MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
 _LEGACY_PROTOCOL = 1001
 _LOCAL_HEADER = struct.Struct("<4s22xHH")
@@ -68,15 +66,15 @@ def load_torch(path: str | os.PathLike, mmap: bool = True, key: str | None = Non
     head = bytes(buffer[:4])
     if head == ZIP_MAGIC:
         obj, records, byteorder = _read_zip(name, buffer)
-    elif head == LEGACY_MAGIC:
+    elif is_legacy_stream(head):
         with open(path, "rb") as stream:
             obj, records = _read_legacy(name, stream, buffer)
         byteorder = "little"
     elif bytes(buffer[257:262]) == b"ustar":
         raise StoreError(f"{name}: the tar format of torch < 0.4 is not supported; re-save it with a newer torch")
     else:
-        raise StoreError(f"{name}: not a PyTorch file: expected a zip archive (PK\\x03\\x04) or the legacy "
-                         f"pickle stream ({LEGACY_MAGIC!r}), found {head!r}")
+        raise StoreError(f"{name}: not a PyTorch file: expected a zip archive (PK\\x03\\x04) or a legacy "
+                         f"pickle stream (\\x80 and a protocol 2 to 5), found {head!r}")
     if key is not None:
         if not isinstance(obj, dict) or key not in obj:
             found = _describe(obj)
@@ -91,6 +89,17 @@ def load_torch(path: str | os.PathLike, mmap: bool = True, key: str | None = Non
     except RecursionError:  # pickle memo references can build a dict that contains itself
         raise StoreError(f"{name}: the pickled object nests too deeply or contains itself") from None
     return state, metadata
+
+
+def is_legacy_stream(head: bytes) -> bool:
+    """Whether a file's first bytes start a pickle, as torch's legacy format does (the pickle of its
+    magic number 0x1950a86a20f9469cfc6c, in whichever protocol `pickle_protocol=` chose).
+
+    Example:
+        >>> is_legacy_stream(b"\\x80\\x02\\x8a\\x0a")
+        True
+    """
+    return len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5
 
 
 def _describe(obj: Any) -> str:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import struct
+
 import numpy as np
 import pytest
 import torch
@@ -75,3 +78,13 @@ def test_unknown_extensions_and_formats_are_named(tmp_path):
     wrong.write_bytes(b"not a model at all")
     with pytest.raises(StoreError, match="expected magic b'EMBR', found b'not '"):
         store.load(wrong)
+
+
+def test_a_safetensors_header_length_that_looks_like_a_pickle_is_still_safetensors(tmp_path):
+    path = tmp_path / "m.bin"
+    header = json.dumps({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}).encode()
+    header += b" " * (0x0580 - len(header))  # the length's first bytes are 80 05, a pickle's PROTO 5
+    path.write_bytes(struct.pack("<Q", len(header)) + header + np.ones(2, np.float32).tobytes())
+    assert path.read_bytes()[:2] == b"\x80\x05"
+    assert sniff_format(path) == "safetensors"
+    np.testing.assert_array_equal(store.load(path)[0]["w"], [1, 1])

@@ -37,7 +37,8 @@ def small_model_state() -> dict[str, torch.Tensor]:
     return state
 
 
-@pytest.mark.parametrize("options", [{}, LEGACY], ids=["zip", "legacy"])
+@pytest.mark.parametrize("options", [{}, LEGACY, {"pickle_protocol": 4}, {**LEGACY, "pickle_protocol": 4}],
+                         ids=["zip", "legacy", "zip-protocol4", "legacy-protocol4"])
 @pytest.mark.parametrize("mmap", [True, False])
 def test_small_model_matches_torch_exactly(tmp_path, options, mmap):
     want = small_model_state()
