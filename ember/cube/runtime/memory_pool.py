@@ -1,0 +1,209 @@
+"""The adaptive memory pool every cube runtime allocates through (CPU now; CUDA and wgpu reuse it).
+
+A pool owns *pages* obtained from the device (`allocate(nbytes)` / `release(page)`) and hands out
+*slices* of them. Two kinds of pages:
+
+- **small** allocations (up to `small_limit`) come from slab pages cut into equal chunks of one size
+  class (powers of two from 256 bytes), so many tiny tensors cost one device allocation;
+- **large** allocations come from pages managed first-fit with coalescing of free ranges. A new large
+  page is `max(request, target)` bytes where `target` follows the observed sizes: four times the
+  power of two above the median of the last 64 large requests (between 2 MiB and 256 MiB), or the
+  configured `[memory] page_size_mb` when it is set.
+
+A page with nothing allocated for `free_after_s` seconds is given back at the next allocation;
+`cleanup()` gives back every empty page at once. Live slices never move. `stats()` reports reserved
+and in-use bytes and their peaks.
+
+Example:
+    >>> pool = MemoryPool(allocate=lambda n: bytearray(n), release=lambda page: None)
+    >>> s = pool.reserve(1000)
+    >>> pool.stats().in_use
+    1024
+    >>> pool.free(s)
+"""
+
+from __future__ import annotations
+
+import bisect
+import statistics
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Callable
+
+ALIGN = 256
+MIN_PAGE = 2 << 20
+MAX_PAGE = 256 << 20
+SLAB_PAGE = 1 << 20
+
+
+@dataclass
+class Slice:
+    """A reserved range of a page: `page.buffer[offset:offset + size]`."""
+
+    page: "Page"
+    offset: int
+    size: int
+
+    @property
+    def buffer(self) -> Any:
+        return self.page.buffer
+
+
+@dataclass
+class MemoryStats:
+    """Bytes reserved from the device and handed out to tensors, now and at their peaks."""
+
+    reserved: int
+    in_use: int
+    peak_reserved: int
+    peak_in_use: int
+    pages: int
+    slices: int
+
+
+class Page:
+    """One device allocation and the ranges of it that are free."""
+
+    def __init__(self, buffer: Any, size: int, chunk: int = 0) -> None:
+        self.buffer = buffer
+        self.size = size
+        self.chunk = chunk                      # slab chunk size, 0 for a large page
+        self.live = 0                           # slices handed out
+        self.empty_since = time.monotonic()
+        if chunk:
+            self.free_chunks = list(range(size - chunk, -1, -chunk))
+        else:
+            self.free_ranges = [(0, size)]      # sorted, coalesced (offset, size)
+
+    def take(self, size: int) -> int | None:
+        """Reserve `size` bytes; the offset, or None if this page cannot hold them."""
+        if self.chunk:
+            if not self.free_chunks:
+                return None
+            self.live += 1
+            return self.free_chunks.pop()
+        for i, (offset, length) in enumerate(self.free_ranges):
+            if length >= size:
+                if length == size:
+                    del self.free_ranges[i]
+                else:
+                    self.free_ranges[i] = (offset + size, length - size)
+                self.live += 1
+                return offset
+        return None
+
+    def give(self, offset: int, size: int) -> None:
+        """Return a range taken earlier."""
+        self.live -= 1
+        if self.live == 0:
+            self.empty_since = time.monotonic()
+        if self.chunk:
+            self.free_chunks.append(offset)
+            return
+        ranges = self.free_ranges
+        i = bisect.bisect_left(ranges, (offset, 0))
+        start, length = offset, size
+        if i < len(ranges) and ranges[i][0] == start + length:      # merge with the next range
+            length += ranges[i][1]
+            del ranges[i]
+        if i > 0 and ranges[i - 1][0] + ranges[i - 1][1] == start:  # merge with the previous one
+            start, length = ranges[i - 1][0], ranges[i - 1][1] + length
+            del ranges[i - 1]
+            i -= 1
+        ranges.insert(i, (start, length))
+
+
+class MemoryPool:
+    """Pages from a device, sliced for tensors (see the module docs)."""
+
+    def __init__(self, allocate: Callable[[int], Any], release: Callable[[Any], None],
+                 small_limit: int = 32 << 10, page_size: int = 0, free_after_s: float = 30.0) -> None:
+        self._allocate = allocate
+        self._release = release
+        self.small_limit = small_limit
+        self.fixed_page = page_size
+        self.free_after_s = free_after_s
+        self._slabs: dict[int, list[Page]] = {}
+        self._large: list[Page] = []
+        self._recent: deque[int] = deque(maxlen=64)
+        self._lock = threading.Lock()
+        self._in_use = self._reserved = self._peak_in_use = self._peak_reserved = self._slices = 0
+
+    def reserve(self, nbytes: int) -> Slice:
+        """A slice of at least `nbytes` (rounded up to the alignment or the size class)."""
+        if nbytes < 0:
+            raise ValueError(f"cannot reserve {nbytes} bytes")
+        with self._lock:
+            self._free_idle_pages()
+            if nbytes <= self.small_limit:
+                chunk = max(ALIGN, 1 << max(nbytes - 1, 0).bit_length())
+                pages = self._slabs.setdefault(chunk, [])
+                size, new_page = chunk, lambda: self._new_page(max(SLAB_PAGE, chunk), chunk)
+            else:
+                size = -(-nbytes // ALIGN) * ALIGN
+                self._recent.append(size)
+                pages, new_page = self._large, lambda: self._new_page(max(size, self._target()), 0)
+            for page in pages:
+                offset = page.take(size)
+                if offset is not None:
+                    break
+            else:
+                page = new_page()
+                pages.append(page)
+                offset = page.take(size)
+            self._in_use += size
+            self._slices += 1
+            self._peak_in_use = max(self._peak_in_use, self._in_use)
+            return Slice(page, offset, size)
+
+    def free(self, piece: Slice) -> None:
+        """Give a slice back to its page (the page itself stays reserved until idle)."""
+        with self._lock:
+            piece.page.give(piece.offset, piece.size)
+            self._in_use -= piece.size
+            self._slices -= 1
+
+    def cleanup(self) -> int:
+        """Give every empty page back to the device now; returns the bytes released."""
+        with self._lock:
+            return self._free_pages(lambda page: True)
+
+    def stats(self) -> MemoryStats:
+        """Reserved and in-use bytes, their peaks, and the page and slice counts."""
+        with self._lock:
+            pages = len(self._large) + sum(len(p) for p in self._slabs.values())
+            return MemoryStats(self._reserved, self._in_use, self._peak_reserved, self._peak_in_use,
+                               pages, self._slices)
+
+    # ---- internals -------------------------------------------------------------------------------
+    def _target(self) -> int:
+        if self.fixed_page:
+            return self.fixed_page
+        typical = statistics.median(self._recent)
+        return min(MAX_PAGE, max(MIN_PAGE, 4 << (int(typical) - 1).bit_length()))
+
+    def _new_page(self, size: int, chunk: int) -> Page:
+        page = Page(self._allocate(size), size, chunk)
+        self._reserved += size
+        self._peak_reserved = max(self._peak_reserved, self._reserved)
+        return page
+
+    def _free_idle_pages(self) -> None:
+        deadline = time.monotonic() - self.free_after_s
+        self._free_pages(lambda page: page.empty_since <= deadline)
+
+    def _free_pages(self, condition: Callable[[Page], bool]) -> int:
+        released = 0
+        for pages in [self._large, *self._slabs.values()]:
+            keep = []
+            for page in pages:
+                if page.live == 0 and condition(page):
+                    self._release(page.buffer)
+                    released += page.size
+                else:
+                    keep.append(page)
+            pages[:] = keep
+        self._reserved -= released
+        return released

@@ -1,0 +1,118 @@
+"""The adaptive memory pool: no overlap, no leak, consistent stats, idle pages freed."""
+
+import time
+
+from hypothesis import given, settings, strategies as st
+
+from ember.cube.runtime.memory_pool import ALIGN, MIN_PAGE, MemoryPool
+
+
+class Device:
+    """A fake device that records what it allocated and released."""
+
+    def __init__(self):
+        self.live = {}
+
+    def allocate(self, n):
+        buffer = bytearray(0)  # the pool never touches the buffer; a token is enough
+        self.live[id(buffer)] = (buffer, n)
+        return buffer
+
+    def release(self, buffer):
+        del self.live[id(buffer)]
+
+    def bytes(self):
+        return sum(n for _, n in self.live.values())
+
+
+def pool_and_device(**kw):
+    device = Device()
+    return MemoryPool(device.allocate, device.release, **kw), device
+
+
+def check_consistent(pool, device, live):
+    stats = pool.stats()
+    assert stats.in_use == sum(s.size for s in live)
+    assert stats.reserved == device.bytes()
+    assert stats.slices == len(live)
+    assert stats.peak_in_use >= stats.in_use and stats.peak_reserved >= stats.reserved
+    by_page = {}
+    for s in live:
+        assert s.offset % ALIGN == 0 and s.offset + s.size <= s.page.size
+        by_page.setdefault(id(s.page), []).append((s.offset, s.offset + s.size))
+    for ranges in by_page.values():
+        ranges.sort()
+        for (a0, a1), (b0, b1) in zip(ranges, ranges[1:]):
+            assert a1 <= b0, f"overlap {a0}..{a1} and {b0}..{b1}"
+
+
+sizes = st.one_of(st.integers(0, 40_000), st.integers(40_000, 6_000_000))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), sizes, st.integers(0, 1000)), min_size=1, max_size=80))
+def test_random_reserve_and_free_sequences(ops):
+    pool, device = pool_and_device()
+    live = []
+    for do_free, size, pick in ops:
+        if do_free and live:
+            pool.free(live.pop(pick % len(live)))
+        else:
+            s = pool.reserve(size)
+            assert s.size >= size
+            live.append(s)
+        check_consistent(pool, device, live)
+    for s in live:
+        pool.free(s)
+    check_consistent(pool, device, [])
+    assert pool.stats().in_use == 0
+    pool.cleanup()
+    assert pool.stats().reserved == 0 and device.bytes() == 0, "pages leaked"
+
+
+def test_small_allocations_share_a_slab_page():
+    pool, device = pool_and_device()
+    slices = [pool.reserve(100) for _ in range(50)]
+    assert len(device.live) == 1
+    assert {s.size for s in slices} == {256}
+
+
+def test_freed_large_ranges_coalesce_and_are_reused():
+    pool, device = pool_and_device()
+    a, b, c = (pool.reserve(100_000) for _ in range(3))
+    pool.free(a)
+    pool.free(b)
+    d = pool.reserve(200_000)  # fits only in the merged range of a and b
+    assert d.page is a.page and d.offset == a.offset
+    assert len(device.live) == 1
+    pool.free(c)
+    pool.free(d)
+
+
+def test_page_size_follows_observed_requests():
+    pool, device = pool_and_device()
+    pool.reserve(3_000_000)
+    (_, first), = device.live.values()
+    assert first == 4 * 4_194_304  # four times the power of two above the median request
+    small_pool, small_device = pool_and_device()
+    small_pool.reserve(50_000)
+    (_, size), = small_device.live.values()
+    assert size == MIN_PAGE
+
+
+def test_idle_pages_are_freed_after_the_period_and_on_cleanup():
+    pool, device = pool_and_device(free_after_s=0.05)
+    s = pool.reserve(1_000_000)
+    pool.free(s)
+    assert device.bytes() > 0, "an empty page stays reserved for reuse"
+    time.sleep(0.06)
+    pool.reserve(10)  # the next allocation gives idle pages back
+    assert len(device.live) == 1 and pool.stats().reserved == max(n for _, n in device.live.values())
+    assert pool.cleanup() == 0, "the slab page is in use"
+
+
+def test_fixed_page_size_from_settings():
+    pool, device = pool_and_device(page_size=8 << 20)
+    pool.reserve(100_000)
+    (_, size), = device.live.values()
+    assert size == 8 << 20
