@@ -1,0 +1,28 @@
+"""ember.train: the `Learner` training loop, metrics, the terminal dashboard, checkpoints, resume and
+early stopping. See docs/training.md.
+
+Example:
+    >>> from ember.train import Learner, Accuracy
+    >>> learner = Learner(model, AdamW(model, lr=1e-3), loss=cross_entropy, metrics=[Accuracy()],
+    ...                   run_dir="runs/mnist")
+    >>> result = learner.fit(train_loader, valid_loader, epochs=3)
+"""
+
+from .callbacks import Callback
+from .checkpoint import Checkpointer, find_checkpoint, load_checkpoint
+from .dashboard import Display, EpochView, PlainLog, RichDashboard, make_display, sparkline
+from .early_stopping import EarlyStopping
+from .learner import FitResult, Learner
+from .metrics import AUROC, Accuracy, FBeta, Loss, Metric, Observation, Perplexity, Precision, Recall, TopKAccuracy
+from .monitors import CpuUsage, DeviceMemory, ItemsPerSecond, LearningRate, MemoryUsage
+from .run_dir import RunDirectory
+from .step import StepOutput
+from .tracker import MetricTracker
+
+__all__ = [
+    "AUROC", "Accuracy", "Callback", "Checkpointer", "CpuUsage", "DeviceMemory", "Display", "EarlyStopping",
+    "EpochView", "FBeta", "FitResult", "ItemsPerSecond", "Learner", "LearningRate", "Loss", "MemoryUsage",
+    "Metric", "MetricTracker", "Observation", "Perplexity", "PlainLog", "Precision", "Recall", "RichDashboard",
+    "RunDirectory", "StepOutput", "TopKAccuracy", "find_checkpoint", "load_checkpoint", "make_display",
+    "sparkline",
+]
