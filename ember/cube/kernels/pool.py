@@ -1,0 +1,128 @@
+"""2-D max and average pooling (NCHW), PyTorch's rules: padding, dilation, ceil_mode, divisors.
+
+One unit per output element; the window is a comptime-unrolled loop (its size is part of the kernel).
+Output size per spatial dim: floor((n + 2p - d(k - 1) - 1) / s) + 1, or the ceiling with `ceil_mode`,
+where a last window must start inside the input or its left padding.
+
+- max: padding never wins, NaN propagates, ties go to the first position; `max_pool2d_indices`
+  gives the winner as a flat index h * W + w into the input's spatial dims.
+- avg: sum / divisor, the divisor being the window clipped to the padded input
+  (`count_include_pad`), or to the input itself, or `divisor_override`.
+
+Example:
+    >>> max_pool2d(np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4), 2)
+    array([[[[ 5.,  7.],
+             [13., 15.]]]], dtype=float32)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ... import cube
+from ...dtype import f32, i64
+from ...errors import ShapeError
+from .common import check_size, cube_dtype, element_strides, grid
+from .conv import _pair
+from .reduce import identity
+
+
+@cube.kernel
+def pool_kernel(x: cube.Array, out: cube.Array, g: cube.Array[cube.i32], divisor: cube.f32,
+                mode: cube.Comptime[str], T: cube.Comptime, kernel: cube.Comptime[tuple],
+                stride: cube.Comptime[tuple], padding: cube.Comptime[tuple], dilation: cube.Comptime[tuple],
+                count_include_pad: cube.Comptime[bool], override: cube.Comptime[bool]):
+    """g = [C, H, W, OH, OW, x strides (4)]; mode is "max", "argmax" or "avg"."""
+    p = cube.ABSOLUTE_POS
+    if p < len(out):
+        h, w, oh, ow = g[1], g[2], g[3], g[4]
+        ox = p % ow
+        oy = (p // ow) % oh
+        nc = p // (ow * oh)
+        base = (nc // g[0]) * g[5] + (nc % g[0]) * g[6]
+        y0 = oy * stride[0] - padding[0]
+        x0 = ox * stride[1] - padding[1]
+        best = T(identity("max", T))
+        best_at = cube.i32(-1)
+        total = T(0)
+        for ky in cube.unroll(range(kernel[0])):
+            for kx in cube.unroll(range(kernel[1])):
+                iy = y0 + ky * dilation[0]
+                ix = x0 + kx * dilation[1]
+                inside = iy >= 0 and iy < h and ix >= 0 and ix < w
+                v = T(x[base + cube.select(inside, iy * g[7] + ix * g[8], 0)])
+                if mode == "avg":
+                    total = total + cube.select(inside, v, T(0))
+                else:
+                    take = inside and (v > best or (v != v and best == best) or best_at < 0)
+                    best = cube.select(take, v, best)
+                    best_at = cube.select(take, iy * w + ix, best_at)
+        if mode == "max":
+            out[p] = out.dtype(best)
+        elif mode == "argmax":
+            out[p] = cube.i64(best_at)
+        else:
+            if override:
+                d = divisor
+            else:
+                ylo = cube.max(y0, 0)
+                xlo = cube.max(x0, 0)
+                pad_y = cube.min(y0 + kernel[0], h + padding[0])
+                pad_x = cube.min(x0 + kernel[1], w + padding[1])
+                if count_include_pad:
+                    d = cube.f32((pad_y - y0) * (pad_x - x0))
+                else:
+                    d = cube.f32((cube.min(pad_y, h) - ylo) * (cube.min(pad_x, w) - xlo))
+            out[p] = out.dtype(total / T(d))
+
+
+def pool_out_size(n: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> int:
+    span = n + 2 * p - d * (k - 1) - 1
+    out = (-(-span // s) if ceil_mode else span // s) + 1
+    if ceil_mode and (out - 1) * s >= n + p:
+        out -= 1
+    return out
+
+
+def _pool(mode, x, kernel, stride, padding, dilation, ceil_mode, count_include_pad=True, divisor_override=None):
+    x = np.asarray(x)
+    if x.ndim != 4:
+        raise ShapeError(f"{mode}_pool2d", f"needs an (N, C, H, W) input, got {x.shape}")
+    kernel = _pair(kernel)
+    stride = _pair(stride if stride is not None else kernel)
+    padding, dilation = _pair(padding), _pair(dilation)
+    if any(2 * p > k for p, k in zip(padding, kernel)):
+        raise ShapeError(f"{mode}_pool2d", f"padding {padding} must be at most half the kernel {kernel}")
+    oh, ow = (pool_out_size(n, k, s, p, d, ceil_mode)
+              for n, k, s, p, d in zip(x.shape[2:], kernel, stride, padding, dilation))
+    if oh <= 0 or ow <= 0:
+        raise ShapeError(f"{mode}_pool2d", f"kernel {kernel} does not fit the input {x.shape}")
+    t = cube_dtype(x.dtype)
+    out = np.empty(x.shape[:2] + (oh, ow), i64.np if mode == "argmax" else x.dtype)
+    check_size("pool2d", x, out)
+    if out.size:
+        g = np.asarray([x.shape[1], x.shape[2], x.shape[3], oh, ow, *element_strides(x)], np.int32)
+        count, dim = grid(out.size)
+        pool_kernel.launch(count, dim, x, out, g, float(divisor_override or 0), mode=mode,
+                           T=f32 if t.is_float and t.itemsize < 4 else t, kernel=kernel, stride=stride,
+                           padding=padding, dilation=dilation if mode != "avg" else (1, 1),
+                           count_include_pad=count_include_pad, override=divisor_override is not None)
+    return out
+
+
+def max_pool2d(x, kernel, stride=None, padding=0, dilation=1, ceil_mode=False) -> np.ndarray:
+    """The maximum of each window (stride defaults to the kernel size)."""
+    return _pool("max", x, kernel, stride, padding, dilation, ceil_mode)
+
+
+def max_pool2d_indices(x, kernel, stride=None, padding=0, dilation=1, ceil_mode=False) -> np.ndarray:
+    """Where each window's maximum is, as h * W + w (i64), first position on ties."""
+    return _pool("argmax", x, kernel, stride, padding, dilation, ceil_mode)
+
+
+def avg_pool2d(x, kernel, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+               divisor_override=None) -> np.ndarray:
+    """The mean of each window, with PyTorch's divisor rules."""
+    if divisor_override == 0:
+        raise ShapeError("avg_pool2d", "divisor_override must be non-zero")
+    return _pool("avg", x, kernel, stride, padding, 1, ceil_mode, count_include_pad, divisor_override)
