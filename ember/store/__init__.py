@@ -2,7 +2,8 @@
 
 A *state* is `dict[str, numpy.ndarray]` (bf16 through `ml_dtypes.bfloat16`) and *metadata* is
 `dict[str, str]`. `save` and `load` pick the format from `format=`, else from the file (its first
-bytes when reading, then its extension): `.ember` native, `.safetensors`, `.pt`/`.pth`/`.bin` PyTorch. Loaded arrays are read-only views of the memory-mapped file unless `mmap=False`.
+bytes when reading, then its extension): `.ember` native, `.safetensors`, `.pt`/`.pth`/`.bin` PyTorch,
+and, for reading, the `.json` index of a sharded checkpoint. Loaded arrays are read-only views of the memory-mapped file unless `mmap=False`.
 `ember.store.remap` renames, selects, casts and transposes states to fit a model.
 
 Example:
@@ -25,12 +26,13 @@ from .formats import EXTENSIONS, FORMAT_NAMES, detect_format
 from .native import load_native, save_native
 from . import remap
 from .safetensors import load_safetensors, save_safetensors
+from .sharded import load_sharded
 from .torch_pickle import load_torch
 from .torch_writer import save_torch
 
 __all__ = [
     "save", "load", "save_native", "load_native", "save_safetensors", "load_safetensors", "save_torch",
-    "load_torch",
+    "load_torch", "load_sharded",
     "remap", "EXTENSIONS", "FORMAT_NAMES",
 ]
 
@@ -45,6 +47,8 @@ def save(path: str | os.PathLike, state: Mapping[str, np.ndarray], metadata: Map
         >>> save("model.safetensors", {"w": np.zeros(3, np.float32)})
     """
     fmt = format or detect_format(path, reading=False)
+    if fmt == "sharded":
+        raise StoreError(f"{os.fspath(path)}: ember reads sharded checkpoints but writes single files")
     if fmt not in _SAVERS:
         raise StoreError(f"{os.fspath(path)}: unknown format {fmt!r}; expected one of {', '.join(FORMAT_NAMES)}")
     _SAVERS[fmt](path, state, metadata)
@@ -56,7 +60,8 @@ def load(path: str | os.PathLike, format: str | None = None, *, mmap: bool = Tru
     """Read `(state, metadata)` from `path`, then optionally narrow and adapt the state.
 
     Args:
-        format: "native", "safetensors" or "torch"; by default sniffed from the file, then its extension.
+        format: "native", "safetensors", "torch" or "sharded" (an index `.json`); by default sniffed from
+            the file, then its extension.
         mmap: arrays are read-only views of the memory-mapped file (True) or of one in-memory copy.
         key: PyTorch files only: take this top-level entry of a checkpoint (e.g. "state_dict").
         prefix: keep only keys starting with it, and strip it (`remap.select(..., strip=True)`).
@@ -75,6 +80,8 @@ def load(path: str | os.PathLike, format: str | None = None, *, mmap: bool = Tru
         state, metadata = load_native(path, mmap=mmap)
     elif fmt == "safetensors":
         state, metadata = load_safetensors(path, mmap=mmap)
+    elif fmt == "sharded":
+        state, metadata = load_sharded(path, mmap=mmap)
     else:
         raise StoreError(f"{os.fspath(path)}: unknown format {fmt!r}; expected one of {', '.join(FORMAT_NAMES)}")
     if prefix is not None:

@@ -1,6 +1,6 @@
 """Which file format a path holds: by its first bytes, else by its extension.
 
-Content wins over the name (a `.bin` that is really safetensors loads as safetensors); the extension
+`.json` is the index of a sharded checkpoint (`model.safetensors.index.json`). Content wins over the name (a `.bin` that is really safetensors loads as safetensors); the extension
 decides only when the bytes say nothing, and chooses the format for files about to be written.
 
 Example:
@@ -19,8 +19,9 @@ from ..errors import StoreError
 
 __all__ = ["EXTENSIONS", "FORMAT_NAMES", "format_for_extension", "sniff_format", "detect_format"]
 
-FORMAT_NAMES = ("native", "safetensors", "torch")
-EXTENSIONS = {".ember": "native", ".safetensors": "safetensors", ".pt": "torch", ".pth": "torch", ".bin": "torch"}
+FORMAT_NAMES = ("native", "safetensors", "torch", "sharded")
+EXTENSIONS = {".ember": "native", ".safetensors": "safetensors", ".pt": "torch", ".pth": "torch", ".bin": "torch",
+              ".json": "sharded"}
 
 
 def format_for_extension(path: str | os.PathLike) -> str | None:
