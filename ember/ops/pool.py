@@ -46,6 +46,16 @@ def _windows(x: np.ndarray, kernel, stride, padding, dilation, out, value) -> np
     return window_view(pad_spatial(x, padding, after, value), kernel, stride, dilation, out)
 
 
+def _taps(windows: np.ndarray, kernel):
+    """Each kernel offset's (N, C, *out) view of a window view, in row-major kernel order.
+
+    Reducing tap by tap (prod(kernel) elementwise ops over whole maps) is much faster than a NumPy
+    reduction over the small, strided kernel axes.
+    """
+    for k in np.ndindex(*kernel):
+        yield windows[(slice(None), slice(None)) + k]
+
+
 def _lowest(dtype: np.dtype):
     return -np.inf if dtype.kind in "fV" else np.iinfo(dtype).min
 
@@ -62,8 +72,11 @@ def _max_infer(x: Aval, *, kernel, stride, padding, dilation, ceil_mode) -> Aval
 
 def _max_reference(x, *, kernel, stride, padding, dilation, ceil_mode):
     out = _out_size("max_pool", x.shape[2:], kernel, stride, padding, dilation, ceil_mode)
-    windows = _windows(x, kernel, stride, padding, dilation, out, _lowest(x.dtype))
-    return windows.max(axis=tuple(range(2, 2 + len(kernel))))
+    taps = _taps(_windows(x, kernel, stride, padding, dilation, out, _lowest(x.dtype)), kernel)
+    result = next(taps).copy()
+    for tap in taps:
+        np.maximum(result, tap, out=result)  # NaN propagates, as in PyTorch
+    return result
 
 
 def _max_vjp(ctx, g):
@@ -87,11 +100,19 @@ def _indices_reference(x, *, kernel, stride, padding, dilation, ceil_mode):
     nd = len(kernel)
     size = x.shape[2:]
     out = _out_size("max_pool", x.shape[2:], kernel, stride, padding, dilation, ceil_mode)
-    windows = _windows(x, kernel, stride, padding, dilation, out, _lowest(x.dtype))
-    taps = np.moveaxis(windows.reshape(x.shape[:2] + (math.prod(kernel),) + out), 2, -1)
-    best = np.unravel_index(taps.argmax(axis=-1), kernel)
+    taps = _taps(_windows(x, kernel, stride, padding, dilation, out, _lowest(x.dtype)), kernel)
+    best = next(taps).copy()
+    which = np.zeros(best.shape, dtype=np.int64)
+    for j, tap in enumerate(taps, start=1):
+        # PyTorch's rule: a strictly larger value wins (so ties keep the first), and so does any NaN.
+        wins = tap > best
+        if x.dtype.kind in "fV":
+            wins |= np.isnan(tap)
+        np.copyto(best, tap, where=wins)
+        which[wins] = j
+    winners = np.unravel_index(which, kernel)
     flat = np.zeros(x.shape[:2] + out, dtype=np.int64)
-    for axis, (k_index, n, s, p, d) in enumerate(zip(best, size, stride, padding, dilation)):
+    for axis, (k_index, n, s, p, d) in enumerate(zip(winners, size, stride, padding, dilation)):
         start = (np.arange(out[axis]) * s - p).reshape((-1,) + (1,) * (nd - 1 - axis))
         pos = start + k_index * d
         # Only a window of -inf (or the dtype's minimum) ties with its padding; PyTorch then names the
@@ -132,8 +153,10 @@ def _avg_reference(x, *, kernel, stride, padding, ceil_mode, count_include_pad, 
     nd = len(kernel)
     out = _out_size("avg_pool", x.shape[2:], kernel, stride, padding, (1,) * nd, ceil_mode)
     acc = compute_dtype(x.dtype)
-    windows = _windows(x.astype(acc, copy=False), kernel, stride, padding, (1,) * nd, out, 0)
-    sums = windows.sum(axis=tuple(range(2, 2 + nd)))
+    taps = _taps(_windows(x.astype(acc, copy=False), kernel, stride, padding, (1,) * nd, out, 0), kernel)
+    sums = next(taps).copy()
+    for tap in taps:
+        sums += tap
     divisor = _divisor(x.shape[2:], out, kernel, stride, padding, count_include_pad, divisor_override)
     return (sums / divisor.astype(acc)).astype(x.dtype, copy=False)
 

@@ -64,6 +64,12 @@ def test_pool_unbatched_empty_batch_and_ties(device, rng):
     ties = np.array([[[1.0, 1.0, 0.0, -np.inf, -np.inf]]])
     check_op(lambda x: F.max_pool1d(x, 2, 2, 1, return_indices=True),
              lambda x: TF.max_pool1d(x, 2, 2, 1, return_indices=True), [ties], device)
+    # NaN wins over numbers and propagates to the output (its index is PyTorch's: the last NaN).
+    nans = np.array([[[np.nan, 1.0, np.nan, 2.0, 0.5, 3.0]]])
+    y, index = F.max_pool1d(ember.tensor(nans, device=device), 3, return_indices=True)
+    want, want_index = TF.max_pool1d(torch.from_numpy(nans), 3, return_indices=True)
+    np.testing.assert_array_equal(y.numpy(), want.numpy())
+    np.testing.assert_array_equal(index.numpy(), want_index.numpy())
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
