@@ -1,10 +1,11 @@
-"""Model files: ember's native format, safetensors and PyTorch `.pt` import, at the level of host arrays.
+"""Model files: ember's native format, safetensors and PyTorch files, at the level of host arrays.
 
 A *state* is `dict[str, numpy.ndarray]` (bf16 through `ml_dtypes.bfloat16`) and *metadata* is
 `dict[str, str]`. `save` and `load` pick the format from `format=`, else from the file (its first
-bytes when reading, then its extension): `.ember` native, `.safetensors`, `.pt`/`.pth`/`.bin` PyTorch,
-and, for reading, the `.json` index of a sharded checkpoint. Loaded arrays are read-only views of the memory-mapped file unless `mmap=False`.
-`ember.store.remap` renames, selects, casts and transposes states to fit a model.
+bytes when reading, then its extension): `.ember` native, `.safetensors`, `.pt`/`.pth`/`.bin`
+PyTorch, and, for reading, the `.json` index of a sharded checkpoint. Loaded arrays are read-only
+views of the memory-mapped file unless `mmap=False`. `ember.store.remap` renames, selects, casts and
+transposes states to fit a model.
 
 Example:
     >>> save("m.ember", {"w": np.ones((2, 3), np.float32)}, metadata={"epoch": "3"})
@@ -22,9 +23,9 @@ import numpy as np
 
 from ..dtype import DType
 from ..errors import StoreError
+from . import remap
 from .formats import EXTENSIONS, FORMAT_NAMES, detect_format
 from .native import load_native, save_native
-from . import remap
 from .safetensors import load_safetensors, save_safetensors
 from .sharded import load_sharded
 from .torch_pickle import load_torch
@@ -32,8 +33,7 @@ from .torch_writer import save_torch
 
 __all__ = [
     "save", "load", "save_native", "load_native", "save_safetensors", "load_safetensors", "save_torch",
-    "load_torch", "load_sharded",
-    "remap", "EXTENSIONS", "FORMAT_NAMES",
+    "load_torch", "load_sharded", "remap", "EXTENSIONS", "FORMAT_NAMES",
 ]
 
 _SAVERS = {"native": save_native, "safetensors": save_safetensors, "torch": save_torch}

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import json
 import os
-import pickle
 import struct
 import zipfile
 from typing import Any, BinaryIO, NamedTuple
