@@ -27,3 +27,9 @@ from .pool import (
     AdaptiveMaxPool2d,
 )
 from .upsample import Upsample
+from .rnn import RNN, LSTM, GRU
+from .attention import MultiHeadAttention, KVCache
+from .positional import PositionalEncoding, RotaryEncoding
+from .transformer import (
+    PositionWiseFeedForward, TransformerEncoderLayer, TransformerDecoderLayer, TransformerEncoder, TransformerDecoder,
+)

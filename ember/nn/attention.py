@@ -18,23 +18,14 @@ import math
 
 import numpy as np
 
-from ..api.creation import bernoulli, from_numpy, full_like
+from ..api.creation import from_numpy
 from ..api.shape import cat
 from ..errors import DTypeError, ShapeError
 from ..tensor import Tensor
 from . import init
+from .dropout import dropout
 from .linear import Linear
 from .module import Module
-
-
-def dropout(x: Tensor, p: float) -> Tensor:
-    """Zero each element with probability `p` and scale the rest by `1 / (1 - p)` (always active)."""
-    if not 0.0 <= p < 1.0:
-        raise ValueError(f"dropout probability must be in [0, 1), got {p}")
-    if p == 0.0:
-        return x
-    keep = bernoulli(full_like(x.detach(), 1.0 - p))
-    return x * keep / (1.0 - p)
 
 
 def causal_mask(queries: int, keys: int, offset: int = 0, device=None) -> Tensor:
@@ -231,7 +222,7 @@ class MultiHeadAttention(Module):
             k, v = cache.append(k, v)
         blocked, bias = self._masks(attn_mask, key_padding_mask, is_causal, batch, length, k.shape[-2], query)
         weights = attention_weights(q, k, blocked, bias)
-        dropped = dropout(weights, self.dropout) if self.training and self.dropout > 0 else weights
+        dropped = dropout(weights, self.dropout, self.training)
         out = (dropped @ v).transpose(1, 2).reshape(batch, length, self.d_model)
         out = self.output(out)
         return (out, weights) if need_weights else out

@@ -19,7 +19,7 @@ from ..api.creation import from_numpy
 from ..api.shape import cat, stack
 from ..errors import ShapeError
 from ..tensor import Tensor
-from .attention import dropout
+from .dropout import dropout
 from .module import Module
 
 
@@ -73,7 +73,7 @@ class PositionalEncoding(Module):
             raise ShapeError("PositionalEncoding", f"input must be (..., length, {self.d_model}), got {x.shape}")
         pe = from_numpy(self.table(x.shape[-2], offset).astype(x.dtype.np), x.device.inner)
         y = x + pe
-        return dropout(y, self.dropout) if self.training and self.dropout > 0 else y
+        return dropout(y, self.dropout, self.training)
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, dropout={self.dropout}"

@@ -24,7 +24,7 @@ from ..api.shape import cat, stack
 from ..errors import ShapeError
 from ..tensor import Tensor
 from . import init
-from .attention import dropout
+from .dropout import dropout
 from .module import Module
 from .param import Param
 
@@ -126,8 +126,8 @@ class Recurrent(Module):
                 for kept, s in zip(finals, last):
                     kept.append(s)
             x = cat(outputs, dim=-1) if directions == 2 else outputs[0]
-            if self.training and self.dropout > 0 and layer < self.num_layers - 1:
-                x = dropout(x, self.dropout)
+            if layer < self.num_layers - 1:
+                x = dropout(x, self.dropout, self.training)
         states = [stack(s, dim=0) for s in finals]
         if unbatched:
             x, states = x.squeeze(1), [s.squeeze(1) for s in states]

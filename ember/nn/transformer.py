@@ -17,7 +17,8 @@ from typing import Callable
 from ..api import activation as act
 from ..errors import ShapeError
 from ..tensor import Tensor
-from .attention import KVCache, MultiHeadAttention, dropout
+from .attention import KVCache, MultiHeadAttention
+from .dropout import dropout
 from .linear import Linear
 from .module import Module
 from .norm import LayerNorm
@@ -39,7 +40,7 @@ class _Dropping(Module):
     dropout: float = 0.0
 
     def _drop(self, x: Tensor) -> Tensor:
-        return dropout(x, self.dropout) if self.training and self.dropout > 0 else x
+        return dropout(x, self.dropout, self.training)
 
 
 class PositionWiseFeedForward(_Dropping):
