@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import struct
 import zipfile
-from typing import Mapping
+from typing import BinaryIO, Mapping
 
 import numpy as np
 
@@ -52,18 +52,19 @@ def save_torch(path: str | os.PathLike, state: Mapping[str, np.ndarray], metadat
     stem = os.path.splitext(os.path.basename(os.fspath(path)))[0] or "archive"
     stem = "".join(c if c.isalnum() or c in "_-" else "_" for c in stem)
     with atomic_open(path) as f, zipfile.ZipFile(f, "w", zipfile.ZIP_STORED) as archive:
-        _write(archive, f"{stem}/data.pkl", _pickle(entries))
-        _write(archive, f"{stem}/byteorder", b"little")
+        _write(archive, f, f"{stem}/data.pkl", _pickle(entries))
+        _write(archive, f, f"{stem}/byteorder", b"little")
         for key, (_, array, _) in enumerate(entries):
-            _write(archive, f"{stem}/data/{key}", little_endian_bytes(array))
-        _write(archive, f"{stem}/version", b"3\n")
+            _write(archive, f, f"{stem}/data/{key}", little_endian_bytes(array))
+        _write(archive, f, f"{stem}/version", b"3\n")
 
 
-def _write(archive: zipfile.ZipFile, name: str, data: bytes | memoryview) -> None:
-    """One stored record whose data starts on a 64-byte boundary of the file."""
+def _write(archive: zipfile.ZipFile, f: BinaryIO, name: str, data: bytes | memoryview) -> None:
+    """One stored record whose data starts on a 64-byte boundary of the file `f` the archive writes."""
     info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
     info.compress_type = zipfile.ZIP_STORED
-    start = archive.fp.tell() + _LOCAL_HEADER_SIZE + len(name.encode()) + _ZIP64_EXTRA_SIZE + 4
+    # zipfile writes each record at the end of `f` and leaves the position there
+    start = f.tell() + _LOCAL_HEADER_SIZE + len(name.encode()) + _ZIP64_EXTRA_SIZE + 4
     padding = -start % _ALIGNMENT
     info.extra = struct.pack("<HH", _PADDING_ID, padding) + b"Z" * padding
     # force_zip64 makes the local header's size predictable whatever the record's size
