@@ -13,7 +13,7 @@ into NumPy views of the storage bytes once it knows where those bytes are.
 Example:
     >>> obj = SafeUnpickler(open("data.pkl", "rb"), "model.pt").load()
     >>> obj["fc.weight"]
-    TensorRef(storage=StorageRef(key='0', dtype=f32, numel=6), offset=0, size=(2, 3), stride=(3, 1))
+    TensorRef(storage=StorageRef(key='0', dtype=f32, numel=6), offset=0, size=(2, 3), stride=(3, 1), dtype=f32)
 """
 
 from __future__ import annotations
