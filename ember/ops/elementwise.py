@@ -15,19 +15,16 @@ from __future__ import annotations
 
 import math
 
-import ml_dtypes
 import numpy as np
 
 from ..dtype import DType, bool_
 from ..errors import DTypeError
-from .primitive import Aval, broadcast_shapes, primitive, same_aval
+from .primitive import Aval, broadcast_shapes, is_half, primitive, same_aval
 from .grad_utils import sum_to
 
 LN2 = math.log(2.0)
 LN10 = math.log(10.0)
 
-
-_HALF = {np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)}
 
 # Ops whose float results often leave the domain (NaN, inf): NumPy's warnings for them are silenced,
 # since PyTorch gives the same values without warning. Others skip the cost of `np.errstate`.
@@ -41,7 +38,7 @@ def _upcast(fn, name: str = ""):
 
     def compute(*arrays, **params):
         dt = arrays[0].dtype
-        if dt in _HALF:
+        if is_half(dt):
             return np.asarray(fn(*(a.astype(np.float32) for a in arrays), **params)).astype(dt)
         return fn(*arrays, **params)
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..errors import DTypeError, ShapeError
 from .grad_utils import sum_to
-from .primitive import Aval, broadcast_shapes, primitive
+from .primitive import Aval, broadcast_shapes, is_half, primitive
 
 
 def _matmul_infer(a: Aval, b: Aval) -> Aval:
@@ -40,7 +40,7 @@ def _matmul_vjp(ctx, g):
 
 
 def _matmul_reference(a, b):
-    if a.dtype == np.float16 or a.dtype.name == "bfloat16":
+    if is_half(a.dtype):
         return np.matmul(a.astype(np.float32), b.astype(np.float32)).astype(a.dtype)
     return np.matmul(a, b)
 

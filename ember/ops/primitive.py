@@ -25,6 +25,9 @@ from __future__ import annotations
 
 from typing import Any, Callable, NamedTuple
 
+import ml_dtypes
+import numpy as np
+
 from ..dtype import DType
 from ..errors import ShapeError
 
@@ -164,6 +167,15 @@ def normalize_dims(op: str, dims, ndim: int) -> tuple[int, ...]:
     if len(out) != len(tuple(dims)):
         raise ShapeError(op, f"dims {tuple(dims)} name a dimension twice")
     return out
+
+
+_F16 = np.dtype(np.float16)
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def is_half(dtype: np.dtype) -> bool:
+    """Whether a NumPy dtype is f16 or bf16 (references compute those in f32, as PyTorch does)."""
+    return dtype is _F16 or dtype is _BF16
 
 
 def same_aval(x: Aval, **_params) -> Aval:

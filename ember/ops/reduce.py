@@ -19,7 +19,7 @@ import numpy as np
 
 from ..dtype import i64
 from ..errors import ShapeError
-from .primitive import Aval, primitive
+from .primitive import Aval, is_half, primitive
 
 
 def _reduced_shape(shape, dims, keepdim):
@@ -37,11 +37,11 @@ def _reduce_infer(name: str, needs_elements: bool = False):
     return infer
 
 
-def _accumulate(fn):
+def _accumulate(ufunc):
     def run(x, *, dims, keepdim):
-        if x.dtype == np.float16 or x.dtype.name == "bfloat16":
-            return fn(x.astype(np.float32), axis=dims, keepdims=keepdim).astype(x.dtype)
-        return np.asarray(fn(x, axis=dims, keepdims=keepdim), dtype=x.dtype)
+        if is_half(x.dtype):
+            return ufunc.reduce(x.astype(np.float32), axis=dims, keepdims=keepdim).astype(x.dtype)
+        return np.asarray(ufunc.reduce(x, axis=dims, keepdims=keepdim, dtype=x.dtype))
 
     return run
 
@@ -80,10 +80,10 @@ def _extreme_vjp(ctx, g):
     return (_restore(g, ctx) * mask / mask.sum(dim=dims, keepdim=True),)
 
 
-primitive("sum", infer=_reduce_infer("sum"), vjp=_sum_vjp, cost="compute")(_accumulate(np.sum))
-primitive("prod", infer=_reduce_infer("prod"), vjp=_prod_vjp, cost="compute")(_accumulate(np.prod))
-primitive("amax", infer=_reduce_infer("amax", True), vjp=_extreme_vjp, cost="compute")(_accumulate(np.max))
-primitive("amin", infer=_reduce_infer("amin", True), vjp=_extreme_vjp, cost="compute")(_accumulate(np.min))
+primitive("sum", infer=_reduce_infer("sum"), vjp=_sum_vjp, cost="compute")(_accumulate(np.add))
+primitive("prod", infer=_reduce_infer("prod"), vjp=_prod_vjp, cost="compute")(_accumulate(np.multiply))
+primitive("amax", infer=_reduce_infer("amax", True), vjp=_extreme_vjp, cost="compute")(_accumulate(np.maximum))
+primitive("amin", infer=_reduce_infer("amin", True), vjp=_extreme_vjp, cost="compute")(_accumulate(np.minimum))
 
 
 def _arg_infer(name: str):
@@ -101,7 +101,7 @@ def _arg_reference(fn):
     def run(x, *, dim, keepdim):
         if x.ndim == 0:
             return np.zeros((), np.int64)
-        if x.dtype.name == "bfloat16":
+        if is_half(x.dtype):
             x = x.astype(np.float32)
         out = fn(x, axis=dim, keepdims=keepdim)
         return np.asarray(out, dtype=np.int64)
@@ -123,7 +123,7 @@ def _scan(fn):
     def run(x, *, dim):
         if x.ndim == 0:
             return x.copy()
-        if x.dtype == np.float16 or x.dtype.name == "bfloat16":
+        if is_half(x.dtype):
             return fn(x.astype(np.float32), axis=dim).astype(x.dtype)
         return fn(x, axis=dim, dtype=x.dtype)
 
@@ -174,7 +174,7 @@ def _cumextreme_infer(x: Aval, *, dim: int, largest: bool) -> Aval:
 def _cumextreme_reference(x, *, dim, largest):
     if x.ndim == 0:
         return np.zeros((), np.int64)
-    if x.dtype.name == "bfloat16" or x.dtype == np.float16:
+    if is_half(x.dtype):
         x = x.astype(np.float32)
     running = (np.maximum if largest else np.minimum).accumulate(x, axis=dim)
     # PyTorch reports the last position at which the running extreme was reached.
@@ -193,7 +193,7 @@ def _argsort_infer(x: Aval, *, dim: int, descending: bool) -> Aval:
 def _argsort_reference(x, *, dim, descending):
     if x.ndim == 0:
         return np.zeros((), np.int64)
-    if x.dtype.name == "bfloat16" or x.dtype == np.float16:
+    if is_half(x.dtype):
         x = x.astype(np.float32)
     if descending:
         # Ties keep ascending index order: sort ascending on an order-reversing key.

@@ -20,6 +20,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from ..errors import DTypeError, ShapeError
+from .primitive import is_half
 
 
 def conv_out_size(op: str, size: int, kernel: int, stride: int, padding: int, dilation: int) -> int:
@@ -65,7 +66,7 @@ def check_float(op: str, *avals) -> None:
 
 def compute_dtype(dtype: np.dtype) -> np.dtype:
     """The dtype to accumulate in: f32 for f16/bf16 (as PyTorch's CPU kernels do), else `dtype`."""
-    return np.dtype(np.float32) if dtype == np.float16 or dtype.name == "bfloat16" else dtype
+    return np.dtype(np.float32) if is_half(dtype) else dtype
 
 
 def pad_spatial(x: np.ndarray, before, after, value=0) -> np.ndarray:
