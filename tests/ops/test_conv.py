@@ -139,3 +139,20 @@ def test_conv_errors():
         F.conv_transpose2d(x, ember.ones(3, 2, 3, 3), stride=2, output_padding=2)
     with pytest.raises(ember.ShapeError, match="conv_transpose.*expects 4"):
         F.conv_transpose2d(x, ember.ones(4, 2, 3, 3))
+
+
+@pytest.mark.parametrize("dtype, torch_dtype", [("f16", torch.float16), ("bf16", torch.bfloat16)])
+def test_half_precision_conv(device, rng, dtype, torch_dtype):
+    # Half inputs accumulate in f32 and round once, like PyTorch's CPU kernels: equal within a couple of ulps
+    # of the output's scale.
+    from tolerances import forward
+    x, w = random(rng, (2, 4, 7, 7), "f32"), random(rng, (4, 6, 3, 3), "f32")
+    rtol, _ = forward(dtype)
+    for ours, theirs, weight in [(F.conv2d, TF.conv2d, w.transpose(1, 0, 2, 3)), (F.conv_transpose2d, TF.conv_transpose2d, w)]:
+        weight = np.ascontiguousarray(weight)
+        got = ours(ember.tensor(x, device=device).cast(dtype), ember.tensor(weight, device=device).cast(dtype), padding=1,
+                   stride=2)
+        want = theirs(torch.from_numpy(x).to(torch_dtype), torch.from_numpy(weight).to(torch_dtype), padding=1,
+                      stride=2).float().numpy()
+        assert got.dtype.name == dtype
+        np.testing.assert_allclose(np.asarray(got.numpy(), np.float64), want, rtol=rtol, atol=rtol * np.abs(want).max())

@@ -84,6 +84,15 @@ def test_adaptive_pools_match_torch(device, rng, dtype):
         check_op(lambda x: mx[0](x, size, True), lambda x: mx[1](x, size, True), [x], device, rng=rng)
 
 
+def test_max_pool_of_integers(device, rng):
+    x = rng.integers(-50, 50, size=(2, 3, 9, 8))
+    y, index = F.max_pool2d(ember.tensor(x, device=device), 3, 2, 1, ceil_mode=True, return_indices=True)
+    want, want_index = TF.max_pool2d(torch.from_numpy(x), 3, 2, 1, ceil_mode=True, return_indices=True)
+    assert y.dtype.name == "i64"
+    np.testing.assert_array_equal(y.numpy(), want.numpy())
+    np.testing.assert_array_equal(index.numpy(), want_index.numpy())
+
+
 def test_pool_errors():
     x = ember.ones(1, 2, 6, 6)
     with pytest.raises(ember.ShapeError, match="padding .* at most half of kernel"):
