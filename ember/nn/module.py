@@ -69,17 +69,27 @@ class Module:
                 yield value
 
     def named_parameters(self, prefix: str = "") -> Iterator[tuple[str, Param]]:
-        """(dotted name, Param) of every parameter, frozen ones included.
+        """(dotted name, Param) of every parameter, frozen ones included; a shared one appears once.
 
         Example:
             >>> [n for n, _ in Linear(2, 3).named_parameters()]
             ['weight', 'bias']
         """
+        seen: set[int] = set()
+        for name, p in self._all_parameters(prefix):
+            # A parameter shared by two layers (tied weights) is one parameter: listed, counted and
+            # updated once, under its first name (as in PyTorch).
+            if id(p) not in seen:
+                seen.add(id(p))
+                yield name, p
+
+    def _all_parameters(self, prefix: str) -> Iterator[tuple[str, Param]]:
+        """Every (name, Param) reachable, a shared one under each of its names (for state dicts)."""
         for name, value in self._entries():
             if isinstance(value, Param):
                 yield prefix + name, value
             elif isinstance(value, Module):
-                yield from value.named_parameters(prefix + name + ".")
+                yield from value._all_parameters(prefix + name + ".")
 
     def parameters(self) -> list[Param]:
         """Every parameter, in definition order."""
@@ -166,14 +176,15 @@ class Module:
 
     # ---- state -----------------------------------------------------------------------------------
     def state_dict(self) -> "OrderedDict[str, Tensor]":
-        """Every parameter and buffer by dotted name, as plain tensors.
+        """Every parameter and buffer by dotted name, as plain tensors (a shared parameter under each
+        of its names, as in PyTorch).
 
         Example:
             >>> sorted(Linear(2, 3).state_dict())
             ['bias', 'weight']
         """
         state: OrderedDict[str, Tensor] = OrderedDict()
-        for name, p in self.named_parameters():
+        for name, p in self._all_parameters(""):
             state[name] = p.value.detach()
         for name, b in self.named_buffers():
             state[name] = b.detach()
@@ -186,7 +197,7 @@ class Module:
         `ShapeError`/`KeyError` listing all of them and nothing is loaded; with `strict=False` the
         matching keys are loaded and the report says what was not.
         """
-        params = dict(self.named_parameters())
+        params = dict(self._all_parameters(""))
         buffers = dict(self.named_buffers())
         known = {**params, **buffers}
         missing = [k for k in known if k not in state]
@@ -243,15 +254,22 @@ def _flatten(name: str, value) -> Iterator[tuple[str, Any]]:
 
 
 def _map_container(value, fn):
+    """`value` with `fn` applied to its buffers; lists and dicts are updated in place (so references to
+    them stay valid), tuples are rebuilt (named tuples keep their type)."""
     if isinstance(value, Tensor) and not isinstance(value, Param):
         return fn(value)
     if isinstance(value, list):
-        return [_map_container(v, fn) for v in value]
-    if isinstance(value, tuple):
-        return tuple(_map_container(v, fn) for v in value)
-    if isinstance(value, dict):
-        return {k: _map_container(v, fn) for k, v in value.items()}
+        value[:] = [_map_container(v, fn) for v in value]
+    elif isinstance(value, dict):
+        for key in value:
+            value[key] = _map_container(value[key], fn)
+    elif isinstance(value, tuple):
+        return _rebuilt(value, [_map_container(v, fn) for v in value])
     return value
+
+
+def _rebuilt(value: tuple, items: list) -> tuple:
+    return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
 
 
 def _as_tensor(value, like: Tensor) -> Tensor:
@@ -264,17 +282,30 @@ def _as_tensor(value, like: Tensor) -> Tensor:
 
 def _set_attribute(root: Module, dotted: str, value: Tensor) -> None:
     """Rebind the buffer at a dotted path (through modules, lists, tuples and dicts)."""
-    *path, last = dotted.split(".")
-    parent: Any = root
-    for part in path:
-        parent = parent[int(part)] if isinstance(parent, (list, tuple)) else (
-            parent[part] if isinstance(parent, dict) else getattr(parent, part))
-    if isinstance(parent, dict):
-        parent[last] = value
-    elif isinstance(parent, list):
-        parent[int(last)] = value
+    _replace_at(root, dotted.split("."), value)
+
+
+def _replace_at(container, parts: list[str], value):
+    """`container` with the item at the path `parts` replaced by `value`; modules, lists and dicts are
+    changed in place, a tuple on the path is rebuilt and stored back in its parent."""
+    head, rest = parts[0], parts[1:]
+    if isinstance(container, (list, tuple)):
+        key: Any = int(head)
+        child = container[key]
+    elif isinstance(container, dict):
+        key = next(k for k in container if str(k) == head)  # names hold str(key), keys may be ints
+        child = container[key]
     else:
-        setattr(parent, last, value)
+        key = head
+        child = getattr(container, head)
+    new_child = _replace_at(child, rest, value) if rest else value
+    if isinstance(container, tuple):
+        return _rebuilt(container, [new_child if i == key else v for i, v in enumerate(container)])
+    if isinstance(container, (list, dict)):
+        container[key] = new_child
+    else:
+        setattr(container, key, new_child)
+    return container
 
 
 def _repr_lines(module: Module, name: str | None, depth: int) -> list[str]:
