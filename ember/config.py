@@ -1,7 +1,7 @@
 """`Config`: model and training settings as dataclasses that save to and load from JSON (Burn's Config).
 
 Subclasses are made dataclasses automatically. Field values are checked against their annotations
-(int, float, str, bool, None-able, lists, tuples, dicts and nested configs) when built and when loaded;
+(int, float, str, bool, None-able, Literal, lists, tuples, dicts and nested configs) when built and when loaded;
 an error names the field and what was expected. Files are written atomically.
 
 Example:
@@ -18,11 +18,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import tempfile
 import types
 import typing
 from typing import Any
 
+from .atomic import write_atomic
 from .errors import ConfigError
 
 
@@ -79,22 +79,6 @@ class Config:
             raise ConfigError(f"{path}: {e}") from None
 
 
-def write_atomic(path: str | os.PathLike, data: bytes) -> None:
-    """Write `data` to `path` through a temporary file in the same folder and a rename."""
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.basename(path))
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def _check(owner: str, name: str, value: Any, hint: Any) -> Any:
     """`value` checked against the annotation `hint` (nested configs built from dicts)."""
     origin = typing.get_origin(hint)
@@ -102,7 +86,13 @@ def _check(owner: str, name: str, value: Any, hint: Any) -> Any:
     if hint is Any:
         return value
     if origin in (typing.Union, types.UnionType):
-        for option in args:
+        options = [a for a in args if a is not type(None)]
+        if value is None and len(options) < len(args):
+            return value
+        if len(options) == 1:
+            # Optional[X]: X's own, more specific error (a nested config's unknown key, say).
+            return _check(owner, name, value, options[0])
+        for option in options:
             try:
                 return _check(owner, name, value, option)
             except ConfigError:
@@ -118,16 +108,27 @@ def _check(owner: str, name: str, value: Any, hint: Any) -> Any:
         if isinstance(value, hint):
             return value
         raise ConfigError(f"{owner}.{name}: expected a {hint.__name__} or a dict, got {value!r}")
+    if origin is typing.Literal:
+        if value in args:
+            return value
+        raise ConfigError(f"{owner}.{name}: expected one of {list(args)}, got {value!r}")
     if origin in (list, tuple):
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"{owner}.{name}: expected a list, got {value!r}")
+        if origin is tuple and args and args[-1] is not Ellipsis:
+            # tuple[int, str]: a fixed length, one type per position.
+            if len(value) != len(args):
+                raise ConfigError(f"{owner}.{name}: expected {len(args)} items, got {value!r}")
+            return tuple(_check(owner, name, v, t) for v, t in zip(value, args))
         inner = args[0] if args else Any
-        items = [_check(owner, name, v, inner) for v in value] if inner is not Ellipsis else list(value)
+        items = [_check(owner, name, v, inner) for v in value]
         return tuple(items) if origin is tuple else items
     if origin is dict:
         if not isinstance(value, dict):
             raise ConfigError(f"{owner}.{name}: expected a dict, got {value!r}")
-        return value
+        if not args:
+            return value
+        return {_check(owner, name, k, args[0]): _check(owner, name, v, args[1]) for k, v in value.items()}
     if hint is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
