@@ -22,7 +22,13 @@ from ._grads import gradients_of
 
 
 class GradientAccumulator:
-    """Running sums of parameter gradients over several backward passes (see the module docs)."""
+    """Running sums of parameter gradients over several backward passes (see the module docs).
+
+    Example:
+        >>> acc = GradientAccumulator()
+        >>> acc.accumulate(model, loss_a.backward()); acc.accumulate(model, loss_b.backward())
+        >>> opt.step(acc.grads())
+    """
 
     def __init__(self) -> None:
         self._sums: dict[int, tuple[Param, object, Tensor]] = {}  # id -> (param, its leaf, sum)

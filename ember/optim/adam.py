@@ -8,14 +8,7 @@ from types import SimpleNamespace
 from ..api.creation import zeros_like
 from ..api.math import maximum
 from ..tensor import Tensor
-from .optimizer import Optimizer
-
-
-def check_betas(who: str, betas, count: int) -> None:
-    """Raise unless `betas` is a tuple of `count` numbers in [0, 1)."""
-    if not isinstance(betas, (tuple, list)) or len(betas) != count or \
-            not all(isinstance(b, (int, float)) and 0 <= b < 1 for b in betas):
-        raise ValueError(f"{who}: betas must be {count} numbers in [0, 1), got {betas!r}")
+from .optimizer import Optimizer, check_betas
 
 
 class Adam(Optimizer):

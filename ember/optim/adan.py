@@ -8,8 +8,7 @@ from types import SimpleNamespace
 
 from ..api.creation import zeros_like
 from ..tensor import Tensor
-from .adam import check_betas
-from .optimizer import Optimizer
+from .optimizer import Optimizer, check_betas
 
 
 class Adan(Optimizer):

@@ -23,7 +23,12 @@ _NORM_EPS = 1e-6
 
 
 def clip_by_value(grads: list[Tensor], clip_value: float) -> list[Tensor]:
-    """Each gradient clamped elementwise: `g <- clamp(g, -clip_value, clip_value)`."""
+    """Each gradient clamped elementwise: `g <- clamp(g, -clip_value, clip_value)`.
+
+    Example:
+        >>> clip_by_value([ember.tensor([-2.0, 0.5])], 1.0)[0].tolist()
+        [-1.0, 0.5]
+    """
     return [g.clamp(-clip_value, clip_value) for g in grads]
 
 
@@ -31,6 +36,11 @@ def clip_by_norm(grads: list[Tensor], max_norm: float, norm_type: float = 2.0) -
     """The gradients rescaled to a global norm of at most `max_norm`, and the norm before clipping.
 
     `total = ||(||g_1||_p, ..., ||g_n||_p)||_p`, then `g_i <- g_i * min(1, max_norm / (total + 1e-6))`.
+
+    Example:
+        >>> clipped, total = clip_by_norm([ember.tensor([3.0, 4.0])], 1.0)
+        >>> total
+        5.0
     """
     if not grads:
         return [], 0.0

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field, fields
 from types import SimpleNamespace
 from typing import Any, Callable
 
@@ -19,7 +20,7 @@ from .optimizer import Optimizer
 # closure() -> (loss, grads): re-evaluate the model at the parameters' current values
 Closure = Callable[[], tuple[Any, Gradients]]
 
-_HISTORY = ("old_dirs", "old_stps")
+_VECTOR_LISTS = ("old_dirs", "old_stps")
 
 
 def _dot(a: Tensor, b: Tensor) -> float:
@@ -60,6 +61,7 @@ class LBFGS(Optimizer):
             raise ValueError("LBFGS: parameter groups are not supported (one set of options for the whole "
                              "flat parameter vector, as in PyTorch)")
         super().__init__(module, lr, **kwargs)
+        self.history = _History()
 
     def check_options(self, options: SimpleNamespace, where: str) -> None:
         super().check_options(options, where)
@@ -110,7 +112,7 @@ class LBFGS(Optimizer):
         return float(loss.item() if isinstance(loss, Tensor) else loss), self._flat_grad(grads)
 
     # ---- the algorithm ---------------------------------------------------------------------------
-    def step(self, closure: Closure) -> float:  # type: ignore[override]  (a closure, as PyTorch's LBFGS)
+    def step(self, closure: Closure) -> float:  # type: ignore[override]  # a closure, as PyTorch's LBFGS
         """Run up to `max_iter` L-BFGS iterations (see the class docs); returns the loss before them.
 
         Example:
@@ -121,72 +123,54 @@ class LBFGS(Optimizer):
         if not self._trainable():
             raise ValueError("LBFGS: the module has no trainable parameters")
         o = self._trainable()[0].options
-        lr = self._lr
-        state = self.state.setdefault("lbfgs", {"func_evals": 0, "n_iter": 0})
+        h = self.history
         self.steps += 1
         orig_loss, flat_grad = self._evaluate(closure)
-        loss = orig_loss
-        evals = 1
-        state["func_evals"] += 1
-        if float(flat_grad.abs().max().item()) <= o.tolerance_grad:
+        loss, evals = orig_loss, 1
+        h.func_evals += 1
+        if _max_abs(flat_grad) <= o.tolerance_grad:
             return orig_loss
-        d, t = state.get("d"), state.get("t")
-        old_dirs, old_stps, ro = state.get("old_dirs"), state.get("old_stps"), state.get("ro")
-        h_diag, prev_flat_grad = state.get("H_diag"), state.get("prev_flat_grad")
-        n_iter = 0
-        while n_iter < o.max_iter:
-            n_iter += 1
-            state["n_iter"] += 1
-            if state["n_iter"] == 1:
-                d, old_dirs, old_stps, ro, h_diag = -flat_grad, [], [], [], 1.0
-            else:
-                y = flat_grad - prev_flat_grad
-                s = d * t
-                ys = _dot(y, s)
-                if ys > 1e-10:
-                    if len(old_dirs) == o.history_size:
-                        old_dirs.pop(0), old_stps.pop(0), ro.pop(0)
-                    old_dirs.append(y)
-                    old_stps.append(s)
-                    ro.append(1.0 / ys)
-                    h_diag = ys / _dot(y, y)
-                d = _two_loop(-flat_grad, old_dirs, old_stps, ro, h_diag)
-            prev_flat_grad, prev_loss = flat_grad, loss
-            t = min(1.0, 1.0 / float(flat_grad.abs().sum().item())) * lr if state["n_iter"] == 1 else lr
-            gtd = _dot(flat_grad, d)
+        for n_iter in range(1, o.max_iter + 1):
+            h.n_iter += 1
+            h.d = h.direction(flat_grad, o.history_size)
+            h.prev_flat_grad, h.prev_loss = flat_grad, loss
+            h.t = min(1.0, 1.0 / float(flat_grad.abs().sum().item())) * self._lr if h.n_iter == 1 else self._lr
+            gtd = _dot(flat_grad, h.d)
             if gtd > -o.tolerance_change:  # not a descent direction
                 break
-            used = 0
             if o.line_search_fn is not None:
-                start = self._values()
-
-                def along(step: float) -> tuple[float, Tensor]:
-                    self._set_values(self._moved(start, step, d))
-                    try:
-                        return self._evaluate(closure)
-                    finally:
-                        self._set_values(start)
-
-                loss, flat_grad, t, used = strong_wolfe(along, t, d, loss, flat_grad, gtd,
-                                                        max_ls=o.max_eval - evals)
-                self._set_values(self._moved(start, t, d))
-                converged = float(flat_grad.abs().max().item()) <= o.tolerance_grad
+                loss, flat_grad, used = self._line_search(closure, loss, flat_grad, gtd, o.max_eval - evals)
+                converged = _max_abs(flat_grad) <= o.tolerance_grad
             else:
-                self._set_values(self._moved(self._values(), t, d))
-                converged = False
+                self._set_values(self._moved(self._values(), h.t, h.d))
+                converged, used = False, 0
                 if n_iter != o.max_iter:  # the last iteration's loss is the next step's first evaluation
                     loss, flat_grad = self._evaluate(closure)
-                    converged = float(flat_grad.abs().max().item()) <= o.tolerance_grad
-                    used = 1
+                    converged, used = _max_abs(flat_grad) <= o.tolerance_grad, 1
             evals += used
-            state["func_evals"] += used
+            h.func_evals += used
             if n_iter == o.max_iter or evals >= o.max_eval or converged:
                 break
-            if float((d * t).abs().max().item()) <= o.tolerance_change or abs(loss - prev_loss) < o.tolerance_change:
+            if _max_abs(h.d * h.t) <= o.tolerance_change or abs(loss - h.prev_loss) < o.tolerance_change:
                 break
-        state.update({"d": d, "t": t, "old_dirs": old_dirs, "old_stps": old_stps, "ro": ro, "H_diag": h_diag,
-                      "prev_flat_grad": prev_flat_grad, "prev_loss": prev_loss})
         return orig_loss
+
+    def _line_search(self, closure: Closure, loss: float, flat_grad: Tensor, gtd: float,
+                     max_ls: int) -> tuple[float, Tensor, int]:
+        """Move to the step the strong-Wolfe search accepts along `history.d`; (loss, grad, evaluations)."""
+        h = self.history
+        start = self._values()
+
+        def along(t: float) -> tuple[float, Tensor]:
+            self._set_values(self._moved(start, t, h.d))
+            try:
+                return self._evaluate(closure)
+            finally:
+                self._set_values(start)
+
+        loss, flat_grad, h.t, used = strong_wolfe(along, h.t, h.d, loss, flat_grad, gtd, max_ls=max_ls)
+        self._set_values(self._moved(start, h.t, h.d))
+        return loss, flat_grad, used
 
     # ---- state -----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -197,11 +181,8 @@ class LBFGS(Optimizer):
             >>> opt.state_dict()["layout"]
             [['l1.weight', [4, 8]], ...]
         """
-        state = self.state.get("lbfgs", {})
-        host = {k: ([np.array(t.numpy()) for t in v] if k in _HISTORY else
-                    np.array(v.numpy()) if isinstance(v, Tensor) else (list(v) if isinstance(v, list) else v))
-                for k, v in state.items()}
-        return {"optimizer": "LBFGS", "lr": self._lr, "steps": self.steps, "layout": self._layout(), "state": host}
+        return {"optimizer": "LBFGS", "lr": self._lr, "steps": self.steps, "layout": self._layout(),
+                "history": self.history.to_host()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a `state_dict` saved from a model with the same trainable parameters."""
@@ -211,20 +192,79 @@ class LBFGS(Optimizer):
         if layout != self._layout():
             raise ValueError(f"LBFGS.load_state_dict: the state's parameters {layout} differ from this "
                              f"model's {self._layout()}")
-        value = self._trainable()[0].param
-        device, dtype = value.device.inner, value.dtype
-
-        def tensor(array) -> Tensor:
-            return from_numpy(np.array(array, dtype=dtype.np), device)
-
-        restored = {k: ([tensor(a) for a in v] if k in _HISTORY else
-                        tensor(v) if k in ("d", "prev_flat_grad") and v is not None else v)
-                    for k, v in state["state"].items()}
-        self.state = {"lbfgs": restored} if restored else {}
+        like = self._trainable()[0].param
+        self.history = _History.from_host(state["history"], like.device.inner, like.dtype)
         self.steps, self.lr = int(state["steps"]), state["lr"]
 
     def _layout(self) -> list:
         return [[e.name, list(e.param.shape)] for e in self._trainable()]
+
+
+@dataclass
+class _History:
+    """What L-BFGS carries from step to step (PyTorch's state keys): the last direction `d` and step
+    `t`, the (y, s) pairs with ro = 1 / y.s, the scaling of the initial Hessian, and counters."""
+
+    func_evals: int = 0
+    n_iter: int = 0
+    d: Tensor | None = None
+    t: float = 0.0
+    old_dirs: list[Tensor] = field(default_factory=list)
+    old_stps: list[Tensor] = field(default_factory=list)
+    ro: list[float] = field(default_factory=list)
+    h_diag: float = 1.0
+    prev_flat_grad: Tensor | None = None
+    prev_loss: float = 0.0
+
+    def direction(self, flat_grad: Tensor, history_size: int) -> Tensor:
+        """Record the newest pair (kept when y.s > 1e-10, the oldest dropped past `history_size`) and
+        return the quasi-Newton direction `-H g`; plain steepest descent on the very first iteration."""
+        if self.n_iter == 1:
+            self.old_dirs, self.old_stps, self.ro, self.h_diag = [], [], [], 1.0
+            return -flat_grad
+        y = flat_grad - self.prev_flat_grad
+        s = self.d * self.t
+        ys = _dot(y, s)
+        if ys > 1e-10:
+            if len(self.old_dirs) == history_size:
+                del self.old_dirs[0], self.old_stps[0], self.ro[0]
+            self.old_dirs.append(y)
+            self.old_stps.append(s)
+            self.ro.append(1.0 / ys)
+            self.h_diag = ys / _dot(y, y)
+        return _two_loop(-flat_grad, self.old_dirs, self.old_stps, self.ro, self.h_diag)
+
+    def to_host(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, Tensor):
+                value = np.array(value.numpy())
+            elif f.name in _VECTOR_LISTS:
+                value = [np.array(v.numpy()) for v in value]
+            elif isinstance(value, list):
+                value = list(value)
+            out[f.name] = value
+        return out
+
+    @classmethod
+    def from_host(cls, saved: dict[str, Any], device, dtype) -> "_History":
+        def tensor(array) -> Tensor:
+            return from_numpy(np.array(array, dtype=dtype.np), device)
+
+        values = {}
+        for f in fields(cls):
+            value = saved[f.name]
+            if f.name in _VECTOR_LISTS:
+                value = [tensor(v) for v in value]
+            elif f.name in ("d", "prev_flat_grad") and value is not None:
+                value = tensor(value)
+            values[f.name] = value
+        return cls(**values)
+
+
+def _max_abs(x: Tensor) -> float:
+    return float(x.abs().max().item())
 
 
 def _two_loop(q: Tensor, dirs: list[Tensor], stps: list[Tensor], ro: list[float], h_diag: float) -> Tensor:

@@ -6,7 +6,8 @@ What we follow: the matrix update is PyTorch's `torch.optim.Muon` (itself Keller
 `AdamW` as in the reference's `MuonWithAuxAdam`, with that code's defaults for its Adam groups
 (`lr=3e-4, betas=(0.9, 0.95), eps=1e-10, weight_decay=0`); pass `fallback={...}` to change them.
 Embeddings and output heads are 2-D but the reference advises AdamW for them: give them a group,
-`ParamGroup(prefix="head.", optimizer=AdamW, lr=3e-4)`.
+`ParamGroup(prefix="head.", optimizer=AdamW, lr=3e-4)`. A parameter that is not 2-D always goes to
+the fallback, unless a group hands it to another optimizer.
 
 Two differences from the reference, both deliberate:
 - Newton-Schulz runs in the parameter's dtype (the reference casts to bf16 for speed on GPUs).

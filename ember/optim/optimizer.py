@@ -71,6 +71,11 @@ class Optimizer:
         clip_value: clamp every gradient element to [-clip_value, clip_value] before the update.
         clip_norm: rescale the gradients so their global L2 norm is at most `clip_norm`.
         **options: the hyperparameters in `defaults` of the subclass.
+
+    Example:
+        >>> opt = SGD(model, lr=0.1, momentum=0.9, clip_norm=1.0,
+        ...           groups=[ParamGroup(prefix="emb.", optimizer=Adam, lr=1e-3)])
+        >>> opt.step(loss.backward())
     """
 
     defaults: ClassVar[dict[str, Any]] = {}
@@ -194,6 +199,10 @@ class Optimizer:
             raise TypeError(f"{type(self).__name__}.step takes the Gradients of backward(), "
                             f"got {type(grads).__name__}")
         found = list(self._with_grads(grads))
+        if not found and any(not e.param.frozen for e in self._all_entries()):
+            # Every step makes fresh leaves, so gradients from before the last step match nothing.
+            raise ValueError(f"{type(self).__name__}.step: no trainable parameter has a gradient in these "
+                             f"Gradients; compute them from this model's current values (after the last step)")
         clipped = [g for _, _, g in found]
         if self.clip_value is not None:
             clipped = clip_by_value(clipped, self.clip_value)
@@ -212,6 +221,11 @@ class Optimizer:
                 yield self, entry, grad
         for delegate in self._delegates:
             yield from delegate._with_grads(grads)
+
+    def _all_entries(self) -> Iterator[_Entry]:
+        yield from self._entries
+        for delegate in self._delegates:
+            yield from delegate._all_entries()
 
     def _apply(self, entry: _Entry, grad: Tensor) -> None:
         state = self.state.setdefault(entry.name, {"step": 0})
@@ -274,6 +288,17 @@ class Optimizer:
     def __repr__(self) -> str:
         delegated = "".join(f", {type(d).__name__}: {len(d._entries)} params" for d in self._delegates)
         return f"{type(self).__name__}(lr={self._lr}, params={len(self._entries)}{delegated})"
+
+
+def check_betas(who: str, betas, count: int) -> None:
+    """Raise unless `betas` is a tuple of `count` numbers in [0, 1) (the decay rates of moving averages).
+
+    Example:
+        >>> check_betas("Adam", (0.9, 0.999), 2)
+    """
+    if not isinstance(betas, (tuple, list)) or len(betas) != count or \
+            not all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1 for b in betas):
+        raise ValueError(f"{who}: betas must be {count} numbers in [0, 1), got {betas!r}")
 
 
 def _grad_of(entry: _Entry, grads: Gradients, who: str) -> Tensor | None:

@@ -3,6 +3,8 @@ strong-Wolfe line search, and its state save/load."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -40,11 +42,12 @@ def test_trajectory_matches_torch(options):
         assert loss == pytest.approx(torch_loss.item(), rel=1e-9)
         assert_same(model, named, step, rtol=1e-7, atol=1e-9)
     torch_state = torch_opt.state[torch_opt._params[0]]
-    assert opt.state["lbfgs"]["func_evals"] == torch_state["func_evals"]
-    assert opt.state["lbfgs"]["n_iter"] == torch_state["n_iter"]
+    assert opt.history.func_evals == torch_state["func_evals"]
+    assert opt.history.n_iter == torch_state["n_iter"]
 
 
-def test_state_dict_resumes_identically():
+@pytest.mark.parametrize("via_json", [False, True], ids=["arrays", "json"])
+def test_state_dict_resumes_identically(via_json):
     model = make_pair()[0]
     x, y = batch(n=32)
     opt = LBFGS(model, max_iter=4, history_size=5, line_search_fn="strong_wolfe")
@@ -57,7 +60,10 @@ def test_state_dict_resumes_identically():
     resumed = MLP()
     resumed.load_state_dict(model.state_dict())
     resumed_opt = LBFGS(resumed, max_iter=4, history_size=5, line_search_fn="strong_wolfe")
-    resumed_opt.load_state_dict(opt.state_dict())
+    state = opt.state_dict()
+    if via_json:
+        state = json.loads(json.dumps(state, default=lambda a: a.tolist()))
+    resumed_opt.load_state_dict(state)
     for _ in range(2):
         opt.step(closure_for(model))
         resumed_opt.step(closure_for(resumed))

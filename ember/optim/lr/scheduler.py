@@ -19,7 +19,13 @@ from typing import Any
 
 
 class Scheduler:
-    """Base class of lr schedules: subclasses define `lr_at(t)` (see the module docs)."""
+    """Base class of lr schedules: subclasses define `lr_at(t)` (see the module docs).
+
+    Example:
+        >>> class Halving(Scheduler):
+        ...     def lr_at(self, t):
+        ...         return self.base_lr * 0.5 ** t
+    """
 
     def __init__(self, optimizer) -> None:
         if not (hasattr(optimizer, "lr") and hasattr(optimizer, "initial_lr")):
