@@ -32,7 +32,7 @@ import numpy as np
 from .. import store
 from ..api.creation import arange, from_numpy
 from ..config import Config
-from ..errors import ConfigError, StoreError
+from ..errors import ConfigError, ShapeError, StoreError
 from ..nn.dropout import dropout
 from ..nn.embedding import Embedding
 from ..nn.module import Module
@@ -99,7 +99,6 @@ class BertEmbeddings(Module):
     def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None) -> Tensor:
         length = input_ids.shape[-1]
         if length > self.max_positions:
-            from ..errors import ShapeError
             raise ShapeError("BertEmbeddings", f"{length} tokens; the model has {self.max_positions} positions")
         positions = arange(length, device=input_ids.device.inner)
         types = token_type_ids if token_type_ids is not None else input_ids.zeros_like()
@@ -197,7 +196,7 @@ class SentenceBert(Module):
         >>> model = SentenceBert.from_dir("all-MiniLM-L6-v2/")
         >>> e = model.encode(["It is sunny.", "The sun shines."])
         >>> float((e[0] * e[1]).sum())  # cosine similarity
-        0.78...
+        0.7909...
     """
 
     def __init__(self, bert: BertModel, tokenizer: WordPieceTokenizer, normalize: bool = True) -> None:

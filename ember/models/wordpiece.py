@@ -1,9 +1,9 @@
 """BERT's tokenizer: basic tokenization, then greedy longest-match-first WordPiece.
 
 Basic tokenization (HuggingFace's `BertNormalizer` + `BertPreTokenizer`):
-1. clean: drop NUL, U+FFFD and control characters; turn every whitespace character into a space;
+1. clean: drop NUL, U+FFFD and control, format and private-use characters; whitespace becomes a space;
 2. put spaces around CJK ideographs, so each is a word;
-3. lowercase and strip accents (NFD, then drop combining marks), for uncased vocabularies;
+3. strip accents (NFD, then drop combining marks), then lowercase, for uncased vocabularies;
 4. split on whitespace, then split every punctuation character off as its own word.
 
 WordPiece then splits each word into the longest vocabulary prefix, then the longest `##`-prefixed
@@ -11,10 +11,14 @@ continuation, and so on; a word with no full split (or longer than `max_chars_pe
 `[UNK]`. `encode` wraps the pieces as `[CLS] ... [SEP]`; calling the tokenizer on a batch pads it and
 returns ids, token types and the attention mask as NumPy arrays.
 
+The result equals HuggingFace's `tokenizers` (BertNormalizer, BertPreTokenizer, WordPiece) except for
+characters whose Unicode category differs between Python's Unicode database and the tables `tokenizers`
+was built with (characters added in recent Unicode versions, e.g. U+061D).
+
 Example:
     >>> tok = WordPieceTokenizer.from_dir(model_dir)
     >>> tok.tokenize("Unaffable, isn't it?")
-    ['una', '##ff', '##able', ',', 'isn', "'", 't', 'it', '?']
+    ['una', '##ffa', '##ble', ',', 'isn', "'", 't', 'it', '?']
     >>> tok(["hello world", "hi"]).input_ids.shape
     (2, 4)
 """
@@ -120,7 +124,7 @@ class WordPieceTokenizer:
 
         Example:
             >>> tok.wordpiece("unaffable")
-            ['una', '##ff', '##able']
+            ['una', '##ffa', '##ble']
         """
         if len(word) > self.max_chars_per_word:
             return [self.unk]

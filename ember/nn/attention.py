@@ -56,8 +56,8 @@ def attention_weights(query: Tensor, key: Tensor, blocked: Tensor | None = None,
         blocked: bool, broadcastable to (..., L, S); True where the query may not attend.
         bias: float, broadcastable to (..., L, S); added to the scores.
         scale: the score factor, `1 / sqrt(E)` by default.
-    Returns the (..., L, S) attention probabilities. A row whose keys are all blocked is NaN, as in
-    PyTorch's math path.
+    Returns the (..., L, S) attention probabilities. A query whose keys are all blocked gets all-zero
+    weights (so its output is zero), as in PyTorch's `scaled_dot_product_attention`, and finite gradients.
 
     Example:
         >>> attention_weights(ember.randn(1, 2, 4), ember.randn(1, 3, 4)).shape
@@ -71,7 +71,12 @@ def attention_weights(query: Tensor, key: Tensor, blocked: Tensor | None = None,
         scores = scores + bias
     if blocked is not None:
         scores = scores.masked_fill(blocked, float("-inf"))
-    return scores.softmax(-1)
+    # A softmax that tolerates rows of -inf: their shift is 0 and their sum 1, so they come out zero.
+    shift = scores.amax(dim=-1, keepdim=True).detach()
+    shift = shift.masked_fill(shift.isinf(), 0)
+    e = (scores - shift).exp()
+    total = e.sum(dim=-1, keepdim=True)
+    return e / total.masked_fill(total == 0, 1)
 
 
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
@@ -205,8 +210,10 @@ class MultiHeadAttention(Module):
             is_causal: block key j for query i when j > i + S - L (bottom-right aligned, so new queries
                 see every cached key and themselves).
             cache: a `KVCache`; this call's keys and values are appended and all cached ones attended.
-            need_weights: also return the (B, n_heads, L, S) attention weights.
-        Returns (B, L, E), or `(output, weights)` with `need_weights`.
+            need_weights: also return the (B, n_heads, L, S) attention weights (before dropout; PyTorch
+                averages them over heads unless `average_attn_weights=False`).
+        Returns (B, L, E), or `(output, weights)` with `need_weights`. A query that may see no key at all
+        gets zero attention output (PyTorch's MultiheadAttention gives NaN there).
         """
         key = query if key is None else key
         value = key if value is None else value

@@ -49,6 +49,26 @@ def test_sdpa_matches_torch(mask_kind):
         assert_close(e.grad(grads), t.grad, 1e-9, 1e-10, f"gradient of {name}")
 
 
+@pytest.mark.parametrize("kind", ["bool", "float"])
+def test_fully_blocked_queries_get_zero_output_and_finite_gradients(kind):
+    rng = np.random.default_rng(8)
+    q, k, v = randn(rng, 1, 3, 4), randn(rng, 1, 5, 4), randn(rng, 1, 5, 2)
+    allowed = rng.random((3, 5)) > 0.4
+    allowed[0] = False  # query 0 may see nothing
+    allowed[1:, 0] = True
+    mask = allowed if kind == "bool" else np.where(allowed, 0.0, -np.inf)
+    e_in = [ember.tensor(x, device=DEVICE).require_grad() for x in (q, k, v)]
+    t_in = [torch.tensor(x, requires_grad=True) for x in (q, k, v)]
+    e_out = scaled_dot_product_attention(*e_in, attn_mask=ember.tensor(mask))
+    t_out = TF.scaled_dot_product_attention(*t_in, attn_mask=torch.tensor(mask))
+    assert_close(e_out, t_out, 1e-9, 1e-10, "output")
+    assert not e_out.numpy()[0, 0].any()
+    grads = e_out.sum().backward()
+    t_out.sum().backward()
+    for e, t, name in zip(e_in, t_in, "qkv"):
+        assert_close(e.grad(grads), t.grad, 1e-9, 1e-10, f"gradient of {name}")
+
+
 def test_sdpa_dropout_zeroes_and_rescales_weights():
     rng = np.random.default_rng(2)
     q, k = ember.tensor(randn(rng, 1, 6, 4)), ember.tensor(randn(rng, 1, 8, 4))
