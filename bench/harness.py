@@ -63,7 +63,7 @@ def machine() -> dict:
 
 def write_json(path: str, rows: list[Row]) -> None:
     """Save rows with the machine description (atomically)."""
-    from ember.config import write_atomic
+    from ember.atomic import write_atomic
     payload = {"machine": machine(), "rows": [dataclasses.asdict(r) for r in rows]}
     write_atomic(path, json.dumps(payload, indent=2).encode())
 

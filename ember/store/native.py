@@ -32,7 +32,7 @@ import numpy as np
 
 from ..dtype import DType, dtype_of
 from ..errors import DTypeError, StoreError
-from .atomic import atomic_open
+from ..atomic import atomic_open
 from .mapped import map_file
 from .state import array_view, check_metadata, check_state, little_endian_bytes
 

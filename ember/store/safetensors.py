@@ -25,7 +25,7 @@ import numpy as np
 
 from ..dtype import DType, bf16, bool_, f16, f32, f64, i8, i16, i32, i64, u8
 from ..errors import StoreError
-from .atomic import atomic_open
+from ..atomic import atomic_open
 from .mapped import map_file
 from .state import array_view, check_metadata, check_state, little_endian_bytes
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from ..dtype import DType
 from ..errors import StoreError
-from .atomic import atomic_open
+from ..atomic import atomic_open
 from .state import check_state, little_endian_bytes
 from .torch_unpickler import STORAGE_DTYPES
 

@@ -57,7 +57,7 @@ class AutotuneCache:
         return self._entries.get(f"{op}:{key!r}")
 
     def put(self, op: str, key: tuple, winner: str) -> None:
-        from ...config import write_atomic
+        from ...atomic import write_atomic
         with self._lock:
             self._entries[f"{op}:{key!r}"] = winner
             self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,6 @@
-"""Atomic file writes: a model file on disk is either the old one or the complete new one.
+"""Atomic file writes: a file on disk is either the old one or the complete new one.
+
+Every file ember writes (models, configs, checkpoints, metrics, caches) goes through here.
 
 The data goes to a temporary file in the destination's folder (same file system, so the final
 `os.replace` is a rename the OS performs atomically); it is flushed and fsynced before the rename, and
@@ -16,7 +18,7 @@ import secrets
 from contextlib import contextmanager
 from typing import BinaryIO, Iterator
 
-__all__ = ["atomic_open"]
+__all__ = ["atomic_open", "write_atomic"]
 
 
 @contextmanager
@@ -45,3 +47,13 @@ def atomic_open(path: str | os.PathLike) -> Iterator[BinaryIO]:
         except FileNotFoundError:
             pass
         raise
+
+
+def write_atomic(path: str | os.PathLike, data: bytes) -> None:
+    """Replace `path` with `data` atomically.
+
+    Example:
+        >>> write_atomic("config.json", b"{}")
+    """
+    with atomic_open(path) as f:
+        f.write(data)
