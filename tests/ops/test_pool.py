@@ -84,6 +84,13 @@ def test_adaptive_pools_match_torch(device, rng, dtype):
         check_op(lambda x: mx[0](x, size, True), lambda x: mx[1](x, size, True), [x], device, rng=rng)
 
 
+def test_adaptive_max_pool_ties_pick_the_row_major_first(device, rng):
+    # Few distinct values make ties within most windows; the winner (and so the gradient) is PyTorch's.
+    x = np.round(random(rng, (2, 3, 11, 9)))
+    check_op(lambda x: F.adaptive_max_pool2d(x, (4, 5), return_indices=True),
+             lambda x: TF.adaptive_max_pool2d(x, (4, 5), return_indices=True), [x], device)
+
+
 def test_max_pool_of_integers(device, rng):
     x = rng.integers(-50, 50, size=(2, 3, 9, 8))
     y, index = F.max_pool2d(ember.tensor(x, device=device), 3, 2, 1, ceil_mode=True, return_indices=True)

@@ -1,13 +1,16 @@
 """Adaptive pooling: a requested output size instead of a kernel, with PyTorch's window rule.
 
 Output element i of a dim of input length n and output length m pools the input elements
-[floor(i*n/m), ceil((i+1)*n/m)). Windows are boxes, and the mean (max) over a box is the mean (max)
-along one dim after another, so each dim is pooled on its own:
+[floor(i*n/m), ceil((i+1)*n/m)). Windows are boxes of varying size, so neither op is a strided window
+sweep:
 
-- average: a constant (n, m) matrix of window weights 1/len applied with `matmul` (its gradient is the
+- average: the mean over a box is the mean along one dim after another, so each dim is pooled on its
+  own with a constant (n, m) matrix of window weights 1/len applied by `matmul` (its gradient is the
   transposed product);
-- max: each window's elements gathered as taps (`index_select`), the winning tap found with `argmax`
-  and taken with `gather`, so the gradient reaches only the winner, as in PyTorch.
+- max: every window's elements are gathered from the flattened planes as taps in row-major order
+  (`index_select`; short windows repeat their last element, which cannot win), the winning tap found
+  with `argmax` (the first maximum, PyTorch's choice on ties) and taken with `gather`, so the gradient
+  reaches only the winner.
 
 Example:
     >>> adaptive_avg_pool2d(ember.randn(2, 8, 13, 9), (3, None)).shape
@@ -16,10 +19,11 @@ Example:
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ...api.creation import from_numpy
-from ...api.shape import stack
 from ...errors import ShapeError
 from ...tensor import Tensor
 from .args import batched
@@ -54,20 +58,23 @@ def _avg_along(x: Tensor, dim: int, m: int) -> Tensor:
     return (x.movedim(dim, -1) @ weights).movedim(-1, dim)
 
 
-def _max_along(x: Tensor, dim: int, m: int) -> tuple[Tensor, Tensor]:
-    """The max over each window along `dim`, and the position (along `dim`) of each winner."""
-    n = x.shape[dim]
-    starts, ends = _bounds(n, m)
-    width = int((ends - starts).max())
-    # Short windows repeat their last element: that cannot change the max, and argmax keeps the first.
-    positions = [np.minimum(starts + t, ends - 1) for t in range(width)]
-    taps = stack([x.index_select(dim, from_numpy(p, device=x.device)) for p in positions], dim=dim + 1)
-    best = taps.argmax(dim=dim + 1, keepdim=True)
-    values = taps.gather(dim + 1, best).squeeze(dim + 1)
-    shape = (m,) + (1,) * (x.ndim - 1 - dim)
-    first = from_numpy(starts.reshape(shape), device=x.device)
-    last = from_numpy((ends - 1).reshape(shape), device=x.device)
-    return values, (best.squeeze(dim + 1) + first).minimum(last)
+def _window_taps(sizes, outs) -> np.ndarray:
+    """(prod(outs), taps) flat input positions of each output's window, in row-major order.
+
+    Every window is enumerated over the largest window's extent, clamping to its own last element: the
+    repeats come after the original, so the first maximum is still the row-major first one.
+    """
+    axes = []
+    for n, m in zip(sizes, outs):
+        starts, ends = _bounds(n, m)
+        width = int((ends - starts).max())
+        axes.append(np.minimum(starts[:, None] + np.arange(width), (ends - 1)[:, None]))  # (m, width)
+    flat = np.zeros((1, 1), dtype=np.int64)
+    for n, positions in zip(sizes, axes):
+        # Combine (outputs so far, taps so far) with this dim's (m, width), both in row-major order.
+        flat = (flat[:, None, :, None] * n + positions[None, :, None, :]).reshape(
+            flat.shape[0] * positions.shape[0], flat.shape[1] * positions.shape[1])
+    return flat
 
 
 def adaptive_avg_pool(x: Tensor, output_size, *, nd: int, op: str = "adaptive_avg_pool") -> Tensor:
@@ -107,19 +114,19 @@ def adaptive_max_pool(x: Tensor, output_size, return_indices: bool = False, *, n
         [[[3.0, 3.0]]]
     """
     sizes = _output_size(op, x, output_size, nd)
+    positions = _window_taps(x.shape[-nd:], sizes)
 
     def run(xb: Tensor):
-        sources: list[Tensor] = []
-        for axis, m in enumerate(sizes):
-            xb, source = _max_along(xb, 2 + axis, m)
-            # Positions found along earlier dims were for every element of this dim: keep the winners'.
-            sources = [s.gather(2 + axis, source) for s in sources] + [source]
+        lead = xb.shape[:2]
+        planes = xb.reshape(lead + (math.prod(xb.shape[2:]),))
+        taps = planes.index_select(2, from_numpy(positions.reshape(-1), device=xb.device))
+        taps = taps.reshape(lead + positions.shape)
+        best = taps.argmax(dim=3, keepdim=True)
+        values = taps.gather(3, best).reshape(lead + sizes)
         if not return_indices:
-            return xb
-        flat = sources[0]
-        for s, n in zip(sources[1:], x.shape[-nd + 1:]):
-            flat = flat * n + s
-        return xb, flat
+            return values
+        where = from_numpy(positions, device=xb.device).expand(lead + positions.shape).gather(3, best)
+        return values, where.reshape(lead + sizes)
 
     return batched(op, x, nd, run)
 
