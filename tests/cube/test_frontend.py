@@ -137,3 +137,16 @@ def test_tuple_accumulators_run():
     out = np.zeros(3, np.float32)
     blocked.launch(cube.CubeCount(1), cube.CubeDim(1), x, out, 4, width=3)
     np.testing.assert_array_equal(out, x.reshape(4, 3).sum(0))
+
+
+@cube.kernel
+def fill_scalar(out: cube.Array["T"], value: cube.Scalar["T"], T: cube.Comptime):
+    if cube.ABSOLUTE_POS < len(out):
+        out[cube.ABSOLUTE_POS] = value
+
+
+def test_scalar_dtype_from_a_comptime_parameter():
+    import numpy as np
+    out = np.zeros(5, np.int64)
+    fill_scalar.launch(cube.CubeCount(1), cube.CubeDim(8), out, 7, T=cube.i64)
+    np.testing.assert_array_equal(out, 7)
