@@ -13,7 +13,7 @@ from ember import nn
 from ember.errors import DTypeError, ShapeError
 from ember.nn import functional as F
 
-from .compare import DEVICE, compare, compare_module, load_from_torch, to_ember
+from .compare import DEVICE, compare, compare_module, load_from_torch
 
 
 @pytest.mark.parametrize("bias", [True, False])

@@ -345,3 +345,23 @@ def test_loss_weight_buffer_moves_with_module():
 def test_shape_mismatch_names_both_shapes():
     with pytest.raises(ShapeError, match=r"input \(2, 3\), target \(3, 2\)"):
         F.mse_loss(ember.zeros(2, 3), ember.zeros(3, 2))
+
+
+F32_CASES = {
+    "cross_entropy": lambda m, x, t, i: m.cross_entropy(x, i, label_smoothing=0.1),
+    "nll_loss": lambda m, x, t, i: m.nll_loss(x.log_softmax(1), i),
+    "bce_with_logits": lambda m, x, t, i: m.binary_cross_entropy_with_logits(x, t),
+    "kl_div": lambda m, x, t, i: m.kl_div(x.log_softmax(1), t.softmax(1), reduction="batchmean"),
+    "huber_loss": lambda m, x, t, i: m.huber_loss(x, t, delta=0.5),
+    "poisson_nll_loss": lambda m, x, t, i: m.poisson_nll_loss(x, t, full=True),
+}
+
+
+@pytest.mark.parametrize("name", list(F32_CASES))
+def test_f32_inputs_give_f32_losses(name, rng):
+    x, t = rng.standard_normal((4, 3)).astype(np.float32), rng.uniform(0, 3, (4, 3)).astype(np.float32)
+    i = rng.integers(0, 3, 4)
+    out = F32_CASES[name](F, ember.tensor(x), ember.tensor(t), ember.tensor(i))
+    expected = F32_CASES[name](TF, torch.tensor(x), torch.tensor(t), torch.tensor(i))
+    assert out.dtype == ember.f32
+    np.testing.assert_allclose(out.numpy(), expected.numpy(), rtol=1e-5, atol=1e-6)

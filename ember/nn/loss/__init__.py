@@ -24,14 +24,11 @@ from .modules import (
 )
 from .regression import gaussian_nll_loss, huber_loss, l1_loss, mse_loss, poisson_nll_loss, smooth_l1_loss
 
-FUNCTIONS = [
+__all__ = [
     "mse_loss", "l1_loss", "huber_loss", "smooth_l1_loss", "poisson_nll_loss", "gaussian_nll_loss",
     "cross_entropy", "nll_loss", "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div",
     "cosine_embedding_loss", "margin_ranking_loss", "hinge_embedding_loss", "triplet_margin_loss", "ctc_loss",
-]
-MODULES = [
     "Loss", "MSELoss", "L1Loss", "HuberLoss", "SmoothL1Loss", "PoissonNLLLoss", "GaussianNLLLoss",
     "CrossEntropyLoss", "NLLLoss", "BCELoss", "BCEWithLogitsLoss", "KLDivLoss", "CosineEmbeddingLoss",
     "MarginRankingLoss", "HingeEmbeddingLoss", "TripletMarginLoss", "CTCLoss",
 ]
-__all__ = FUNCTIONS + MODULES
