@@ -142,10 +142,12 @@ class _ConvTranspose(_ConvNd):
         want = tuple(output_size)[-self.nd:]
         smallest = tuple((n - 1) * s - 2 * p + d * (k - 1) + 1 for n, s, p, d, k in
                          zip(x.shape[-self.nd:], self.stride, self.padding, self.dilation, self.kernel_size))
+        room = tuple(max(s, d) - 1 for s, d in zip(self.stride, self.dilation))
         extra = tuple(w - m for w, m in zip(want, smallest))
-        if len(want) != self.nd or any(not 0 <= e < max(s, d) for e, s, d in zip(extra, self.stride, self.dilation)):
+        if len(want) != self.nd or any(not 0 <= e <= r for e, r in zip(extra, room)):
+            largest = tuple(m + r for m, r in zip(smallest, room))
             raise ShapeError(self.name, f"output_size {tuple(output_size)} is not reachable from input {x.shape}: "
-                                        f"sizes from {smallest} to {tuple(m + max(s, d) - 1 for m, s, d in zip(smallest, self.stride, self.dilation))}")
+                                        f"sizes from {smallest} to {largest}")
         return extra
 
     def extra_repr(self) -> str:

@@ -93,24 +93,34 @@ def test_conv_transpose_unbatched_and_empty_batch(device, rng):
                  [x, w], device, grads=(0, 1))
 
 
-def test_conv_gradient_is_differentiable_again(rng):
-    # The gradient rules are made of primitives that have gradients themselves (conv <-> conv_transpose
-    # <-> conv_weight_grad), so a gradient can be differentiated: check d/dw of <dL/dx, v> against torch.
-    x, w, v = random(rng, (1, 2, 6, 6)), random(rng, (3, 2, 3, 3)), random(rng, (1, 2, 6, 6))
-    device = ember.Device.numpy().autodiff()
-    ew = ember.tensor(w, device=device).require_grad()
-    ex, ev = ember.tensor(x, device=device), ember.tensor(v, device=device)
-    from ember.ops import registry
+def _bind(name: str, *inputs, **params):
     from ember.dispatch import bind
-    g = ember.ones(1, 3, 3, 3, dtype="f64", device=device)
-    params = dict(stride=(2, 2), padding=(1, 1), output_padding=(1, 1), dilation=(1, 1), groups=1)
-    dx = bind(registry["conv_transpose"], (g, ew), params)  # dL/dx of sum(conv(x, w) * g), stride 2
-    got = (dx * ev).sum().backward()
-    tw = torch.from_numpy(w.copy()).requires_grad_(True)
-    tx = torch.from_numpy(x.copy()).requires_grad_(True)
-    (gx,) = torch.autograd.grad(TF.conv2d(tx, tw, stride=2, padding=1).sum(), tx, create_graph=True)
-    (want,) = torch.autograd.grad((gx * torch.from_numpy(v)).sum(), tw)
-    np.testing.assert_allclose(ew.grad(got).numpy(), want.numpy(), rtol=1e-10, atol=1e-12)
+    from ember.ops import registry
+    return bind(registry[name], inputs, params)
+
+
+def test_weight_gradient_is_differentiable(device, rng):
+    # conv_weight_grad's own rule (conv_transpose for x, conv for the output gradient) against torch's
+    # double backward: d/dx and d/dg of <dL/dw(x, g), c>.
+    x, g, c = random(rng, (2, 2, 7, 7)), random(rng, (2, 3, 4, 4)), random(rng, (3, 2, 3, 3))
+    params = dict(kernel=(3, 3), stride=(2, 2), padding=(1, 1), dilation=(1, 1), groups=1)
+
+    def torch_weight_grad(x, g):
+        w = torch.zeros(3, 2, 3, 3, dtype=x.dtype, requires_grad=True)
+        (dw,) = torch.autograd.grad(TF.conv2d(x, w, stride=2, padding=1), w, grad_outputs=g, create_graph=True)
+        return dw
+
+    check_op(lambda x, g: _bind("conv_weight_grad", x, g, **params) * ember.tensor(c, device=device),
+             lambda x, g: torch_weight_grad(x, g) * torch.from_numpy(c), [x, g], device, grads=(0, 1), rng=rng)
+
+
+def test_conv_transpose_negative_output_padding_crops(device, rng):
+    # Gradient rules (avg_pool's with ceil_mode) use a negative output_padding to crop the output's end.
+    x, w = random(rng, (2, 2, 4, 4)), random(rng, (2, 3, 3, 3))
+    params = dict(stride=(2, 2), padding=(1, 1), output_padding=(-1, 0), dilation=(1, 1), groups=1)
+    check_op(lambda x, w: _bind("conv_transpose", x, w, **params),
+             lambda x, w: TF.conv_transpose2d(x, w, stride=2, padding=1)[:, :, :-1, :], [x, w], device, grads=(0, 1),
+             rng=rng)
 
 
 def test_conv_errors():
@@ -148,11 +158,13 @@ def test_half_precision_conv(device, rng, dtype, torch_dtype):
     from tolerances import forward
     x, w = random(rng, (2, 4, 7, 7), "f32"), random(rng, (4, 6, 3, 3), "f32")
     rtol, _ = forward(dtype)
-    for ours, theirs, weight in [(F.conv2d, TF.conv2d, w.transpose(1, 0, 2, 3)), (F.conv_transpose2d, TF.conv_transpose2d, w)]:
+    pairs = [(F.conv2d, TF.conv2d, w.transpose(1, 0, 2, 3)), (F.conv_transpose2d, TF.conv_transpose2d, w)]
+    for ours, theirs, weight in pairs:
         weight = np.ascontiguousarray(weight)
-        got = ours(ember.tensor(x, device=device).cast(dtype), ember.tensor(weight, device=device).cast(dtype), padding=1,
-                   stride=2)
+        got = ours(ember.tensor(x, device=device).cast(dtype), ember.tensor(weight, device=device).cast(dtype),
+                   padding=1, stride=2)
         want = theirs(torch.from_numpy(x).to(torch_dtype), torch.from_numpy(weight).to(torch_dtype), padding=1,
                       stride=2).float().numpy()
         assert got.dtype.name == dtype
-        np.testing.assert_allclose(np.asarray(got.numpy(), np.float64), want, rtol=rtol, atol=rtol * np.abs(want).max())
+        np.testing.assert_allclose(np.asarray(got.numpy(), np.float64), want, rtol=rtol,
+                                   atol=rtol * np.abs(want).max())

@@ -14,6 +14,8 @@ from ops.torch_check import FLOAT_DTYPES, check_op, random
 TF = torch.nn.functional
 MAX = {1: (F.max_pool1d, TF.max_pool1d), 2: (F.max_pool2d, TF.max_pool2d), 3: (F.max_pool3d, TF.max_pool3d)}
 AVG = {1: (F.avg_pool1d, TF.avg_pool1d), 2: (F.avg_pool2d, TF.avg_pool2d), 3: (F.avg_pool3d, TF.avg_pool3d)}
+ADAPTIVE_AVG = {1: (F.adaptive_avg_pool1d, TF.adaptive_avg_pool1d), 2: (F.adaptive_avg_pool2d, TF.adaptive_avg_pool2d)}
+ADAPTIVE_MAX = {1: (F.adaptive_max_pool1d, TF.adaptive_max_pool1d), 2: (F.adaptive_max_pool2d, TF.adaptive_max_pool2d)}
 
 # (kernel, stride, padding, dilation, ceil_mode)
 MAX_CASES = [(2, None, 0, 1, False), (3, 2, 1, 1, False), (3, 2, 1, 1, True), (2, 3, 1, 2, True), (3, 1, 0, 2, False)]
@@ -78,8 +80,8 @@ def test_adaptive_pools_match_torch(device, rng, dtype):
              ((2, 3, 13, 9), (5, None), 2), ((3, 6, 5), (4, 7), 2), ((0, 2, 6, 6), 3, 2)]
     for shape, size, nd in cases:
         x = random(rng, shape, dtype)
-        avg = (F.adaptive_avg_pool1d, TF.adaptive_avg_pool1d) if nd == 1 else (F.adaptive_avg_pool2d, TF.adaptive_avg_pool2d)
-        mx = (F.adaptive_max_pool1d, TF.adaptive_max_pool1d) if nd == 1 else (F.adaptive_max_pool2d, TF.adaptive_max_pool2d)
+        avg = ADAPTIVE_AVG[nd]
+        mx = ADAPTIVE_MAX[nd]
         check_op(lambda x: avg[0](x, size), lambda x: avg[1](x, size), [x], device, rng=rng)
         check_op(lambda x: mx[0](x, size, True), lambda x: mx[1](x, size, True), [x], device, rng=rng)
 
