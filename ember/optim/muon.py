@@ -90,7 +90,10 @@ class Muon(Optimizer):
             return param.ndim != 2 and not claimed
 
         rest = ParamGroup(predicate=not_matrix, optimizer=AdamW, **{**FALLBACK_DEFAULTS, **(fallback or {})})
-        super().__init__(module, lr, groups=[rest, *user_groups], **kwargs)
+        select = kwargs.get("select")
+        needed = any(not_matrix(n, p) for n, p in module.named_parameters()
+                     if select is None or select.matches(n, p))
+        super().__init__(module, lr, groups=[rest, *user_groups] if needed else user_groups, **kwargs)
 
     def check_options(self, options: SimpleNamespace, where: str) -> None:
         super().check_options(options, where)

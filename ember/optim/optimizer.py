@@ -98,23 +98,27 @@ class Optimizer:
         self.state: dict[str, dict[str, Any]] = {}
         self.steps = 0
         base = self._options(options, "")
+        own = {i: self._group_options(g, options) for i, g in enumerate(groups) if not self._is_foreign(g)}
         self._entries: list[_Entry] = []
-        self._delegates: list[Optimizer] = []
-        claimed: dict[int, list[str]] = {}
+        claimed: dict[int, list[str]] = {i: [] for i in range(len(groups))}
         for pname, param in module.named_parameters():
             if select is not None and not select.matches(pname, param):
                 continue
             index = next((i for i, g in enumerate(groups) if g.matches(pname, param)), None)
-            group = groups[index] if index is not None else None
-            foreign = group is not None and group.options.get("optimizer", type(self)) is not type(self)
-            if foreign:
-                claimed.setdefault(index, []).append(pname)
-            elif group is None:
+            if index is None:
                 self._entries.append(_Entry(pname, param, base, None))
-            else:
-                self._entries.append(self._group_entry(pname, param, group, options))
-        for index, names in claimed.items():
-            self._delegates.append(self._delegate(module, groups[index], names))
+                continue
+            claimed[index].append(pname)
+            if index in own:
+                self._entries.append(_Entry(pname, param, *own[index]))
+        unused = [g for i, g in enumerate(groups) if not claimed[i]]
+        if unused:  # most likely a misspelt prefix: say so rather than train with the base options
+            names = [n for n, _ in module.named_parameters()]
+            shown = ", ".join(names[:12]) + (f", ... ({len(names)} in all)" if len(names) > 12 else "")
+            raise ValueError(f"{name}: group(s) {unused} get no parameter (none matches, or an earlier "
+                             f"group takes them); the parameters are: {shown}")
+        self._delegates: list[Optimizer] = [self._delegate(module, groups[i], names)
+                                            for i, names in claimed.items() if i not in own]
 
     # ---- construction helpers --------------------------------------------------------------------
     def _options(self, given: dict, where: str) -> SimpleNamespace:
@@ -126,7 +130,11 @@ class Optimizer:
         self.check_options(options, where)
         return options
 
-    def _group_entry(self, pname: str, param: Param, group: ParamGroup, base: dict) -> _Entry:
+    def _is_foreign(self, group: ParamGroup) -> bool:
+        return group.options.get("optimizer", type(self)) is not type(self)
+
+    def _group_options(self, group: ParamGroup, base: dict) -> tuple[SimpleNamespace, float | None]:
+        """The options of a group this optimizer runs itself, and its own lr (None: the base lr)."""
         given = {k: v for k, v in group.options.items() if k not in ("optimizer", "lr")}
         where = f" group {group!r}"
         if any(k in given for k in ("clip_value", "clip_norm")):
@@ -137,7 +145,7 @@ class Optimizer:
             if self._initial_lr == 0:
                 raise ValueError(f"{type(self).__name__}{where}: a group with its own lr needs a nonzero "
                                  f"base lr (the group keeps its ratio to it under a scheduler)")
-        return _Entry(pname, param, self._options({**base, **given}, where), group_lr)
+        return self._options({**base, **given}, where), group_lr
 
     def _delegate(self, module: Module, group: ParamGroup, names: list[str]) -> "Optimizer":
         cls = group.options["optimizer"]
