@@ -49,6 +49,9 @@ class Embedding(Module):
         if not ids.dtype.is_int:
             raise DTypeError(f"Embedding: ids must be an integer tensor, got {ids.dtype}")
         flat = ids.reshape(-1).to(self.weight.device.inner)
+        # index_select would wrap negative ids around; an id is a row number, so refuse them.
+        if flat.numel and int(flat.min()) < 0:
+            raise IndexError(f"Embedding: ids must be in [0, {self.num_embeddings}), got {int(flat.min())}")
         found = self.weight.index_select(0, flat)
         if self.padding_idx is not None:
             # The padding row is read as a constant, so it gets no gradient.

@@ -290,7 +290,8 @@ class InstanceNorm1d(_InstanceNorm):
     Args:
         num_features: C.
         eps: added to the variance.
-        momentum: weight of each batch in the running statistics (None: cumulative average).
+        momentum: weight of each batch in the running statistics (None: cumulative average, as in
+            batch norm; PyTorch's instance norm instead leaves the statistics unchanged).
         affine: learn a per-channel scale and shift (off by default, as in PyTorch).
         track_running_stats: keep running statistics (the batch average of the per-instance ones) and
             use them in eval mode (off by default).
