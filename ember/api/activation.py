@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 
 from ._common import Tensor
+from .math import where
 
 SELU_ALPHA = 1.6732632423543772848170429916717
 SELU_SCALE = 1.0507009873554804934193349852946
@@ -70,13 +71,13 @@ def mish(x: Tensor) -> Tensor:
 
 
 def hard_sigmoid(x: Tensor) -> Tensor:
-    """`clamp(x / 6 + 1/2, 0, 1)` (PyTorch's hardsigmoid)."""
-    return (x / 6 + 0.5).clamp(0, 1)
+    """`clamp(x / 6 + 1/2, 0, 1)` (PyTorch's hardsigmoid; the gradient is 0 at the kinks x = +-3)."""
+    return where(x >= 3, 1.0, where(x <= -3, 0.0, x / 6 + 0.5))
 
 
 def hard_swish(x: Tensor) -> Tensor:
-    """`x * hard_sigmoid(x)`."""
-    return x * hard_sigmoid(x)
+    """`x * hard_sigmoid(x)`; PyTorch's gradient at the kinks: 0 at x = -3, 1 at x = 3."""
+    return where(x <= -3, 0.0, where(x >= 3, x, x * (x + 3) / 6))
 
 
 def tanh(x: Tensor) -> Tensor:
@@ -93,7 +94,7 @@ def softmax(x: Tensor, dim: int = -1) -> Tensor:
     """`exp(x) / sum(exp(x))` along `dim`, shifted by the maximum for stability."""
     if not x.dtype.is_float:
         x = x.cast("f32")
-    shifted = x - x.amax(dim=dim, keepdim=True).detach()
+    shifted = _shift(x, dim)
     e = shifted.exp()
     return e / e.sum(dim=dim, keepdim=True)
 
@@ -102,8 +103,15 @@ def log_softmax(x: Tensor, dim: int = -1) -> Tensor:
     """`x - logsumexp(x)` along `dim`."""
     if not x.dtype.is_float:
         x = x.cast("f32")
-    shifted = x - x.amax(dim=dim, keepdim=True).detach()
+    shifted = _shift(x, dim)
     return shifted - shifted.exp().sum(dim=dim, keepdim=True).log()
+
+
+def _shift(x: Tensor, dim: int) -> Tensor:
+    """`x` minus its (constant) maximum along `dim`, for stability; empty tensors have no maximum."""
+    if x.numel == 0:
+        return x
+    return x - x.amax(dim=dim, keepdim=True).detach()
 
 
 def glu(x: Tensor, dim: int = -1) -> Tensor:
