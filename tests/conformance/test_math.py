@@ -500,3 +500,17 @@ def test_scalar_operand_grads(dtype, device, rng):
     grads = out.sum().backward()
     tout.sum().backward()
     check_grad(e.grad(grads), t.grad)
+
+
+@pytest.mark.parametrize("dtype", ["f64", "f32"])
+def test_clamp_grad_at_bounds(dtype, device):
+    """At a bound the gradient goes to x (PyTorch's clamp), not split as by maximum/minimum."""
+    x = np.array([-1.0, 0.0, 1.0, 2.0, np.nan], dtype_of(dtype).np)
+    lo = np.array([-1.0, 1.0, 1.0, 1.0, 0.0], dtype_of(dtype).np)
+    (ex, tx), (el, tl) = leaf(x, device), leaf(lo, device)
+    ev, tv = ex.clamp(-1, 1) + ex.clamp(min=el) * 2, tx.clamp(-1, 1) + tx.clamp(min=tl) * 2
+    check(ev, tv)
+    grads = ev.sum().backward()
+    tv.sum().backward()
+    check_grad(ex.grad(grads), tx.grad)
+    check_grad(el.grad(grads), tl.grad)
