@@ -207,8 +207,8 @@ def clamp(x: Tensor, min=None, max=None) -> Tensor:  # noqa: A002
     """
     if min is None and max is None:
         raise ValueError("clamp: give at least one of min and max")
-    # `where`, not maximum/minimum: at a bound (and for NaN) the value and its gradient are x's, as
-    # in PyTorch; maximum would split the gradient of a tie between x and the bound.
+    # `where`, not maximum/minimum: at a bound the value and its gradient are x's, as in PyTorch
+    # (maximum would split the gradient of a tie between x and the bound). NaN stays NaN.
     if min is not None:
         x = where(x < min, min, x)
     if max is not None:
