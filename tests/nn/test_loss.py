@@ -365,3 +365,24 @@ def test_f32_inputs_give_f32_losses(name, rng):
     expected = F32_CASES[name](TF, torch.tensor(x), torch.tensor(t), torch.tensor(i))
     assert out.dtype == ember.f32
     np.testing.assert_allclose(out.numpy(), expected.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_cross_entropy_default_ignore_index(reduction, rng):
+    x = rng.standard_normal((3, 4, 5))
+    t = rng.integers(0, 4, (3, 5))
+    t[0, :2] = -100
+    t[2, 4] = -100
+    w = rng.uniform(0.5, 2.0, 4)
+    compare(lambda a: F.cross_entropy(a, to_ember(t), weight=to_ember(w), reduction=reduction, label_smoothing=0.05),
+            lambda a: TF.cross_entropy(a, torch.tensor(t), weight=torch.tensor(w), reduction=reduction,
+                                       label_smoothing=0.05), [x], grad=[0], rng=rng)
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_all_ignored_mean_is_nan_with_zero_gradient(smoothing, rng):
+    t = ember.tensor([-100, -100])
+    out = compare(lambda a: F.cross_entropy(a, t, label_smoothing=smoothing),
+                  lambda a: TF.cross_entropy(a, torch.tensor([-100, -100]), label_smoothing=smoothing),
+                  [rng.standard_normal((2, 3))], grad=[0], rng=rng)
+    assert np.isnan(out.item())
