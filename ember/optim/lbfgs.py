@@ -60,6 +60,9 @@ class LBFGS(Optimizer):
         if kwargs.get("groups"):
             raise ValueError("LBFGS: parameter groups are not supported (one set of options for the whole "
                              "flat parameter vector, as in PyTorch)")
+        max_iter = kwargs.get("max_iter", self.defaults["max_iter"])
+        if kwargs.get("max_eval") is None and isinstance(max_iter, int):  # PyTorch's default
+            kwargs["max_eval"] = max_iter * 5 // 4
         super().__init__(module, lr, **kwargs)
         self.history = _History()
 
@@ -67,8 +70,6 @@ class LBFGS(Optimizer):
         super().check_options(options, where)
         if options.line_search_fn not in (None, "strong_wolfe"):
             raise ValueError(f"LBFGS: line_search_fn must be None or 'strong_wolfe', got {options.line_search_fn!r}")
-        if options.max_eval is None:
-            options.max_eval = options.max_iter * 5 // 4
         for key in ("max_iter", "max_eval", "history_size"):
             value = getattr(options, key)
             if not (isinstance(value, int) and value > 0):
@@ -122,7 +123,7 @@ class LBFGS(Optimizer):
             raise TypeError("LBFGS.step takes a closure returning (loss, grads), not the Gradients themselves")
         if not self._trainable():
             raise ValueError("LBFGS: the module has no trainable parameters")
-        o = self._trainable()[0].options
+        o = self.options
         h = self.history
         self.steps += 1
         orig_loss, flat_grad = self._evaluate(closure)

@@ -72,6 +72,11 @@ class Optimizer:
         clip_norm: rescale the gradients so their global L2 norm is at most `clip_norm`.
         **options: the hyperparameters in `defaults` of the subclass.
 
+    Attributes:
+        options: the base hyperparameters (groups override them for their parameters).
+        state: per parameter name, the tensors the rule keeps between steps and its step count.
+        steps: the number of `step` calls that updated at least one parameter.
+
     Example:
         >>> opt = SGD(model, lr=0.1, momentum=0.9, clip_norm=1.0,
         ...           groups=[ParamGroup(prefix="emb.", optimizer=Adam, lr=1e-3)])
@@ -97,7 +102,7 @@ class Optimizer:
         self.clip_value, self.clip_norm = clip_value, clip_norm
         self.state: dict[str, dict[str, Any]] = {}
         self.steps = 0
-        base = self._options(options, "")
+        base = self.options = self._options(options, "")
         own = {i: self._group_options(g, options) for i, g in enumerate(groups) if not self._is_foreign(g)}
         self._entries: list[_Entry] = []
         claimed: dict[int, list[str]] = {i: [] for i in range(len(groups))}
