@@ -6,7 +6,8 @@ import pytest
 
 from ember import cube
 from ember.cube.lang import CubeCount, CubeDim
-from ember.cube.targets.c import CTargetError, render
+from ember.cube.targets.c import render
+from ember.cube.targets.phases import PhaseError
 
 rng = np.random.default_rng(0)
 
@@ -148,7 +149,7 @@ def diverge_then_sync(x: cube.Array[cube.f32]):
 
 def test_barrier_under_divergent_control_is_rejected():
     k = diverge_then_sync.specialize((cube.f32,), {})
-    with pytest.raises(CTargetError, match="barrier"):
+    with pytest.raises(PhaseError, match="barrier"):
         render(k, CubeDim(8))
 
 

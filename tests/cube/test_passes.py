@@ -1,9 +1,9 @@
 from ember.cube import ir
 from ember.cube.ir import Builder, For, If, Instr
 from ember.cube.passes import (eliminate_common_subexpressions, eliminate_dead_code, fold_constants,
-                               optimize, vectorize)
+                               optimize)
 from ember.cube.passes.fold import evaluate
-from ember.dtype import f32, i32, i8, bool_
+from ember.dtype import f32, i32, i8
 
 
 def instrs(kernel, op=None):

@@ -16,7 +16,7 @@ Example:
 from __future__ import annotations
 
 from .. import ir
-from ..ir import For, If, Instr
+from ..ir import If, Instr
 
 
 def _attr_key(attr):

@@ -17,7 +17,7 @@ import math
 import numpy as np
 
 from .. import ir
-from ..ir import For, If, Instr
+from ..ir import If, Instr
 
 _NP_BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "min": np.minimum,
               "max": np.maximum, "pow": np.power, "and": np.bitwise_and, "or": np.bitwise_or,

@@ -6,14 +6,14 @@ How the launch model maps onto a CPU:
 - **Units** of a cube run as an inner loop `for (u = 0; u < NU; ++u)` marked `omp simd`, so gcc
   vectorizes across units (unit u in lane u). The cube shape is baked in (`NU`, `DX`, `DY`, `DZ`
   constants), which makes each CubeDim its own compiled kernel.
-- **Phases.** The body is cut into phases at barriers (`sync_units`). Each phase is its own unit loop,
+- **Phases** (`phases.py`). The body is cut into phases at barriers (`sync_units`). Each phase is its own unit loop,
   so every unit finishes phase k before any starts phase k+1: that *is* the barrier. Loops and
   branches whose bounds and conditions are uniform (the same for every unit of the cube) are lifted
   out of the unit loops ("cube level"), with the unit loops inside them; this lets a barrier sit inside
   a uniform loop (tiled matmul), and keeps the unit loop innermost so it vectorizes. A value or
   variable used in more than one phase lives in a per-unit array `name[NU]`.
 - **Restriction:** a barrier must not be under divergent control flow (a branch on a varying value, or
-  a loop with varying bounds); rendering raises CTargetError. This is also undefined behaviour on GPUs.
+  a loop with varying bounds); rendering raises PhaseError. This is also undefined behaviour on GPUs.
 - **Shared memory** is a local array of the cube (its size is comptime).
 - **Planes** have one unit on this target (PLANE_DIM == 1), so plane reductions are the identity.
 - **f16/bf16** are computed in `float`: converted on load, rounded on store and on casts.
@@ -29,10 +29,11 @@ from __future__ import annotations
 
 import math
 
-from ...dtype import bool_, bf16, f16, f32, f64
+from ...dtype import bool_, bf16, f16, f64
 from .. import ir
-from ..ir import For, If, Instr
+from ..ir import For, Instr
 from ..lang import CubeDim
+from .phases import Phase, PhaseError, Schedule
 
 ENTRY = "ember_kernel"
 VERSION = "c-1"  # bump when the rendering changes, so cached binaries are rebuilt
@@ -51,8 +52,8 @@ static inline float ember_bf16_round(float f) { return ember_bf16_load(ember_bf1
 """
 
 
-class CTargetError(ValueError):
-    """A kernel this target cannot run (for example a barrier under divergent control flow)."""
+class CTargetError(PhaseError):
+    """A kernel this target cannot run (atomics on 16-bit types; barriers it cannot phase)."""
 
 
 _STORAGE = {"f64": "double", "f32": "float", "f16": "_Float16", "bf16": "uint16_t", "i64": "int64_t",
@@ -88,7 +89,7 @@ def literal(value, dtype) -> str:
     if dtype.is_float:
         suffix = "" if dtype is f64 else "f"
         if math.isnan(value):
-            return f"((float)NAN)" if suffix else "((double)NAN)"
+            return "((float)NAN)" if suffix else "((double)NAN)"
         if math.isinf(value):
             return f"({'-' if value < 0 else ''}({'float' if suffix else 'double'})INFINITY)"
         return f"{float(value).hex()}{suffix}"
@@ -98,103 +99,6 @@ def literal(value, dtype) -> str:
         return "(-9223372036854775807LL - 1)"
     suffix = {"i64": "LL", "u64": "ULL", "u32": "u"}.get(dtype.name, "")
     return f"(({_COMPUTE[dtype.name]}){value}{suffix})"
-
-
-# ----------------------------------------------------------------------------------------------
-# Scheduling: which statements run per unit (in which phase) and which at cube level.
-
-class Phase:
-    def __init__(self, index: int) -> None:
-        self.index = index
-        self.stmts: list = []      # run by every unit, inside the unit loop
-        self.hoisted: list = []    # uniform instructions computed once per cube before the loop
-
-
-class Schedule:
-    """The cube-level tree: a list of Phase, ("for", For, children) and ("if", If, then, orelse)."""
-
-    def __init__(self, kernel: ir.Kernel) -> None:
-        self.kernel = kernel
-        self.phases: list = []
-        self.site: dict = {}        # Value -> Phase, or "cube" for values every unit shares
-        self.written = {s.attr for s in ir.walk(kernel.body)
-                        if isinstance(s, Instr) and s.op in ("store",) + ir.ATOMIC}
-        self.shared: list = []
-        for p in kernel.params:
-            if isinstance(p, ir.ScalarParam):
-                self.site[p.value] = "cube"
-        self.tree = self.build(kernel.body)
-
-    def new_phase(self) -> Phase:
-        phase = Phase(len(self.phases))
-        self.phases.append(phase)
-        return phase
-
-    def build(self, block: list) -> list:
-        nodes: list = []
-        phase = self.new_phase()
-        nodes.append(phase)
-        for s in block:
-            if isinstance(s, Instr) and s.op == "sync_units":
-                phase = self.new_phase()
-                nodes.append(phase)
-            elif isinstance(s, Instr) and s.op == "shared":
-                self.shared.append(s.attr)
-            elif isinstance(s, For) and self.hoist((s.start, s.stop, s.step)):
-                self.site[s.var] = "cube"
-                nodes.append(("for", s, self.build(s.body)))
-                phase = self.new_phase()
-                nodes.append(phase)
-            elif isinstance(s, If) and _has_barrier(s) and self.hoist((s.cond,)):
-                nodes.append(("if", s, self.build(s.then), self.build(s.orelse)))
-                phase = self.new_phase()
-                nodes.append(phase)
-            elif not isinstance(s, Instr) and _has_barrier(s):
-                raise CTargetError(f"line {s.line}: a barrier (sync_units) under control flow that "
-                                   f"differs between units is not supported on the C target")
-            else:
-                phase.stmts.append(s)
-                for inner in ir.walk([s]):
-                    if isinstance(inner, Instr) and inner.result is not None:
-                        self.site[inner.result] = phase
-                    elif isinstance(inner, For):
-                        self.site[inner.var] = phase
-        return nodes
-
-    def hoist(self, values: tuple) -> bool:
-        """Move the uniform instructions computing `values` to cube level; False if one is varying."""
-        todo, found = list(values), []
-        while todo:
-            v = todo.pop()
-            site = self.site.get(v)
-            if site == "cube" or any(v is i.result for i in found):
-                continue
-            if not isinstance(site, Phase):
-                return False
-            instr = next((s for s in site.stmts if isinstance(s, Instr) and s.result is v), None)
-            if instr is None or not self._uniform(instr):
-                return False
-            found.append(instr)
-            todo.extend(instr.args)
-        for instr in found:
-            phase = self.site[instr.result]
-            phase.stmts.remove(instr)
-            phase.hoisted.append(instr)
-            self.site[instr.result] = "cube"
-        for p in self.phases:  # keep program order among the hoisted instructions of a phase
-            p.hoisted.sort(key=lambda i: i.result.id)
-        return True
-
-    def _uniform(self, instr: Instr) -> bool:
-        if instr.op == "builtin":
-            return instr.attr not in ir.VARYING_BUILTINS
-        if instr.op == "load":
-            return instr.attr.kind == "global" and instr.attr not in self.written
-        return ir.is_pure(instr) and instr.op != "read"
-
-
-def _has_barrier(s) -> bool:
-    return any(isinstance(i, Instr) and i.op == "sync_units" for i in ir.walk([s]))
 
 
 # ----------------------------------------------------------------------------------------------
