@@ -81,14 +81,15 @@ def ctc_loss(log_probs: Tensor, targets: Tensor, input_lengths, target_lengths, 
 
     Args:
         log_probs: (T, N, C) or unbatched (T, C) log-probabilities (e.g. `log_softmax` output).
-        targets: labels, padded (N, S) or concatenated (sum of target_lengths,); never `blank`.
+        targets: an integer tensor of labels, padded (N, S) (entries past a target's length are
+            ignored) or concatenated (sum of target_lengths,); never `blank`.
         input_lengths: (N,) frames used per sample (a tensor or a sequence of ints), each <= T.
         target_lengths: (N,) labels per sample.
         blank: the blank class index.
         reduction: `"mean"` (each loss divided by its target length, then averaged over the batch),
             `"sum"` or `"none"` (one loss per sample).
-        zero_infinity: give impossible alignments (target too long for the input) a loss of 0 and no
-            gradient, instead of `inf`.
+        zero_infinity: give impossible alignments (target too long for the input) a loss of 0 instead
+            of `inf`; either way they pass no gradient.
 
     Example:
         >>> lp = ember.randn(5, 3).log_softmax(-1)
@@ -112,8 +113,8 @@ def ctc_loss(log_probs: Tensor, targets: Tensor, input_lengths, target_lengths, 
     if (in_lens > steps).any():
         raise ShapeError(op, f"input_lengths {in_lens.tolist()} exceed the {steps} frames of log_probs")
     labels = _padded_targets(op, targets, tgt_lens, batch)
-    if ((labels < 0) | (labels >= classes)).any() or (labels[np.arange(labels.shape[1]) < tgt_lens[:, None]]
-                                                     == blank).any():
+    used = labels[np.arange(labels.shape[1])[None, :] < tgt_lens[:, None]]  # padding may hold anything
+    if ((used < 0) | (used >= classes) | (used == blank)).any():
         raise ValueError(f"{op}: targets must be class indices in [0, {classes}) other than blank {blank}")
     losses = _forward(log_probs, labels, in_lens, tgt_lens, blank)
     impossible = losses.detach() > -_LOG_ZERO / 2
