@@ -30,10 +30,12 @@ from .safetensors import load_safetensors, save_safetensors
 from .sharded import load_sharded
 from .torch_pickle import load_torch
 from .torch_writer import save_torch
+from .module import save_module, load_module, from_pytorch
 
 __all__ = [
     "save", "load", "save_native", "load_native", "save_safetensors", "load_safetensors", "save_torch",
-    "load_torch", "load_sharded", "remap", "EXTENSIONS", "FORMAT_NAMES",
+    "load_torch", "load_sharded", "remap", "EXTENSIONS", "FORMAT_NAMES", "save_module", "load_module",
+    "from_pytorch",
 ]
 
 _SAVERS = {"native": save_native, "safetensors": save_safetensors, "torch": save_torch}

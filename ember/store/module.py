@@ -1,0 +1,235 @@
+"""Model files for modules: `save_module` writes a `Module`'s state, `load_module` reads one into it.
+
+`save_module` turns every parameter and buffer into a host array and writes them with
+`ember.store.save`, recording ember's version and the module's class in the metadata.
+`load_module` reads a file with `ember.store.load` (optionally narrowed by `prefix=`, renamed by
+`rename=`, cast by `cast=`), adapts it with `adapter=`, and loads it with `Module.load_state_dict`:
+each value moves to its parameter's device and dtype, and the `LoadReport` lists missing,
+unexpected and mismatched keys (strict loading raises on any of them and loads nothing).
+
+`adapter="pytorch"` (`from_pytorch`) converts a PyTorch state dict to ember's names and layouts by
+walking the ember module: it knows which keys belong to layers whose layout differs from PyTorch's.
+
+| ember layer | PyTorch keys | conversion |
+| --- | --- | --- |
+| `Linear` | `weight` (out, in), `bias` | weight transposed to (in, out) |
+| `MultiHeadAttention` | `in_proj_weight`/`in_proj_bias` (q, k, v packed), or `q_proj_weight`, `k_proj_weight`, `v_proj_weight`; `out_proj.*` | split into `query`, `key`, `value`, `output`; weights transposed |
+| `RNN`, `LSTM`, `GRU` | `weight_ih_l{k}`, `weight_hh_l{k}`, `bias_ih_l{k}`, `bias_hh_l{k}` (`_reverse` for the backward direction) | `layers.{k}.{direction}.weight_ih` ...; weights transposed |
+| `TransformerEncoderLayer`, `TransformerDecoderLayer` | `linear1`, `linear2`, `multihead_attn` | `ff.linear_inner`, `ff.linear_outer`, `cross_attn` |
+
+Every other layer (Conv*, ConvTranspose*, Embedding, Bilinear, the norms, PReLU) has PyTorch's names
+and layout and passes through. Keys no ember layer claims keep their PyTorch names, so the report
+lists them as unexpected (strict loading refuses them; `strict=False` skips them). Nothing is dropped
+silently. BatchNorm's `num_batches_tracked` is an ember buffer too, so it loads.
+
+Example:
+    >>> save_module(model, "model.ember", metadata={"epoch": "3"})
+    >>> report = load_module(Model(), "model.ember")
+    >>> report.ok
+    True
+    >>> load_module(model, "torch_model.pt", adapter="pytorch")
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+from ..dtype import DType
+from ..errors import ShapeError, StoreError
+from ..nn.attention import MultiHeadAttention
+from ..nn.linear import Linear
+from ..nn.module import LoadReport, Module
+from ..nn.rnn import Recurrent
+from ..nn.transformer import PositionWiseFeedForward, TransformerDecoderLayer, TransformerEncoderLayer
+from .formats import detect_format
+
+__all__ = ["save_module", "load_module", "module_state", "from_pytorch", "ADAPTERS", "VERSION_KEY", "CLASS_KEY"]
+
+State = dict[str, np.ndarray]
+Adapter = Callable[[Module, State], State]
+
+VERSION_KEY = "ember.version"
+CLASS_KEY = "ember.module"
+
+
+def module_state(module: Module) -> State:
+    """Every parameter and buffer of `module` as a host array, by dotted name (`Module.state_dict`).
+
+    Example:
+        >>> module_state(Linear(2, 3))["weight"].shape
+        (2, 3)
+    """
+    return {name: np.asarray(tensor.numpy()) for name, tensor in module.state_dict().items()}
+
+
+def save_module(module: Module, path: str | os.PathLike, metadata: Mapping[str, str] | None = None,
+                format: str | None = None) -> None:
+    """Write `module`'s parameters and buffers to `path` (atomically), in `format` or the one its
+    extension names: `.ember`, `.safetensors`, `.pt`/`.pth`/`.bin`.
+
+    The metadata gets `ember.version` and `ember.module` (the class name) beside the caller's
+    entries. PyTorch files hold no metadata: for them nothing is recorded, and passing `metadata`
+    raises `StoreError`.
+
+    Example:
+        >>> save_module(model, "model.safetensors", metadata={"epoch": "3"})
+    """
+    from .. import __version__
+    from . import save
+    fmt = format or detect_format(path, reading=False)
+    record = dict(metadata or {})
+    if fmt != "torch":
+        record.update({VERSION_KEY: __version__, CLASS_KEY: type(module).__qualname__})
+    save(path, module_state(module), record, format=fmt)
+
+
+def load_module(module: Module, path: str | os.PathLike, strict: bool = True, adapter: str | Adapter | None = None,
+                rename: Sequence[tuple[str, str]] | None = None, prefix: str | None = None,
+                cast: str | DType | Mapping | None = None) -> LoadReport:
+    """Load the file at `path` into `module` (in place) and report what matched.
+
+    Args:
+        strict: raise on any missing, unexpected or shape-mismatched key and load nothing (the error
+            names the file and lists every key, with both shapes for mismatches); with False, load
+            the keys that fit and return the report.
+        adapter: "pytorch" converts a PyTorch state dict's names and layouts (see the module docs),
+            or a function `(module, state) -> state`.
+        rename: (regex, replacement) rules for the file's keys, applied before the adapter.
+        prefix: keep only the file's keys starting with it, stripped (a sub-model's weights).
+        cast: cast the file's float tensors (or a {source: target} dtype map) before loading; each
+            value is cast to its parameter's dtype in any case.
+    Returns the `LoadReport` (missing, unexpected, mismatched), in ember's names and layouts.
+
+    Example:
+        >>> report = load_module(model, "pytorch_model.bin", adapter="pytorch", prefix="encoder.", strict=False)
+        >>> report.missing
+        []
+    """
+    from . import load
+    state, _ = load(path, prefix=prefix, rename=rename, cast=cast)
+    if adapter is not None:
+        state = _adapter(adapter)(module, state)
+    try:
+        return module.load_state_dict(state, strict)
+    except ShapeError as e:
+        raise ShapeError("load_module", f"{os.fspath(path)}: {e}") from None
+    except KeyError as e:
+        raise KeyError(f"load_module: {os.fspath(path)}: {e.args[0]}") from None
+
+
+def _adapter(adapter: str | Adapter) -> Adapter:
+    if callable(adapter):
+        return adapter
+    if adapter not in ADAPTERS:
+        raise ValueError(f"unknown adapter {adapter!r}; known: {', '.join(ADAPTERS)} or a function (module, state)")
+    return ADAPTERS[adapter]
+
+
+# ---- PyTorch layouts ------------------------------------------------------------------------------
+
+def from_pytorch(module: Module, state: Mapping[str, np.ndarray]) -> State:
+    """A PyTorch state dict in `module`'s names and layouts (see the module docs for the layers).
+
+    Keys are looked up where PyTorch's equivalent of `module` keeps them; those no layer claims pass
+    through unchanged (so `load_state_dict` reports them as unexpected), and ember keys the state
+    lacks are simply absent (reported as missing).
+
+    Example:
+        >>> from_pytorch(Linear(784, 10), {"weight": np.zeros((10, 784), np.float32)})["weight"].shape
+        (784, 10)
+    """
+    pending = dict(state)
+    out: State = {}
+    _convert(module, "", "", pending, out)
+    for key, array in pending.items():
+        if key in out:
+            raise StoreError(f"from_pytorch: {key!r} is both a PyTorch key no layer claims and the ember name of "
+                             "a converted one")
+        out[key] = array
+    return out
+
+
+def _convert(module: Module, ember: str, torch: str, pending: State, out: State) -> None:
+    """Move `module`'s entries from `pending` (PyTorch names under `torch`) to `out` (ember names)."""
+    for cls in type(module).__mro__:
+        if cls in _CONVERTERS:
+            _CONVERTERS[cls](module, ember, torch, pending, out)
+            return
+    torch_names = _TORCH_NAMES.get(type(module), {})
+    for name, value in module._entries():
+        torch_name = torch_names.get(name, name)
+        if isinstance(value, Module):
+            # "" means PyTorch keeps the child's entries on the parent (the feed-forward's linears).
+            _convert(value, f"{ember}{name}.", f"{torch}{torch_name}." if torch_name else torch, pending, out)
+        else:
+            _move(pending, torch + torch_name, out, ember + name)
+
+
+def _move(pending: State, source: str, out: State, target: str,
+          fn: Callable[[np.ndarray], np.ndarray] | None = None) -> None:
+    """`out[target] = fn(pending.pop(source))` if the source exists (absent keys become missing ones)."""
+    if source in pending:
+        array = pending.pop(source)
+        out[target] = fn(array) if fn is not None else array
+
+
+def _transposed(array: np.ndarray) -> np.ndarray:
+    # A tensor of the wrong rank passes unchanged so that load_state_dict reports its shape.
+    return np.ascontiguousarray(array.T) if array.ndim == 2 else array
+
+
+def _linear(module: Linear, ember: str, torch: str, pending: State, out: State) -> None:
+    _move(pending, torch + "weight", out, ember + "weight", _transposed)
+    _move(pending, torch + "bias", out, ember + "bias")
+
+
+def _attention(module: MultiHeadAttention, ember: str, torch: str, pending: State, out: State) -> None:
+    names = ("query", "key", "value")
+    for suffix, fn in (("weight", _transposed), ("bias", None)):
+        packed = torch + f"in_proj_{suffix}"
+        if packed in pending:
+            for name, part in zip(names, _unpack(packed, pending.pop(packed), module.d_model)):
+                out[f"{ember}{name}.{suffix}"] = fn(part) if fn is not None else part
+    for name, letter in zip(names, "qkv"):  # PyTorch's unpacked form, when kdim or vdim differ from d_model
+        _move(pending, f"{torch}{letter}_proj_weight", out, f"{ember}{name}.weight", _transposed)
+    _convert(module.output, ember + "output.", torch + "out_proj.", pending, out)
+
+
+def _unpack(key: str, array: np.ndarray, d_model: int) -> list[np.ndarray]:
+    """PyTorch's packed [q; k; v] rows, split in three."""
+    if array.ndim not in (1, 2) or array.shape[0] != 3 * d_model:
+        expected = f"({3 * d_model},)" if array.ndim == 1 else f"({3 * d_model}, {d_model})"
+        raise ShapeError("from_pytorch", f"{key}: expected packed q/k/v of shape {expected} for d_model={d_model}, "
+                                         f"found {array.shape}")
+    return np.split(array, 3)
+
+
+def _recurrent(module: Recurrent, ember: str, torch: str, pending: State, out: State) -> None:
+    for layer, cells in enumerate(module.layers):
+        for direction in range(len(cells)):
+            suffix = f"_l{layer}" + ("_reverse" if direction else "")
+            # ember's cells are `layers[layer][direction]`, so their state names are layers.L.D.*
+            cell = f"{ember}layers.{layer}.{direction}."
+            for name in ("weight_ih", "weight_hh"):
+                _move(pending, torch + name + suffix, out, cell + name, _transposed)
+            for name in ("bias_ih", "bias_hh"):
+                _move(pending, torch + name + suffix, out, cell + name)
+
+
+_CONVERTERS: dict[type, Callable[[Module, str, str, State, State], None]] = {
+    Linear: _linear,
+    MultiHeadAttention: _attention,
+    Recurrent: _recurrent,
+}
+
+# Children whose PyTorch name differs from ember's, per layer ("" = kept on the parent in PyTorch).
+_TORCH_NAMES: dict[type, dict[str, str]] = {
+    TransformerEncoderLayer: {"ff": ""},
+    TransformerDecoderLayer: {"ff": "", "cross_attn": "multihead_attn"},
+    PositionWiseFeedForward: {"linear_inner": "linear1", "linear_outer": "linear2"},
+}
+
+ADAPTERS: dict[str, Adapter] = {"pytorch": from_pytorch}
