@@ -163,7 +163,10 @@ class Optimizer:
             raise ValueError(f"{type(self).__name__} group {group!r}: a group with its own lr needs a "
                              f"nonzero base lr (the group keeps its ratio to it under a scheduler)")
         chosen = frozenset(names)
-        return cls(module, lr=lr, select=ParamGroup(predicate=lambda n, p: n in chosen), **options)
+        try:
+            return cls(module, lr=lr, select=ParamGroup(predicate=lambda n, p: n in chosen), **options)
+        except (ValueError, TypeError) as e:
+            raise type(e)(f"{type(self).__name__} group {group!r}: {e}") from None
 
     # ---- the subclass interface ------------------------------------------------------------------
     def check_options(self, options: SimpleNamespace, where: str) -> None:

@@ -112,6 +112,8 @@ def test_muon_sends_a_claimed_2d_param_to_the_group_optimizer():
     (lambda m: SGD(m, lr=0, groups=[ParamGroup(prefix="l1.", lr=0.1)]), "needs a nonzero base lr"),
     (lambda m: SGD(m, lr=0.1, clip_norm=0), "clip_norm must be > 0"),
     (lambda m: Muon(m, ns_steps=0), "ns_steps must be an int"),
+    (lambda m: Adam(m, lr=0.1, groups=[ParamGroup(prefix="l2.", optimizer=SGD, betas=(0.9, 0.9))]),
+     r"Adam group ParamGroup\(prefix='l2.'.*SGD: unknown option\(s\) \['betas'\]"),
     (lambda m: Adam(m, lr=0.1, groups=[ParamGroup(prefix="layer2.", lr=1.0)]), "get no parameter .* l1.weight"),
     (lambda m: Adam(m, lr=0.1, groups=[ParamGroup(prefix="l2."), ParamGroup(prefix="l2.w")]), "get no parameter"),
     (lambda m: SGD(object(), lr=0.1), "takes a Module"),
