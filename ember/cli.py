@@ -1,0 +1,175 @@
+"""The `ember` command line.
+
+    ember info            version, devices and their backends, settings in force, optional extras
+    ember info --json     the same as JSON
+    ember --version
+
+Example:
+    >>> main(["info"])  # doctest: +SKIP
+    ember 0.1.0 (Python 3.11.14, NumPy 2.3.5)
+    ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import importlib.util
+import json
+import platform
+import sys
+from typing import Any, Sequence
+
+# (what it enables, distribution names to look for, module to find): the optional extras `ember info` lists.
+EXTRAS: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("torch", ("torch",), "torch"),
+    ("rich", ("rich",), "rich"),
+    ("matplotlib", ("matplotlib",), "matplotlib"),
+    ("Pillow", ("Pillow", "pillow"), "PIL"),
+    ("safetensors", ("safetensors",), "safetensors"),
+    ("tinygrad", ("tinygrad",), "tinygrad"),
+    ("cuda-bindings", ("cuda-bindings", "cuda-python"), "cuda"),
+    ("wgpu", ("wgpu",), "wgpu"),
+    ("psutil", ("psutil",), "psutil"),
+)
+
+
+def extras() -> list[dict[str, Any]]:
+    """Each optional extra: name, whether it is installed, and its version (None when missing).
+
+    Example:
+        >>> {e["name"] for e in extras()} >= {"torch", "rich", "matplotlib"}
+        True
+    """
+    found = []
+    for name, distributions, module in EXTRAS:
+        installed = _module_exists(module)
+        version = next((v for v in map(_version, distributions) if v), None) if installed else None
+        found.append({"name": name, "installed": installed, "version": version})
+    return found
+
+
+def devices() -> list[dict[str, Any]]:
+    """Every device kind: the usable ones (best first, with their backend) and why others are not.
+
+    Example:
+        >>> devices()[0]["available"]
+        True
+    """
+    from .device import Device
+    from .errors import DeviceUnavailableError
+    usable = Device.enumerate()
+    rows = [{"device": _name(d), "available": True, "backend": d.backend.name, "default": d is Device.default()}
+            for d in usable]
+    for candidate in (Device.cuda(0), Device.wgpu(0)):
+        if candidate in usable:
+            continue
+        try:
+            backend = candidate.backend.name
+        except DeviceUnavailableError as e:
+            rows.append({"device": _name(candidate), "available": False, "reason": str(e)})
+        else:
+            rows.append({"device": _name(candidate), "available": True, "backend": backend, "default": False})
+    return rows
+
+
+def settings_in_force() -> dict[str, Any]:
+    """The `ember.toml` / `EMBER_*` settings with their sources, or the error reading them.
+
+    Example:
+        >>> settings_in_force()["values"]["autotune.level"]["value"]
+        'balanced'
+    """
+    from . import settings
+    from .errors import ConfigError
+    try:
+        current = settings.load()
+    except ConfigError as e:
+        return {"error": str(e)}
+    return {"files": [str(p) for p in settings.config_files()],
+            "values": {f"{s}.{k}": {"value": v, "source": src} for (s, k), v, src in current.items()}}
+
+
+def info() -> dict[str, Any]:
+    """Everything `ember info` shows, as a dict."""
+    import numpy
+
+    from . import __version__
+    return {"ember": __version__, "python": platform.python_version(), "numpy": numpy.__version__,
+            "platform": platform.platform(), "devices": devices(), "settings": settings_in_force(),
+            "extras": extras()}
+
+
+def format_info(data: dict[str, Any]) -> str:
+    """`info()` as the text `ember info` prints."""
+    lines = [f"ember {data['ember']} (Python {data['python']}, NumPy {data['numpy']}) on {data['platform']}",
+             "", "devices:"]
+    for d in data["devices"]:
+        if d["available"]:
+            mark = "  (default)" if d["default"] else ""
+            lines.append(f"  {d['device']:<8} backend {d['backend']}{mark}")
+        else:
+            lines.append(f"  {d['device']:<8} unavailable: {d['reason']}")
+    lines += ["", "settings:"]
+    settings = data["settings"]
+    if "error" in settings:
+        lines.append(f"  error: {settings['error']}")
+    else:
+        lines.append("  files: " + (", ".join(settings["files"]) or "none (defaults and EMBER_* variables)"))
+        for key, entry in settings["values"].items():
+            lines.append(f"  {key:<26} {entry['value']!r:<28} {entry['source']}")
+    lines += ["", "optional extras:"]
+    for e in data["extras"]:
+        state = f"installed {e['version'] or ''}".rstrip() if e["installed"] else "missing"
+        lines.append(f"  {e['name']:<14} {state}")
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+    parser = argparse.ArgumentParser(prog="ember", description="ember: a deep-learning framework on Burn's design.")
+    parser.add_argument("--version", action="version", version=f"ember {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="command")
+    info_parser = commands.add_parser("info", help="version, devices, settings and optional extras",
+                                      description="Show the version, the devices found and their backends, "
+                                                  "the settings in force and which optional extras are installed.")
+    info_parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status.
+
+    Example:
+        >>> main(["info", "--json"])  # doctest: +SKIP
+    """
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    data = info()
+    print(json.dumps(data, indent=2) if args.json else format_info(data))
+    return 0
+
+
+def _module_exists(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _name(device: Any) -> str:
+    return device.kind if device.kind in ("cpu", "numpy") else f"{device.kind}:{device.index}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
