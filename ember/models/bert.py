@@ -30,7 +30,8 @@ from typing import Sequence
 import numpy as np
 
 from .. import store
-from ..api.creation import arange, from_numpy
+from ..api.creation import arange, from_numpy, zeros
+from ..api.shape import cat
 from ..config import Config
 from ..errors import ConfigError, ShapeError, StoreError
 from ..nn.dropout import dropout
@@ -223,12 +224,21 @@ class SentenceBert(Module):
             return pooled
         return pooled / pooled.norm(dim=-1, keepdim=True).clamp(1e-12, None)
 
-    def encode(self, texts: str | Sequence[str]) -> Tensor:
-        """The (B, hidden) embeddings of a batch of texts (one row per text)."""
-        batch = self.tokenizer(texts)
+    def encode(self, texts: str | Sequence[str], batch_size: int = 32) -> Tensor:
+        """The (N, hidden) embeddings of N texts, run `batch_size` at a time (each batch padded to its
+        longest text, so the result does not depend on `batch_size`)."""
+        if isinstance(texts, str):
+            texts = [texts]
+        if batch_size <= 0:
+            raise ValueError(f"SentenceBert.encode: batch_size must be positive, got {batch_size}")
         device = self.bert.embeddings.word.weight.device.inner
-        ids, types, mask = (from_numpy(a, device) for a in batch)
-        return self(ids, mask, types)
+        parts = []
+        for start in range(0, len(texts), batch_size):
+            ids, types, mask = (from_numpy(a, device) for a in self.tokenizer(texts[start:start + batch_size]))
+            parts.append(self(ids, mask, types))
+        if not parts:
+            return zeros(0, self.bert.config.hidden_size, dtype=self.bert.embeddings.word.weight.dtype, device=device)
+        return cat(parts, dim=0)
 
 
 def _read_json(path: Path):

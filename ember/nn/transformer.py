@@ -68,6 +68,9 @@ class PositionWiseFeedForward(_Dropping):
     def forward(self, x: Tensor) -> Tensor:
         return self.linear_outer(self._drop(self.activation(self.linear_inner(x))))
 
+    def extra_repr(self) -> str:
+        return f"activation={getattr(self.activation, '__name__', self.activation)}, dropout={self.dropout}"
+
 
 class TransformerEncoderLayer(_Dropping):
     """Self-attention then feed-forward, each in a residual branch with dropout and LayerNorm.
@@ -109,6 +112,9 @@ class TransformerEncoderLayer(_Dropping):
             return x + self._drop(self.ff(self.norm2(x)))
         x = self.norm1(x + attend(x))
         return self.norm2(x + self._drop(self.ff(x)))
+
+    def extra_repr(self) -> str:
+        return f"norm_first={self.norm_first}, dropout={self.dropout}"
 
 
 class TransformerDecoderLayer(_Dropping):
@@ -158,6 +164,9 @@ class TransformerDecoderLayer(_Dropping):
         x = self.norm1(x + attend_self(x))
         x = self.norm2(x + attend_memory(x))
         return self.norm3(x + self._drop(self.ff(x)))
+
+    def extra_repr(self) -> str:
+        return f"norm_first={self.norm_first}, dropout={self.dropout}"
 
 
 class TransformerEncoder(Module):

@@ -131,6 +131,7 @@ def test_minilm_sentence_embeddings_match_sentence_transformers(minilm_dir, refe
     cosine = (got * expected).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(expected, axis=1)
     assert cosine.min() > 0.9999, cosine
     np.testing.assert_allclose(got, expected, atol=1e-5)
+    np.testing.assert_allclose(model.encode(SENTENCES, batch_size=2).numpy(), got, atol=1e-6)
     batch = model.tokenizer(SENTENCES)
     hidden = model.bert(*(ember.tensor(a) for a in (batch.input_ids, batch.attention_mask, batch.token_type_ids)))
     for row, tokens in enumerate(expected_tokens):  # per-token states before pooling, padding excluded
