@@ -105,3 +105,32 @@ def test_layer_errors():
     with pytest.raises(ember.ShapeError, match="Conv2d: input of shape \\(4, 6\\) is neither"):
         nn.Conv2d(4, 6, 3)(ember.ones(4, 6))
     assert nn.Conv1d(2, 2, 1, bias=False).bias is None
+
+
+def test_small_cnn_learns_mnist_sample():
+    # End to end: Conv2d -> relu -> MaxPool2d twice and a Linear head, trained by plain SGD on a few
+    # batches of real digits. The loss must fall well below chance (ln 10 = 2.30).
+    from ember.data.vision.mnist import mnist_sample
+    from ember.nn import functional as F
+    data = mnist_sample("train")
+    pick = np.random.default_rng(0).permutation(len(data.labels))[:256]
+    images = (data.images[pick].astype(np.float32) / 255.0)[:, None]
+    labels = data.labels[pick].astype(np.int64)
+    device = ember.Device.cpu().autodiff()
+    ember.seed(0)
+    layers = [nn.Conv2d(1, 8, 3, padding=1, device=device), nn.MaxPool2d(2), nn.Conv2d(8, 16, 3, padding=1, device=device),
+              nn.MaxPool2d(2)]
+    head = nn.Linear(16 * 7 * 7, 10, device=device)
+    params = [p for layer in layers + [head] for p in layer.parameters()]
+    losses = []
+    for step in range(48):
+        start = (step * 32) % 256
+        x = ember.tensor(images[start:start + 32], device=device)
+        for layer in layers:
+            x = F.relu(layer(x)) if isinstance(layer, nn.Conv2d) else layer(x)
+        loss = F.cross_entropy(head(x.reshape(x.shape[0], -1)), ember.tensor(labels[start:start + 32], device=device))
+        grads = loss.backward()
+        for p in params:
+            p.set(p - 0.1 * p.grad(grads))
+        losses.append(float(loss))
+    assert np.mean(losses[-8:]) < 0.7 * np.mean(losses[:8]), losses
