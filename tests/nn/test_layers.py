@@ -165,3 +165,46 @@ def test_state_dict_round_trip_repr_and_freeze(rng):
         net.embed.weight.grad(grads)
     assert net.head.weight.grad(grads).shape == (2, 4, 4)
     assert net.num_params(trainable_only=True) == net.num_params() - 40
+
+
+class Classifier(nn.Module):
+    def __init__(self):
+        self.hidden = nn.Linear(5, 8, dtype="f64")
+        self.norm = nn.BatchNorm1d(8, dtype="f64")
+        self.act = nn.GELU()
+        self.out = nn.Linear(8, 3, dtype="f64")
+
+    def forward(self, x):
+        return self.out(self.act(self.norm(self.hidden(x))))
+
+
+LAYER_NAMES = {"0": "hidden", "1": "norm", "3": "out"}  # torch Sequential index -> our attribute
+
+
+def _ours(torch_name: str, value: np.ndarray) -> tuple[str, np.ndarray]:
+    """A torch Sequential state entry as our name and layout (Linear weights transposed)."""
+    layer, rest = torch_name.split(".", 1)
+    return f"{LAYER_NAMES[layer]}.{rest}", value.T if rest == "weight" and value.ndim == 2 else value
+
+
+def test_training_steps_match_torch(rng):
+    """Two SGD steps of a small classifier (Linear, BatchNorm1d, GELU, Linear, cross entropy) match
+    PyTorch step for step: parameters and running statistics."""
+    theirs = torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.BatchNorm1d(8), torch.nn.GELU(),
+                                 torch.nn.Linear(8, 3)).double()
+    ours = Classifier()
+    state = dict(_ours(n, v.numpy()) for n, v in theirs.state_dict().items())
+    assert ours.load_state_dict({n: ember.tensor(v.copy()) for n, v in state.items()}).ok
+    ours.to(DEVICE)
+    opt = torch.optim.SGD(theirs.parameters(), lr=0.5)
+    for _ in range(2):
+        x, y = rng.standard_normal((6, 5)), rng.integers(0, 3, 6)
+        grads = F.cross_entropy(ours(ember.tensor(x, device=DEVICE)), ember.tensor(y), label_smoothing=0.1).backward()
+        ours.map(lambda name, p: p.inner() - 0.5 * p.grad(grads))
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(theirs(torch.tensor(x)), torch.tensor(y), label_smoothing=0.1).backward()
+        opt.step()
+    mine = ours.state_dict()
+    for name, value in theirs.state_dict().items():
+        key, expected = _ours(name, value.numpy())
+        np.testing.assert_allclose(mine[key].numpy(), expected, rtol=1e-9, atol=1e-12, err_msg=key)
