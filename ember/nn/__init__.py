@@ -33,3 +33,4 @@ from .positional import PositionalEncoding, RotaryEncoding
 from .transformer import (
     PositionWiseFeedForward, TransformerEncoderLayer, TransformerDecoderLayer, TransformerEncoder, TransformerDecoder,
 )
+from .wrap import FunctionModule
