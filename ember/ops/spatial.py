@@ -110,7 +110,11 @@ def crop(x: np.ndarray, start, length) -> np.ndarray:
 
 
 def call(name: str, *inputs, **params):
-    """Bind the registered primitive `name` to tensors (how gradient rules use companion primitives)."""
+    """Bind the registered primitive `name` to tensors: how gradient rules apply companion primitives.
+
+    The tensor layer's `apply` does the same, but `ember.api` imports this package, so rules bind
+    through `dispatch` (imported when a rule runs, long after both packages are loaded).
+    """
     from ..dispatch import bind
     from .primitive import registry
     return bind(registry[name], inputs, params)
