@@ -109,9 +109,10 @@ def load_module(module: Module, path: str | os.PathLike, strict: bool = True, ad
         []
     """
     from . import load
+    adapt = _adapter(adapter) if adapter is not None else None  # a bad name fails before the file is read
     state, _ = load(path, prefix=prefix, rename=rename, cast=cast)
-    if adapter is not None:
-        state = _adapter(adapter)(module, state)
+    if adapt is not None:
+        state = adapt(module, state)
     try:
         return module.load_state_dict(state, strict)
     except ShapeError as e:
