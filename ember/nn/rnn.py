@@ -155,12 +155,11 @@ class Recurrent(Module):
         states = tuple(state) if isinstance(state, (tuple, list)) else (state,)
         if len(states) != self.STATES or not all(isinstance(s, Tensor) for s in states):
             raise TypeError(f"{type(self).__name__}: state must be {'(h, c)' if self.STATES > 1 else 'a tensor'}")
-        states = tuple(s.unsqueeze(1) if unbatched else s for s in states)
+        expected = (count, self.hidden_size) if unbatched else shape
         for s in states:
-            if s.shape != shape:
-                expected = (count, self.hidden_size) if unbatched else shape
+            if s.shape != expected:
                 raise ShapeError(type(self).__name__, f"initial state of shape {s.shape}; expected {expected}")
-        return states
+        return tuple(s.unsqueeze(1) for s in states) if unbatched else states
 
     def extra_repr(self) -> str:
         return (f"{self.input_size}, {self.hidden_size}, num_layers={self.num_layers}, "

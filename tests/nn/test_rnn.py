@@ -86,6 +86,8 @@ def test_rejects_bad_input_and_states():
         lstm(ember.randn(5, 2, 7))
     with pytest.raises(ember.ShapeError, match="initial state of shape"):
         lstm(ember.randn(5, 2, 3), (ember.zeros(1, 2, 4), ember.zeros(1, 2, 4)))
+    with pytest.raises(ember.ShapeError, match=r"initial state of shape \(2, 1, 4\); expected \(2, 4\)"):
+        lstm(ember.randn(5, 3), (ember.zeros(2, 1, 4), ember.zeros(2, 1, 4)))
     with pytest.raises(TypeError, match=r"\(h, c\)"):
         lstm(ember.randn(5, 2, 3), ember.zeros(2, 2, 4))
     with pytest.raises(ValueError, match="nonlinearity"):
