@@ -277,7 +277,8 @@ def _as_tensor(value, like: Tensor) -> Tensor:
     import numpy as np
     if not isinstance(value, Tensor):
         value = from_numpy(np.asarray(value), like.device.inner)
-    return value.to(like.device).cast(like.dtype)
+    # A loaded value is data: a tensor with gradient history must not carry it into a buffer.
+    return value.to(like.device).cast(like.dtype).detach()
 
 
 def _set_attribute(root: Module, dotted: str, value: Tensor) -> None:
