@@ -218,6 +218,15 @@ def test_load_state_dict_casts_moves_and_accepts_arrays():
     assert net.pair[0].device == AUTODIFF and float(net.pair[0].item()) == 2.0
 
 
+def test_loaded_buffers_carry_no_gradient_history():
+    net = Net().to(AUTODIFF)
+    state = dict(net.state_dict())
+    tracked = ember.ones(3, device=AUTODIFF).require_grad()
+    state["blocks.0.running"] = tracked * 2
+    assert net.load_state_dict(state).ok
+    assert not net.blocks[0].running.requires_grad and net.blocks[0].running.tolist() == [2.0] * 3
+
+
 def test_load_state_dict_strict_reports_everything_and_loads_nothing():
     net = Net()
     before = net.stem.bias.numpy().copy()
