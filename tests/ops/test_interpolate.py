@@ -3,6 +3,7 @@ both ways and recompute_scale_factor: outputs and input gradients."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -40,6 +41,14 @@ def test_interpolate_per_dim_sizes_and_empty_batch(device, rng):
              lambda x: torch.nn.functional.interpolate(x, scale_factor=2, mode="bilinear"), [empty], device)
 
 
+def test_interpolate_nearest_keeps_integers(device, rng):
+    x = rng.integers(0, 255, size=(2, 2, 5, 6)).astype(np.uint8)
+    got = F.interpolate(ember.tensor(x, device=device), scale_factor=1.7)
+    want = torch.nn.functional.interpolate(torch.from_numpy(x), scale_factor=1.7)
+    assert got.dtype.name == "u8"
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
 def test_interpolate_errors():
     x = ember.ones(1, 2, 4, 4)
     with pytest.raises(ember.ShapeError, match="exactly one of size and scale_factor"):
@@ -56,3 +65,5 @@ def test_interpolate_errors():
         F.interpolate(x, size=(2, 2, 2))
     with pytest.raises(ember.ShapeError, match="empty output"):
         F.interpolate(x, scale_factor=0.1)
+    with pytest.raises(ember.DTypeError, match="'bilinear' needs a floating-point input, got u8"):
+        F.interpolate(x.cast("u8"), size=2, mode="bilinear")

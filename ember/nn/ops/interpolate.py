@@ -25,7 +25,7 @@ import math
 import numpy as np
 
 from ...api.creation import from_numpy
-from ...errors import ShapeError
+from ...errors import DTypeError, ShapeError
 from ...tensor import Tensor
 from .adaptive import adaptive_avg_pool
 
@@ -135,7 +135,7 @@ def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "neares
     if mode == "area":
         return adaptive_avg_pool(input, sizes, nd=nd, op="interpolate")
     if not input.dtype.is_float and mode != "nearest" and mode != "nearest-exact":
-        raise ShapeError("interpolate", f"mode {mode!r} needs a floating-point input, got {input.dtype}")
+        raise DTypeError(f"interpolate: mode {mode!r} needs a floating-point input, got {input.dtype}")
     acc = np.dtype(np.float64) if input.dtype.np == np.float64 else np.dtype(np.float32)
     y = input
     for axis, (m, scale) in enumerate(zip(sizes, scales)):
