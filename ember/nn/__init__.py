@@ -32,5 +32,6 @@ from .attention import MultiHeadAttention, KVCache
 from .positional import PositionalEncoding, RotaryEncoding
 from .transformer import (
     PositionWiseFeedForward, TransformerEncoderLayer, TransformerDecoderLayer, TransformerEncoder, TransformerDecoder,
+    DecoderCache,
 )
 from .wrap import FunctionModule

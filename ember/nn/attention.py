@@ -130,6 +130,11 @@ class KVCache:
     them; causal masking then aligns the new queries to the end of the cache (query i sits at absolute
     position `len(cache) + i`). One cache serves one attention layer.
 
+    Args:
+        static: for attention to a fixed memory (a decoder's cross-attention): the first call fills the
+            cache and later calls reuse its keys and values, skipping their projections (`clear()` it
+            when the memory changes).
+
     Example:
         >>> cache = KVCache()
         >>> for t in range(5):
@@ -138,7 +143,8 @@ class KVCache:
         5
     """
 
-    def __init__(self) -> None:
+    def __init__(self, static: bool = False) -> None:
+        self.static = static
         self.keys: Tensor | None = None
         self.values: Tensor | None = None
 
@@ -209,7 +215,8 @@ class MultiHeadAttention(Module):
             key_padding_mask: (B, S); bool True = padding (blocked), or float added to scores.
             is_causal: block key j for query i when j > i + S - L (bottom-right aligned, so new queries
                 see every cached key and themselves).
-            cache: a `KVCache`; this call's keys and values are appended and all cached ones attended.
+            cache: a `KVCache`; this call's keys and values are appended and all cached ones attended
+                (a filled static cache is used as it is).
             need_weights: also return the (B, n_heads, L, S) attention weights (before dropout; PyTorch
                 averages them over heads unless `average_attn_weights=False`).
         Returns (B, L, E), or `(output, weights)` with `need_weights`. A query that may see no key at all
@@ -224,9 +231,13 @@ class MultiHeadAttention(Module):
             raise ShapeError("MultiHeadAttention", f"query {query.shape}, key {key.shape} and value {value.shape} "
                                                    "must share the batch size, key and value the length")
         batch, length = query.shape[:2]
-        q, k, v = self._heads(self.query(query)), self._heads(self.key(key)), self._heads(self.value(value))
-        if cache is not None:
-            k, v = cache.append(k, v)
+        q = self._heads(self.query(query))
+        if cache is not None and cache.static and len(cache):
+            k, v = cache.keys, cache.values
+        else:
+            k, v = self._heads(self.key(key)), self._heads(self.value(value))
+            if cache is not None:
+                k, v = cache.append(k, v)
         blocked, bias = self._masks(attn_mask, key_padding_mask, is_causal, batch, length, k.shape[-2], query)
         weights = attention_weights(q, k, blocked, bias)
         dropped = dropout(weights, self.dropout, self.training)

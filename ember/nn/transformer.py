@@ -2,7 +2,7 @@
 "Attention is all you need", or pre-norm), and their stacks `TransformerEncoder`/`TransformerDecoder`.
 
 Names and equations follow PyTorch's `nn.Transformer*` so weights port one to one (with `Linear`'s
-transpose). A decoder stack decodes incrementally with one `KVCache` per layer (`new_cache()`).
+transpose). A decoder decodes incrementally with a `DecoderCache` per layer (`new_cache()`).
 
 Example:
     >>> enc = TransformerEncoder(d_model=16, n_heads=4, d_ff=32, num_layers=2)
@@ -12,7 +12,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from ..api import activation as act
 from ..errors import ShapeError
@@ -117,6 +117,18 @@ class TransformerEncoderLayer(_Dropping):
         return f"norm_first={self.norm_first}, dropout={self.dropout}"
 
 
+class DecoderCache(NamedTuple):
+    """What one decoder layer keeps between decoding steps: the self-attention keys and values so far,
+    and the cross-attention keys and values of the memory (computed on the first step)."""
+
+    self_attn: KVCache
+    cross_attn: KVCache
+
+    @classmethod
+    def empty(cls) -> "DecoderCache":
+        return cls(KVCache(), KVCache(static=True))
+
+
 class TransformerDecoderLayer(_Dropping):
     """Masked self-attention, cross-attention to `memory`, then feed-forward, each a residual branch.
 
@@ -125,8 +137,8 @@ class TransformerDecoderLayer(_Dropping):
 
     Args: as `TransformerEncoderLayer`.
     `forward(x, memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask,
-    tgt_is_causal, cache)`: masks as in `MultiHeadAttention`; with a `KVCache`, `x` holds only the new
-    positions and self-attention also sees the cached ones.
+    tgt_is_causal, cache)`: masks as in `MultiHeadAttention`; with a `DecoderCache`, `x` holds only the
+    new positions, self-attention also sees the cached ones, and the memory's projections are reused.
 
     Example:
         >>> layer = TransformerDecoderLayer(16, 4, 32)
@@ -148,14 +160,15 @@ class TransformerDecoderLayer(_Dropping):
     def forward(self, x: Tensor, memory: Tensor, tgt_mask: Tensor | None = None,
                 memory_mask: Tensor | None = None, tgt_key_padding_mask: Tensor | None = None,
                 memory_key_padding_mask: Tensor | None = None, tgt_is_causal: bool = False,
-                cache: KVCache | None = None) -> Tensor:
+                cache: DecoderCache | None = None) -> Tensor:
         def attend_self(y: Tensor) -> Tensor:
             return self._drop(self.self_attn(y, attn_mask=tgt_mask, key_padding_mask=tgt_key_padding_mask,
-                                             is_causal=tgt_is_causal, cache=cache))
+                                             is_causal=tgt_is_causal, cache=None if cache is None else cache.self_attn))
 
         def attend_memory(y: Tensor) -> Tensor:
             return self._drop(self.cross_attn(y, memory, memory, attn_mask=memory_mask,
-                                              key_padding_mask=memory_key_padding_mask))
+                                              key_padding_mask=memory_key_padding_mask,
+                                              cache=None if cache is None else cache.cross_attn))
 
         if self.norm_first:
             x = x + attend_self(self.norm1(x))
@@ -203,7 +216,7 @@ class TransformerDecoder(Module):
 
     Args: those of `TransformerDecoderLayer`, plus `num_layers` and `final_norm`.
     `forward(x, memory, ..., cache=None)` takes the decoder layer's arguments; `cache` is the list from
-    `new_cache()` (one `KVCache` per layer) for incremental decoding.
+    `new_cache()` (one `DecoderCache` per layer) for incremental decoding over one fixed memory.
 
     Example:
         >>> dec = TransformerDecoder(16, 4, 32, num_layers=2)
@@ -221,14 +234,14 @@ class TransformerDecoder(Module):
                                                layer_norm_eps, bias, device, dtype) for _ in range(num_layers)]
         self.norm = LayerNorm(d_model, layer_norm_eps, bias=bias, device=device, dtype=dtype) if final_norm else None
 
-    def new_cache(self) -> list[KVCache]:
-        """One empty `KVCache` per layer, to pass as `cache=` step after step."""
-        return [KVCache() for _ in self.layers]
+    def new_cache(self) -> list[DecoderCache]:
+        """One empty `DecoderCache` per layer, to pass as `cache=` step after step."""
+        return [DecoderCache.empty() for _ in self.layers]
 
     def forward(self, x: Tensor, memory: Tensor, tgt_mask: Tensor | None = None,
                 memory_mask: Tensor | None = None, tgt_key_padding_mask: Tensor | None = None,
                 memory_key_padding_mask: Tensor | None = None, tgt_is_causal: bool = False,
-                cache: list[KVCache] | None = None) -> Tensor:
+                cache: list[DecoderCache] | None = None) -> Tensor:
         if cache is not None and len(cache) != len(self.layers):
             raise ShapeError("TransformerDecoder", f"cache has {len(cache)} entries for {len(self.layers)} layers; "
                                                    "make it with new_cache()")

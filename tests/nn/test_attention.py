@@ -174,6 +174,19 @@ def test_kv_cache_matches_full_recomputation():
     assert len(cache) == 0
 
 
+def test_static_kv_cache_projects_the_memory_once():
+    rng = np.random.default_rng(9)
+    mha = MultiHeadAttention(E, H, dtype="f64")
+    memory, other = ember.tensor(randn(rng, 1, 4, E)), ember.tensor(randn(rng, 1, 4, E))
+    cache = KVCache(static=True)
+    queries = [ember.tensor(randn(rng, 1, 1, E)) for _ in range(3)]
+    # After the first call the cache answers for the memory, whatever key/value are passed.
+    got = [mha(q, memory if i == 0 else other, cache=cache).numpy() for i, q in enumerate(queries)]
+    expected = [mha(q, memory).numpy() for q in queries]
+    np.testing.assert_allclose(np.concatenate(got), np.concatenate(expected), rtol=1e-12, atol=1e-12)
+    assert len(cache) == 4
+
+
 def test_mha_dropout_only_in_training():
     mha = MultiHeadAttention(E, H, dropout=0.5)
     x = ember.randn(1, 4, E)

@@ -139,6 +139,7 @@ def test_incremental_decoding_matches_full_recomputation(norm_first):
     cache = dec.new_cache()
     steps = [dec(x[:, t:t + 1], memory, tgt_is_causal=True, cache=cache) for t in range(5)]
     np.testing.assert_allclose(ember.cat(steps, dim=1).numpy(), full, rtol=1e-11, atol=1e-12)
+    assert [(len(c.self_attn), len(c.cross_attn)) for c in cache] == [(5, 3), (5, 3)]  # memory projected once
     with pytest.raises(ember.ShapeError, match="new_cache"):
         dec(x, memory, cache=cache[:1])
 
