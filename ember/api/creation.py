@@ -65,7 +65,11 @@ def tensor(data, dtype=None, device=None) -> Tensor:
 def _from_python(data) -> tuple[np.ndarray, DType]:
     if isinstance(data, (list, tuple)) and any(isinstance(x, Tensor) for x in _flat(data)):
         data = _nested_lists(data)
-    array = np.asarray(data)
+    try:
+        array = np.asarray(data)
+    except ValueError:  # NumPy refuses ragged nested sequences
+        from ..errors import ShapeError
+        raise ShapeError("tensor", "nested sequences have unequal lengths (a tensor needs a regular shape)") from None
     if array.dtype == object:
         raise TypeError("ember.tensor: data must be numbers or (nested) sequences of numbers of equal length")
     kind = array.dtype.kind
