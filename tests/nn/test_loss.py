@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, strategies as st
 import torch
 import torch.nn.functional as TF
 
@@ -389,3 +390,18 @@ def test_all_ignored_mean_is_nan_with_zero_gradient(smoothing, rng):
                   lambda a: TF.cross_entropy(a, torch.tensor([-100, -100]), label_smoothing=smoothing),
                   [rng.standard_normal((2, 3))], grad=[0], rng=rng)
     assert np.isnan(out.item())
+
+
+@given(n=st.integers(1, 4), c=st.integers(1, 5), extra=st.lists(st.integers(1, 3), max_size=2),
+       weighted=st.booleans(), smoothing=st.sampled_from([0.0, 0.15, 1.0]),
+       reduction=st.sampled_from(REDUCTIONS), seed=st.integers(0, 2**31))
+def test_cross_entropy_any_shape(n, c, extra, weighted, smoothing, reduction, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, c, *extra))
+    t = rng.integers(-1, c, (n, *extra))  # -1: the ignored class
+    w = rng.uniform(0.5, 2.0, c) if weighted else None
+    compare(lambda a: F.cross_entropy(a, to_ember(t), weight=to_ember(w), ignore_index=-1, reduction=reduction,
+                                      label_smoothing=smoothing),
+            lambda a: TF.cross_entropy(a, torch.tensor(t), weight=None if w is None else torch.tensor(w),
+                                       ignore_index=-1, reduction=reduction, label_smoothing=smoothing),
+            [x], grad=[0], rng=rng)
