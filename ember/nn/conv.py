@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
+from ..api.creation import from_numpy
 from ..errors import ShapeError
 from ..tensor import Tensor
 from . import init
@@ -23,7 +26,7 @@ from .ops.args import ntuple
 from .ops.conv import conv, conv_transpose
 from .param import Param
 
-PADDING_MODES = ("zeros", "reflect", "replicate")
+PADDING_MODES = ("zeros", "reflect", "replicate", "circular")
 
 
 class _ConvNd(Module):
@@ -75,10 +78,24 @@ class _Conv(_ConvNd):
         if self.padding_mode == "zeros":
             return conv(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups,
                         nd=self.nd, op=self.name)
-        # Reflect and replicate pad explicitly (the conv itself then pads nothing), as PyTorch does.
-        widths = [w for p in reversed(self.padding) for w in (p, p)]
-        return conv(x.pad(widths, mode=self.padding_mode), self.weight, self.bias, self.stride, 0, self.dilation,
-                    self.groups, nd=self.nd, op=self.name)
+        # Other modes pad explicitly (the conv itself then pads nothing), as PyTorch does.
+        if self.padding_mode == "circular":
+            x = _wrap(self.name, x, self.padding)
+        else:
+            x = x.pad([w for p in reversed(self.padding) for w in (p, p)], mode=self.padding_mode)
+        return conv(x, self.weight, self.bias, self.stride, 0, self.dilation, self.groups, nd=self.nd, op=self.name)
+
+
+def _wrap(op: str, x: Tensor, padding) -> Tensor:
+    """Circular padding of the trailing spatial dims: each side continues with the other end's values."""
+    for axis, p in enumerate(padding):
+        dim = x.ndim - len(padding) + axis
+        n = x.shape[dim]
+        if p > n:
+            raise ShapeError(op, f"circular padding {p} is larger than the dim size {n} of input {x.shape}")
+        if p:
+            x = x.index_select(dim, from_numpy(np.arange(-p, n + p) % n, device=x.device))
+    return x
 
 
 class Conv1d(_Conv):
@@ -90,7 +107,7 @@ class Conv1d(_Conv):
         padding: an int or one per dim, or "valid" / "same" (stride 1).
         groups: independent convolutions over channel groups (in and out channels divisible by it).
         bias: whether to add a learned bias.
-        padding_mode: "zeros", "reflect" or "replicate".
+        padding_mode: "zeros", "reflect", "replicate" or "circular" (wrap around).
     weight: (out_channels, in_channels / groups, *kernel_size), PyTorch's layout.
 
     Example:

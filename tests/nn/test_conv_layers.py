@@ -40,6 +40,7 @@ CONVS = [
     (nn.Conv2d, torch.nn.Conv2d, 2, dict(kernel_size=3, padding="same")),
     (nn.Conv2d, torch.nn.Conv2d, 2, dict(kernel_size=3, padding=1, padding_mode="reflect")),
     (nn.Conv1d, torch.nn.Conv1d, 1, dict(kernel_size=3, padding=2, padding_mode="replicate")),
+    (nn.Conv2d, torch.nn.Conv2d, 2, dict(kernel_size=3, padding=(2, 1), padding_mode="circular")),
     (nn.Conv3d, torch.nn.Conv3d, 3, dict(kernel_size=2, stride=(1, 2, 1))),
     (nn.ConvTranspose1d, torch.nn.ConvTranspose1d, 1, dict(kernel_size=3, stride=2, padding=1, output_padding=1)),
     (nn.ConvTranspose2d, torch.nn.ConvTranspose2d, 2, dict(kernel_size=2, stride=2, groups=2)),
@@ -96,8 +97,8 @@ def test_pool_and_upsample_layers(device, rng):
 def test_layer_errors():
     with pytest.raises(ember.ShapeError, match="groups=3 must divide in_channels=4"):
         nn.Conv2d(4, 6, 3, groups=3)
-    with pytest.raises(ValueError, match="unknown padding_mode 'circular'"):
-        nn.Conv2d(4, 6, 3, padding_mode="circular")
+    with pytest.raises(ValueError, match="unknown padding_mode 'wrap'"):
+        nn.Conv2d(4, 6, 3, padding_mode="wrap")
     with pytest.raises(ValueError, match="padding must be 'same', 'valid' or ints"):
         nn.Conv2d(4, 6, 3, padding="full")
     with pytest.raises(ember.ShapeError, match="kernel_size must be an int or 2 ints"):
