@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
 import torch
 import torch.nn.functional as TF
 
@@ -405,3 +405,22 @@ def test_cross_entropy_any_shape(n, c, extra, weighted, smoothing, reduction, se
             lambda a: TF.cross_entropy(a, torch.tensor(t), weight=None if w is None else torch.tensor(w),
                                        ignore_index=-1, reduction=reduction, label_smoothing=smoothing),
             [x], grad=[0], rng=rng)
+
+
+@settings(max_examples=20)  # each example runs the recursion step by step: keep the suite fast
+@given(steps=st.integers(1, 6), batch=st.integers(1, 3), classes=st.integers(2, 5), blank_last=st.booleans(),
+       reduction=st.sampled_from(REDUCTIONS), seed=st.integers(0, 2**31))
+def test_ctc_any_lengths(steps, batch, classes, blank_last, reduction, seed):
+    rng = np.random.default_rng(seed)
+    blank = classes - 1 if blank_last else 0
+    logits = rng.standard_normal((steps, batch, classes))
+    in_lens = rng.integers(1, steps + 1, batch)
+    tgt_lens = rng.integers(0, 4, batch)
+    labels = rng.integers(0, classes - 1, (batch, 3))
+    targets = labels + (labels >= blank)  # every label but the blank
+    # zero_infinity: targets too long for their input give 0 in both libraries.
+    compare(lambda x: F.ctc_loss(x.log_softmax(-1), to_ember(targets), in_lens, tgt_lens, blank=blank,
+                                 reduction=reduction, zero_infinity=True),
+            lambda x: TF.ctc_loss(x.log_softmax(-1), torch.tensor(targets), torch.tensor(in_lens),
+                                  torch.tensor(tgt_lens), blank=blank, reduction=reduction, zero_infinity=True),
+            [logits], grad=[0], rng=rng, rtol=1e-8, atol=1e-10)
