@@ -109,7 +109,7 @@ def _indices_reference(x, *, kernel, stride, padding, dilation, ceil_mode):
         if x.dtype.kind in "fV":
             wins |= np.isnan(tap)
         np.copyto(best, tap, where=wins)
-        which[wins] = j
+        np.copyto(which, j, where=wins)
     winners = np.unravel_index(which, kernel)
     flat = np.zeros(x.shape[:2] + out, dtype=np.int64)
     for axis, (k_index, n, s, p, d) in enumerate(zip(winners, size, stride, padding, dilation)):
