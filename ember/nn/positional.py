@@ -53,7 +53,7 @@ class PositionalEncoding(Module):
     `forward(x, offset=0)` takes x of shape (..., L, d_model) (batch first).
 
     Example:
-        >>> PositionalEncoding(4)(ember.zeros(1, 2, 4)).numpy().round(3).tolist()
+        >>> PositionalEncoding(4)(ember.zeros(1, 2, 4, dtype="f64")).numpy().round(3).tolist()
         [[[0.0, 1.0, 0.0, 1.0], [0.841, 0.54, 0.01, 1.0]]]
     """
 
