@@ -30,9 +30,18 @@ class Gradients:
                              "autodiff device before the forward pass")
         return node
 
+    @classmethod
+    def from_pairs(cls, pairs) -> "Gradients":
+        """Gradients holding `grad` for each `(tracked tensor, grad)` pair (e.g. accumulated ones)."""
+        return cls({cls._node(t): g for t, g in pairs})
+
     def get(self, tensor):
         """The gradient of `tensor`, or None when the backward pass did not reach it."""
         return self._by_node.get(self._node(tensor))
+
+    def set(self, tensor, grad) -> None:
+        """Replace the gradient of `tensor` (clipping, accumulation, custom rules)."""
+        self._by_node[self._node(tensor)] = grad
 
     def remove(self, tensor):
         """Take the gradient of `tensor` out of this map and return it (None if absent)."""

@@ -18,7 +18,6 @@ from ..autodiff.gradients import Gradients
 from ..nn.module import Module
 from ..nn.param import Param
 from ..tensor import Tensor
-from ._grads import gradients_of
 
 
 class GradientAccumulator:
@@ -60,7 +59,7 @@ class GradientAccumulator:
 
     def grads(self) -> Gradients:
         """The summed gradients (for `opt.step`), and a fresh start for the next accumulation."""
-        out = gradients_of((p, total) for p, _, total in self._sums.values())
+        out = Gradients.from_pairs((p, total) for p, _, total in self._sums.values())
         self._sums.clear()
         self.passes = 0
         return out

@@ -16,7 +16,6 @@ from ..api.shape import stack
 from ..autodiff.gradients import Gradients
 from ..nn.module import Module
 from ..tensor import Tensor
-from ._grads import set_grad
 
 # PyTorch adds this to the total norm before dividing, so a zero norm never divides by zero.
 _NORM_EPS = 1e-6
@@ -60,7 +59,7 @@ def clip_grad_value(grads: Gradients, clip_value: float, params: Module | Iterab
     _check_positive("clip_grad_value", "clip_value", clip_value)
     found = _found(grads, params)
     for (p, _), g in zip(found, clip_by_value([g for _, g in found], clip_value)):
-        set_grad(grads, p, g)
+        grads.set(p, g)
 
 
 def clip_grad_norm(grads: Gradients, max_norm: float, params: Module | Iterable[Tensor],
@@ -78,7 +77,7 @@ def clip_grad_norm(grads: Gradients, max_norm: float, params: Module | Iterable[
         raise RuntimeError(f"clip_grad_norm: the total norm of order {norm_type} is {total}; "
                            f"pass error_if_nonfinite=False to clip anyway")
     for (p, _), g in zip(found, clipped):
-        set_grad(grads, p, g)
+        grads.set(p, g)
     return total
 
 
