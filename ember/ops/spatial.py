@@ -24,7 +24,12 @@ from .primitive import is_half
 
 
 def conv_out_size(op: str, size: int, kernel: int, stride: int, padding: int, dilation: int) -> int:
-    """Output length of a strided window sweep: floor((size + 2p - d(k - 1) - 1) / s) + 1."""
+    """Output length of a strided window sweep: floor((size + 2p - d(k - 1) - 1) / s) + 1.
+
+    Example:
+        >>> conv_out_size("conv", 28, kernel=3, stride=2, padding=1, dilation=1)
+        14
+    """
     span = dilation * (kernel - 1) + 1
     if size + 2 * padding < span:
         raise ShapeError(op, f"input size {size} padded by {padding} on each side is smaller than the "
@@ -35,7 +40,12 @@ def conv_out_size(op: str, size: int, kernel: int, stride: int, padding: int, di
 def pool_out_size(op: str, size: int, kernel: int, stride: int, padding: int, dilation: int,
                   ceil_mode: bool) -> int:
     """PyTorch's pooling output length; with `ceil_mode` the last window may run past the input, but
-    it must start inside the input or its left padding."""
+    it must start inside the input or its left padding.
+
+    Example:
+        >>> pool_out_size("max_pool", 7, kernel=2, stride=2, padding=0, dilation=1, ceil_mode=True)
+        4
+    """
     span = dilation * (kernel - 1) + 1
     if size + 2 * padding < span:
         raise ShapeError(op, f"input size {size} padded by {padding} on each side is smaller than the "
@@ -48,14 +58,22 @@ def pool_out_size(op: str, size: int, kernel: int, stride: int, padding: int, di
 
 
 def check_layout(op: str, x_shape: tuple[int, ...], nd: int, what: str = "input") -> None:
-    """`x_shape` must be (N, C, *spatial) with `nd` spatial dims."""
+    """`x_shape` must be (N, C, *spatial) with `nd` spatial dims; raises `ShapeError` naming `op`.
+
+    Example:
+        >>> check_layout("conv", (8, 3, 28, 28), 2)
+    """
     if len(x_shape) != nd + 2:
         raise ShapeError(op, f"{what} of shape {x_shape} is not (N, C, {', '.join(['*'] * nd)}) for "
                              f"{nd} spatial dims")
 
 
 def check_float(op: str, *avals) -> None:
-    """Floating inputs of one dtype (convolutions and averages are not defined on ints here)."""
+    """Floating inputs of one dtype (convolutions and averages are not defined on ints here).
+
+    Example:
+        >>> check_float("conv", Aval((2, 3), f32), Aval((3, 3), f32))
+    """
     first = avals[0].dtype
     for a in avals:
         if not a.dtype.is_float:
@@ -65,12 +83,22 @@ def check_float(op: str, *avals) -> None:
 
 
 def compute_dtype(dtype: np.dtype) -> np.dtype:
-    """The dtype to accumulate in: f32 for f16/bf16 (as PyTorch's CPU kernels do), else `dtype`."""
+    """The dtype to accumulate in: f32 for f16/bf16 (as PyTorch's CPU kernels do), else `dtype`.
+
+    Example:
+        >>> compute_dtype(np.dtype(np.float16))
+        dtype('float32')
+    """
     return np.dtype(np.float32) if is_half(dtype) else dtype
 
 
 def pad_spatial(x: np.ndarray, before, after, value=0) -> np.ndarray:
-    """`x` padded by `before[i]`/`after[i]` along spatial dim i (no copy when nothing is padded)."""
+    """`x` padded by `before[i]`/`after[i]` along spatial dim i (no copy when nothing is padded).
+
+    Example:
+        >>> pad_spatial(np.ones((1, 1, 2)), (1,), (0,)).tolist()
+        [[[0.0, 1.0, 1.0]]]
+    """
     if not any(before) and not any(after):
         return x
     pads = [(0, 0), (0, 0)] + list(zip(before, after))
@@ -91,7 +119,12 @@ def window_view(x: np.ndarray, kernel, stride, dilation, out) -> np.ndarray:
 
 
 def col2im(cols: np.ndarray, size, stride, dilation) -> np.ndarray:
-    """Windows (N, C, *kernel, *out) summed into zeros of (N, C, *size): the adjoint of `window_view`."""
+    """Windows (N, C, *kernel, *out) summed into zeros of (N, C, *size): the adjoint of `window_view`.
+
+    Example:
+        >>> col2im(np.ones((1, 1, 2, 2)), (3,), (1,), (1,)).tolist()   # two windows of 2 over 3
+        [[[1.0, 2.0, 1.0]]]
+    """
     nd = len(size)
     kernel, out = cols.shape[2:2 + nd], cols.shape[2 + nd:]
     result = np.zeros(cols.shape[:2] + tuple(size), dtype=cols.dtype)
@@ -105,7 +138,12 @@ def col2im(cols: np.ndarray, size, stride, dilation) -> np.ndarray:
 
 
 def crop(x: np.ndarray, start, length) -> np.ndarray:
-    """Spatial dim i of `x` restricted to [start[i], start[i] + length[i])."""
+    """Spatial dim i of `x` restricted to [start[i], start[i] + length[i]).
+
+    Example:
+        >>> crop(np.arange(5).reshape(1, 1, 5), (1,), (3,)).tolist()
+        [[[1, 2, 3]]]
+    """
     return x[(slice(None), slice(None)) + tuple(slice(a, a + n) for a, n in zip(start, length))]
 
 
@@ -114,6 +152,10 @@ def call(name: str, *inputs, **params):
 
     The tensor layer's `apply` does the same, but `ember.api` imports this package, so rules bind
     through `dispatch` (imported when a rule runs, long after both packages are loaded).
+
+    Example:
+        >>> gx = call("conv_transpose", g, w, stride=(1,), padding=(0,), output_padding=(0,),
+        ...           dilation=(1,), groups=1)
     """
     from ..dispatch import bind
     from .primitive import registry

@@ -27,6 +27,10 @@ def batched(op: str, x: Tensor, nd: int, run: Callable[[Tensor], Tensor]):
     """Run `run` on `x` of shape (N, C, *spatial), or on an unbatched (C, *spatial) `x` as a batch of one.
 
     `run` may return a tensor or a tuple of tensors; each gets its batch dim removed again.
+
+    Example:
+        >>> batched("max_pool1d", ember.ones(3, 8), 1, lambda x: x[..., ::2]).shape
+        (3, 4)
     """
     if x.ndim == nd + 2:
         return run(x)
