@@ -1,0 +1,213 @@
+"""Autodiff: leaves, `backward()` and `Gradients`, detach, no_grad, accumulation, a deep MLP against
+torch autograd, and checkpointing giving the same gradients as keeping everything."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+import ember
+from ember import Device
+from conformance.oracle import check, check_grad, sample, to_torch
+
+
+def test_require_grad_and_gradients(device):
+    ad = device.autodiff()
+    x = ember.tensor([1.0, 2.0, 3.0], device=device).require_grad()
+    assert x.requires_grad and x.device is ad  # lifted onto the autodiff variant
+    y = ember.tensor([4.0, 5.0, 6.0], device=ad)
+    assert not y.requires_grad
+    grads = (x * y).sum().backward()
+    assert isinstance(grads, ember.Gradients) and len(grads) == 1
+    g = x.grad(grads)
+    assert g.device is device and not g.requires_grad  # gradients live on the inner device
+    assert g.tolist() == [4.0, 5.0, 6.0]
+    assert x in grads
+    with pytest.raises(ValueError, match="not tracked"):
+        y.grad(grads)
+    assert grads.remove(x).tolist() == [4.0, 5.0, 6.0]
+    assert x not in grads and x.grad(grads) is None and grads.remove(x) is None
+    assert "Gradients" in repr(grads)
+
+
+def test_unreached_leaf_has_no_gradient(device):
+    a = ember.ones(2, device=device).require_grad()
+    b = ember.ones(2, device=device).require_grad()
+    grads = (a * 3).sum().backward()
+    assert b.grad(grads) is None and a.grad(grads).tolist() == [3.0, 3.0]
+
+
+def test_non_float_require_grad(device):
+    for dtype in ("i64", "i32", "u8", "bool"):
+        with pytest.raises(TypeError, match=dtype):
+            ember.zeros(2, dtype=dtype, device=device).require_grad()
+
+
+def test_detach_and_no_grad(device):
+    x = ember.tensor([1.0, 2.0], device=device).require_grad()
+    d = x.detach()
+    assert not d.requires_grad and d.tolist() == x.tolist() and d.device is x.device
+    grads = (x * d).sum().backward()
+    assert x.grad(grads).tolist() == [1.0, 2.0]  # d is a constant
+    with ember.no_grad():
+        assert not ember.grad_enabled()
+        y = x * 2
+    assert ember.grad_enabled()
+    assert not y.requires_grad
+    with pytest.raises(RuntimeError, match="no gradient history"):
+        y.sum().backward()
+    assert x.inner().device is device and not x.inner().requires_grad
+
+
+def test_no_grad_is_per_thread(device):
+    x = ember.ones(2, device=device).require_grad()
+    seen = {}
+
+    def other():
+        seen["tracked"] = (x * 2).requires_grad
+
+    with ember.no_grad():
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+    assert seen["tracked"] is True
+
+
+def test_accumulation_when_used_twice(device, rng):
+    xv = sample((3, 4), "f64", rng)
+    x = ember.tensor(xv, device=device).require_grad()
+    tx = to_torch(xv).requires_grad_()
+    out = x * x + x.exp() * x[:, :1] + (x @ x.T).sum(dim=0, keepdim=True).T
+    tout = tx * tx + tx.exp() * tx[:, :1] + (tx @ tx.T).sum(dim=0, keepdim=True).T
+    grads = out.sum().backward()
+    tout.sum().backward()
+    check_grad(x.grad(grads), tx.grad)
+
+
+def test_backward_with_seed_and_twice(device, rng):
+    xv = sample((2, 3), "f32", rng)
+    x = ember.tensor(xv, device=device).require_grad()
+    y = x.sin() * 3
+    seed = sample((2, 3), "f32", rng)
+    g1 = x.grad(y.backward(ember.tensor(seed, device=device)))
+    g2 = x.grad(y.backward(ember.tensor(seed, device=device)))  # the graph can be walked again
+    np.testing.assert_allclose(g1.numpy(), np.cos(xv) * 3 * seed, rtol=1e-5)
+    assert g1.tolist() == g2.tolist()
+    # gradients are independent per backward: no accumulation across calls
+    assert x.grad(y.sum().backward()).tolist() == x.grad(y.sum().backward()).tolist()
+
+
+def test_plain_tensor_lifted_into_autodiff_op(device):
+    w = ember.ones(2, device=device).require_grad()
+    lr, g = 0.5, ember.ones(2, device=device)
+    w2 = w - lr * g  # g lives on the plain device: lifted, as in an optimizer step
+    assert w2.requires_grad and w2.device is device.autodiff()
+    assert w.grad((w2 * w2).sum().backward()).tolist() == [1.0, 1.0]
+
+
+def _mlp_weights(rng, layers, width, dtype):
+    scale = 1 / float(np.sqrt(width))  # a Python float keeps the dtype of the samples
+    return [(sample((width, width), dtype, rng, -scale, scale), sample((width,), dtype, rng, -0.1, 0.1))
+            for _ in range(layers)]
+
+
+def _ember_mlp(weights, x, device):
+    params = [(ember.tensor(w, device=device).require_grad(), ember.tensor(b, device=device).require_grad())
+              for w, b in weights]
+    h = ember.tensor(x, device=device)
+    for i, (w, b) in enumerate(params):
+        h = h @ w + b
+        h = ember.activation.gelu(h) if i % 2 else h.tanh()
+    return params, (h * h).mean()
+
+
+def _torch_mlp(weights, x):
+    params = [(to_torch(w).requires_grad_(), to_torch(b).requires_grad_()) for w, b in weights]
+    h = to_torch(x)
+    for i, (w, b) in enumerate(params):
+        h = h @ w + b
+        h = torch.nn.functional.gelu(h) if i % 2 else h.tanh()
+    return params, (h * h).mean()
+
+
+@pytest.mark.parametrize("dtype", ["f64", "f32"])
+def test_deep_mlp_against_torch(dtype, device, rng):
+    weights, x = _mlp_weights(rng, 20, 16, dtype), sample((8, 16), dtype, rng)
+    params, loss = _ember_mlp(weights, x, device)
+    tparams, tloss = _torch_mlp(weights, x)
+    check(loss.inner(), tloss.detach())
+    grads = loss.backward()
+    tloss.backward()
+    assert len(grads) == 40
+    for (w, b), (tw, tb) in zip(params, tparams):
+        check_grad(w.grad(grads), tw.grad)
+        check_grad(b.grad(grads), tb.grad)
+
+
+def test_checkpointing_gives_identical_gradients(device, rng):
+    weights, x = _mlp_weights(rng, 20, 16, "f64"), sample((8, 16), "f64", rng)
+    params, loss = _ember_mlp(weights, x, device.autodiff())
+    grads = loss.backward()
+    cparams, closs = _ember_mlp(weights, x, device.autodiff(checkpointing="balanced"))
+    assert closs.device.checkpointing == "balanced"
+    cgrads = closs.backward()
+    assert closs.item() == loss.item()
+    for (w, b), (cw, cb) in zip(params, cparams):
+        np.testing.assert_array_equal(cw.grad(cgrads).numpy(), w.grad(grads).numpy())
+        np.testing.assert_array_equal(cb.grad(cgrads).numpy(), b.grad(grads).numpy())
+
+
+def test_checkpointing_recomputes_dropped_values(device, rng, monkeypatch):
+    """With the intermediate tensors gone, balanced checkpointing recomputes them and still agrees."""
+    import weakref
+
+    from ember.autodiff import graph
+
+    recomputed = []
+    primal = graph.Node.primal
+
+    def counting_primal(node):
+        if type(node._value) is weakref.ref and node._value() is None:
+            recomputed.append(node.prim.name)
+        return primal(node)
+
+    monkeypatch.setattr(graph.Node, "primal", counting_primal)
+    xv = sample((4, 5), "f64", rng)
+    results = []
+    for ad in (device.autodiff(), device.autodiff(checkpointing="balanced")):
+        recomputed.clear()
+        x = ember.tensor(xv, device=ad).require_grad()
+
+        def forward(x):
+            a = x.sin() * 2  # cheap ops: not kept under checkpointing
+            b = a.exp() + a[:, ::-1]
+            return (b @ b.T).sum()  # costly: kept
+
+        loss = forward(x)  # the intermediates die with the function's frame
+        results.append(x.grad(loss.backward()).numpy().copy())
+        assert bool(recomputed) == (ad.checkpointing == "balanced"), recomputed
+        assert "matmul" not in recomputed  # costly ops are kept
+    np.testing.assert_array_equal(results[0], results[1])
+    tx = to_torch(xv).requires_grad_()
+    a = tx.sin() * 2
+    b = a.exp() + a.flip(1)
+    (b @ b.T).sum().backward()
+    np.testing.assert_allclose(results[1], tx.grad.numpy(), rtol=1e-10)
+
+
+def test_deep_chain_does_not_recurse(device):
+    x = ember.tensor([0.5], device=device).require_grad()
+    y = x
+    for _ in range(3000):  # deeper than Python's recursion limit
+        y = y * 1.0001
+    g = x.grad(y.sum().backward())
+    np.testing.assert_allclose(g.numpy(), [1.0001 ** 3000], rtol=1e-4)
+
+
+def test_gradient_on_other_device_kind_is_not_shared():
+    x = ember.ones(2, device=Device.numpy()).require_grad()
+    moved = x.to(Device.cpu())
+    assert not moved.requires_grad  # crossing devices goes through the host, without history
