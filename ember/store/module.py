@@ -37,6 +37,7 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
+from .. import __version__
 from ..dtype import DType
 from ..errors import ShapeError, StoreError
 from ..nn.attention import MultiHeadAttention
@@ -77,8 +78,7 @@ def save_module(module: Module, path: str | os.PathLike, metadata: Mapping[str, 
     Example:
         >>> save_module(model, "model.safetensors", metadata={"epoch": "3"})
     """
-    from .. import __version__
-    from . import save
+    from . import save  # the package's front door imports this module before it defines save and load
     fmt = format or detect_format(path, reading=False)
     record = dict(metadata or {})
     if fmt != "torch":
@@ -136,7 +136,8 @@ def from_pytorch(module: Module, state: Mapping[str, np.ndarray]) -> State:
 
     Keys are looked up where PyTorch's equivalent of `module` keeps them; those no layer claims pass
     through unchanged (so `load_state_dict` reports them as unexpected), and ember keys the state
-    lacks are simply absent (reported as missing).
+    lacks are simply absent (reported as missing). A packed q/k/v projection that cannot be split for
+    the layer's width raises `ShapeError` naming the key and both shapes.
 
     Example:
         >>> from_pytorch(Linear(784, 10), {"weight": np.zeros((10, 784), np.float32)})["weight"].shape
@@ -160,6 +161,7 @@ def _convert(module: Module, ember: str, torch: str, pending: State, out: State)
             _CONVERTERS[cls](module, ember, torch, pending, out)
             return
     torch_names = _TORCH_NAMES.get(type(module), {})
+    # _entries: the module's own parameters, buffers and children, containers flattened ("layers.0")
     for name, value in module._entries():
         torch_name = torch_names.get(name, name)
         if isinstance(value, Module):

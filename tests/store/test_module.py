@@ -3,8 +3,11 @@ strict and partial loading, dtype casts, metadata, and damaged files."""
 
 from __future__ import annotations
 
+import mmap
+
 import numpy as np
 import pytest
+import torch
 
 import ember
 from ember import nn
@@ -109,6 +112,25 @@ def test_load_moves_values_to_the_module_device(tmp_path):
     load_module(target, tmp_path / "m.ember")
     assert target.weight.device == ember.Device.numpy().autodiff() and target.weight.requires_grad
     np.testing.assert_array_equal(target.weight.numpy(), source.weight.numpy())
+
+
+def test_native_file_is_used_memory_mapped(tmp_path):
+    save_module(nn.Linear(8, 8), tmp_path / "m.ember")
+    model = nn.Linear(8, 8)
+    load_module(model, tmp_path / "m.ember")
+    base = model.weight.numpy()
+    while isinstance(base, np.ndarray) and base.base is not None:
+        base = base.base
+    assert isinstance(base, memoryview) and isinstance(base.obj, mmap.mmap)
+
+
+def test_torch_reads_a_saved_pt_file(tmp_path, trained):
+    save_module(trained, tmp_path / "m.pt")
+    loaded = torch.load(tmp_path / "m.pt", weights_only=True)
+    state = module_state(trained)
+    assert list(loaded) == list(state)
+    for key, array in state.items():
+        np.testing.assert_array_equal(loaded[key].numpy(), array, err_msg=key)
 
 
 # ---- dtypes ---------------------------------------------------------------------------------------
