@@ -12,10 +12,11 @@ from .callbacks import Callback
 from .checkpoint import Checkpointer, find_checkpoint, load_checkpoint
 from .dashboard import Display, EpochView, PlainLog, RichDashboard, make_display, sparkline
 from .early_stopping import EarlyStopping
-from .learner import FitResult, Learner
+from .learner import Learner
 from .metrics import AUROC, Accuracy, FBeta, Loss, Metric, Observation, Perplexity, Precision, Recall, TopKAccuracy
 from .monitors import CpuUsage, DeviceMemory, ItemsPerSecond, LearningRate, MemoryUsage
 from .run_dir import RunDirectory
+from .run_state import FitResult, RunState
 from .step import StepOutput
 from .tracker import MetricTracker
 
@@ -23,6 +24,6 @@ __all__ = [
     "AUROC", "Accuracy", "Callback", "Checkpointer", "CpuUsage", "DeviceMemory", "Display", "EarlyStopping",
     "EpochView", "FBeta", "FitResult", "ItemsPerSecond", "Learner", "LearningRate", "Loss", "MemoryUsage",
     "Metric", "MetricTracker", "Observation", "Perplexity", "PlainLog", "Precision", "Recall", "RichDashboard",
-    "RunDirectory", "StepOutput", "TopKAccuracy", "find_checkpoint", "load_checkpoint", "make_display",
+    "RunDirectory", "RunState", "StepOutput", "TopKAccuracy", "find_checkpoint", "load_checkpoint", "make_display",
     "sparkline",
 ]

@@ -25,7 +25,6 @@ from __future__ import annotations
 import copy
 import itertools
 import time
-from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
 from .. import random as ember_random
@@ -40,57 +39,12 @@ from .interrupt import StopRequest, catch_interrupts
 from .metrics import Loss, Metric
 from .plots import RECORD_KEYS
 from .run_dir import RunDirectory
+from .run_state import FitResult, RunState
 from .step import Clock, StepOutput, move_to, observe
 from .tracker import MetricTracker
 
 SPLITS = ("train", "valid")
 StepFn = Callable[[Module, Any], StepOutput]
-
-
-@dataclass
-class FitResult:
-    """How a `fit` ended; `to_dict()` is what summary.json holds.
-
-    Attributes:
-        epochs_completed: whole epochs trained (validation included).
-        steps: optimizer steps taken.
-        best: `{"metric", "value", "epoch"}` of the best epoch, or None.
-        final: "split/metric" -> value of the last finished epoch.
-        interrupted: stopped by Ctrl-C or `request_stop()` (a checkpoint was saved with a run_dir).
-        stopped_early: stopped by early stopping.
-        seconds: wall time of training, summed over resumed sessions.
-        checkpoint: the newest checkpoint, or None without a run_dir.
-        plots: the PNG files written; `plots_note` says why there are none.
-    """
-
-    epochs_completed: int
-    steps: int
-    best: dict[str, Any] | None
-    final: dict[str, float | None]
-    interrupted: bool
-    stopped_early: bool
-    seconds: float
-    checkpoint: str | None = None
-    plots: list[str] = field(default_factory=list)
-    plots_note: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass
-class _Run:
-    """The state of a run that a checkpoint saves (besides model, optimizer and scheduler)."""
-
-    epoch: int = 0          # whole epochs done
-    position: int = 0       # batches of the current epoch done (at the last optimizer step)
-    step: int = 0           # optimizer steps done
-    seconds: float = 0.0    # wall time of earlier sessions of this run
-    history: list = field(default_factory=list)
-    best: dict | None = None
-    rng: dict | None = None  # RNG streams at the last step boundary
-    interrupted: bool = False
-    stopped_early: bool = False
 
 
 class _Interrupted(Exception):
@@ -169,9 +123,10 @@ class Learner:
         self.display = display
         self.scheduler_interval = scheduler_interval
         self.plots = plots
-        self._run = _Run()
+        self._run = RunState()
         self._stop = StopRequest()
         self._data_seed: int | None = None
+        self._started = time.perf_counter()  # of the current fit
         self._best: tuple[str, str, Metric] | None = None  # split, name, metric; set by fit
 
     # ---- the steps (override, or pass train_step= / valid_step=) ----------------------------------
@@ -233,7 +188,7 @@ class Learner:
             metric = self._metric_key(self.early_stopping.metric, valid_loader, "early_stopping")
             if self.early_stopping.higher_is_better is None:
                 self.early_stopping.higher_is_better = metric.higher_is_better
-        run = self._run = _Run()
+        run = self._run = RunState()
         self._data_seed = getattr(train_loader, "seed", None)
         display = make_display(self.display) if isinstance(self.display, str) else self.display
         if resume is not None:
@@ -245,7 +200,7 @@ class Learner:
                 tracker.reset()
         if self.run_dir is not None and self.config is not None:
             self.run_dir.write_config(self.config)
-        started = time.perf_counter()
+        self._started = time.perf_counter()
         last_checkpoint = None
         with catch_interrupts() as self._stop:
             for callback in self.callbacks:
@@ -258,12 +213,12 @@ class Learner:
                     if self._stop.requested:
                         raise _Interrupted
                     last_checkpoint = self._end_epoch(run, valid_loader, display, epochs,
-                                                      time.perf_counter() - epoch_started, started)
+                                                      time.perf_counter() - epoch_started)
                     if self._stop.requested:
                         raise _Interrupted
             except (KeyboardInterrupt, _Interrupted):
                 run.interrupted = True
-                last_checkpoint = self._save(run, started) or last_checkpoint
+                last_checkpoint = self._save(run) or last_checkpoint
                 where = f"; checkpoint {last_checkpoint}" if last_checkpoint else " (no run_dir: nothing saved)"
                 display.message(f"interrupted at epoch {run.epoch + 1}, step {run.step}{where}")
             finally:
@@ -271,7 +226,7 @@ class Learner:
         if run.stopped_early:
             display.message(f"stopped early after epoch {run.epoch}: {self.early_stopping.metric} did not "
                             f"improve for {self.early_stopping.patience} epochs")
-        result = self._result(run, started, last_checkpoint)
+        result = self._result(run, last_checkpoint)
         for callback in self.callbacks:
             callback.on_fit_end(self, result)
         return result
@@ -286,7 +241,7 @@ class Learner:
         return self._validate(loader, Display(), self._run.epoch + 1)
 
     # ---- training --------------------------------------------------------------------------------
-    def _train_epoch(self, run: _Run, loader: Iterable, display: Display) -> None:
+    def _train_epoch(self, run: RunState, loader: Iterable, display: Display) -> None:
         total = _length(loader)
         tracker = self.trackers["train"]
         if run.position == 0:
@@ -331,7 +286,7 @@ class Learner:
         if self.scheduler is not None and self.scheduler_interval == "step":
             self.scheduler.step()
 
-    def _after_step(self, run: _Run, index: int, total: int | None, pending: list, display: Display) -> None:
+    def _after_step(self, run: RunState, index: int, total: int | None, pending: list, display: Display) -> None:
         tracker = self.trackers["train"]
         for obs in pending:
             tracker.update(obs)
@@ -342,7 +297,7 @@ class Learner:
         for callback in self.callbacks:
             callback.on_step_end(self)
         if self.checkpoint_every is not None and run.step % self.checkpoint_every == 0:
-            self._save(run, None)
+            self._save(run)
 
     # ---- validation and epoch end ----------------------------------------------------------------
     def _validate(self, loader: Iterable, display: Display, epoch: int) -> dict[str, float | None]:
@@ -366,13 +321,13 @@ class Learner:
             self.model.train()
         return tracker.epoch()
 
-    def _end_epoch(self, run: _Run, valid_loader: Iterable | None, display: Display, epochs: int,
-                   seconds: float, started: float) -> str | None:
+    def _end_epoch(self, run: RunState, valid_loader: Iterable | None, display: Display, epochs: int,
+                   seconds: float) -> str | None:
         values = {"train": self.trackers["train"].epoch()}
         if valid_loader is not None:
             values["valid"] = self._validate(valid_loader, display, run.epoch + 1)
         run.epoch, run.position = run.epoch + 1, 0
-        elapsed = round(run.seconds + time.perf_counter() - started, 3)
+        elapsed = round(self._elapsed(run), 3)
         for split, split_values in values.items():
             run.history.append({"epoch": run.epoch, "split": split, "step": run.step, "time": elapsed,
                                 **split_values})
@@ -387,7 +342,7 @@ class Learner:
         if self.scheduler is not None and self.scheduler_interval == "epoch":
             self.scheduler.step()
         run.rng = ember_random.get_state()
-        path = self._save(run, started, best=run.best if improved else None)
+        path = self._save(run, best=run.best if improved else None)
         if self.run_dir is not None:
             self.run_dir.write_metrics(run.history)
         display.epoch_end(self._view(run, values, epochs, seconds))
@@ -408,7 +363,7 @@ class Learner:
             raise ValueError(f"{what}: {key!r} is a monitor with no better direction")
         return found[name]
 
-    def _view(self, run: _Run, values: dict, epochs: int, seconds: float) -> EpochView:
+    def _view(self, run: RunState, values: dict, epochs: int, seconds: float) -> EpochView:
         formatted = {split: self.trackers[split].format(v) for split, v in values.items()}
         best, curves = {}, {}
         for metric in self.trackers["train"].metrics + self.trackers["valid"].metrics:
@@ -423,14 +378,16 @@ class Learner:
         return EpochView(run.epoch, epochs, seconds, formatted, best, curves)
 
     # ---- checkpoints -----------------------------------------------------------------------------
-    def _save(self, run: _Run, started: float | None, best: dict | None = None) -> str | None:
+    def _elapsed(self, run: RunState) -> float:
+        """Wall time of the run: earlier sessions plus this one."""
+        return run.seconds + time.perf_counter() - self._started
+
+    def _save(self, run: RunState, best: dict | None = None) -> str | None:
         if self.checkpointer is None:
             return None
-        seconds = run.seconds + (time.perf_counter() - started if started is not None else 0.0)
+        seconds = self._elapsed(run)
         training = {
-            "format": 1, "epoch": run.epoch, "position": run.position, "step": run.step,
-            "seconds": seconds, "history": run.history, "best": run.best,
-            "rng": run.rng if run.rng is not None else ember_random.get_state(),
+            **run.tree(seconds),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict() if hasattr(self.scheduler, "state_dict") else None,
             "trackers": {split: t.state_dict() for split, t in self.trackers.items()},
@@ -440,7 +397,7 @@ class Learner:
         path = self.checkpointer.save(checkpoint_name(run.epoch, run.step), self.model.state_dict(), training, best)
         return str(path)
 
-    def _restore(self, path: Any, run: _Run) -> None:
+    def _restore(self, path: Any, run: RunState) -> None:
         model_state, tree = load_checkpoint(path)
         if tree["data_seed"] != self._data_seed:
             raise ValueError(f"{path} was saved with a train loader of seed {tree['data_seed']}, this one has "
@@ -455,15 +412,14 @@ class Learner:
             self.trackers[split].load_state_dict(state)
         if tree["early_stopping"] is not None and self.early_stopping is not None:
             self.early_stopping.load_state_dict(tree["early_stopping"])
-        ember_random.set_state(tree["rng"])
-        run.epoch, run.position, run.step = tree["epoch"], tree["position"], tree["step"]
-        run.seconds, run.history, run.best, run.rng = tree["seconds"], tree["history"], tree["best"], tree["rng"]
+        run.load(tree)
+        ember_random.set_state(run.rng)
 
-    def _result(self, run: _Run, started: float, checkpoint: str | None) -> FitResult:
+    def _result(self, run: RunState, checkpoint: str | None) -> FitResult:
         final = {f"{r['split']}/{k}": v for r in run.history if r["epoch"] == run.epoch
                  for k, v in r.items() if k not in RECORD_KEYS}
         result = FitResult(run.epoch, run.step, run.best, final, run.interrupted, run.stopped_early,
-                           round(run.seconds + time.perf_counter() - started, 3), checkpoint)
+                           round(self._elapsed(run), 3), checkpoint)
         if self.run_dir is not None:
             if self.plots:
                 names = [m.name for m in self.trackers["train"].metrics + self.trackers["valid"].metrics
