@@ -67,3 +67,8 @@ def test_debug_kernels_prints_source(tmp_path, monkeypatch, capsys):
     CpuRuntime(CompileCache(tmp_path)).compile(add_one.specialize((cube.f32,), {}), CubeDim(8))
     err = capsys.readouterr().err
     assert "void ember_kernel" in err and "#define NU 8" in err
+
+
+def test_vector_math_probe_gives_flags_or_nothing():
+    flags = cpu.vector_math_flags(cpu.find_compiler())
+    assert flags in ((), ("-DEMBER_VECTOR_MATH", "-lmvec"))

@@ -36,11 +36,17 @@ from ..lang import CubeDim
 from .phases import Phase, PhaseError, Schedule
 
 ENTRY = "ember_kernel"
-VERSION = "c-1"  # bump when the rendering changes, so cached binaries are rebuilt
+VERSION = "c-3"  # bump when the rendering changes, so cached binaries are rebuilt
 
 PRELUDE = r"""#include <stdint.h>
 #include <string.h>
+#ifdef EMBER_VECTOR_MATH  /* declare glibc's SIMD math (libmvec), see runtime/cpu.py */
+#define __FAST_MATH__ 1
 #include <math.h>
+#undef __FAST_MATH__
+#else
+#include <math.h>
+#endif
 static inline float ember_bf16_load(uint16_t b) { uint32_t u = (uint32_t)b << 16; float f; memcpy(&f, &u, 4); return f; }
 static inline uint16_t ember_bf16_store(float f) {
   uint32_t u; memcpy(&u, &f, 4);
@@ -348,7 +354,7 @@ class Renderer:
         if op == "const":
             return literal(s.attr, t.dtype)
         if op == "builtin":
-            return _builtin(s.attr)
+            return _builtin(s.attr, self.dim)
         if op == "len":
             return f"len_{s.attr.name}"
         if op == "load":
@@ -409,9 +415,12 @@ class Renderer:
             self.emit(f"v{s.result.id}_u[u] = {v};", depth)
 
 
-def _builtin(name: str) -> str:
+def _builtin(name: str, dim: CubeDim) -> str:
     cube_x, cube_y, cube_z = "(cube % cx)", "((cube / cx) % cy)", "(cube / (cx * cy))"
-    unit_x, unit_y, unit_z = "(u % DX)", "((u / DX) % DY)", "(u / (DX * DY))"
+    # Plain `u` where the cube is one-dimensional keeps addresses affine in u for the vectorizer.
+    unit_x = "u" if dim.x == dim.total else "(u % DX)"
+    unit_y = "0" if dim.y == 1 else "((u / DX) % DY)"
+    unit_z = "0" if dim.z == 1 else "(u / (DX * DY))"
     return {
         "unit_pos": "u", "unit_pos_x": unit_x, "unit_pos_y": unit_y, "unit_pos_z": unit_z,
         "cube_pos": "cube", "cube_pos_x": cube_x, "cube_pos_y": cube_y, "cube_pos_z": cube_z,
