@@ -17,6 +17,9 @@ walking the ember module: it knows which keys belong to layers whose layout diff
 | `RNN`, `LSTM`, `GRU` | `weight_ih_l{k}`, `weight_hh_l{k}`, `bias_ih_l{k}`, `bias_hh_l{k}` (`_reverse` for the backward direction) | `layers.{k}.{direction}.weight_ih` ...; weights transposed |
 | `TransformerEncoderLayer`, `TransformerDecoderLayer` | `linear1`, `linear2`, `multihead_attn` | `ff.linear_inner`, `ff.linear_outer`, `cross_attn` |
 
+A whole `torch.nn.Transformer` loads into a module with `encoder` and `decoder` attributes (ember's
+stacks, built with `final_norm=True`).
+
 Every other layer (Conv*, ConvTranspose*, Embedding, Bilinear, the norms, PReLU) has PyTorch's names
 and layout and passes through. Keys no ember layer claims keep their PyTorch names, so the report
 lists them as unexpected (strict loading refuses them; `strict=False` skips them). Nothing is dropped

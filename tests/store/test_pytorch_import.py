@@ -234,3 +234,26 @@ def test_mismatched_linear_reports_ember_layout(tmp_path):
     twin = tnn.Linear(4, 3)
     report = load_module(nn.Linear(5, 3), saved(tmp_path, twin), adapter="pytorch", strict=False)
     assert report.mismatched == [("weight", (5, 3), (4, 3))]
+
+
+class Transformer(nn.Module):
+    """torch.nn.Transformer's parts under its names: `encoder` and `decoder`, each with a final norm."""
+
+    def __init__(self):
+        self.encoder = nn.TransformerEncoder(8, 2, 16, num_layers=2, dropout=0.0, final_norm=True)
+        self.decoder = nn.TransformerDecoder(8, 2, 16, num_layers=1, dropout=0.0, final_norm=True)
+
+    def forward(self, src, tgt):
+        return self.decoder(tgt, self.encoder(src), tgt_is_causal=True)
+
+
+def test_whole_torch_transformer(tmp_path):
+    torch.manual_seed(11)
+    twin = tnn.Transformer(8, 2, num_encoder_layers=2, num_decoder_layers=1, dim_feedforward=16, dropout=0.0,
+                           batch_first=True).eval()
+    model = Transformer()
+    assert load_module(model, saved(tmp_path, twin), adapter="pytorch").ok
+    src, tgt = random_input(2, 5, 8), random_input(2, 3, 8)
+    causal = tnn.Transformer.generate_square_subsequent_mask(3)
+    expected = twin(torch.from_numpy(src), torch.from_numpy(tgt), tgt_mask=causal, tgt_is_causal=True)
+    assert_matches(model.eval()(ember.tensor(src), ember.tensor(tgt)), expected)
