@@ -6,7 +6,8 @@ Memory values are gauges in MiB: the running value is the latest reading, the ep
 
 Process memory is the resident set size from `psutil` when installed, else `/proc/self/statm` (Linux),
 else the peak RSS from `resource.getrusage`. Device memory asks the device's backend for
-`memory_stats()["in_use"]` (bytes); backends without a memory pool, such as NumPy's, report n/a.
+`memory_stats()` and reads its `in_use` bytes (the `MemoryStats` of `ember.cube.runtime.memory_pool`, or a
+dict with that key); backends without a memory pool, such as NumPy's, report n/a.
 
 Example:
     >>> m = ItemsPerSecond()
@@ -126,8 +127,8 @@ class MemoryUsage(_Gauge):
 
 
 class DeviceMemory(_Gauge):
-    """Memory in use on the batch's device in MiB, from `backend.memory_stats()`; n/a when the backend
-    keeps no pool (the NumPy backend).
+    """Memory in use on the batch's device in MiB, from `backend.memory_stats().in_use`; n/a when the
+    backend keeps no pool (the NumPy backend).
 
     Example:
         >>> DeviceMemory().observe(Observation(0.0, device=ember.Device.numpy())) is None
@@ -140,7 +141,8 @@ class DeviceMemory(_Gauge):
         stats = getattr(getattr(obs.device, "backend", None), "memory_stats", None)
         if stats is None:
             return None
-        in_use = stats().get("in_use")
+        found = stats()
+        in_use = found.get("in_use") if isinstance(found, dict) else getattr(found, "in_use", None)
         return None if in_use is None else np.array([in_use / _MIB])
 
 

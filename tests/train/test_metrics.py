@@ -173,3 +173,14 @@ def test_monitors():
     device_memory = DeviceMemory()
     assert device_memory.compute(device_memory.observe(obs)) is None
     assert device_memory.format(None) == "n/a"
+
+
+def test_device_memory_reads_a_pool_backend():
+    from types import SimpleNamespace
+
+    from ember.cube.runtime.memory_pool import MemoryStats
+    stats = MemoryStats(reserved=8 << 20, in_use=3 << 20, peak_reserved=8 << 20, peak_in_use=4 << 20,
+                        pages=1, slices=2)
+    device = SimpleNamespace(backend=SimpleNamespace(memory_stats=lambda: stats))
+    metric = DeviceMemory()
+    assert metric.compute(metric.observe(Observation(0.0, device=device))) == 3.0
