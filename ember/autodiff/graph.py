@@ -76,6 +76,9 @@ class Node:
     def input_avals(self) -> tuple[Aval, ...]:
         return tuple(p.aval for p in self.parents)
 
+    def parent_is_tracked(self, i: int) -> bool:
+        return type(self.parents[i]) is Node
+
     def input_tensors(self) -> tuple:
         wrap = self.tape.wrap_inner
         return tuple(wrap(p.primal(), p.aval) for p in self.parents)

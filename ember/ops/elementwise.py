@@ -195,8 +195,9 @@ def _binary_vjp(rule):
 
 def _pow_vjp(ctx, g):
     a, b = ctx.inputs
-    ga = (g * b * a ** (b - 1)).masked_fill(b == 0, 0)  # 0 ** -1 is inf; PyTorch's gradient is 0 there
-    gb = g * (ctx.output * a.log()).masked_fill((a == 0) & (b >= 0), 0)
+    # 0 ** -1 is inf; PyTorch's gradient is 0 there
+    ga = (g * b * a ** (b - 1)).masked_fill(b == 0, 0) if ctx.needs_grad(0) else None
+    gb = g * (ctx.output * a.log()).masked_fill((a == 0) & (b >= 0), 0) if ctx.needs_grad(1) else None
     return ga, gb
 
 

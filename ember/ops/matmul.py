@@ -36,7 +36,9 @@ def _matmul_infer(a: Aval, b: Aval) -> Aval:
 def _matmul_vjp(ctx, g):
     a, b = ctx.inputs
     (sa, _), (sb, _) = ctx.input_avals
-    return sum_to(g @ b.transpose(-1, -2), sa), sum_to(a.transpose(-1, -2) @ g, sb)
+    ga = sum_to(g @ b.transpose(-1, -2), sa) if ctx.needs_grad(0) else None
+    gb = sum_to(a.transpose(-1, -2) @ g, sb) if ctx.needs_grad(1) else None
+    return ga, gb
 
 
 def _matmul_reference(a, b):

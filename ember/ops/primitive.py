@@ -64,6 +64,10 @@ class VjpContext:
     def input_avals(self) -> tuple[Aval, ...]:
         return self._node.input_avals
 
+    def needs_grad(self, i: int) -> bool:
+        """Whether input `i` is tracked (rules may skip work for constant inputs)."""
+        return self._node.parent_is_tracked(i)
+
 
 class Primitive:
     """A named op of the backend protocol with its shape rule, NumPy reference and gradient rule."""
