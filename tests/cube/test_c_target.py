@@ -243,3 +243,13 @@ def test_wrong_arguments_are_reported():
         affine.launch(CubeCount(1), CubeDim(1), np.zeros(1))
     with pytest.raises(cube.KernelError, match="NumPy array"):
         affine.launch(CubeCount(1), CubeDim(1), [1.0], np.zeros(1))
+
+
+def test_read_only_outputs_are_refused():
+    x = np.zeros(4, np.float32)
+    y = np.zeros(4, np.float32)
+    y.flags.writeable = False
+    with pytest.raises(cube.KernelError, match="read-only"):
+        affine.launch(CubeCount(1), CubeDim(4), x, y)
+    x.flags.writeable = False
+    affine.launch(CubeCount(1), CubeDim(4), x, np.zeros(4, np.float32))  # read-only inputs are fine

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from ..compile_cache import CompileCache, cache_key
+from .. import ir
 from ..ir import DTYPES
 from ..lang import CubeCount, CubeDim, KernelError
 from ..passes import optimize
@@ -132,6 +133,10 @@ class CompiledKernel:
         self.kinds = ["array" if hasattr(p, "kind") else "scalar" for p in kernel.params]
         self.scalar_ctypes = [None if k == "array" else _SCALAR_CTYPES[p.value.type.dtype.name]
                               for k, p in zip(self.kinds, kernel.params)]
+        stored = {s.attr for s in ir.walk(kernel.body) if isinstance(s, ir.Instr)
+                  and (s.op == "store" or s.op in ir.ATOMIC)}
+        # Writing through a read-only view (a memory-mapped file, a broadcast) would crash the process.
+        self.written = [p in stored for p in kernel.params]
 
 
 class CpuRuntime:
@@ -218,6 +223,9 @@ class CpuRuntime:
             if kind == "array":
                 if a.size >= 2**31:
                     raise KernelError(f"{kfn.__name__}: arrays over 2**31 elements need 64-bit indices")
+                if compiled.written[i] and not a.flags.writeable:
+                    raise KernelError(f"{kfn.__name__}: argument {compiled.params[i].name!r} is written by "
+                                      f"the kernel but the array is read-only")
                 pointers[i] = a.ctypes.data
                 launch.append(a.size)
             else:
