@@ -10,12 +10,16 @@ unexpected and mismatched keys (strict loading raises on any of them and loads n
 `adapter="pytorch"` (`from_pytorch`) converts a PyTorch state dict to ember's names and layouts by
 walking the ember module: it knows which keys belong to layers whose layout differs from PyTorch's.
 
-| ember layer | PyTorch keys | conversion |
-| --- | --- | --- |
-| `Linear` | `weight` (out, in), `bias` | weight transposed to (in, out) |
-| `MultiHeadAttention` | `in_proj_weight`/`in_proj_bias` (q, k, v packed), or `q_proj_weight`, `k_proj_weight`, `v_proj_weight`; `out_proj.*` | split into `query`, `key`, `value`, `output`; weights transposed |
-| `RNN`, `LSTM`, `GRU` | `weight_ih_l{k}`, `weight_hh_l{k}`, `bias_ih_l{k}`, `bias_hh_l{k}` (`_reverse` for the backward direction) | `layers.{k}.{direction}.weight_ih` ...; weights transposed |
-| `TransformerEncoderLayer`, `TransformerDecoderLayer` | `linear1`, `linear2`, `multihead_attn` | `ff.linear_inner`, `ff.linear_outer`, `cross_attn` |
+- `Linear`: `weight` (out, in) is transposed to (in, out).
+- `MultiHeadAttention`: the packed `in_proj_weight`/`in_proj_bias` (q, k, v rows), or
+  `q_proj_weight`, `k_proj_weight`, `v_proj_weight` when kdim/vdim differ (the bias stays packed),
+  go to `query`,
+  `key` and `value`; `out_proj` becomes `output`; weights are transposed.
+- `RNN`, `LSTM`, `GRU`: `weight_ih_l{k}`, `weight_hh_l{k}`, `bias_ih_l{k}`, `bias_hh_l{k}` (with
+  `_reverse` for the backward direction) become `layers.{k}.{direction}.weight_ih` ...; weights
+  are transposed.
+- `TransformerEncoderLayer`, `TransformerDecoderLayer`: `linear1`, `linear2` and `multihead_attn`
+  become `ff.linear_inner`, `ff.linear_outer` and `cross_attn`.
 
 A whole `torch.nn.Transformer` loads into a module with `encoder` and `decoder` attributes (ember's
 stacks, built with `final_norm=True`).
