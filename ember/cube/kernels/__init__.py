@@ -1,0 +1,24 @@
+"""The kernel library: cube kernels behind host functions that take and return NumPy arrays.
+
+Inputs may have any strides (views are read in place); outputs are new C-contiguous arrays.
+
+Example:
+    >>> from ember.cube import kernels
+    >>> kernels.binary("add", np.ones((2, 1), np.float32), np.arange(3, dtype=np.float32)).shape
+    (2, 3)
+"""
+
+from .conv import conv2d
+from .elementwise import binary, cast, ternary, unary
+from .indexing import gather, index_add, index_select, scatter
+from .matmul import matmul
+from .norm import layer_norm, rms_norm
+from .pool import avg_pool2d, max_pool2d, max_pool2d_indices
+from .random import bits, normal, uniform
+from .reduce import reduce
+from .softmax import softmax
+from .sort import sort, topk
+
+__all__ = ["unary", "binary", "ternary", "cast", "reduce", "softmax", "layer_norm", "rms_norm", "matmul",
+           "bits", "uniform", "normal", "gather", "scatter", "index_select", "index_add", "conv2d",
+           "max_pool2d", "max_pool2d_indices", "avg_pool2d", "sort", "topk"]

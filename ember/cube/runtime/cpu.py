@@ -213,9 +213,9 @@ class CpuRuntime:
         if len(args) != len(kfn.runtime_params):
             raise KernelError(f"{kfn.__name__} takes {len(kfn.runtime_params)} runtime arguments "
                               f"({', '.join(p.name for p in kfn.runtime_params)}), got {len(args)}")
-        compiled = self.prepare(kfn, dim, args, comptime)
-        if count.total == 0:
+        if count.total == 0:  # nothing runs: not even worth compiling
             return
+        compiled = self.prepare(kfn, dim, args, comptime)
         launch = [count.x, count.y, count.z]
         pointers = (ctypes.c_void_p * len(args))()
         keep = []  # scalar boxes must outlive the call
