@@ -13,8 +13,7 @@ walking the ember module: it knows which keys belong to layers whose layout diff
 - `Linear`: `weight` (out, in) is transposed to (in, out).
 - `MultiHeadAttention`: the packed `in_proj_weight`/`in_proj_bias` (q, k, v rows), or
   `q_proj_weight`, `k_proj_weight`, `v_proj_weight` when kdim/vdim differ (the bias stays packed),
-  go to `query`,
-  `key` and `value`; `out_proj` becomes `output`; weights are transposed.
+  go to `query`, `key` and `value`; `out_proj` becomes `output`; weights are transposed.
 - `RNN`, `LSTM`, `GRU`: `weight_ih_l{k}`, `weight_hh_l{k}`, `bias_ih_l{k}`, `bias_hh_l{k}` (with
   `_reverse` for the backward direction) become `layers.{k}.{direction}.weight_ih` ...; weights
   are transposed.
