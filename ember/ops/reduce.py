@@ -177,9 +177,13 @@ def _cumextreme_reference(x, *, dim, largest):
     if is_half(x.dtype):
         x = x.astype(np.float32)
     running = (np.maximum if largest else np.minimum).accumulate(x, axis=dim)
-    # PyTorch reports the last position at which the running extreme was reached.
+    # PyTorch reports the last position at which the running extreme was reached; a NaN is an extreme
+    # that sticks (the running value stays NaN), so its position is reported until the next NaN.
     positions = np.arange(x.shape[dim]).reshape([-1 if i == dim else 1 for i in range(x.ndim)])
-    hit = np.where(x == running, positions, 0)
+    reached = x == running
+    if x.dtype.kind == "f":
+        reached |= np.isnan(x)
+    hit = np.where(reached, positions, 0)
     return np.maximum.accumulate(hit, axis=dim).astype(np.int64)
 
 
@@ -204,7 +208,8 @@ def _argsort_reference(x, *, dim, descending):
         elif x.dtype.kind == "i":
             x = ~x
         else:
-            x = -x
+            # NaN counts as the largest value, as in PyTorch: first when descending (-NaN would sort last).
+            return np.lexsort((-x, ~np.isnan(x)), axis=dim).astype(np.int64)
     return np.argsort(x, axis=dim, kind="stable").astype(np.int64)
 
 
