@@ -106,7 +106,8 @@ def _zeros(ctx, g):
 UNARY = {
     "neg": (np.negative, lambda c, g: -g, False),
     "abs": (np.abs, lambda c, g: g * c.inputs[0].sign(), False),
-    "sign": (np.sign, _zeros, False),
+    "sign": (lambda x: np.where(np.isnan(x), 0, np.sign(x)).astype(x.dtype) if x.dtype.kind in "fV" else np.sign(x),
+             _zeros, False),  # PyTorch's sign(NaN) is 0
     "reciprocal": (np.reciprocal, lambda c, g: -g * c.output * c.output, True),
     "exp": (np.exp, lambda c, g: g * c.output, True),
     "exp2": (np.exp2, lambda c, g: g * c.output * LN2, True),
