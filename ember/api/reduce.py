@@ -50,10 +50,18 @@ def prod(x: Tensor, dim=None, keepdim: bool = False, dtype=None) -> Tensor:
     return apply("prod", x, dims=_dims("prod", x, dim), keepdim=keepdim)
 
 
+def _half(x: Tensor) -> bool:
+    """f16/bf16: reductions that divide or square accumulate in f32 and round once, as PyTorch does
+    (an f16 sum of squares overflows long before the variance does)."""
+    return x.dtype.name in ("f16", "bf16")
+
+
 def mean(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
     """The mean over `dim` (NaN over empty dims, like PyTorch)."""
     if not x.dtype.is_float:
         x = x.cast(default_float())
+    if _half(x):
+        return mean(x.cast("f32"), dim, keepdim).cast(x.dtype)
     dims = _dims("mean", x, dim)
     count = math.prod(x.shape[d] for d in dims)
     return apply("sum", x, dims=dims, keepdim=keepdim) / (count if count else float("nan"))
@@ -115,6 +123,8 @@ def var(x: Tensor, dim=None, correction: int = 1, keepdim: bool = False) -> Tens
     """
     if not x.dtype.is_float:
         x = x.cast(default_float())
+    if _half(x):
+        return var(x.cast("f32"), dim, correction, keepdim).cast(x.dtype)
     dims = _dims("var", x, dim)
     count = math.prod(x.shape[d] for d in dims)
     centered = x - mean(x, dims, keepdim=True)
@@ -149,6 +159,8 @@ def norm(x: Tensor, p: float = 2, dim=None, keepdim: bool = False) -> Tensor:
     """
     if not x.dtype.is_float:
         x = x.cast(default_float())
+    if _half(x):
+        return norm(x.cast("f32"), p, dim, keepdim).cast(x.dtype)
     a = x.abs()
     if p == float("inf"):
         return amax(a, dim, keepdim)
@@ -249,12 +261,19 @@ def median(x: Tensor, dim: int | None = None, keepdim: bool = False):
         flat = x.reshape(-1)
         if flat.numel == 0:
             raise ShapeError("median", "cannot take the median of an empty tensor")
-        return sort(flat).values[(flat.numel - 1) // 2]
+        return median(flat, 0).values
     dim = normalize_dim("median", dim, x.ndim)
     if not x.ndim:
         return ValuesIndices(x, x.new_zeros().cast(i64))
-    order = argsort(x, dim)
-    pick = order.narrow(dim, (x.shape[dim] - 1) // 2, 1)
+    n = x.shape[dim]
+    order = argsort(x, dim)  # NaNs sort last, in index order
+    if x.dtype.is_float:
+        # PyTorch propagates NaN: a slice holding NaNs answers with its first NaN.
+        nans = x.isnan().sum(dim=dim, keepdim=True)
+        position = (n - nans).where(nans > 0, (n - 1) // 2)
+        pick = order.gather(dim, position)
+    else:
+        pick = order.narrow(dim, (n - 1) // 2, 1)
     values = gather(x, dim, pick)
     if not keepdim:
         values, pick = values.squeeze(dim), pick.squeeze(dim)
