@@ -292,6 +292,10 @@ def one_hot(x: Tensor, num_classes: int = -1) -> Tensor:
         raise TypeError(f"one_hot expects an integer tensor, got {x.dtype}")
     if num_classes < 0:
         num_classes = int(x.max().item()) + 1 if x.numel else 0
+    elif x.numel:  # out-of-range labels would silently give all-zero rows
+        low, high = int(x.min().item()), int(x.max().item())
+        if low < 0 or high >= num_classes:
+            raise IndexError(f"one_hot: class {low if low < 0 else high} is out of range for {num_classes} classes")
     from .creation import arange
     return (x.unsqueeze(-1) == arange(num_classes, device=x.device)).cast(i64)
 
