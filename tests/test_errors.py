@@ -132,6 +132,8 @@ def test_indexing_errors(d):
     _raises(ShapeError, lambda: x.scatter(1, ember.zeros(3, 3, dtype="i64", device=d), ember.ones(3, 3, device=d)),
             "scatter", "(3, 3)", "(2, 3)")
     _raises(IndexError, lambda: x.take(ember.tensor([6], device=d)), "index 6", "size 6")
+    _raises(IndexError, lambda: ember.one_hot(ember.tensor([0, 3], device=d), 3), "one_hot", "class 3", "3 classes")
+    _raises(IndexError, lambda: ember.one_hot(ember.tensor([-1, 1], device=d), 3), "one_hot", "class -1")
 
     def assign():
         y = ember.ones(2, 3, device=d)

@@ -306,3 +306,53 @@ def test_grad_with_ties_and_zeros(dtype, device):
             grads = fn(e).sum().backward()
             fn(t).sum().backward()
             check_grad(e.grad(grads), t.grad)
+
+
+@pytest.mark.parametrize("dtype", ["f64", "f32", "f16", "bf16"])
+def test_nan_handling(dtype, device):
+    """NaN propagates as in PyTorch: it is the largest value for sorts, sticks in running extremes,
+    and makes extremes and medians NaN."""
+    nan, inf = float("nan"), float("inf")
+    x = np.array([[1.0, nan, 3.0, nan, 5.0, -1.0], [2.0, 0.5, -1.0, inf, nan, inf], [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]])
+    e, t = tensors(x.astype(ember.dtype.dtype_of(dtype).np), device)
+    for descending in (False, True):
+        with case(op="sort", descending=descending):
+            got, want = e.sort(dim=1, descending=descending), torch.sort(t, dim=1, descending=descending, stable=True)
+            check(got.values, want.values)
+            check(got.indices, want.indices)
+    for name in ("cummax", "cummin"):
+        with case(op=name):
+            got, want = getattr(e, name)(1), getattr(t, name)(1)
+            check(got.values, want.values)
+            check(got.indices, want.indices)
+    with case(op="topk"):
+        got, want = e.topk(3, dim=1), t.topk(3, dim=1)
+        check(got.values, want.values)
+        check(got.indices, want.indices)
+    with case(op="median"):
+        got, want = e.median(dim=1), t.median(dim=1)
+        check(got.values, want.values)
+        check(got.indices, want.indices)
+        check(e.median(), t.median())
+        check(e[2].median(), t[2].median())
+    for name in ("amax", "amin"):
+        with case(op=name):
+            check(getattr(e, name)(dim=1), getattr(t, name)(dim=1))
+    with case(op="max"):
+        check(e.max(dim=1).values, t.max(dim=1).values)
+        check(e.max(), t.max())
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_half_reductions_accumulate_in_f32(dtype, device):
+    """Sums of squares and totals overflow f16 long before the statistic does: PyTorch accumulates in f32."""
+    td = {"f16": torch.float16, "bf16": torch.bfloat16}[dtype]
+    for name, fn in [("mean", lambda v: v.mean()), ("var", lambda v: v.var()), ("std", lambda v: v.std(dim=0)),
+                     ("norm", lambda v: v.norm() if isinstance(v, ember.Tensor) else torch.linalg.vector_norm(v)),
+                     ("sum", lambda v: v.sum()), ("logsumexp", lambda v: v.logsumexp(0))]:
+        with case(op=name):
+            e = ember.arange(0, 5000, 1, dtype=dtype, device=device) / 100 + 30
+            t = torch.arange(0, 5000, 1, dtype=td) / 100 + 30
+            check(fn(e), fn(t), tol=(2e-2, 1e-2))
+            if name != "sum":  # the f16 sum itself (275000) is out of range: inf on both sides
+                assert np.isfinite(np.asarray(fn(e).numpy(), np.float64)).all()
