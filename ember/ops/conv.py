@@ -30,8 +30,8 @@ import numpy as np
 
 from ..errors import ShapeError
 from .primitive import Aval, primitive
-from .spatial import call, check_float, check_layout, col2im, compute_dtype, conv_out_size, crop, \
-    pad_spatial, window_view
+from .spatial import batch_slices, call, check_float, check_layout, col2im, compute_dtype, conv_out_size, \
+    crop, pad_spatial, window_view
 
 
 def _check_groups(op: str, channels: int, out_channels: int, groups: int, x_shape, w_shape) -> None:
@@ -61,10 +61,14 @@ def _conv_reference(x, w, *, stride, padding, dilation, groups):
     n, c = x.shape[:2]
     o, kernel, g = w.shape[0], w.shape[2:], groups
     out = tuple(conv_out_size("conv", *a) for a in zip(x.shape[2:], kernel, stride, padding, dilation))
-    windows = window_view(pad_spatial(x.astype(acc, copy=False), padding, padding), kernel, stride, dilation, out)
-    # im2col (one copy of the windows), then per sample and group (O/G, C/G*kernel) @ (C/G*kernel, out).
-    cols = windows.reshape(n, g, (c // g) * math.prod(kernel), math.prod(out))
-    y = np.matmul(w.astype(acc, copy=False).reshape(g, o // g, (c // g) * math.prod(kernel)), cols)
+    padded = pad_spatial(x.astype(acc, copy=False), padding, padding)
+    taps, pixels = (c // g) * math.prod(kernel), math.prod(out)
+    weights = w.astype(acc, copy=False).reshape(g, o // g, taps)
+    y = np.empty((n, g, o // g, pixels), dtype=acc)
+    for part in batch_slices(n, c * math.prod(kernel) * pixels):
+        # im2col (one copy of the windows), then per sample and group (O/G, C/G*kernel) @ (C/G*kernel, out).
+        windows = window_view(padded[part], kernel, stride, dilation, out)
+        np.matmul(weights, windows.reshape(windows.shape[0], g, taps, pixels), out=y[part])
     return y.reshape((n, o) + out).astype(x.dtype, copy=False)
 
 
@@ -119,14 +123,16 @@ def _conv_transpose_reference(x, w, *, stride, padding, output_padding, dilation
     # Each input pixel times the weight gives an (O/G, *kernel) patch: per sample and group
     # (O/G*kernel, C/G) @ (C/G, pixels); col2im then sums the patches into the full output...
     weights = w.astype(acc, copy=False).reshape(g, c // g, (o // g) * math.prod(kernel)).transpose(0, 2, 1)
-    patches = np.matmul(weights, x.astype(acc, copy=False).reshape(n, g, c // g, math.prod(size)))
-    patches = patches.reshape((n, o) + kernel + size)
+    pixels = x.astype(acc, copy=False).reshape(n, g, c // g, math.prod(size))
     final = tuple(_transpose_size(*a) for a in zip(size, kernel, stride, padding, output_padding, dilation))
     full = tuple(max((h - 1) * s + d * (k - 1) + 1, p + f)
                  for h, k, s, d, p, f in zip(size, kernel, stride, dilation, padding, final))
+    y = np.zeros((n, o) + full, dtype=acc)
+    for part in batch_slices(n, o * math.prod(kernel) * math.prod(size)):
+        patches = np.matmul(weights, pixels[part])
+        col2im(patches.reshape((patches.shape[0], o) + kernel + size), full, stride, dilation, out=y[part])
     # ...which is cropped by `padding` at the start and to the output size at the end.
-    y = crop(col2im(patches, full, stride, dilation), padding, final)
-    return np.ascontiguousarray(y, dtype=x.dtype)
+    return np.ascontiguousarray(crop(y, padding, final), dtype=x.dtype)
 
 
 def _conv_transpose_vjp(ctx, g):
@@ -171,11 +177,15 @@ def _weight_grad_reference(x, g, *, kernel, stride, padding, dilation, groups):
     n, c = x.shape[:2]
     o, out, grp = g.shape[1], g.shape[2:], groups
     kernel = tuple(kernel)
-    windows = window_view(pad_spatial(x.astype(acc, copy=False), padding, padding), kernel, stride, dilation, out)
-    cols = windows.reshape(n, grp, (c // grp) * math.prod(kernel), math.prod(out))
-    grads = g.astype(acc, copy=False).reshape(n, grp, o // grp, math.prod(out))
-    # Per sample and group (O/G, out) @ (out, C/G*kernel), summed over the batch.
-    dw = np.matmul(grads, cols.transpose(0, 1, 3, 2)).sum(axis=0)
+    padded = pad_spatial(x.astype(acc, copy=False), padding, padding)
+    taps, pixels = (c // grp) * math.prod(kernel), math.prod(out)
+    grads = g.astype(acc, copy=False).reshape(n, grp, o // grp, pixels)
+    dw = np.zeros((grp, o // grp, taps), dtype=acc)
+    for part in batch_slices(n, c * math.prod(kernel) * pixels):
+        windows = window_view(padded[part], kernel, stride, dilation, out)
+        cols = windows.reshape(windows.shape[0], grp, taps, pixels)
+        # Per sample and group (O/G, out) @ (out, C/G*kernel), summed over the batch.
+        dw += np.matmul(grads[part], cols.transpose(0, 1, 3, 2)).sum(axis=0)
     return dw.reshape((o, c // grp) + kernel).astype(x.dtype, copy=False)
 
 

@@ -23,6 +23,22 @@ from ..errors import DTypeError, ShapeError
 from .primitive import is_half
 
 
+COLUMN_BUDGET = 1 << 24
+"""How many elements of im2col columns (or col2im patches) are built at once. Larger batches go in
+slices: memory stays bounded (64 MiB of f32) and the working set stays nearer the caches."""
+
+
+def batch_slices(n: int, per_sample: int) -> list[slice]:
+    """Slices of a batch of `n` whose columns of `per_sample` elements each fit `COLUMN_BUDGET`.
+
+    Example:
+        >>> batch_slices(5, COLUMN_BUDGET // 2)
+        [slice(0, 2, None), slice(2, 4, None), slice(4, 5, None)]
+    """
+    step = max(1, COLUMN_BUDGET // max(per_sample, 1))
+    return [slice(i, min(i + step, n)) for i in range(0, n, step)] or [slice(0, 0)]
+
+
 def conv_out_size(op: str, size: int, kernel: int, stride: int, padding: int, dilation: int) -> int:
     """Output length of a strided window sweep: floor((size + 2p - d(k - 1) - 1) / s) + 1.
 
@@ -118,21 +134,24 @@ def window_view(x: np.ndarray, kernel, stride, dilation, out) -> np.ndarray:
     return as_strided(x, shape, strides, writeable=False)
 
 
-def col2im(cols: np.ndarray, size, stride, dilation) -> np.ndarray:
+def col2im(cols: np.ndarray, size, stride, dilation, out: np.ndarray | None = None) -> np.ndarray:
     """Windows (N, C, *kernel, *out) summed into zeros of (N, C, *size): the adjoint of `window_view`.
+
+    `out`, when given, is a zeroed array of that shape to sum into (saving a copy for callers that
+    assemble a batch in slices).
 
     Example:
         >>> col2im(np.ones((1, 1, 2, 2)), (3,), (1,), (1,)).tolist()   # two windows of 2 over 3
         [[[1.0, 2.0, 1.0]]]
     """
     nd = len(size)
-    kernel, out = cols.shape[2:2 + nd], cols.shape[2 + nd:]
-    result = np.zeros(cols.shape[:2] + tuple(size), dtype=cols.dtype)
-    if 0 in out or 0 in cols.shape[:2]:
+    kernel, windows = cols.shape[2:2 + nd], cols.shape[2 + nd:]
+    result = np.zeros(cols.shape[:2] + tuple(size), dtype=cols.dtype) if out is None else out
+    if 0 in windows or 0 in cols.shape[:2]:
         return result
     # One strided add per kernel offset: prod(kernel) vectorized adds instead of a loop over windows.
     for k in np.ndindex(*kernel):
-        target = tuple(slice(ki * d, ki * d + (o - 1) * s + 1, s) for ki, d, o, s in zip(k, dilation, out, stride))
+        target = tuple(slice(ki * d, ki * d + (o - 1) * s + 1, s) for ki, d, o, s in zip(k, dilation, windows, stride))
         result[(slice(None), slice(None)) + target] += cols[(slice(None), slice(None)) + k]
     return result
 

@@ -64,6 +64,19 @@ def test_conv_string_padding(device, rng, padding, kernel):
              lambda x, w: TF.conv2d(x, w, padding=padding, dilation=(1, 2)), [x, w], device, grads=(0, 1))
 
 
+def test_large_batches_go_in_slices(device, rng, monkeypatch):
+    # A tiny column budget makes every sample its own slice: results and gradients must not change.
+    from ember.ops import spatial
+    monkeypatch.setattr(spatial, "COLUMN_BUDGET", 50)
+    x, w, b = random(rng, (5, 4, 6, 6)), random(rng, (6, 2, 3, 3)), random(rng, (6,))
+    kw = dict(groups=2, stride=2)
+    check_op(lambda x, w, b: F.conv2d(x, w, b, **kw), lambda x, w, b: TF.conv2d(x, w, b, **kw), [x, w, b], device,
+             grads=(0, 1, 2), rng=rng)
+    wt = random(rng, (4, 3, 3, 3))
+    check_op(lambda x, w: F.conv_transpose2d(x, w, stride=2, groups=2),
+             lambda x, w: TF.conv_transpose2d(x, w, stride=2, groups=2), [x, wt], device, grads=(0, 1), rng=rng)
+
+
 def test_conv_unbatched_and_empty_batch(device, rng):
     w = random(rng, (3, 2, 3))
     b = random(rng, (3,))
