@@ -133,8 +133,10 @@ def var(x: Tensor, dim=None, correction: int = 1, keepdim: bool = False) -> Tens
 
 
 def std(x: Tensor, dim=None, correction: int = 1, keepdim: bool = False) -> Tensor:
-    """The standard deviation over `dim` (see `var`)."""
-    return var(x, dim, correction, keepdim).sqrt()
+    """The standard deviation over `dim` (see `var`); its gradient is 0 where it is 0, as in PyTorch."""
+    v = var(x, dim, correction, keepdim)
+    zero = v == 0
+    return v.masked_fill(zero, 1).sqrt().masked_fill(zero, 0)  # sqrt'(0) is inf: keep it out of the graph
 
 
 def logsumexp(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
@@ -261,7 +263,13 @@ def median(x: Tensor, dim: int | None = None, keepdim: bool = False):
         flat = x.reshape(-1)
         if flat.numel == 0:
             raise ShapeError("median", "cannot take the median of an empty tensor")
-        return median(flat, 0).values
+        value = median(flat, 0).values.detach()
+        # PyTorch shares the gradient of the overall median evenly between the elements equal to it;
+        # the added term is exactly zero, so the value stays the median.
+        ties = (flat == value) | (flat.isnan() & value.isnan()) if flat.dtype.is_float else flat == value
+        if not flat.dtype.is_float:
+            return value
+        return value + ((flat - value).masked_fill(~ties, 0)).sum() / ties.sum()
     dim = normalize_dim("median", dim, x.ndim)
     if not x.ndim:
         return ValuesIndices(x, x.new_zeros().cast(i64))
