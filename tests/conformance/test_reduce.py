@@ -296,11 +296,14 @@ def test_reduction_grad(name, dtype, device, rng):
 
 @pytest.mark.parametrize("dtype", ["f64", "f32"])
 def test_grad_with_ties_and_zeros(dtype, device):
-    """amax/amin share the gradient between ties; prod is exact with one or several zeros."""
+    """amax/amin and the overall median share the gradient between ties; prod is exact with one or several
+    zeros; std and the 2-norm have gradient 0 where they are 0 (PyTorch's conventions)."""
     x = np.array([[1.0, 3.0, 3.0, 0.0], [2.0, 2.0, 2.0, 2.0], [0.0, 5.0, 0.0, 1.0]], ember.dtype.dtype_of(dtype).np)
     for name, fn in [("amax", lambda v: v.amax(dim=1)), ("amin", lambda v: v.amin(dim=1)),
                      ("max_all", lambda v: v.amax()), ("prod", lambda v: v.prod(dim=1)),
-                     ("prod_all", lambda v: v.prod())]:
+                     ("prod_all", lambda v: v.prod()), ("median_all", lambda v: v.median()),
+                     ("median_dim", lambda v: v.median(dim=1).values), ("std_of_constant", lambda v: v.std(dim=1)),
+                     ("norm_of_zeros", lambda v: (v * (v > 10)).norm(dim=1))]:
         with case(op=name):
             e, t = leaf(x, device)
             grads = fn(e).sum().backward()
