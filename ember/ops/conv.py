@@ -78,8 +78,8 @@ def _conv_vjp(ctx, g):
     p = ctx.params
     extra = _transpose_output_padding(x_shape[2:], g.shape[2:], w_shape[2:], p["stride"], p["padding"],
                                       p["dilation"])
-    gx = call("conv_transpose", g, w, output_padding=extra, **p)
-    gw = call("conv_weight_grad", x, g, kernel=tuple(w_shape[2:]), **p)
+    gx = call("conv_transpose", g, w, output_padding=extra, **p) if ctx.needs_grad(0) else None
+    gw = call("conv_weight_grad", x, g, kernel=tuple(w_shape[2:]), **p) if ctx.needs_grad(1) else None
     return gx, gw
 
 
@@ -143,10 +143,13 @@ def _conv_transpose_vjp(ctx, g):
     if any(e < 0 for e in extra):
         # A negative output_padding cropped the end of the full output; its adjoint pads zeros back.
         g = g.pad([a for e in reversed(extra) for a in (0, max(-e, 0))])
-    gx = call("conv", g, w, **p)
-    if gx.shape != tuple(x_shape):  # output_padding >= stride made outputs no input pixel reaches
-        gx = gx._slice_ranges(tuple((0, n, 1) for n in x_shape))
-    gw = call("conv_weight_grad", g, x, kernel=tuple(w_shape[2:]), **p)
+    gx = gw = None
+    if ctx.needs_grad(0):
+        gx = call("conv", g, w, **p)
+        if gx.shape != tuple(x_shape):  # output_padding >= stride made outputs no input pixel reaches
+            gx = gx._slice_ranges(tuple((0, n, 1) for n in x_shape))
+    if ctx.needs_grad(1):
+        gw = call("conv_weight_grad", g, x, kernel=tuple(w_shape[2:]), **p)
     return gx, gw
 
 
@@ -195,10 +198,12 @@ def _weight_grad_vjp(ctx, cot):
     p = dict(ctx.params)
     kernel = p.pop("kernel")
     extra = _transpose_output_padding(x_shape[2:], g_shape[2:], kernel, p["stride"], p["padding"], p["dilation"])
-    gx = call("conv_transpose", g, cot, output_padding=extra, **p)
-    gg = call("conv", x, cot, **p)
-    if gg.shape != tuple(g_shape):
-        gg = gg._slice_ranges(tuple((0, n, 1) for n in g_shape))
+    gx = call("conv_transpose", g, cot, output_padding=extra, **p) if ctx.needs_grad(0) else None
+    gg = None
+    if ctx.needs_grad(1):
+        gg = call("conv", x, cot, **p)
+        if gg.shape != tuple(g_shape):
+            gg = gg._slice_ranges(tuple((0, n, 1) for n in g_shape))
     return gx, gg
 
 

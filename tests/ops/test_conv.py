@@ -55,6 +55,16 @@ def test_conv_per_dim_params(device, rng):
     check_op(lambda x, w: F.conv2d(x, w, **kw), lambda x, w: TF.conv2d(x, w, **kw), [x, w], device, grads=(0, 1))
 
 
+def test_gradients_of_one_operand(device, rng):
+    # Rules skip the gradients of constant operands; the tracked one must still be right.
+    x, w, wt = random(rng, (2, 3, 6, 6)), random(rng, (4, 3, 3, 3)), random(rng, (3, 4, 3, 3))
+    for grads in [(0,), (1,)]:
+        check_op(lambda x, w: F.conv2d(x, w, stride=2), lambda x, w: TF.conv2d(x, w, stride=2), [x, w], device,
+                 grads=grads, rng=rng)
+        check_op(lambda x, w: F.conv_transpose2d(x, w, stride=2), lambda x, w: TF.conv_transpose2d(x, w, stride=2),
+                 [x, wt], device, grads=grads, rng=rng)
+
+
 @pytest.mark.parametrize("padding", ["same", "valid"])
 @pytest.mark.parametrize("kernel", [3, 4])
 def test_conv_string_padding(device, rng, padding, kernel):
