@@ -26,7 +26,10 @@ def create_on(device, name: str, **params) -> Tensor:
 
 def scalar_like(value, dtype: DType, device) -> Tensor:
     """A 0-d tensor holding a Python scalar, on `device` with `dtype`."""
-    array = np.array(value, dtype=dtype.np)
+    try:
+        array = np.array(value, dtype=dtype.np)
+    except OverflowError:  # an int out of the dtype's range wraps around, as in PyTorch (u8 + -1)
+        array = np.asarray(value).astype(dtype.np)
     return Tensor._make(device, device.backend.from_host(array), Aval((), dtype))
 
 
