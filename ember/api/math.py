@@ -175,6 +175,9 @@ def fmod(a, b) -> Tensor:
 
 def pow(a, b) -> Tensor:  # noqa: A001
     """`a ** b`. Example: `ember.tensor([2.0]).pow(3)`."""
+    if isinstance(a, Tensor) and not a.dtype.is_float and type(b) is int and b < 0:
+        # checked before promotion: the exponent would wrap around in a u8 tensor's dtype
+        raise ValueError("pow: integers to negative integer powers are not allowed")
     return _binary("pow", a, b)
 
 
