@@ -27,16 +27,16 @@ Example:
 
 from __future__ import annotations
 
-import math
-
-from ...dtype import bool_, bf16, f16, f64
+from ...dtype import bool_, bf16, f16
 from .. import ir
 from ..ir import For, Instr
 from ..lang import CubeDim
+from .clike import (_COMPUTE, compute_type, from_storage, literal, scalar_expr, storage_type,
+                    to_storage)
 from .phases import Phase, PhaseError, Schedule
 
 ENTRY = "ember_kernel"
-VERSION = "c-3"  # bump when the rendering changes, so cached binaries are rebuilt
+VERSION = "c-4"  # bump when the rendering changes, so cached binaries are rebuilt
 
 PRELUDE = r"""#include <stdint.h>
 #include <string.h>
@@ -55,6 +55,10 @@ static inline uint16_t ember_bf16_store(float f) {
   return (uint16_t)(u >> 16);
 }
 static inline float ember_bf16_round(float f) { return ember_bf16_load(ember_bf16_store(f)); }
+typedef _Float16 ember_f16;
+static inline float ember_f16_load(ember_f16 h) { return (float)h; }
+static inline ember_f16 ember_f16_store(float f) { return (ember_f16)f; }
+static inline float ember_f16_round(float f) { return (float)(ember_f16)f; }
 """
 
 
@@ -62,49 +66,10 @@ class CTargetError(PhaseError):
     """A kernel this target cannot run (atomics on 16-bit types; barriers it cannot phase)."""
 
 
-_STORAGE = {"f64": "double", "f32": "float", "f16": "_Float16", "bf16": "uint16_t", "i64": "int64_t",
-            "i32": "int32_t", "i16": "int16_t", "i8": "int8_t", "u8": "uint8_t", "u32": "uint32_t",
-            "u64": "uint64_t", "bool": "uint8_t"}
-_COMPUTE = dict(_STORAGE, f16="float", bf16="float", bool="_Bool")
-_BINARY_C = {"add": "+", "sub": "-", "mul": "*", "div": "/", "and": "&", "or": "|", "xor": "^",
-             "shl": "<<", "shr": ">>", "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
-_MATH_C = {name: name for name in ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "sin",
-                                   "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh",
-                                   "acosh", "atanh", "erf", "floor", "ceil", "trunc", "pow", "atan2")}
-_MATH_C.update(round="rint", rem="fmod")
-
-
-def storage_type(dtype) -> str:
-    return _STORAGE[dtype.name]
-
-
-def compute_type(t: ir.Type) -> str:
-    scalar = _COMPUTE[t.dtype.name]
-    if t.lanes == 1:
-        return scalar
-    return f"ember_{t.dtype.name}x{t.lanes}"
-
-
 def _vector_typedef(t: ir.Type) -> str:
     scalar = _COMPUTE[t.dtype.name] if t.dtype is not bool_ else "uint8_t"
     size = {"double": 8, "float": 4}.get(scalar) or t.dtype.itemsize
     return f"typedef {scalar} {compute_type(t)} __attribute__((vector_size({size * t.lanes})));"
-
-
-def literal(value, dtype) -> str:
-    if dtype.is_float:
-        suffix = "" if dtype is f64 else "f"
-        if math.isnan(value):
-            return "((float)NAN)" if suffix else "((double)NAN)"
-        if math.isinf(value):
-            return f"({'-' if value < 0 else ''}({'float' if suffix else 'double'})INFINITY)"
-        return f"{float(value).hex()}{suffix}"
-    if dtype is bool_:
-        return "1" if value else "0"
-    if dtype.name == "i64" and value == -(1 << 63):
-        return "(-9223372036854775807LL - 1)"
-    suffix = {"i64": "LL", "u64": "ULL", "u32": "u"}.get(dtype.name, "")
-    return f"(({_COMPUTE[dtype.name]}){value}{suffix})"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -379,7 +344,7 @@ class Renderer:
         if arr.kind == "shared":
             src = lambda i: f"s_{arr.name}[{i}]"
         else:
-            src = lambda i: _from_storage(f"a_{arr.name}[{i}]", arr.dtype)
+            src = lambda i: from_storage(f"a_{arr.name}[{i}]", arr.dtype)
         if t.lanes == 1:
             return src(a[0])
         return f"({{ {self.ctype(t)} r; for (int l = 0; l < {t.lanes}; ++l) r[l] = {src(a[0] + ' + l')}; r; }})"
@@ -389,7 +354,7 @@ class Renderer:
         if arr.kind == "shared":
             dst, conv = f"s_{arr.name}", lambda x: x
         else:
-            dst, conv = f"a_{arr.name}", lambda x: _to_storage(x, arr.dtype)
+            dst, conv = f"a_{arr.name}", lambda x: to_storage(x, arr.dtype)
         if value.type.lanes == 1:
             self.emit(f"{dst}[{a[0]}] = {conv(a[1])};", depth)
         else:
@@ -430,78 +395,6 @@ def _builtin(name: str, dim: CubeDim) -> str:
         "absolute_pos_y": f"({cube_y} * DY + {unit_y})", "absolute_pos_z": f"({cube_z} * DZ + {unit_z})",
         "plane_dim": "1", "unit_pos_plane": "0",
     }[name]
-
-
-def _from_storage(x: str, dtype) -> str:
-    if dtype is bf16:
-        return f"ember_bf16_load({x})"
-    if dtype is f16:
-        return f"(float){x}"
-    if dtype is bool_:
-        return f"(_Bool){x}"
-    return x
-
-
-def _to_storage(x: str, dtype) -> str:
-    if dtype is bf16:
-        return f"ember_bf16_store({x})"
-    if dtype is f16:
-        return f"(_Float16)({x})"
-    if dtype is bool_:
-        return f"(uint8_t)({x})"
-    return x
-
-
-def _round_to(x: str, dtype) -> str:
-    """A float holding an f16/bf16 value must be rounded to that format after a cast."""
-    if dtype is f16:
-        return f"(float)(_Float16)({x})"
-    if dtype is bf16:
-        return f"ember_bf16_round({x})"
-    return x
-
-
-def scalar_expr(op: str, a: list, types: list, t: ir.Type) -> str:
-    """C for one scalar op whose operands are already rendered as `a` (compute types)."""
-    src = types[0].dtype if types else t.dtype
-    is_float = src.is_float
-    fsuffix = "f" if is_float and src is not f64 else ""
-    if op == "cast":
-        if t.dtype is bool_:
-            return f"({a[0]} != 0)"
-        return _round_to(f"(({_COMPUTE[t.dtype.name]}){a[0]})", t.dtype)
-    if op in ("min", "max"):
-        cmp = "<" if op == "min" else ">"
-        return f"({a[0]} {cmp} {a[1]} ? {a[0]} : {a[1]})"
-    if op == "select":
-        return f"({a[0]} ? {a[1]} : {a[2]})"
-    if op == "mulhi":
-        return f"((uint32_t)(((uint64_t){a[0]} * (uint64_t){a[1]}) >> 32))"
-    if op == "splat":
-        return a[0]
-    if op == "neg":
-        return f"(-{a[0]})"
-    if op == "not":
-        return f"(!{a[0]})"
-    if op == "bitnot":
-        return f"(~{a[0]})"
-    if op == "abs":
-        return f"fabs{fsuffix}({a[0]})" if is_float else f"({a[0]} < 0 ? -{a[0]} : {a[0]})"
-    if op == "rsqrt":
-        return f"(({_COMPUTE[src.name]})1 / sqrt{fsuffix}({a[0]}))"
-    if op == "recip":
-        return f"(({_COMPUTE[src.name]})1 / {a[0]})"
-    if op == "rem" and not is_float:
-        return f"({a[0]} % {a[1]})"
-    if op in _MATH_C and (is_float or op not in ("rem",)):
-        return f"{_MATH_C[op]}{fsuffix}({', '.join(a)})"
-    if op in _BINARY_C:
-        expr = f"({a[0]} {_BINARY_C[op]} {a[1]})"
-        # C promotes narrow ints to int: bring the result back to the value's type.
-        if not is_float and src.itemsize < 4 and op not in ("eq", "ne", "lt", "le", "gt", "ge"):
-            return f"(({_COMPUTE[t.dtype.name]}){expr})"
-        return expr
-    raise CTargetError(f"the C target has no rendering for {op}")
 
 
 def render(kernel: ir.Kernel, dim: CubeDim) -> str:
