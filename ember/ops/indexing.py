@@ -30,6 +30,14 @@ def _gather_infer(x: Aval, index: Aval, *, dim: int) -> Aval:
     return Aval(index.shape, x.dtype)
 
 
+def _check_bounds(op: str, index, size: int, dim: int) -> None:
+    """Indices are data: check them where they are used. Negative ones are refused, as in PyTorch
+    (NumPy would wrap them around silently)."""
+    if index.size and (index.min() < 0 or index.max() >= size):
+        bad = index.min() if index.min() < 0 else index.max()
+        raise IndexError(f"{op}: index {bad} is out of bounds for dim {dim} with size {size}")
+
+
 def _full_index(index, dim):
     """NumPy fancy-index tuple selecting `index` along `dim` and the identity elsewhere."""
     grids = list(np.ix_(*(np.arange(n) for n in index.shape)))
@@ -39,7 +47,9 @@ def _full_index(index, dim):
 
 def _gather_reference(x, index, *, dim):
     if x.ndim == 0:
+        _check_bounds("gather", index, 1, dim)
         return x.copy()
+    _check_bounds("gather", index, x.shape[dim], dim)
     return x[_full_index(index, dim)]
 
 
@@ -66,6 +76,7 @@ def _scatter_infer(x: Aval, index: Aval, src: Aval, *, dim: int, reduce) -> Aval
 
 def _scatter_reference(x, index, src, *, dim, reduce):
     out = x.copy()
+    _check_bounds("scatter", index, x.shape[dim] if x.ndim else 1, dim)
     if x.ndim == 0:
         return src.copy() if reduce is None else out + src
     where = _full_index(index, dim)
@@ -102,10 +113,7 @@ def _index_select_infer(x: Aval, index: Aval, *, dim: int) -> Aval:
 def _index_select_reference(x, index, *, dim):
     if x.ndim == 0:
         return np.broadcast_to(x, index.shape).copy()
-    n = x.shape[dim]
-    if index.size and (index.min() < -n or index.max() >= n):
-        bad = index[(index < -n) | (index >= n)][0]
-        raise IndexError(f"index_select: index {bad} is out of bounds for dim {dim} of size {n}")
+    _check_bounds("index_select", index, x.shape[dim], dim)
     return np.take(x, index, axis=dim)
 
 
@@ -129,6 +137,7 @@ def _index_add_infer(x: Aval, index: Aval, src: Aval, *, dim: int) -> Aval:
 
 def _index_add_reference(x, index, src, *, dim):
     out = x.copy()
+    _check_bounds("index_add", index, x.shape[dim] if x.ndim else 1, dim)
     if x.ndim == 0:
         return out + src.sum()
     where = [slice(None)] * x.ndim
