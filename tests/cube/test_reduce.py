@@ -6,13 +6,14 @@ import pytest
 
 from ember.cube.kernels.norm import layer_norm, rms_norm
 from ember.cube.kernels.reduce import reduce
+from ember.cube.kernels.scan import scan
 from ember.cube.kernels.softmax import softmax
 from ember.errors import DTypeError, ShapeError
 
 rng = np.random.default_rng(2)
 
 REF = {
-    "sum": np.sum, "mean": np.mean, "prod": np.prod, "max": np.max, "min": np.min,
+    "sum": np.sum, "mean": np.mean, "prod": np.prod, "amax": np.max, "amin": np.min,
     "var": lambda x, axis, keepdims=False: np.var(x, axis=axis, ddof=1, keepdims=keepdims),
     "argmax": np.argmax, "argmin": np.argmin,
 }
@@ -41,7 +42,7 @@ def test_every_reduction_on_every_layout(parallel):
 def test_keepdim_all_dims_and_long_rows():
     x = rng.standard_normal((3, 1000)).astype(np.float32)
     np.testing.assert_allclose(reduce("sum", x, None), x.sum(), rtol=1e-4)
-    np.testing.assert_allclose(reduce("max", x, 1, keepdim=True), x.max(1, keepdims=True))
+    np.testing.assert_allclose(reduce("amax", x, 1, keepdim=True), x.max(1, keepdims=True))
     assert reduce("argmax", x) == np.argmax(x)
 
 
@@ -58,14 +59,14 @@ def test_integer_and_half_dtypes(parallel):
             assert got.dtype == np.int64
         np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=1e-2, atol=1e-2)
 
-    parallel(check, [("sum", ints), ("max", ints), ("argmin", ints), ("sum", halves), ("mean", brains)])
+    parallel(check, [("sum", ints), ("amax", ints), ("argmin", ints), ("sum", halves), ("mean", brains)])
 
 
 def test_ties_go_to_the_first_index_and_nan_wins():
     x = np.array([[1, 3, 3, 0], [2, 2, 2, 2]], np.float32)
     np.testing.assert_array_equal(reduce("argmax", x, 1), [1, 0])
     y = np.array([1.0, np.nan, 5.0, np.nan], np.float32)
-    assert reduce("argmax", y, 0) == 1 and np.isnan(reduce("max", y, 0))
+    assert reduce("argmax", y, 0) == 1 and np.isnan(reduce("amax", y, 0))
 
 
 def test_empty_and_scalar_inputs():
@@ -74,7 +75,7 @@ def test_empty_and_scalar_inputs():
     assert reduce("sum", np.zeros((0, 4), np.float32), 0).shape == (4,)
     assert reduce("sum", np.float32(2.5)) == 2.5
     with pytest.raises(ShapeError):
-        reduce("max", np.zeros((3, 0)), 1)
+        reduce("amax", np.zeros((3, 0)), 1)
     with pytest.raises(DTypeError):
         reduce("mean", np.arange(3), 0)
 
@@ -105,6 +106,18 @@ def test_layer_norm_and_rms_norm(affine):
         ln, rn = ln * w + b, rn * w
     np.testing.assert_allclose(layer_norm(x, w, b), ln, rtol=1e-10, atol=1e-10)
     np.testing.assert_allclose(rms_norm(x, w), rn, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("op", ["cumsum", "cumprod"])
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.float16])
+def test_scans(op, dtype):
+    x = rng.uniform(0.5, 1.5, (4, 7, 5)).astype(dtype) if dtype != np.int32 else rng.integers(-3, 4, (4, 7, 5)).astype(dtype)
+    ref = np.cumsum if op == "cumsum" else np.cumprod
+    for dim, view in [(1, x), (0, x[:, ::-2].transpose(2, 1, 0))]:
+        want = ref(view.astype(np.float32) if dtype == np.float16 else view, axis=dim).astype(dtype)
+        got = scan(op, view, dim)
+        assert got.dtype == np.dtype(dtype) and got.shape == view.shape
+        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=2e-3)
 
 
 def test_norm_rejects_mismatched_weight():

@@ -1,4 +1,4 @@
-"""Reductions over any set of dims: sum, mean, prod, max, min, argmax, argmin, var.
+"""Reductions over any set of dims: sum, mean, prod, amax, amin, argmax, argmin, var.
 
 One cube reduces one output element. Its units stride over the reduced elements, each folding a
 partial result, and then combine partials with a tree in shared memory (`block_reduce`, which
@@ -7,8 +7,9 @@ so a transposed or sliced input needs no copy; when the reduced dims are the tra
 C-contiguous input, a comptime fast path indexes directly.
 
 Accumulation: sums and products of f16/bf16 in f32, of ints and bools in i64 (NumPy's default);
-max/min in the input dtype. Ties in argmax/argmin go to the first index; NaN counts as the largest
-value for max/argmax and the smallest for min/argmin (NumPy propagates NaN the same way).
+amax/amin in the input dtype. Ties in argmax/argmin go to the first index; NaN counts as the largest
+value for amax/argmax and the smallest for amin/argmin (NumPy propagates NaN the same way). Op names
+are ember's primitive names.
 
 Example:
     >>> reduce("sum", np.ones((2, 3), np.float32), dims=(1,))
@@ -24,7 +25,8 @@ from ...dtype import bool_, f32, f64, i64
 from ...errors import DTypeError, ShapeError
 from .common import check_size, cube_dtype, element_strides, offset
 
-OPS = ("sum", "mean", "prod", "max", "min", "argmax", "argmin", "var")
+OPS = ("sum", "mean", "prod", "amax", "amin", "argmax", "argmin", "var")
+_KERNEL_OP = {"amax": "max", "amin": "min"}  # the name `combine` and `identity` use
 MAX_UNITS = 256
 
 
@@ -152,7 +154,7 @@ def arg_reduce_kernel(x: cube.Array, out: cube.Array[cube.i64], kept: cube.Array
 
 def accumulator(op: str, dtype):
     """The dtype `op` accumulates `dtype` in."""
-    if op in ("max", "min", "argmax", "argmin"):
+    if op in ("amax", "amin", "argmax", "argmin"):
         return dtype
     if not dtype.is_float:
         return i64
@@ -191,7 +193,7 @@ def reduce(op: str, x: np.ndarray, dims=None, keepdim: bool = False, correction:
         else tuple(x.shape[d] for d in kept)
     out_t = i64 if op.startswith("arg") else accumulator(op, t) if not t.is_float else t
     out = np.empty(out_shape, out_t.np)
-    if n == 0 and op in ("max", "min", "argmax", "argmin"):
+    if n == 0 and op in ("amax", "amin", "argmax", "argmin"):
         raise ShapeError(op, f"cannot reduce an empty dim of {x.shape} with {op}")
     check_size(op, x, out)
     if out.size == 0:
@@ -201,7 +203,7 @@ def reduce(op: str, x: np.ndarray, dims=None, keepdim: bool = False, correction:
     kernel = arg_reduce_kernel if op.startswith("arg") else reduce_kernel
     extra = {} if op.startswith("arg") else {"correction": correction if op == "var" else 0}
     kernel.launch(cube.CubeCount(out.size), cube.CubeDim(units), x, out, _layout(x, kept),
-                  _layout(x, dims), n, op=op, T=accumulator(op, t), kdim=len(kept), rdim=len(dims),
+                  _layout(x, dims), n, op=_KERNEL_OP.get(op, op), T=accumulator(op, t), kdim=len(kept), rdim=len(dims),
                   dense=dense, units=units, **extra)
     return out
 
