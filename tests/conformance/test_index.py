@@ -158,7 +158,7 @@ def test_gather_scatter(dtype, device, rng):
 def test_index_select_take_masked_fill(dtype, device, rng):
     x = sample((4, 5), dtype, rng)
     e, t = tensors(x, device)
-    for dim, index in [(0, [3, 0, 3]), (1, [4, -5 + 5]), (-1, []), (0, [2])]:
+    for dim, index in [(0, [3, 0, 3]), (1, [4, 0]), (-1, []), (0, [2])]:
         with case(dim=dim, index=index):
             ei, ti = tensors(np.array(index, np.int64), device)
             check(e.index_select(dim, ei), t.index_select(dim, ti))
