@@ -72,3 +72,27 @@ def test_debug_kernels_prints_source(tmp_path, monkeypatch, capsys):
 def test_vector_math_probe_gives_flags_or_nothing():
     flags = cpu.vector_math_flags(cpu.find_compiler())
     assert flags in ((), ("-DEMBER_VECTOR_MATH", "-lmvec"))
+
+
+def test_ir_built_directly_compiles_and_runs():
+    """The path a fusion layer takes: build a kernel with ir.Builder, compile it, run it."""
+    from ember.cube import ir
+    from ember.cube.runtime.cpu import cpu_runtime
+
+    b = ir.Builder("fused")
+    xs = [b.array_param(name, cube.f32) for name in ("a", "b", "c", "out")]
+    i = b.builtin("absolute_pos")
+    inside = b.branch(b.binary("lt", i, b.length(xs[3])))
+    with b.inside(inside.then):
+        a, bb, c = (b.load(x, i) for x in xs[:3])
+        b.store(xs[3], i, b.binary("add", b.unary("exp", b.binary("mul", a, bb)), c))
+    rt = cpu_runtime()
+    compiled = rt.compile_ir(b.kernel, CubeDim(64))
+    assert rt.compile_ir(b.kernel, CubeDim(64)) is compiled
+    arrays = [np.random.default_rng(0).standard_normal(100).astype(np.float32) for _ in range(3)]
+    out = np.empty(100, np.float32)
+    rt.run(compiled, CubeCount(2), (*arrays, out))
+    np.testing.assert_allclose(out, np.exp(arrays[0] * arrays[1]) + arrays[2], rtol=1e-6)
+    import pytest
+    with pytest.raises(cube.KernelError, match="f32"):
+        rt.run(compiled, CubeCount(2), (*arrays[:2], arrays[2].astype(np.float64), out))

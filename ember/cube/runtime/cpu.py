@@ -177,6 +177,19 @@ class CpuRuntime:
         fn.argtypes = [ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_void_p)]
         return CompiledKernel(fn, optimized, source)
 
+    def compile_ir(self, kernel, dim: CubeDim) -> CompiledKernel:
+        """Compile IR built directly (e.g. a fused kernel from `ir.Builder`), remembered by its hash.
+
+        Example:
+            >>> compiled = rt.compile_ir(builder.kernel, CubeDim(256))
+            >>> rt.run(compiled, CubeCount(4), (x, y))
+        """
+        key = ("ir", kernel.hash(), dim)
+        compiled = self._compiled.get(key)
+        if compiled is None:
+            compiled = self._compiled[key] = self.compile(kernel, dim)
+        return compiled
+
     def prepare(self, kfn, dim: CubeDim, args: tuple, comptime: dict) -> CompiledKernel:
         """The compiled kernel for these arguments, from memory when this key was seen before."""
         comptime = kfn.comptime_values(comptime)
@@ -215,17 +228,28 @@ class CpuRuntime:
                               f"({', '.join(p.name for p in kfn.runtime_params)}), got {len(args)}")
         if count.total == 0:  # nothing runs: not even worth compiling
             return
-        compiled = self.prepare(kfn, dim, args, comptime)
+        self.run(self.prepare(kfn, dim, args, comptime), count, args)
+
+    def run(self, compiled: CompiledKernel, count: CubeCount, args: tuple) -> None:
+        """Call a compiled kernel on NumPy arrays and scalars, in parameter order."""
+        if len(args) != len(compiled.params):
+            raise KernelError(f"the kernel takes {len(compiled.params)} arguments, got {len(args)}")
+        if count.total == 0:
+            return
         launch = [count.x, count.y, count.z]
         pointers = (ctypes.c_void_p * len(args))()
         keep = []  # scalar boxes must outlive the call
         for i, (kind, a) in enumerate(zip(compiled.kinds, args)):
             if kind == "array":
+                param = compiled.params[i]
+                if not isinstance(a, np.ndarray) or _NP_TO_CUBE.get(a.dtype) is not param.dtype:
+                    raise KernelError(f"argument {param.name!r} must be a NumPy array of {param.dtype.name}")
                 if a.size >= 2**31:
-                    raise KernelError(f"{kfn.__name__}: arrays over 2**31 elements need 64-bit indices")
+                    raise KernelError(f"argument {param.name!r}: arrays over 2**31 elements need 64-bit "
+                                      f"indices")
                 if compiled.written[i] and not a.flags.writeable:
-                    raise KernelError(f"{kfn.__name__}: argument {compiled.params[i].name!r} is written by "
-                                      f"the kernel but the array is read-only")
+                    raise KernelError(f"argument {param.name!r} is written by the kernel but the array is "
+                                      f"read-only")
                 pointers[i] = a.ctypes.data
                 launch.append(a.size)
             else:
