@@ -195,12 +195,23 @@ def test_device_errors_name_both_devices():
     assert (ember.ones(2, device=Device.cpu()) + plain).device is Device.cpu().autodiff()
 
 
-def test_device_strings_and_unavailable():
+def test_device_strings_and_unavailable(monkeypatch):
     _raises(DeviceError, lambda: Device("tpu"), "tpu", "numpy", "cpu", "cuda", "wgpu")
     _raises(DeviceError, lambda: ember.ones(2, device="metal"), "metal", "cuda")
     _raises(DeviceError, lambda: Device("cpu:1"), "cpu:1")
-    _raises(ember.DeviceUnavailableError, lambda: ember.ones(2, device="cuda:0"), 'Device("cuda:0")', "ember[cuda]")
+    import importlib.util
+
+    from ember import dispatch
+    # Without the driver bindings installed, the message names the extra that installs them ...
+    monkeypatch.setattr(dispatch.importlib.util, "find_spec", lambda name, *a: None)
+    _raises(ember.DeviceUnavailableError, lambda: ember.ones(2, device="cuda:0"), 'Device("cuda:0")', "ember[cuda]",
+            'Device("cpu")')
     _raises(ember.DeviceUnavailableError, lambda: ember.ones(2, device="wgpu"), 'Device("wgpu:0")', "ember[wgpu]")
+    # ... and with them installed it says what is still missing (the backend itself, in this version).
+    installed = importlib.util.find_spec("numpy")
+    monkeypatch.setattr(dispatch.importlib.util, "find_spec", lambda name, *a: installed)
+    _raises(ember.DeviceUnavailableError, lambda: ember.ones(2, device="cuda:1"), 'Device("cuda:1")', "not part of this version")
+    _raises(ember.DeviceUnavailableError, lambda: ember.ones(2, device="wgpu:1"), 'Device("wgpu:1")', "not part of this version")
 
 
 def test_value_errors(d):
