@@ -46,6 +46,17 @@ def test_keepdim_all_dims_and_long_rows():
     assert reduce("argmax", x) == np.argmax(x)
 
 
+def test_long_reductions_are_split_over_cubes(parallel):
+    x = rng.standard_normal((2, 70_000)).astype(np.float32)
+
+    def check(case):
+        op, view, dims = case
+        want = REF[op](view.astype(np.float64), axis=dims)
+        np.testing.assert_allclose(reduce(op, view, dims), want, rtol=1e-4, atol=1e-4, err_msg=op)
+
+    parallel(check, [("sum", x, 1), ("mean", x, None), ("amax", x.T, 0), ("amin", x[:, ::-1], 1)])
+
+
 def test_integer_and_half_dtypes(parallel):
     ints = rng.integers(-50, 50, (7, 9)).astype(np.int32)
     halves = rng.standard_normal((7, 9)).astype(np.float16)

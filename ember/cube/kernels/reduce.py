@@ -28,6 +28,9 @@ from .common import check_size, cube_dtype, element_strides, offset
 OPS = ("sum", "mean", "prod", "amax", "amin", "argmax", "argmin", "var")
 _KERNEL_OP = {"amax": "max", "amin": "min"}  # the name `combine` and `identity` use
 MAX_UNITS = 256
+# A reduction with fewer than FEW_OUTPUTS outputs is split over up to MAX_SPLITS cubes per output,
+# one per SPLIT_CHUNK elements, so that a full reduction of a large array uses every core.
+FEW_OUTPUTS, MAX_SPLITS, SPLIT_CHUNK = 64, 64, 16384
 
 
 def halvings(n: int) -> list:
@@ -97,12 +100,17 @@ def reduce_kernel(x: cube.Array, out: cube.Array, kept: cube.Array[cube.i32], re
                   n: cube.i32, op: cube.Comptime[str], T: cube.Comptime, kdim: cube.Comptime[int],
                   rdim: cube.Comptime[int], dense: cube.Comptime[bool], units: cube.Comptime[int],
                   correction: cube.Comptime[int] = 0):
-    pos = cube.CUBE_POS
+    # CUBE_POS_Y splits a long reduction: each of the CUBE_COUNT_Y cubes of an output folds one chunk
+    # and writes a partial result to out[pos * CUBE_COUNT_Y + split] (the host reduces the partials).
+    pos = cube.CUBE_POS_X
+    split = cube.CUBE_POS_Y
+    chunk = (n + cube.CUBE_COUNT_Y - 1) // cube.CUBE_COUNT_Y
+    stop = cube.min(n, (split + 1) * chunk)
     base = pos * n if dense else offset(pos, kept, kdim, 0)
     acc = T(identity("sum" if op in ("mean", "var") else op, T))
-    for k in range(0, n, units):
+    for k in range(split * chunk, stop, units):
         r = k + cube.UNIT_POS
-        if r < n:
+        if r < stop:
             acc = combine(op, acc, element(x, base, r, red, rdim, dense, T))
     total = block_reduce(op, acc, units)
     if op == "mean":
@@ -117,7 +125,7 @@ def reduce_kernel(x: cube.Array, out: cube.Array, kept: cube.Array[cube.i32], re
                 sq += d * d
         total = block_reduce("sum", sq, units) / T(n - correction)
     if cube.UNIT_POS == 0:
-        out[pos] = cube.cast(total, out.dtype)
+        out[pos * cube.CUBE_COUNT_Y + split] = cube.cast(total, out.dtype)
 
 
 @cube.kernel
@@ -200,10 +208,27 @@ def reduce(op: str, x: np.ndarray, dims=None, keepdim: bool = False, correction:
         return out
     units = min(MAX_UNITS, 1 << max(0, (n - 1).bit_length()))
     dense = x.flags.c_contiguous and dims == tuple(range(len(kept), x.ndim))
-    kernel = arg_reduce_kernel if op.startswith("arg") else reduce_kernel
-    extra = {} if op.startswith("arg") else {"correction": correction if op == "var" else 0}
-    kernel.launch(cube.CubeCount(out.size), cube.CubeDim(units), x, out, _layout(x, kept),
-                  _layout(x, dims), n, op=_KERNEL_OP.get(op, op), T=accumulator(op, t), kdim=len(kept), rdim=len(dims),
-                  dense=dense, units=units, **extra)
+    layouts = (_layout(x, kept), _layout(x, dims), n)
+    acc_t = accumulator(op, t)
+    if op.startswith("arg"):
+        arg_reduce_kernel.launch(cube.CubeCount(out.size), cube.CubeDim(units), x, out, *layouts, op=op,
+                                 T=acc_t, kdim=len(kept), rdim=len(dims), dense=dense, units=units)
+        return out
+    splits = min(MAX_SPLITS, n // SPLIT_CHUNK) if out.size < FEW_OUTPUTS and op != "var" else 1
+    if splits <= 1:
+        reduce_kernel.launch(cube.CubeCount(out.size), cube.CubeDim(units), x, out, *layouts,
+                             op=_KERNEL_OP.get(op, op), T=acc_t, kdim=len(kept), rdim=len(dims), dense=dense,
+                             units=units, correction=correction if op == "var" else 0)
+        return out
+    # Few outputs, long reductions: spread each over `splits` cubes, then reduce the partials.
+    partial = np.empty(out.size * splits, acc_t.np)
+    stage = "sum" if op == "mean" else op
+    reduce_kernel.launch(cube.CubeCount(out.size, splits), cube.CubeDim(units), x, partial, *layouts,
+                         op=_KERNEL_OP.get(stage, stage), T=acc_t, kdim=len(kept), rdim=len(dims),
+                         dense=dense, units=units)
+    total = reduce(stage, partial.reshape(out.size, splits), dims=1)
+    if op == "mean":
+        total = total / total.dtype.type(n)
+    out[...] = total.reshape(out.shape).astype(out.dtype)
     return out
 
