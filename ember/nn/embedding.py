@@ -11,6 +11,7 @@ from __future__ import annotations
 from ..errors import DTypeError
 from ..tensor import Tensor
 from . import init
+from .ops.embedding import embedding
 from .module import Module
 from .param import Param
 
@@ -48,16 +49,7 @@ class Embedding(Module):
     def forward(self, ids: Tensor) -> Tensor:
         if not ids.dtype.is_int:
             raise DTypeError(f"Embedding: ids must be an integer tensor, got {ids.dtype}")
-        flat = ids.reshape(-1).to(self.weight.device.inner)
-        # index_select would wrap negative ids around; an id is a row number, so refuse them.
-        if flat.numel and int(flat.min()) < 0:
-            raise IndexError(f"Embedding: ids must be in [0, {self.num_embeddings}), got {int(flat.min())}")
-        found = self.weight.index_select(0, flat)
-        if self.padding_idx is not None:
-            # The padding row is read as a constant, so it gets no gradient.
-            padding = self.weight[self.padding_idx].detach()
-            found = padding.where((flat == self.padding_idx).unsqueeze(1), found)
-        return found.reshape(ids.shape + (self.embedding_dim,))
+        return embedding(ids.to(self.weight.device.inner), self.weight, self.padding_idx)
 
     def extra_repr(self) -> str:
         pad = f", padding_idx={self.padding_idx}" if self.padding_idx is not None else ""
