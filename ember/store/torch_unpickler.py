@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import pickle
+import pickletools
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -148,6 +149,7 @@ class SafeUnpickler(pickle.Unpickler):
 
     def __init__(self, file: BinaryIO, filename: str, legacy: bool = False) -> None:
         super().__init__(file)
+        self.file = file
         self.filename = filename
         self.legacy = legacy
         self.storages: dict[str, StorageRef] = {}
@@ -170,6 +172,7 @@ class SafeUnpickler(pickle.Unpickler):
             >>> SafeUnpickler(io.BytesIO(pickle.dumps({"a": 1})), "x.pt").load()
             {'a': 1}
         """
+        _check_memo_indices(self.file, self.filename)
         try:
             return super().load()
         except StoreError as e:
@@ -191,3 +194,27 @@ class SafeUnpickler(pickle.Unpickler):
         if known != ref:
             raise StoreError(f"storage {key!r} is declared twice, as {known} and {ref}")
         return known
+
+
+MEMO_LIMIT = 1 << 20
+_MEMO_OPS = {"PUT", "BINPUT", "LONG_BINPUT", "GET", "BINGET", "LONG_BINGET"}
+
+
+def _check_memo_indices(file: BinaryIO, filename: str) -> None:
+    """Refuse memo indices no state dict needs before the C unpickler sees them.
+
+    The unpickler grows its memo table to the largest index it meets, so one damaged or crafted
+    `LONG_BINPUT` would make it allocate gigabytes. A state dict's pickle has a few thousand entries.
+    """
+    start = file.tell()
+    try:
+        for opcode, arg, _ in pickletools.genops(file):
+            if opcode.name in _MEMO_OPS and isinstance(arg, int) and arg > MEMO_LIMIT:
+                raise StoreError(f"{filename}: corrupt pickle: memo index {arg} (a state dict needs "
+                                 f"fewer than {MEMO_LIMIT})")
+    except StoreError:
+        raise
+    except Exception:  # malformed in another way: the real unpickler reports it with context
+        pass
+    finally:
+        file.seek(start)

@@ -258,3 +258,13 @@ def test_dtypes_ember_lacks_are_named(tmp_path, dtype, named):
     path = tmp_path / "other.pt"
     torch.save({"w": torch.zeros(2, dtype=dtype)}, path)
     assert f"a tensor of type {named} has no ember dtype" in _refused(path)
+
+
+def test_a_huge_memo_index_is_refused_before_unpickling():
+    # PROTO 2, EMPTY_DICT, LONG_BINPUT 2**31-1, STOP: the C unpickler would allocate a 16 GB memo table
+    import io
+
+    from ember.store.torch_unpickler import SafeUnpickler
+    crafted = b"\x80\x02}r\xff\xff\xff\x7f."
+    with pytest.raises(StoreError, match="memo index 2147483647"):
+        SafeUnpickler(io.BytesIO(crafted), "crafted.pt").load()
