@@ -16,6 +16,7 @@ import argparse
 import importlib.metadata
 import importlib.util
 import json
+import os
 import platform
 import sys
 from typing import Any, Sequence
@@ -149,7 +150,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 0
     data = info()
-    print(json.dumps(data, indent=2) if args.json else format_info(data))
+    try:
+        print(json.dumps(data, indent=2) if args.json else format_info(data))
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader went away (`ember info | head`): not an error; keep Python's exit flush quiet.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
 
 

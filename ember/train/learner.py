@@ -198,6 +198,7 @@ class Learner:
         else:
             for tracker in self.trackers.values():
                 tracker.reset()
+            run.rng = ember_random.get_state()  # what a stop before the first step saves
         if self.run_dir is not None and self.config is not None:
             self.run_dir.write_config(self.config)
         self._started = time.perf_counter()
