@@ -29,6 +29,7 @@ def plot_history(history: Sequence[dict[str, Any]], folder: str | os.PathLike,
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
+        from matplotlib.ticker import MaxNLocator
     except ImportError:
         raise ImportError("plots need matplotlib: pip install 'ember[train]'") from None
     folder = Path(folder)
@@ -52,6 +53,7 @@ def plot_history(history: Sequence[dict[str, Any]], folder: str | os.PathLike,
         for split, (xs, ys) in curves.items():
             axes.plot(xs, ys, marker="o", markersize=3, label=split)
         axes.set_xlabel("epoch")
+        axes.xaxis.set_major_locator(MaxNLocator(integer=True))
         axes.set_ylabel(name)
         axes.grid(alpha=0.3)
         axes.legend()
