@@ -1,0 +1,487 @@
+"""The CUDA C target: render a kernel as one `extern "C" __global__` function, compiled by NVRTC.
+
+How the launch model maps onto a GPU (no phases as on the C target: the hardware runs units together):
+
+- a **cube** is a thread block, a **unit** a thread: `CUBE_POS_X` is `blockIdx.x`, `UNIT_POS_X` is
+  `threadIdx.x`, `CUBE_COUNT_X` is `gridDim.x`; linear forms are x-fastest, as on every target. The
+  cube shape is baked in (`NU`, `DX`, `DY`, `DZ`) like on the C target, so each CubeDim is its own
+  binary and `__launch_bounds__(NU)` tells the compiler how many registers it may use;
+- **shared memory** arrays are slices of one dynamic `extern __shared__` buffer, so a cube may use
+  more than the 48 KiB a static array is limited to (`shared_bytes` says how much to reserve);
+- `sync_units` is `__syncthreads()`; atomics are `atomicAdd`/`atomicMax`/`atomicMin` (a CAS loop for
+  float max/min);
+- a **plane** is a warp: `PLANE_DIM == 32`, plane reductions are `__shfl_xor_sync` butterflies (a
+  slower lane-by-lane loop when part of the warp is inactive: the last warp of a small cube, or units
+  that returned);
+- **f16/bf16** are stored as 16-bit words and computed in `float`, rounded on store and on casts,
+  as on the C target. The conversions are written here (PTX `cvt` for f16, bit arithmetic for bf16),
+  so NVRTC needs no header at all: the wheel of NVRTC ships none;
+- **vector** values (from the vectorize pass) are small structs of lanes; a vector load or store whose
+  address is aligned at run time is one wide memory access (`float4` and friends), else lane by lane.
+
+Math maps onto CUDA's accurate functions (`expf`, `erff`, `rsqrtf`, ...); `fast_math=True` swaps in
+the hardware approximations (`__expf`, `__logf`, `__sinf`, ...) for f32.
+
+Example:
+    >>> source = render(kernel_ir, CubeDim(256))
+    >>> 'extern "C" __global__ void __launch_bounds__(256) ember_axpy(' in source
+    True
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from ...dtype import bf16, bool_, f16, f32, f64
+from .. import ir
+from ..ir import For, If, Instr
+from ..lang import CubeDim
+
+VERSION = "cuda-1"  # bump when the rendering changes, so cached binaries are rebuilt
+PLANE_DIM = 32
+
+PRELUDE = r"""typedef signed char int8_t; typedef short int16_t; typedef int int32_t; typedef long long int64_t;
+typedef unsigned char uint8_t; typedef unsigned short uint16_t; typedef unsigned int uint32_t;
+typedef unsigned long long uint64_t;
+static __device__ __forceinline__ float ember_f16_load(uint16_t h) {
+  float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
+static __device__ __forceinline__ uint16_t ember_f16_store(float f) {
+  uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
+static __device__ __forceinline__ float ember_f16_round(float f) { return ember_f16_load(ember_f16_store(f)); }
+static __device__ __forceinline__ float ember_bf16_load(uint16_t b) { return __uint_as_float((uint32_t)b << 16); }
+static __device__ __forceinline__ uint16_t ember_bf16_store(float f) {
+  uint32_t u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);  /* quiet NaN */
+  u += 0x7fffu + ((u >> 16) & 1u);  /* round to nearest even */
+  return (uint16_t)(u >> 16);
+}
+static __device__ __forceinline__ float ember_bf16_round(float f) { return ember_bf16_load(ember_bf16_store(f)); }
+/* Shuffles move 32- or 64-bit registers: narrower values (bool, 8/16-bit ints) travel as int. */
+template <typename T> static __device__ __forceinline__ T ember_shfl_xor(unsigned m, T v, int o) {
+  if constexpr (sizeof(T) < 4) return (T)__shfl_xor_sync(m, (int)v, o); else return __shfl_xor_sync(m, v, o); }
+template <typename T> static __device__ __forceinline__ T ember_shfl(unsigned m, T v, int src) {
+  if constexpr (sizeof(T) < 4) return (T)__shfl_sync(m, (int)v, src); else return __shfl_sync(m, v, src); }
+/* A plane (warp) reduction whose result every active lane receives, in the same lane order. */
+template <typename T, typename Op> static __device__ __forceinline__ T ember_plane(T v, Op op) {
+  const unsigned mask = __activemask();
+  if (mask == 0xffffffffu) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = op(v, ember_shfl_xor(mask, v, o));
+    return v;
+  }
+  T r = v; bool first = true;
+  for (int src = 0; src < 32; ++src)
+    if ((mask >> src) & 1u) { T x = ember_shfl(mask, v, src); r = first ? x : op(r, x); first = false; }
+  return r;
+}
+"""
+
+# Added to the prelude only for kernels with float atomic max/min.
+_CAS = r"""static __device__ __forceinline__ float ember_atomic_cas(float *p, float cmp, float v) {
+  return __uint_as_float(atomicCAS((unsigned *)p, __float_as_uint(cmp), __float_as_uint(v))); }
+static __device__ __forceinline__ double ember_atomic_cas(double *p, double cmp, double v) {
+  return __longlong_as_double((long long)atomicCAS((unsigned long long *)p,
+      (unsigned long long)__double_as_longlong(cmp), (unsigned long long)__double_as_longlong(v))); }
+static __device__ __forceinline__ bool ember_same_bits(float a, float b) { return __float_as_uint(a) == __float_as_uint(b); }
+static __device__ __forceinline__ bool ember_same_bits(double a, double b) {
+  return __double_as_longlong(a) == __double_as_longlong(b); }
+/* Float max/min: compare-and-swap until our value lost or landed (NaN never lands, as on the C target). */
+template <typename T> static __device__ __forceinline__ T ember_atomic_max_float(T *p, T v) {
+  T old = *p;
+  while (v > old) {
+    T seen = ember_atomic_cas(p, old, v);
+    if (ember_same_bits(seen, old)) break;
+    old = seen;
+  }
+  return old;
+}
+template <typename T> static __device__ __forceinline__ T ember_atomic_min_float(T *p, T v) {
+  T old = *p;
+  while (v < old) {
+    T seen = ember_atomic_cas(p, old, v);
+    if (ember_same_bits(seen, old)) break;
+    old = seen;
+  }
+  return old;
+}
+"""
+
+
+class CudaTargetError(ValueError):
+    """A kernel this target cannot render (atomics on 8/16-bit types, plane ops on vectors)."""
+
+
+_STORAGE = {"f64": "double", "f32": "float", "f16": "uint16_t", "bf16": "uint16_t", "i64": "int64_t",
+            "i32": "int32_t", "i16": "int16_t", "i8": "int8_t", "u8": "uint8_t", "u32": "uint32_t",
+            "u64": "uint64_t", "bool": "uint8_t"}
+_COMPUTE = dict(_STORAGE, f16="float", bf16="float", bool="bool")
+# Scalar kernel parameters as the runtime packs them: f16/bf16 travel as f32, bool as one byte.
+PARAM = dict(_COMPUTE, bool="uint8_t")
+_BINARY = {"add": "+", "sub": "-", "mul": "*", "div": "/", "and": "&", "or": "|", "xor": "^",
+           "shl": "<<", "shr": ">>", "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+_COMPARE = ("eq", "ne", "lt", "le", "gt", "ge")
+_MATH = {name: name for name in ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt",
+                                 "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh",
+                                 "acosh", "atanh", "erf", "floor", "ceil", "trunc", "pow", "atan2")}
+_MATH.update(round="rint", rem="fmod")
+# Hardware approximations for f32 (a few ulp; special values differ), only under fast_math.
+_FAST = {"exp": "__expf", "log": "__logf", "log2": "__log2f", "log10": "__log10f", "sin": "__sinf",
+         "cos": "__cosf", "tan": "__tanf", "pow": "__powf"}
+_PLANE_OP = {"plane_sum": "a + b", "plane_prod": "a * b", "plane_max": "a > b ? a : b",
+             "plane_min": "a < b ? a : b"}
+_ATOMIC_TYPES = ("f32", "f64", "i32", "u32", "i64", "u64")  # what CUDA's atomics (or a CAS loop) cover
+_ATOMIC_FN = {"atomic_add": "atomicAdd", "atomic_max": "atomicMax", "atomic_min": "atomicMin"}
+_INT64_ATOMIC = {"i64": "long long", "u64": "unsigned long long"}
+
+
+def entry_name(kernel: ir.Kernel) -> str:
+    """The name of the `__global__` function: `ember_` + the kernel's name (what profilers show)."""
+    return "ember_" + re.sub(r"\W", "_", kernel.name)
+
+
+def shared_layout(kernel: ir.Kernel) -> tuple[dict, int]:
+    """(byte offset of each shared Array, total bytes) in the cube's dynamic shared memory."""
+    offsets, total = {}, 0
+    for s in ir.walk(kernel.body):
+        if isinstance(s, Instr) and s.op == "shared":
+            size = 1 if s.attr.dtype is bool_ else _compute_size(s.attr.dtype)
+            total = -(-total // 16) * 16  # every array 16-byte aligned: vector accesses may use it
+            offsets[s.attr] = total
+            total += size * s.attr.size
+    return offsets, total
+
+
+def shared_bytes(kernel: ir.Kernel) -> int:
+    """Bytes of dynamic shared memory a launch of `kernel` needs."""
+    return shared_layout(kernel)[1]
+
+
+def _compute_size(dtype) -> int:
+    return 4 if dtype in (f16, bf16) else dtype.itemsize
+
+
+def literal(value, dtype) -> str:
+    """A CUDA C literal of `dtype` (compute type)."""
+    if dtype.is_float:
+        double = dtype is f64
+        if math.isnan(value):
+            return "__longlong_as_double(0x7ff8000000000000LL)" if double else "__uint_as_float(0x7fc00000u)"
+        if math.isinf(value):
+            bits = ("__longlong_as_double(0x7ff0000000000000LL)" if double else "__uint_as_float(0x7f800000u)")
+            return f"(-{bits})" if value < 0 else bits
+        return f"{float(value).hex()}{'' if double else 'f'}"
+    if dtype is bool_:
+        return "true" if value else "false"
+    if dtype.name == "i64" and value == -(1 << 63):
+        return "(-9223372036854775807LL - 1)"
+    suffix = {"i64": "LL", "u64": "ULL", "u32": "u"}.get(dtype.name, "")
+    return f"(({_COMPUTE[dtype.name]}){value}{suffix})"
+
+
+class Renderer:
+    """Walks the structured IR once, one line of CUDA C per instruction."""
+
+    def __init__(self, kernel: ir.Kernel, dim: CubeDim, fast_math: bool) -> None:
+        self.k = kernel
+        self.dim = dim
+        self.fast_math = fast_math
+        self.lines: list[str] = []
+        self.vectors: dict[str, str] = {}
+        self.locals: dict = {}
+        self.consts = {s.result: s.attr for s in ir.walk(kernel.body) if isinstance(s, Instr) and s.op == "const"}
+        self.shared_offsets, self.shared_total = shared_layout(kernel)
+        self.float_atomics = False
+
+    # -- names and types ------------------------------------------------------------------------
+    def ctype(self, t: ir.Type) -> str:
+        if t.lanes == 1:
+            return _COMPUTE[t.dtype.name]
+        name = f"ember_{t.dtype.name}x{t.lanes}"
+        size = _compute_size(t.dtype) * t.lanes if t.dtype is not bool_ else t.lanes
+        align = size if size & (size - 1) == 0 and size <= 16 else _compute_size(t.dtype)
+        self.vectors[name] = f"struct __align__({align}) {name} {{ {_COMPUTE[t.dtype.name]} v[{t.lanes}]; }};"
+        return name
+
+    def local_name(self, var: ir.Local) -> str:
+        if var not in self.locals:
+            self.locals[var] = f"l{len(self.locals)}_" + re.sub(r"\W", "_", var.name)
+        return self.locals[var]
+
+    def emit(self, line: str, depth: int) -> None:
+        self.lines.append("  " * depth + line)
+
+    # -- top ------------------------------------------------------------------------------------
+    def render(self) -> str:
+        params = []
+        for p in self.k.params:
+            if isinstance(p, ir.Array):
+                params += [f"{_STORAGE[p.dtype.name]} *a_{p.name}", f"int32_t len_{p.name}"]
+            else:
+                params.append(f"{PARAM[p.value.type.dtype.name]} p{p.value.id}")
+        self.emit(f'extern "C" __global__ void __launch_bounds__(NU) {entry_name(self.k)}({", ".join(params)}) {{', 0)
+        for p in self.k.params:
+            if isinstance(p, ir.ScalarParam):
+                v = p.value
+                conv = f"p{v.id} != 0" if v.type.dtype is bool_ else f"p{v.id}"
+                self.emit(f"const {self.ctype(v.type)} v{v.id} = {conv};", 1)
+        if self.shared_total:
+            self.emit("extern __shared__ __align__(16) unsigned char ember_smem[];", 1)
+            for arr, off in self.shared_offsets.items():
+                t = _COMPUTE[arr.dtype.name]
+                self.emit(f"{t} *s_{arr.name} = ({t} *)(ember_smem + {off});", 1)
+        self.block(self.k.body, 1)
+        self.emit("}", 0)
+        d = self.dim
+        head = [PRELUDE, _CAS if self.float_atomics else "", f"#define NU {d.total}", f"#define DX {d.x}",
+                f"#define DY {d.y}", f"#define DZ {d.z}", *self.vectors.values(), ""]
+        return "\n".join(head + self.lines) + "\n"
+
+    def block(self, stmts: list, depth: int) -> None:
+        for s in stmts:
+            if isinstance(s, Instr):
+                self.instr(s, depth)
+            elif isinstance(s, For):
+                step = self.consts.get(s.step)
+                cmp = ">" if step is not None and step < 0 else "<"
+                v = f"v{s.var.id}"
+                self.emit(f"for (int32_t {v} = v{s.start.id}; {v} {cmp} v{s.stop.id}; {v} += v{s.step.id}) {{",
+                          depth)
+                self.block(s.body, depth + 1)
+                self.emit("}", depth)
+            else:
+                self.emit(f"if (v{s.cond.id}) {{", depth)
+                self.block(s.then, depth + 1)
+                if s.orelse:
+                    self.emit("} else {", depth)
+                    self.block(s.orelse, depth + 1)
+                self.emit("}", depth)
+
+    # -- instructions ---------------------------------------------------------------------------
+    def instr(self, s: Instr, depth: int) -> None:
+        a = [f"v{v.id}" for v in s.args]
+        op = s.op
+        if op == "shared":
+            return  # declared once at the top, as a slice of the dynamic shared buffer
+        if op == "sync_units":
+            self.emit("__syncthreads();", depth)
+        elif op == "return":
+            # The unit's thread exits; later barriers wait only for the threads still running.
+            self.emit("return;", depth)
+        elif op == "local":
+            t = s.attr.type
+            zero = "0" if t.lanes == 1 else "{}"
+            self.emit(f"{self.ctype(t)} {self.local_name(s.attr)} = {zero};", depth)
+        elif op == "write":
+            self.emit(f"{self.local_name(s.attr)} = {a[0]};", depth)
+        elif op == "store":
+            self.store(s, a, depth)
+        elif op in ir.ATOMIC:
+            self.atomic(s, a, depth)
+        elif s.result.type.lanes > 1:
+            self.vector(s, a, depth)
+        else:
+            self.emit(f"const {self.ctype(s.result.type)} v{s.result.id} = {self.expr(s, a)};", depth)
+
+    def expr(self, s: Instr, a: list) -> str:
+        """A scalar instruction as an expression."""
+        op = s.op
+        if op == "const":
+            return literal(s.attr, s.result.type.dtype)
+        if op == "builtin":
+            return _builtin(s.attr, self.dim)
+        if op == "len":
+            return f"len_{s.attr.name}"
+        if op == "read":
+            return self.local_name(s.attr)
+        if op == "load":
+            return self.element(s.attr, a[0])
+        if op == "extract":
+            return f"{a[0]}.v[{s.attr}]"
+        if op in ir.PLANE:
+            return self.plane(s, a[0])
+        return self.scalar(op, a, [v.type.dtype for v in s.args], s.result.type.dtype)
+
+    def scalar(self, op: str, a: list, types: list, out) -> str:
+        """CUDA C for one scalar op over operands rendered as `a` (compute types)."""
+        src = types[0] if types else out
+        fs = "f" if src.is_float and src is not f64 else ""
+        if op == "cast":
+            if out is bool_:
+                return f"({a[0]} != 0)"
+            return _round_to(f"(({_COMPUTE[out.name]}){a[0]})", out)
+        if op in ("min", "max"):
+            return f"({a[0]} {'<' if op == 'min' else '>'} {a[1]} ? {a[0]} : {a[1]})"
+        if op == "select":
+            return f"({a[0]} ? {a[1]} : {a[2]})"
+        if op == "mulhi":
+            return f"__umulhi({a[0]}, {a[1]})"
+        if op == "splat":
+            return a[0]
+        if op == "neg":
+            return f"(-{a[0]})"
+        if op == "not":
+            return f"(!{a[0]})"
+        if op == "bitnot":
+            return f"(({_COMPUTE[out.name]})~{a[0]})"
+        if op == "abs":
+            return f"fabs{fs}({a[0]})" if src.is_float else f"({a[0]} < 0 ? -{a[0]} : {a[0]})"
+        if op == "recip":
+            return f"(({_COMPUTE[src.name]})1 / {a[0]})"
+        if op == "rem" and not src.is_float:
+            return f"({a[0]} % {a[1]})"
+        if op in _MATH:
+            if self.fast_math and src is f32 and op in _FAST:
+                return f"{_FAST[op]}({', '.join(a)})"
+            return f"{_MATH[op]}{fs}({', '.join(a)})"
+        if op in _BINARY:
+            e = f"({a[0]} {_BINARY[op]} {a[1]})"
+            # C++ promotes narrow ints to int: bring the result back to the value's type.
+            if src.is_int and src.itemsize < 4 and op not in _COMPARE:
+                return f"(({_COMPUTE[out.name]}){e})"
+            return e
+        raise CudaTargetError(f"the CUDA target has no rendering for {op}")
+
+    def element(self, arr: ir.Array, index: str) -> str:
+        if arr.kind == "shared":
+            return f"s_{arr.name}[{index}]"
+        return _from_storage(f"a_{arr.name}[{index}]", arr.dtype)
+
+    def plane(self, s: Instr, x: str) -> str:
+        t = s.result.type
+        if t.lanes > 1:
+            raise CudaTargetError(f"line {s.line}: plane ops take scalars, got {t}")
+        if s.op == "plane_all":
+            return f"(__all_sync(__activemask(), {x}) != 0)"
+        if s.op == "plane_any":
+            return f"(__any_sync(__activemask(), {x}) != 0)"
+        ct = self.ctype(t)
+        combine = _PLANE_OP[s.op]
+        if t.dtype is bool_:  # sum/prod of bools are or/and, as NumPy's bool arithmetic
+            combine = {"plane_sum": "a || b", "plane_prod": "a && b"}.get(s.op, combine)
+        return f"ember_plane({x}, []({ct} a, {ct} b) -> {ct} {{ return {combine}; }})"
+
+    # -- vectors --------------------------------------------------------------------------------
+    def vector(self, s: Instr, a: list, depth: int) -> None:
+        """A vector result: declared, then filled lane by lane (or with one wide load)."""
+        t = s.result.type
+        r = f"v{s.result.id}"
+        self.emit(f"{self.ctype(t)} {r};", depth)
+        if s.op == "load":
+            self.vector_load(s.attr, a[0], r, t, depth)
+            return
+        if s.op == "pack":
+            self.emit(" ".join(f"{r}.v[{i}] = {x};" for i, x in enumerate(a)), depth)
+            return
+        lanes = [f"{x}.v[l]" if v.type.lanes > 1 else x for x, v in zip(a, s.args)]
+        scalar = self.scalar(s.op, lanes, [v.type.dtype for v in s.args], t.dtype)
+        self.emit("#pragma unroll", depth)
+        self.emit(f"for (int l = 0; l < {t.lanes}; ++l) {r}.v[l] = {scalar};", depth)
+
+    def vector_load(self, arr: ir.Array, index: str, r: str, t: ir.Type, depth: int) -> None:
+        loop = f"for (int l = 0; l < {t.lanes}; ++l) {r}.v[l] = {self.element(arr, index + ' + l')};"
+        wide = self._wide(arr, t)
+        if wide:  # one wide access when the address happens to be aligned (it usually is)
+            ptr = f"&{'s' if arr.kind == 'shared' else 'a'}_{arr.name}[{index}]"
+            self.emit(f"if (((uint64_t)({ptr}) & {wide - 1}) == 0) {r} = *(const {self.ctype(t)} *)({ptr});", depth)
+            self.emit(f"else {loop}", depth)
+        else:
+            self.emit(loop, depth)
+
+    def _wide(self, arr: ir.Array, t: ir.Type) -> int:
+        """Bytes of one wide access for this vector of `arr`, or 0 when lanes must go one by one."""
+        if arr.dtype in (f16, bf16, bool_):  # storage and compute types differ
+            return 0
+        size = arr.dtype.itemsize * t.lanes
+        return size if size & (size - 1) == 0 and 4 <= size <= 16 else 0
+
+    def store(self, s: Instr, a: list, depth: int) -> None:
+        arr, value = s.attr, s.args[1]
+        dst = f"s_{arr.name}" if arr.kind == "shared" else f"a_{arr.name}"
+        conv = (lambda x: x) if arr.kind == "shared" else (lambda x: _to_storage(x, arr.dtype))
+        if value.type.lanes == 1:
+            self.emit(f"{dst}[{a[0]}] = {conv(a[1])};", depth)
+            return
+        wide = self._wide(arr, value.type)
+        loop = f"for (int l = 0; l < {value.type.lanes}; ++l) {dst}[{a[0]} + l] = {conv(a[1] + '.v[l]')};"
+        if wide:
+            ptr = f"&{dst}[{a[0]}]"
+            self.emit(f"if (((uint64_t)({ptr}) & {wide - 1}) == 0) *({self.ctype(value.type)} *)({ptr}) = {a[1]};",
+                      depth)
+            self.emit(f"else {loop}", depth)
+        else:
+            self.emit(loop, depth)
+
+    # -- atomics --------------------------------------------------------------------------------
+    def atomic(self, s: Instr, a: list, depth: int) -> None:
+        arr = s.attr
+        if arr.dtype.name not in _ATOMIC_TYPES:
+            raise CudaTargetError(f"line {s.line}: {s.op} on {arr.dtype.name} is not supported on the CUDA target")
+        base = "s" if arr.kind == "shared" else "a"
+        ptr = f"&{base}_{arr.name}[{a[0]}]"
+        t = self.ctype(s.result.type)
+        name = arr.dtype.name
+        if arr.dtype.is_float and s.op != "atomic_add":
+            self.float_atomics = True
+            call = f"ember_{s.op}_float({ptr}, {a[1]})"
+        elif name in _INT64_ATOMIC:
+            # CUDA's 64-bit atomics take (unsigned) long long; int64_t is long long here, but u64
+            # adds go through the unsigned overload, which two's complement makes right for i64 too.
+            ll = "unsigned long long" if s.op == "atomic_add" else _INT64_ATOMIC[name]
+            call = f"({t}){_ATOMIC_FN[s.op]}(({ll} *){ptr}, ({ll}){a[1]})"
+        else:
+            call = f"{_ATOMIC_FN[s.op]}({ptr}, {a[1]})"
+        self.emit(f"const {t} v{s.result.id} = {call};", depth)
+
+
+def _builtin(name: str, dim: CubeDim) -> str:
+    tx, ty, tz = "(int32_t)threadIdx.x", "(int32_t)threadIdx.y", "(int32_t)threadIdx.z"
+    bx, by, bz = "(int32_t)blockIdx.x", "(int32_t)blockIdx.y", "(int32_t)blockIdx.z"
+    gx, gy, gz = "(int32_t)gridDim.x", "(int32_t)gridDim.y", "(int32_t)gridDim.z"
+    # The common one-dimensional cube needs no y/z arithmetic.
+    unit = tx if dim.x == dim.total else f"(({tz} * DY + {ty}) * DX + {tx})"
+    cube = f"(({bz} * {gy} + {by}) * {gx} + {bx})"
+    return {
+        "unit_pos": unit, "unit_pos_x": tx, "unit_pos_y": ty, "unit_pos_z": tz,
+        "cube_pos": cube, "cube_pos_x": bx, "cube_pos_y": by, "cube_pos_z": bz,
+        "cube_dim": "NU", "cube_dim_x": "DX", "cube_dim_y": "DY", "cube_dim_z": "DZ",
+        "cube_count": f"({gx} * {gy} * {gz})", "cube_count_x": gx, "cube_count_y": gy, "cube_count_z": gz,
+        "absolute_pos": f"({cube} * NU + {unit})", "absolute_pos_x": f"({bx} * DX + {tx})",
+        "absolute_pos_y": f"({by} * DY + {ty})", "absolute_pos_z": f"({bz} * DZ + {tz})",
+        # Warps are cut from the linear unit position, 32 units each.
+        "plane_dim": str(PLANE_DIM), "unit_pos_plane": f"({unit} & {PLANE_DIM - 1})",
+    }[name]
+
+
+def _from_storage(x: str, dtype) -> str:
+    if dtype is f16:
+        return f"ember_f16_load({x})"
+    if dtype is bf16:
+        return f"ember_bf16_load({x})"
+    if dtype is bool_:
+        return f"({x} != 0)"
+    return x
+
+
+def _to_storage(x: str, dtype) -> str:
+    if dtype is f16:
+        return f"ember_f16_store({x})"
+    if dtype is bf16:
+        return f"ember_bf16_store({x})"
+    if dtype is bool_:
+        return f"(uint8_t)({x})"
+    return x
+
+
+def _round_to(x: str, dtype) -> str:
+    """A float holding an f16/bf16 value must be rounded to that format after a cast."""
+    if dtype is f16:
+        return f"ember_f16_round({x})"
+    if dtype is bf16:
+        return f"ember_bf16_round({x})"
+    return x
+
+
+def render(kernel: ir.Kernel, dim: CubeDim, fast_math: bool = False) -> str:
+    """CUDA C source for `kernel` launched with cube shape `dim`; the entry is `entry_name(kernel)`."""
+    return Renderer(kernel, dim, fast_math).render()

@@ -1,0 +1,196 @@
+"""The CUDA target without a GPU: every kernel of the library rendered to CUDA C and compiled by NVRTC.
+
+The kernel variants are collected by calling the library's host functions with the dtypes, layouts
+and comptime options the kernel tests use, with `KernelFunction.launch` replaced by a recorder (so
+nothing runs; outputs are garbage). Each distinct specialization is then optimized, rendered and
+compiled to PTX for sm_90. Needs `cuda-bindings` and `nvidia-cuda-nvrtc`; skipped without them.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from ember import cube
+from ember.cube.kernel import KernelFunction
+from ember.cube.kernels import elementwise as ew
+from ember.cube.kernels.conv import conv2d
+from ember.cube.kernels.indexing import gather, index_add, index_select, scatter
+from ember.cube.kernels.matmul import matmul
+from ember.cube.kernels.norm import layer_norm, rms_norm
+from ember.cube.kernels.pool import avg_pool2d, max_pool2d, max_pool2d_indices
+from ember.cube.kernels.random import bits, normal, uniform
+from ember.cube.kernels.reduce import OPS as REDUCE_OPS, reduce
+from ember.cube.kernels.softmax import softmax
+from ember.cube.kernels.sort import sort, topk
+from ember.cube.passes import optimize
+from ember.cube.runtime.nvrtc import CudaCompileError, compile_cuda, compile_error_message, nvrtc_available
+from ember.cube.targets import cuda as cuda_target
+
+ok, why = nvrtc_available()
+if not ok:
+    print(f"skipping the CUDA compile tests: {why}")
+    pytest.skip(why, allow_module_level=True)
+
+rng = np.random.default_rng(0)
+F32, F16, BF16, F64 = np.float32, np.float16, ml_dtypes.bfloat16, np.float64
+MAX = next(op for op in REDUCE_OPS if op in ("max", "amax"))
+
+
+def library_calls() -> list:
+    """Host-function calls covering the kernel library's variants (ops x dtypes x layouts)."""
+    x = rng.standard_normal((5, 7)).astype(F32)
+    ints = rng.integers(0, 9, (5, 7)).astype(np.int32)
+    calls = [lambda op=op: ew.unary(op, ints if op == "bitwise_not" else x.T) for op in ew.UNARY_OPS]
+    calls += [lambda op=op, t=t: ew.unary(op, x.astype(t)) for op in ("exp", "tanh", "relu", "neg", "sigmoid")
+              for t in (F16, BF16, F64)]
+    calls += [lambda t=t: ew.cast(x, t) for t in (np.int32, np.int8, np.bool_, F16, BF16, F64, np.int64, np.uint8)]
+    calls += [lambda t=t: ew.cast(x.astype(t), F32) for t in (np.int64, np.uint8, np.bool_, F16, BF16, F64)]
+    a, b = x[:, None, :4], x[:5, :1]
+    for op in ew.BINARY_OPS:
+        int_op = op.startswith(("bitwise", "left", "right"))
+        calls.append(lambda op=op, i=int_op: ew.binary(op, ints[:, None, :4] if i else a, ints[:5, :1] if i else b))
+    calls += [lambda op=op: ew.binary(op, ints.astype(np.int64), ints.astype(np.int64))
+              for op in ("floor_divide", "remainder", "add", "maximum")]
+    calls += [lambda op=op: ew.binary(op, x > 0, x.T.T < 0) for op in ("logical_and", "logical_xor", "add", "mul")]
+    calls += [lambda t=t: ew.binary("maximum", x.astype(t), x.astype(t)) for t in (F16, BF16)]
+    calls += [lambda: ew.ternary("where", x > 0, x[:1], x[::-1]),
+              lambda: ew.ternary("clamp", x, F32(-0.5), F32(0.5))]
+    x3 = rng.standard_normal((4, 5, 6)).astype(F32)
+    for op in REDUCE_OPS:
+        calls += [lambda op=op: reduce(op, x3, 2), lambda op=op: reduce(op, x3.transpose(2, 0, 1), 0)]
+        if not op.startswith("arg"):
+            calls += [lambda op=op: reduce(op, x3, (0, 2), keepdim=True), lambda op=op: reduce(op, x3)]
+    for t in (np.int32, F16, BF16, F64, np.bool_):
+        calls += [lambda t=t, op=op: reduce(op, x.astype(t), 1) for op in ("sum", MAX, "argmax", "prod")]
+    calls += [lambda t=t: reduce("mean", x.astype(t), 1) for t in (F16, BF16, F64)]
+    calls += [lambda: reduce("sum", rng.standard_normal((3, 1000)).astype(F32), 1)]
+    calls += [lambda log=log, t=t: softmax(x.astype(t), log) for log in (False, True) for t in (F32, F16, F64)]
+    calls += [lambda: softmax(rng.standard_normal((8, 5)).astype(F16).T)]
+    x3d = rng.standard_normal((5, 3, 33)).astype(F64)
+    w, bias = np.ones(33, F64), np.zeros(33, F64)
+    calls += [lambda: layer_norm(x3d, w, bias), lambda: layer_norm(x3d), lambda: rms_norm(x3d, w),
+              lambda: rms_norm(x3d), lambda: layer_norm(x.astype(F16))]
+    calls += [lambda t=t: matmul(x.astype(t), x.T.astype(t)) for t in (F32, F16, BF16, F64, np.int32, np.int64)]
+    calls += [lambda: matmul(rng.standard_normal((2, 1, 3, 4)).astype(F32), rng.standard_normal((5, 4, 6)).astype(F32)),
+              lambda: matmul(x3d[0].T, x3d[1]), lambda: matmul(x[0], x.T)]
+    img = rng.standard_normal((2, 6, 9, 8)).astype(F32)
+    calls += [lambda: conv2d(img, rng.standard_normal((4, 6, 3, 3)).astype(F32), 1, 1),
+              lambda: conv2d(img, rng.standard_normal((6, 2, 3, 2)).astype(F32), (2, 2), (1, 0), (2, 1), 3),
+              lambda: conv2d(img.astype(BF16).transpose(0, 1, 3, 2), rng.standard_normal((5, 6, 2, 2)).astype(BF16))]
+    for k, s, p, d, ceil in [((2, 2), (2, 2), (0, 0), (1, 1), False), ((3, 3), (2, 2), (1, 1), (1, 1), True),
+                             ((3, 2), (2, 1), (1, 0), (2, 1), False)]:
+        calls += [lambda k=k, s=s, p=p, d=d, c=ceil: max_pool2d(img[:, :, ::-1], k, s, p, d, c),
+                  lambda k=k, s=s, p=p, d=d, c=ceil: max_pool2d_indices(img, k, s, p, d, c),
+                  lambda k=k, s=s, p=p, c=ceil: avg_pool2d(img.astype(F64), k, s, p, c),
+                  lambda k=k, s=s, p=p, c=ceil: avg_pool2d(img, k, s, p, c, count_include_pad=False)]
+    idx = rng.integers(0, 4, (5, 3, 6))
+    calls += [lambda t=t, dim=dim: gather(x3.astype(t).transpose(1, 0, 2), idx, dim)
+              for t in (F32, np.int64) for dim in (0, 1, 2)]
+    calls += [lambda dim=dim: index_select(x3[:, ::-1], np.array([2, 0, 1]), dim) for dim in (0, 1, 2)]
+    sidx = rng.integers(0, 4, (4, 8))
+    calls += [lambda t=t: scatter(x[:4, :5].astype(t), sidx % 5, x[:4].astype(t)[:, :8].repeat(2, 1)[:, :8], 1, "add")
+              for t in (F32, F16, np.int32)]
+    calls += [lambda: scatter(x[:6, :3].astype(F64), np.array([[0, 1, 2]]), x[:1, :3].astype(F64), 0),
+              lambda: index_add(x[:3], np.array([0, 2, 2, 1]), x[:3, :4], 1)]
+    calls += [lambda: bits(1000, 3, 5), lambda: uniform(1000, 1, dtype=F64), lambda: uniform((10, 10), 2, low=-2, high=3),
+              lambda: normal(1000, 4), lambda: normal(100, 4, dtype=F64)]
+    calls += [lambda n=n: sort(rng.standard_normal((3, n)).astype(F32)) for n in (1, 5, 64, 1000, 16384)]
+    calls += [lambda: sort(rng.integers(0, 4, (3, 50)).astype(np.int64), descending=True),
+              lambda: topk(x, 3), lambda: topk(x, 2, largest=False), lambda: sort(x.astype(F16), 0)]
+    return calls
+
+
+def collect_specializations() -> dict:
+    """{(kernel, dtypes, comptime, dim): traced IR} for every launch `library_calls` makes."""
+    found: dict = {}
+
+    def record(kfn, count, dim, /, *args, **comptime):
+        comptime = kfn.comptime_values(comptime)
+        arg_dtypes = tuple(ew.cube_dtype(a.dtype) if p.kind == "array" else None
+                           for p, a in zip(kfn.runtime_params, args))
+        dtypes = kfn.resolve_dtypes(arg_dtypes, comptime)
+        key = (kfn.__name__, dtypes, tuple(sorted(comptime.items())), dim)
+        if key not in found:
+            found[key] = kfn.specialize(dtypes, comptime)
+
+    saved = KernelFunction.launch
+    KernelFunction.launch = record
+    try:
+        with np.errstate(all="ignore"):
+            for call in library_calls():
+                call()
+    finally:
+        KernelFunction.launch = saved
+    return found
+
+
+SPECIALIZATIONS = collect_specializations()
+CACHE = None  # where compile_one puts binaries (the test's tmp_path; forked workers inherit it)
+
+
+def test_the_collection_covers_every_kernel_of_the_library():
+    names = {key[0] for key in SPECIALIZATIONS}
+    assert names == {"unary_kernel", "binary_kernel", "ternary_kernel", "reduce_kernel", "arg_reduce_kernel",
+                     "softmax_kernel", "norm_kernel", "matmul_kernel", "conv2d_kernel", "pool_kernel",
+                     "gather_kernel", "scatter_kernel", "index_select_kernel", "philox_kernel", "sort_kernel"}
+    dtypes = {d.name for key in SPECIALIZATIONS for d in key[1]}
+    assert {"f32", "f16", "bf16", "f64", "i32", "i64", "u8", "bool", "u32"} <= dtypes
+    assert len(SPECIALIZATIONS) > 200
+
+
+def compile_one(i: int) -> str:
+    """"" when the i-th specialization renders and compiles to PTX for sm_90, else what went wrong."""
+    key = list(SPECIALIZATIONS)[i]  # an index crosses to the worker: u32/u64 dtypes do not pickle
+    name, dtypes, comptime, dim = key
+    optimized = optimize(SPECIALIZATIONS[key])
+    entry = cuda_target.entry_name(optimized)
+    try:
+        binary = compile_cuda(cuda_target.render(optimized, dim), entry, 90, kind="ptx", cache_dir=CACHE)
+    except CudaCompileError as e:
+        return f"{name} {[d.name for d in dtypes]} {dict(comptime)}:\n{e}"
+    if b".target sm_90" not in binary.data or f".entry {entry}(".encode() not in binary.data:
+        return f"{name}: the PTX lacks the sm_90 target or the entry {entry}"
+    return ""
+
+
+def test_every_library_kernel_compiles_to_ptx_for_sm90(tmp_path):
+    global CACHE
+    CACHE = tmp_path
+    # Optimizing and NVRTC are CPU-bound and hold the GIL: forked workers use every core.
+    with ProcessPoolExecutor(os.cpu_count(), mp_context=multiprocessing.get_context("fork")) as pool:
+        failures = [f for f in pool.map(compile_one, range(len(SPECIALIZATIONS)), chunksize=8) if f]
+    assert not failures, f"{len(failures)} kernels do not compile:\n" + "\n".join(failures[:5])
+
+
+def test_a_cubin_is_built_and_cached_on_disk(tmp_path):
+    kernel = next(iter(SPECIALIZATIONS.values()))
+    source = cuda_target.render(optimize(kernel), cube.CubeDim(256))
+    name = cuda_target.entry_name(kernel)
+    first = compile_cuda(source, name, 90, cache_dir=tmp_path)
+    assert first.kind == "cubin" and first.data[:4] == b"\x7fELF"
+    assert len(list(tmp_path.glob("*.cubin"))) == 1
+    assert compile_cuda(source, name, 90, cache_dir=tmp_path) == first  # read back from the file
+
+
+def test_compile_errors_name_the_kernel_and_quote_the_line(tmp_path):
+    source = 'extern "C" __global__ void ember_bad(float *a) {\n  a[0] = undefined_thing;\n}\n'
+    with pytest.raises(CudaCompileError) as info:
+        compile_cuda(source, "ember_bad", 90, cache_dir=tmp_path)
+    message = str(info.value)
+    assert "kernel ember_bad" in message and "undefined_thing" in message
+    assert "line 2: a[0] = undefined_thing;" in message
+    assert list(tmp_path.iterdir()) == []  # nothing cached
+
+
+def test_error_message_quotes_each_reported_line():
+    log = 'k.cu(2): error: bad thing\nk.cu(9): warning: out of range line\n1 error detected'
+    text = compile_error_message("k", "line one\n  line two\n", log)
+    assert text.splitlines() == ["NVRTC cannot compile kernel k:", "  k.cu(2): error: bad thing",
+                                 "    line 2: line two", "  k.cu(9): warning: out of range line",
+                                 "  1 error detected"]
