@@ -255,3 +255,25 @@ def test_bad_arguments_raise_clear_errors():
     bad = Learner(model, opt, train_step=no_step_output, display="none")
     with pytest.raises(TypeError, match="StepOutput"):
         bad.fit(loaders()[0], epochs=1)
+
+
+def test_loaders_without_a_length_flush_the_last_window():
+    """A re-iterable without len(): windows are cut at `grad_accumulation`, and a short last window still
+    makes a step (progress shows no total)."""
+    from .problem import dataset
+
+    data = dataset(40)
+    batches = [(np.stack([data[i][0] for i in range(s, s + 8)]), np.array([data[i][1] for i in range(s, s + 8)]))
+               for s in range(0, 40, 8)]
+
+    class Batches:
+        def __iter__(self):
+            return iter(batches)
+
+    ember.seed(0)
+    model = MLP()
+    lrn = Learner(model, SGD(model, lr=0.1), loss=cross_entropy, device="numpy", display="none",
+                  grad_accumulation=2)
+    result = lrn.fit(Batches(), epochs=2)
+    assert result.steps == 6  # 5 batches per epoch: windows of 2, 2 and 1
+    assert result.final["train/loss"] is not None
