@@ -222,8 +222,6 @@ class TopKAccuracy(Metric):
         1.0
     """
 
-    higher_is_better = True
-
     def __init__(self, k: int = 5) -> None:
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             raise ValueError(f"TopKAccuracy: k must be a positive int, got {k!r}")
