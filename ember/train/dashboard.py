@@ -102,7 +102,7 @@ def sparkline(values: list[float], width: int = 30) -> str:
 
     Example:
         >>> sparkline([3.0, 2.0, 1.0, 1.0])
-        '█▄▁▁'
+        '█▅▁▁'
     """
     values = [v for v in values[-width:] if v is not None and v == v]
     if not values:

@@ -115,7 +115,7 @@ class MemoryUsage(_Gauge):
     """Resident memory of this process in MiB (see the module docs for the source).
 
     Example:
-        >>> MemoryUsage().observe(Observation(0.0))[0] > 0
+        >>> float(MemoryUsage().observe(Observation(0.0))[0]) > 0
         True
     """
 
