@@ -2,7 +2,8 @@
 
 Semantics follow ember's primitives (`ember/ops/indexing.py`, PyTorch's): along `dim`, the output
 coordinate (gather, index_select) or the target coordinate (scatter, index_add) comes from `index`;
-every other coordinate is the position's own. Negative indices count from the end. Adds go through
+every other coordinate is the position's own. Indices must lie in [0, size) (negative ones are
+refused, as in PyTorch): the host checks them before launching. Adds go through
 atomics, so duplicate indices accumulate; a plain scatter with duplicate indices keeps one of the
 writes (which one is unspecified, as on every parallel backend). Inputs may have any strides;
 outputs are new C-contiguous arrays.
@@ -24,27 +25,21 @@ from .common import check_size, dot, element_strides, grid, unravel
 ATOMIC_DTYPES = ("float32", "float64", "int32", "int64")
 
 
-@cube.function
-def wrap(j, size):
-    j = cube.i32(j)
-    return cube.select(j < 0, j + size, j)
-
-
 @cube.kernel
 def gather_kernel(x: cube.Array, index: cube.Array, out: cube.Array, layout: cube.Array[cube.i32],
-                  size: cube.i32, dim: cube.Comptime[int], ndim: cube.Comptime[int]):
+                  dim: cube.Comptime[int], ndim: cube.Comptime[int]):
     """layout = [index shape, x strides, index strides]; out has index's shape."""
     p = cube.ABSOLUTE_POS
     if p < len(out):
         c = unravel(p, layout, ndim)
-        j = wrap(index[dot(c, layout, 2 * ndim)], size)
+        j = cube.i32(index[dot(c, layout, 2 * ndim)])
         at = tuple(j if d == dim else c[d] for d in range(ndim))
         out[p] = x[dot(at, layout, ndim)]
 
 
 @cube.kernel
 def scatter_kernel(out: cube.Array, index: cube.Array, src: cube.Array, layout: cube.Array[cube.i32],
-                   size: cube.i32, n: cube.i32, dim: cube.Comptime[int], ndim: cube.Comptime[int],
+                   n: cube.i32, dim: cube.Comptime[int], ndim: cube.Comptime[int],
                    add: cube.Comptime[bool], select_mode: cube.Comptime[bool]):
     """One unit per index element (scatter) or source element (index_add, `select_mode`).
 
@@ -53,7 +48,7 @@ def scatter_kernel(out: cube.Array, index: cube.Array, src: cube.Array, layout: 
     p = cube.ABSOLUTE_POS
     if p < n:
         c = unravel(p, layout, ndim)
-        j = wrap(index[c[dim] if select_mode else dot(c, layout, 2 * ndim)], size)
+        j = cube.i32(index[c[dim] if select_mode else dot(c, layout, 2 * ndim)])
         at = tuple(j if d == dim else c[d] for d in range(ndim))
         target = dot(at, layout, ndim)
         value = src[dot(c, layout, 3 * ndim)]
@@ -65,12 +60,12 @@ def scatter_kernel(out: cube.Array, index: cube.Array, src: cube.Array, layout: 
 
 @cube.kernel
 def index_select_kernel(x: cube.Array, index: cube.Array, out: cube.Array, layout: cube.Array[cube.i32],
-                        size: cube.i32, dim: cube.Comptime[int], ndim: cube.Comptime[int]):
+                        dim: cube.Comptime[int], ndim: cube.Comptime[int]):
     """layout = [out shape, x strides]."""
     p = cube.ABSOLUTE_POS
     if p < len(out):
         c = unravel(p, layout, ndim)
-        j = wrap(index[c[dim]], size)
+        j = cube.i32(index[c[dim]])
         out[p] = x[dot(tuple(j if d == dim else c[d] for d in range(ndim)), layout, ndim)]
 
 
@@ -87,9 +82,9 @@ def _launch(kernel, n, /, *args, **comptime):
 
 
 def _check_bounds(op: str, index: np.ndarray, size: int, dim: int) -> None:
-    if index.size and (index.min() < -size or index.max() >= size):
-        bad = index[(index < -size) | (index >= size)].flat[0]
-        raise IndexError(f"{op}: index {bad} is out of bounds for dim {dim} of size {size}")
+    if index.size and (index.min() < 0 or index.max() >= size):
+        bad = index.min() if index.min() < 0 else index.max()
+        raise IndexError(f"{op}: index {bad} is out of bounds for dim {dim} with size {size}")
 
 
 def gather(x: np.ndarray, index: np.ndarray, dim: int) -> np.ndarray:
@@ -103,8 +98,8 @@ def gather(x: np.ndarray, index: np.ndarray, dim: int) -> np.ndarray:
     _check_bounds("gather", index, x.shape[dim], dim)
     out = np.empty(index.shape, x.dtype)
     check_size("gather", x, index)
-    _launch(gather_kernel, out.size, x, index, out, _layout(index.shape, x, index), x.shape[dim],
-            dim=dim, ndim=x.ndim)
+    _launch(gather_kernel, out.size, x, index, out, _layout(index.shape, x, index), dim=dim,
+            ndim=x.ndim)
     return out
 
 
@@ -119,8 +114,7 @@ def index_select(x: np.ndarray, index: np.ndarray, dim: int) -> np.ndarray:
     _check_bounds("index_select", index, x.shape[dim], dim)
     out = np.empty(x.shape[:dim] + index.shape + x.shape[dim + 1:], x.dtype)
     check_size("index_select", x, out)
-    _launch(index_select_kernel, out.size, x, index, out, _layout(out.shape, x), x.shape[dim], dim=dim,
-            ndim=x.ndim)
+    _launch(index_select_kernel, out.size, x, index, out, _layout(out.shape, x), dim=dim, ndim=x.ndim)
     return out
 
 
@@ -165,6 +159,6 @@ def _scatter_into(x, index, src, dim, add, shape, select_mode):
             layout = np.concatenate([_layout(shape, out), np.zeros(x.ndim, np.int32), _layout((), src)])
         else:
             layout = _layout(shape, out, index, src)
-        _launch(scatter_kernel, n, out, index, src, layout, x.shape[dim], n, dim=dim, ndim=x.ndim, add=add,
+        _launch(scatter_kernel, n, out, index, src, layout, n, dim=dim, ndim=x.ndim, add=add,
                 select_mode=select_mode)
     return out.astype(x.dtype, copy=False)
