@@ -1,0 +1,472 @@
+"""The CUDA runtime: cube kernels rendered to CUDA C, compiled by NVRTC, run with the driver API.
+
+One `CudaRuntime` per GPU: it makes the device's primary context current (the one PyTorch and CuPy
+share), owns one stream on which every copy and launch is queued in order, and allocates device
+memory through the `MemoryPool` (pages from `cuMemAlloc`, given back with `cuMemFree`). Host <-> device
+copies go through a pinned staging buffer. A launch:
+
+    bind arguments -> KernelFunction.specialize -> optimize -> targets/cuda.render -> nvrtc.compile_cuda
+    (disk cache) -> cuModuleLoadData -> cuLaunchKernel(grid = CubeCount, block = CubeDim, dynamic shared)
+
+Arguments are `CudaArray`s (device memory, passed as they are), NumPy arrays (copied to the device
+for the launch and, when the kernel writes them, copied back: what lets the kernel library's NumPy
+host functions run on the GPU), or scalars. Each array becomes two kernel parameters: a pointer to
+its first element and its element count (`len()` in the kernel), as on the C target.
+
+Launches are asynchronous: `synchronize()` waits, and errors from a kernel (a bad address) surface
+there. Driver errors raise `CudaError` naming the call and, for launches, the kernel and its launch
+shape; launch shapes the device cannot run raise `CudaLaunchError` before anything is queued.
+
+Example:
+    >>> rt = cuda_runtime()
+    >>> x = rt.to_device(np.arange(1000, dtype=np.float32)); y = rt.empty(1000, np.float32)
+    >>> rt.launch(scale, CubeCount(4), CubeDim(256), (x, y, 2.0), {})
+    >>> y.numpy()[:3]
+    array([0., 2., 4.], dtype=float32)
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import threading
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ...errors import DeviceError, DeviceUnavailableError
+from .. import ir
+from ..ir import DTYPES
+from ..lang import CubeCount, CubeDim, KernelError
+from ..passes import optimize
+from ..targets import cuda as cuda_target
+from .memory_pool import MemoryPool
+from .nvrtc import INSTALL, compile_cuda
+
+STAGING = 64 << 20  # bytes of pinned host memory used per step of a host <-> device copy
+_NP_TO_CUBE = {np.dtype(d.np): d for d in DTYPES.values()}
+# Scalar parameters as targets/cuda.py declares them (PARAM): f16/bf16 as f32, bool as one byte.
+_SCALAR_CTYPES = {"f64": ctypes.c_double, "f32": ctypes.c_float, "f16": ctypes.c_float,
+                  "bf16": ctypes.c_float, "i64": ctypes.c_int64, "i32": ctypes.c_int32,
+                  "i16": ctypes.c_int16, "i8": ctypes.c_int8, "u8": ctypes.c_uint8,
+                  "u32": ctypes.c_uint32, "u64": ctypes.c_uint64, "bool": ctypes.c_uint8}
+
+
+class CudaError(DeviceError):
+    """A CUDA driver call failed; the message names the call, the driver's error and the kernel."""
+
+
+class CudaLaunchError(CudaError):
+    """A launch shape (cube count, cube dim, shared memory) beyond what the device can run."""
+
+
+def driver_module():
+    """`cuda.bindings.driver`, or DeviceUnavailableError naming the extra that installs it."""
+    try:
+        from cuda.bindings import driver
+    except ImportError:
+        raise DeviceUnavailableError(f"the CUDA runtime needs cuda-bindings: {INSTALL}") from None
+    return driver
+
+
+def cuda_available() -> tuple[bool, str]:
+    """(True, "") when cuda-bindings, a driver and at least one GPU are here, else (False, why)."""
+    try:
+        driver = driver_module()
+        check(driver, driver.cuInit(0), "cuInit")
+        _, count = check(driver, driver.cuDeviceGetCount(), "cuDeviceGetCount")
+    except DeviceUnavailableError as e:
+        return False, str(e)
+    except Exception as e:  # no libcuda.so (no driver), or a driver/bindings mismatch
+        return False, f"the CUDA driver cannot be used: {str(e).strip()[:300]}"
+    if count == 0:
+        return False, "the CUDA driver sees no GPU"
+    return True, ""
+
+
+def check(driver, result, call: str, context: str = ""):
+    """`result` (a driver call's tuple) when its status is CUDA_SUCCESS, else CudaError.
+
+    Example:
+        >>> _, ptr = check(driver, driver.cuMemAlloc(1024), "cuMemAlloc")
+    """
+    status = result[0] if isinstance(result, tuple) else result
+    if int(status) == 0:
+        return result
+    _, name = driver.cuGetErrorName(status)
+    _, text = driver.cuGetErrorString(status)
+    name = name.decode() if isinstance(name, bytes) else str(name)
+    text = text.decode() if isinstance(text, bytes) else str(text)
+    message = f"{call} failed: {name} ({text})"
+    if context:
+        message += f" {context}"
+    if name in ("CUDA_ERROR_UNSUPPORTED_PTX_VERSION", "CUDA_ERROR_NO_BINARY_FOR_GPU", "CUDA_ERROR_INVALID_PTX"):
+        message += "; NVRTC is newer than the driver or built for another GPU: update the driver or " \
+                   "install the nvidia-cuda-nvrtc matching it"
+    raise CudaError(message)
+
+
+def launch_context(name: str, count: CubeCount, dim: CubeDim, shared: int) -> str:
+    return (f"in kernel {name} launched with CubeCount({count.x}, {count.y}, {count.z}) x "
+            f"CubeDim({dim.x}, {dim.y}, {dim.z}), {shared} bytes of shared memory")
+
+
+@dataclass(frozen=True)
+class DeviceLimits:
+    """What one launch may ask of a device (CUDA's limits for compute capability 7.0 and later)."""
+
+    max_units: int = 1024
+    max_dim: tuple = (1024, 1024, 64)
+    max_count: tuple = (2**31 - 1, 65535, 65535)
+    max_shared: int = 48 << 10  # with opt-in: up to 227 KiB on H100/H200
+
+    @staticmethod
+    def query(driver, device) -> "DeviceLimits":
+        attr = driver.CUdevice_attribute
+
+        def get(name: str) -> int:
+            return check(driver, driver.cuDeviceGetAttribute(getattr(attr, f"CU_DEVICE_ATTRIBUTE_{name}"), device),
+                         "cuDeviceGetAttribute")[1]
+
+        return DeviceLimits(get("MAX_THREADS_PER_BLOCK"),
+                            tuple(get(f"MAX_BLOCK_DIM_{a}") for a in "XYZ"),
+                            tuple(get(f"MAX_GRID_DIM_{a}") for a in "XYZ"),
+                            get("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN"))
+
+
+def check_launch(name: str, count: CubeCount, dim: CubeDim, shared: int, limits: DeviceLimits) -> None:
+    """CudaLaunchError naming the kernel when `count` x `dim` with `shared` bytes cannot run."""
+    where = launch_context(name, count, dim, shared)
+    problems = []
+    if dim.total > limits.max_units:
+        problems.append(f"a cube has {dim.total} units, the device allows {limits.max_units}")
+    for axis, size, most in zip("xyz", (dim.x, dim.y, dim.z), limits.max_dim):
+        if not 1 <= size <= most:
+            problems.append(f"CubeDim.{axis} = {size} is outside 1..{most}")
+    for axis, size, most in zip("xyz", (count.x, count.y, count.z), limits.max_count):
+        if not 0 <= size <= most:
+            problems.append(f"CubeCount.{axis} = {size} is outside 0..{most}")
+    if shared > limits.max_shared:
+        problems.append(f"it needs {shared} bytes of shared memory, the device has {limits.max_shared} per cube")
+    if problems:
+        raise CudaLaunchError(f"cannot launch {where}: {'; '.join(problems)}")
+
+
+# ----------------------------------------------------------------------------------------------
+# Device arrays and argument packing
+
+class CudaArray:
+    """An array in device memory: a slice of the runtime's memory pool, freed when dropped.
+
+    Example:
+        >>> a = rt.to_device(np.ones((2, 3), np.float32))
+        >>> a.shape, a.numpy().sum()
+        ((2, 3), 6.0)
+    """
+
+    def __init__(self, runtime: "CudaRuntime", shape: tuple, dtype) -> None:
+        self.runtime = runtime
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = np.dtype(dtype)
+        self.size = int(np.prod(self.shape, dtype=np.int64))
+        self.nbytes = self.size * self.dtype.itemsize
+        self._slice = runtime.pool.reserve(self.nbytes) if self.nbytes else None
+        self.ptr = int(self._slice.buffer) + self._slice.offset if self._slice else 0
+        # Returning the slice is safe while kernels may still use it: the stream runs in order.
+        self._finalizer = weakref.finalize(self, runtime.pool.free, self._slice) if self._slice else None
+
+    def numpy(self) -> np.ndarray:
+        """A host copy (waits for the queued work that writes it)."""
+        out = np.empty(self.shape, self.dtype)
+        self.runtime.copy_to_host(self.ptr, out.ctypes.data, self.nbytes)
+        return out
+
+    def free(self) -> None:
+        if self._finalizer is not None:
+            self._finalizer()
+
+    def __repr__(self) -> str:
+        return f"CudaArray(shape={self.shape}, dtype={self.dtype}, device={self.runtime.device_index})"
+
+
+def host_span(a: np.ndarray) -> tuple[int, int]:
+    """(byte offset from `a`'s first element to the lowest byte it covers, bytes covered).
+
+    A strided view (transposed, negative strides, broadcast) is copied as the span of memory under
+    it, so the kernel reads it through the same strides it would use on the host.
+    """
+    if a.size == 0:
+        return 0, 0
+    lo = sum(min(0, s * (n - 1)) for s, n in zip(a.strides, a.shape))
+    hi = sum(max(0, s * (n - 1)) for s, n in zip(a.strides, a.shape)) + a.itemsize
+    return lo, hi - lo
+
+
+def pack_arguments(params: list, values: list) -> tuple:
+    """The `void **` array cuLaunchKernel takes, and the ctypes boxes it points into (keep them alive).
+
+    `values[i]` is `(device_pointer, length)` for an array parameter and a number for a scalar; each
+    array becomes two kernel parameters (pointer, i32 length), as targets/cuda.py declares them.
+
+    Example:
+        >>> params, boxes = pack_arguments(kernel.params, [(ptr_x, 1000), 2.0])
+    """
+    boxes = []
+    for p, v in zip(params, values):
+        if isinstance(p, ir.Array):
+            ptr, length = v
+            boxes += [ctypes.c_uint64(ptr), ctypes.c_int32(length)]
+        else:
+            boxes.append(_SCALAR_CTYPES[p.value.type.dtype.name](v))
+    array = (ctypes.c_void_p * max(1, len(boxes)))(*[ctypes.addressof(b) for b in boxes])
+    return array, boxes
+
+
+@dataclass
+class CompiledCudaKernel:
+    """A loaded kernel: its function handle and what a launch needs to marshal arguments."""
+
+    function: object
+    module: object
+    name: str
+    params: list
+    written: list       # per parameter: does the kernel store to (or atomically update) it?
+    shared: int         # bytes of dynamic shared memory per cube
+    source: str
+
+
+# ----------------------------------------------------------------------------------------------
+# The runtime
+
+class CudaRuntime:
+    """Compiles cube kernels to CUDA and runs them on GPU `device` (see the module docstring)."""
+
+    def __init__(self, device: int = 0, driver=None, cache_dir: Path | str | None = None) -> None:
+        self.driver = driver if driver is not None else driver_module()
+        d = self.driver
+        check(d, d.cuInit(0), "cuInit")
+        self.device_index = device
+        _, self.device = check(d, d.cuDeviceGet(device), f"cuDeviceGet({device})")
+        attr = d.CUdevice_attribute
+        major = check(d, d.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, self.device),
+                      "cuDeviceGetAttribute")[1]
+        minor = check(d, d.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, self.device),
+                      "cuDeviceGetAttribute")[1]
+        self.arch = 10 * major + minor
+        self.limits = DeviceLimits.query(d, self.device)
+        _, self.context = check(d, d.cuDevicePrimaryCtxRetain(self.device), "cuDevicePrimaryCtxRetain")
+        self._current = threading.local()
+        self.activate()
+        _, self.stream = check(d, d.cuStreamCreate(int(d.CUstream_flags.CU_STREAM_NON_BLOCKING)), "cuStreamCreate")
+        self.pool = MemoryPool(self._allocate, self._release)
+        self.cache_dir = cache_dir
+        self._staging, self._staging_size = 0, 0
+        self._compiled: dict = {}
+        self._lock = threading.RLock()
+
+    # -- context, memory and copies -----------------------------------------------------------
+    def activate(self) -> None:
+        """Make this device's context current on the calling thread (once per thread)."""
+        if getattr(self._current, "done", False):
+            return
+        check(self.driver, self.driver.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
+        self._current.done = True
+
+    def _allocate(self, nbytes: int):
+        return check(self.driver, self.driver.cuMemAlloc(nbytes), f"cuMemAlloc({nbytes})")[1]
+
+    def _release(self, pointer) -> None:
+        check(self.driver, self.driver.cuMemFree(pointer), "cuMemFree")
+
+    def empty(self, shape, dtype) -> CudaArray:
+        """An uninitialized device array."""
+        self.activate()
+        return CudaArray(self, (shape,) if isinstance(shape, int) else shape, dtype)
+
+    def to_device(self, a: np.ndarray) -> CudaArray:
+        """A device copy of `a` (C-contiguous)."""
+        a = np.ascontiguousarray(a)
+        out = self.empty(a.shape, a.dtype)
+        self.copy_to_device(a.ctypes.data, out.ptr, a.nbytes)
+        return out
+
+    def _staging_buffer(self, nbytes: int) -> int:
+        want = min(max(nbytes, 1 << 20), STAGING)
+        if want > self._staging_size:
+            if self._staging:
+                check(self.driver, self.driver.cuMemFreeHost(self._staging), "cuMemFreeHost")
+            self._staging = check(self.driver, self.driver.cuMemHostAlloc(want, 0), "cuMemHostAlloc")[1]
+            self._staging_size = want
+        return int(self._staging)
+
+    def copy_to_device(self, host: int, device: int, nbytes: int) -> None:
+        """Copy `nbytes` from host address `host` to device address `device` (through pinned memory)."""
+        self.activate()
+        with self._lock:
+            staging = self._staging_buffer(nbytes)
+            for start in range(0, nbytes, self._staging_size):
+                n = min(self._staging_size, nbytes - start)
+                ctypes.memmove(staging, host + start, n)
+                check(self.driver, self.driver.cuMemcpyHtoDAsync(device + start, staging, n, self.stream),
+                      "cuMemcpyHtoDAsync")
+                self.synchronize()  # the staging buffer is reused by the next step
+
+    def copy_to_host(self, device: int, host: int, nbytes: int) -> None:
+        """Copy `nbytes` from device address `device` to host address `host` (waits for the stream)."""
+        self.activate()
+        with self._lock:
+            staging = self._staging_buffer(nbytes)
+            for start in range(0, nbytes, self._staging_size):
+                n = min(self._staging_size, nbytes - start)
+                check(self.driver, self.driver.cuMemcpyDtoHAsync(staging, device + start, n, self.stream),
+                      "cuMemcpyDtoHAsync")
+                self.synchronize()
+                ctypes.memmove(host + start, staging, n)
+
+    def copy(self, src: CudaArray, dst: CudaArray) -> None:
+        """Queue a device-to-device copy of `src` into `dst` (same byte size)."""
+        if src.nbytes != dst.nbytes:
+            raise ValueError(f"cannot copy {src.nbytes} bytes into {dst.nbytes}")
+        self.activate()
+        check(self.driver, self.driver.cuMemcpyDtoDAsync(dst.ptr, src.ptr, src.nbytes, self.stream),
+              "cuMemcpyDtoDAsync")
+
+    def synchronize(self) -> None:
+        """Wait for everything queued on this device's stream (kernel errors surface here)."""
+        self.activate()
+        check(self.driver, self.driver.cuStreamSynchronize(self.stream), "cuStreamSynchronize",
+              "(an error of an earlier asynchronous launch or copy may surface here)")
+
+    def time(self, fn, repeat: int = 20, warmup: int = 3) -> float:
+        """Milliseconds per call of `fn()` (which queues work on this runtime), timed with CUDA events."""
+        d = self.driver
+        self.activate()
+        for _ in range(warmup):
+            fn()
+        start = check(d, d.cuEventCreate(0), "cuEventCreate")[1]
+        end = check(d, d.cuEventCreate(0), "cuEventCreate")[1]
+        try:
+            check(d, d.cuEventRecord(start, self.stream), "cuEventRecord")
+            for _ in range(repeat):
+                fn()
+            check(d, d.cuEventRecord(end, self.stream), "cuEventRecord")
+            check(d, d.cuEventSynchronize(end), "cuEventSynchronize")
+            return check(d, d.cuEventElapsedTime(start, end), "cuEventElapsedTime")[1] / repeat
+        finally:
+            d.cuEventDestroy(start)
+            d.cuEventDestroy(end)
+
+    # -- compiling ------------------------------------------------------------------------------
+    def compile(self, kernel: ir.Kernel, dim: CubeDim) -> CompiledCudaKernel:
+        """Optimize, render, compile (or load from the disk cache) and load one specialized kernel."""
+        optimized = optimize(kernel)
+        source = cuda_target.render(optimized, dim)
+        name = cuda_target.entry_name(optimized)
+        if os.environ.get("EMBER_DEBUG_KERNELS") == "1":
+            print(f"// ---- cube kernel {kernel.name} (cube dim {dim}) ----\n{source}", file=sys.stderr)
+        binary = compile_cuda(source, name, self.arch, cache_dir=self.cache_dir)
+        d = self.driver
+        self.activate()
+        image = ctypes.create_string_buffer(binary.data)  # NUL-terminated, as PTX must be
+        _, module = check(d, d.cuModuleLoadData(ctypes.addressof(image)), "cuModuleLoadData",
+                          f"for kernel {name} ({binary.kind} for sm_{self.arch})")
+        _, function = check(d, d.cuModuleGetFunction(module, name.encode()), "cuModuleGetFunction")
+        shared = cuda_target.shared_bytes(optimized)
+        if shared > 48 << 10:  # beyond the default, a cube must opt in to more shared memory
+            check(d, d.cuFuncSetAttribute(
+                function, d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared),
+                "cuFuncSetAttribute", f"for kernel {name} ({shared} bytes of shared memory)")
+        stored = {s.attr for s in ir.walk(optimized.body)
+                  if isinstance(s, ir.Instr) and (s.op == "store" or s.op in ir.ATOMIC)}
+        return CompiledCudaKernel(function, module, name, optimized.params,
+                                  [p in stored for p in optimized.params], shared, source)
+
+    def prepare(self, kfn, dim: CubeDim, args: tuple, comptime: dict) -> CompiledCudaKernel:
+        """The compiled kernel for these arguments, from memory when this key was seen before."""
+        comptime = kfn.comptime_values(comptime)
+        arg_dtypes = []
+        for p, a in zip(kfn.runtime_params, args):
+            if p.kind != "array":
+                arg_dtypes.append(None)
+                continue
+            if not isinstance(a, (np.ndarray, CudaArray)):
+                raise KernelError(f"{kfn.__name__}: argument {p.name!r} must be a CudaArray or a NumPy "
+                                  f"array, got {type(a).__name__}")
+            arg_dtypes.append(_NP_TO_CUBE.get(a.dtype))
+            if arg_dtypes[-1] is None:
+                raise KernelError(f"{kfn.__name__}: arrays of {a.dtype} are not supported")
+        dtypes = kfn.resolve_dtypes(tuple(arg_dtypes), comptime)
+        key = (kfn, dtypes, tuple(sorted(comptime.items())), dim)
+        with self._lock:  # tracing is not thread-safe; NVRTC runs are short next to a launch's copies
+            compiled = self._compiled.get(key)
+            if compiled is None:
+                compiled = self._compiled[key] = self.compile(kfn.specialize(dtypes, comptime), dim)
+        return compiled
+
+    # -- launching ------------------------------------------------------------------------------
+    def launch(self, kfn, count: CubeCount, dim: CubeDim, args: tuple, comptime: dict) -> None:
+        """Queue `kfn` over `count` cubes of shape `dim`.
+
+        CudaArrays are used in place; NumPy arrays are copied to the device and, when the kernel
+        writes them, back (this call then waits for the kernel).
+        """
+        if len(args) != len(kfn.runtime_params):
+            raise KernelError(f"{kfn.__name__} takes {len(kfn.runtime_params)} runtime arguments "
+                              f"({', '.join(p.name for p in kfn.runtime_params)}), got {len(args)}")
+        if count.total == 0:
+            return
+        compiled = self.prepare(kfn, dim, args, comptime)
+        check_launch(compiled.name, count, dim, compiled.shared, self.limits)
+        values, staged = [], []  # staged: (host array, its device copy, parameter index)
+        try:
+            for i, a in enumerate(args):
+                values.append(self._argument(compiled, i, a, staged))
+            params, boxes = pack_arguments(compiled.params, values)
+            self.activate()
+            check(self.driver, self.driver.cuLaunchKernel(
+                compiled.function, count.x, count.y, count.z, dim.x, dim.y, dim.z, compiled.shared,
+                self.stream, ctypes.addressof(params), 0),
+                "cuLaunchKernel", launch_context(compiled.name, count, dim, compiled.shared))
+            for a, dev, i in staged:
+                if compiled.written[i]:
+                    lo, n = host_span(a)
+                    self.copy_to_host(dev.ptr, a.ctypes.data + lo, n)
+        finally:
+            for _, dev, _ in staged:
+                dev.free()
+
+    def _argument(self, compiled: CompiledCudaKernel, i: int, a, staged: list):
+        p = compiled.params[i]
+        if not isinstance(p, ir.Array):
+            return a
+        if a.size >= 2**31:
+            raise KernelError(f"{compiled.name}: arrays over 2**31 elements need 64-bit indices")
+        if isinstance(a, CudaArray):
+            return a.ptr, a.size
+        if compiled.written[i] and not a.flags.writeable:
+            raise KernelError(f"{compiled.name}: argument {p.name!r} is written by the kernel but the array "
+                              f"is read-only")
+        lo, n = host_span(a)
+        dev = self.empty(n, np.uint8)
+        staged.append((a, dev, i))
+        if n:
+            self.copy_to_device(a.ctypes.data + lo, dev.ptr, n)
+        return (dev.ptr - lo if n else 0), a.size
+
+
+_runtimes: dict = {}
+_runtimes_lock = threading.Lock()
+
+
+def cuda_runtime(device: int = 0) -> CudaRuntime:
+    """The process-wide runtime of GPU `device` (created on first use)."""
+    with _runtimes_lock:
+        if device not in _runtimes:
+            ok, why = cuda_available()
+            if not ok:
+                raise DeviceUnavailableError(f"the CUDA cube runtime is unavailable: {why}")
+            _runtimes[device] = CudaRuntime(device)
+        return _runtimes[device]

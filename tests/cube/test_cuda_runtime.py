@@ -1,0 +1,327 @@
+"""The CUDA runtime: argument packing, launch checks, errors and copies against a fake driver (no GPU
+needed), then real launches on a GPU when one is here (scripts/gpu_check.sh runs them)."""
+
+from __future__ import annotations
+
+import ctypes
+from types import SimpleNamespace
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from ember import cube
+from ember.cube.passes import optimize
+from ember.cube.runtime import cuda as rt_cuda
+from ember.cube.runtime.cuda import (CudaError, CudaLaunchError, CudaRuntime, DeviceLimits, check, check_launch,
+                                     cuda_available, host_span, pack_arguments)
+from ember.cube.runtime.nvrtc import Binary
+from ember.errors import DeviceError
+
+
+@cube.kernel
+def axpy(x: cube.Array[cube.f32], y: cube.Array[cube.f32], a: cube.f32):
+    i = cube.ABSOLUTE_POS
+    if i < len(x):
+        y[i] = a * x[i] + y[i]
+
+
+@cube.kernel
+def mixed(x: cube.Array, flag: cube.bool_, h: cube.Scalar["T"], n: cube.i64, T: cube.Comptime):
+    if flag:
+        x[0] = cube.cast(h, x.dtype) + cube.cast(n, x.dtype)
+
+
+# ----------------------------------------------------------------------------------------------
+# Without a GPU
+
+def test_arguments_are_packed_as_the_kernel_declares_them():
+    kernel = mixed.specialize((cube.f16, cube.bool_, cube.f16, cube.i64), {"T": cube.f16})
+    params, boxes = pack_arguments(kernel.params, [(0xDEAD0000, 12), True, 1.5, -(2**40)])
+    read = lambda i, ctype: ctypes.cast(params[i], ctypes.POINTER(ctype)).contents.value
+    assert read(0, ctypes.c_uint64) == 0xDEAD0000 and read(1, ctypes.c_int32) == 12  # pointer, then len
+    assert read(2, ctypes.c_uint8) == 1                                                  # bool: one byte
+    assert read(3, ctypes.c_float) == 1.5                                                # f16 scalar: as f32
+    assert read(4, ctypes.c_int64) == -(2**40)
+    assert len(boxes) == 5
+
+
+def test_launch_shapes_beyond_the_device_are_refused_with_the_kernel_named():
+    limits = DeviceLimits()
+    check_launch("ember_k", cube.CubeCount(2**20, 5), cube.CubeDim(32, 32), 48 << 10, limits)  # fits
+    with pytest.raises(CudaLaunchError, match=r"ember_k launched with CubeCount\(1, 1, 1\) x CubeDim\(2048, 1, 1\)"
+                                              r".*2048 units, the device allows 1024"):
+        check_launch("ember_k", cube.CubeCount(1), cube.CubeDim(2048), 0, limits)
+    with pytest.raises(CudaLaunchError, match=r"CubeCount.y = 70000 is outside 0..65535"):
+        check_launch("ember_k", cube.CubeCount(1, 70000), cube.CubeDim(1), 0, limits)
+    with pytest.raises(CudaLaunchError, match=r"CubeDim.z = 65 is outside 1..64"):
+        check_launch("ember_k", cube.CubeCount(1), cube.CubeDim(1, 1, 65), 0, limits)
+    with pytest.raises(CudaLaunchError, match=r"needs 60000 bytes of shared memory, the device has 49152"):
+        check_launch("ember_k", cube.CubeCount(1), cube.CubeDim(1), 60000, limits)
+
+
+def test_driver_errors_name_the_call_the_error_and_the_launch():
+    driver = FakeDriver()
+    assert check(driver, (0, "value"), "cuThing") == (0, "value")
+    with pytest.raises(CudaError, match=r"cuLaunchKernel failed: CUDA_ERROR_2 \(error 2 text\) in kernel k") as e:
+        check(driver, (2,), "cuLaunchKernel", "in kernel k")
+    assert isinstance(e.value, DeviceError)
+    with pytest.raises(CudaError, match="newer than the driver"):
+        check(driver, (222,), "cuModuleLoadData")
+
+
+def test_host_span_covers_strided_views():
+    a = np.zeros((4, 6), np.float32)
+    assert host_span(a) == (0, 96)
+    assert host_span(a.T) == (0, 96)
+    assert host_span(a[::-1]) == (-72, 96)                    # the first element is the last row
+    assert host_span(a[:, ::2]) == (0, 24 * 3 + 8 * 2 + 4)
+    assert host_span(np.broadcast_to(a[:1], (3, 6))) == (0, 24)
+    assert host_span(a[:0]) == (0, 0)
+
+
+def test_a_launch_through_a_fake_driver(monkeypatch):
+    """Copies, the launch call and the copy back of written NumPy arrays, without a GPU."""
+    monkeypatch.setattr(rt_cuda, "compile_cuda", lambda source, name, arch, **kw: Binary("ptx", b"//", arch))
+    driver = FakeDriver()
+    rt = CudaRuntime(0, driver=driver)
+    assert rt.arch == 90 and rt.limits.max_shared == 232448
+    x = np.arange(12, dtype=np.float32)[::-2]          # a strided view: read in place through its span
+    y = np.zeros(6, np.float32)                        # written: copied back
+    rt.launch(axpy, cube.CubeCount(2), cube.CubeDim(4), (x, y, 3.0), {})
+    (launch,) = driver.launches
+    assert launch["grid"] == (2, 1, 1) and launch["block"] == (4, 1, 1) and launch["shared"] == 0
+    x_ptr, x_len, y_ptr, y_len, a = launch["args"]
+    assert (x_len, y_len, a) == (6, 6, 3.0)
+    # The kernel's x pointer is the view's first element: device memory holds 11, 9, ..., 1 from there.
+    assert [driver.read_f32(x_ptr - 4 * k * 2) for k in range(6)] == [11, 9, 7, 5, 3, 1]
+    np.testing.assert_array_equal(y, np.full(6, 7, np.float32))  # the fake kernel wrote 7s
+    with pytest.raises(CudaLaunchError, match="ember_axpy"):
+        rt.launch(axpy, cube.CubeCount(1, 70000), cube.CubeDim(4), (x, y, 3.0), {})
+    assert rt.pool.stats().in_use == 0  # staging copies went back to the pool
+
+
+class FakeDriver:
+    """Enough of cuda.bindings.driver for the runtime: host memory stands in for the GPU's."""
+
+    def __init__(self) -> None:
+        names = ["COMPUTE_CAPABILITY_MAJOR", "COMPUTE_CAPABILITY_MINOR", "MAX_THREADS_PER_BLOCK",
+                 "MAX_BLOCK_DIM_X", "MAX_BLOCK_DIM_Y", "MAX_BLOCK_DIM_Z", "MAX_GRID_DIM_X", "MAX_GRID_DIM_Y",
+                 "MAX_GRID_DIM_Z", "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN"]
+        values = [9, 0, 1024, 1024, 1024, 64, 2**31 - 1, 65535, 65535, 232448]
+        self.CUdevice_attribute = SimpleNamespace(**{f"CU_DEVICE_ATTRIBUTE_{n}": n for n in names})
+        self.attributes = dict(zip(names, values))
+        self.CUstream_flags = SimpleNamespace(CU_STREAM_NON_BLOCKING=1)
+        self.CUfunction_attribute = SimpleNamespace(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES=8)
+        self.memory: dict = {}
+        self.launches: list = []
+
+    def cuGetErrorName(self, status):
+        return 0, b"CUDA_ERROR_UNSUPPORTED_PTX_VERSION" if status == 222 else f"CUDA_ERROR_{status}".encode()
+
+    def cuGetErrorString(self, status):
+        return 0, f"error {status} text".encode()
+
+    def cuInit(self, flags):
+        return (0,)
+
+    def cuDeviceGet(self, index):
+        return 0, index
+
+    def cuDeviceGetAttribute(self, attribute, device):
+        return 0, self.attributes[attribute]
+
+    def cuDevicePrimaryCtxRetain(self, device):
+        return 0, "context"
+
+    def cuCtxSetCurrent(self, context):
+        return (0,)
+
+    def cuStreamCreate(self, flags):
+        return 0, "stream"
+
+    def cuStreamSynchronize(self, stream):
+        return (0,)
+
+    def _alloc(self, nbytes):
+        buffer = ctypes.create_string_buffer(nbytes)
+        self.memory[ctypes.addressof(buffer)] = buffer
+        return 0, ctypes.addressof(buffer)
+
+    def _free(self, pointer):
+        del self.memory[pointer]
+        return (0,)
+
+    cuMemAlloc = cuMemHostAlloc = lambda self, nbytes, flags=0: self._alloc(nbytes)
+    cuMemFree = cuMemFreeHost = _free
+
+    def _copy(self, dst, src, nbytes, stream):
+        ctypes.memmove(dst, src, nbytes)
+        return (0,)
+
+    cuMemcpyHtoDAsync = cuMemcpyDtoHAsync = cuMemcpyDtoDAsync = _copy
+
+    def cuModuleLoadData(self, image):
+        return 0, "module"
+
+    def cuModuleGetFunction(self, module, name):
+        return 0, name.decode()
+
+    def cuLaunchKernel(self, function, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        array = ctypes.cast(params, ctypes.POINTER(ctypes.c_void_p))
+        types = [ctypes.c_uint64, ctypes.c_int32, ctypes.c_uint64, ctypes.c_int32, ctypes.c_float]
+        args = [ctypes.cast(array[i], ctypes.POINTER(t)).contents.value for i, t in enumerate(types)]
+        self.launches.append(dict(grid=(gx, gy, gz), block=(bx, by, bz), shared=shared, args=args))
+        y = (ctypes.c_float * args[3]).from_address(args[2])
+        y[:] = [7.0] * args[3]
+        return (0,)
+
+    def read_f32(self, pointer):
+        return ctypes.c_float.from_address(pointer).value
+
+
+# ----------------------------------------------------------------------------------------------
+# On a GPU
+
+gpu = pytest.mark.skipif(not cuda_available()[0], reason=f"no CUDA GPU here: {cuda_available()[1]}")
+
+
+@pytest.fixture(scope="module")
+def rt():
+    return rt_cuda.cuda_runtime()
+
+
+@gpu
+def test_device_arrays_and_numpy_arrays(rt):
+    x = rt.to_device(np.arange(1000, dtype=np.float32))
+    y = rt.to_device(np.ones(1000, np.float32))
+    rt.launch(axpy, cube.CubeCount(4), cube.CubeDim(256), (x, y, 2.0), {})
+    np.testing.assert_array_equal(y.numpy(), 2 * np.arange(1000, dtype=np.float32) + 1)
+    host = np.ones(1000, np.float32)
+    rt.launch(axpy, cube.CubeCount(4), cube.CubeDim(256), (np.arange(1000, dtype=np.float32), host, 2.0), {})
+    np.testing.assert_array_equal(host, y.numpy())
+    assert rt.time(lambda: rt.launch(axpy, cube.CubeCount(4), cube.CubeDim(256), (x, y, 2.0), {})) > 0
+
+
+@cube.kernel
+def planes(out: cube.Array[cube.i32]):
+    u = cube.UNIT_POS
+    base = (cube.CUBE_POS * cube.CUBE_DIM + u) * 6
+    out[base] = cube.plane_sum(u)
+    out[base + 1] = cube.plane_max(u)
+    out[base + 2] = cube.plane_min(u)
+    out[base + 3] = cube.PLANE_DIM
+    out[base + 4] = cube.UNIT_POS_PLANE
+    out[base + 5] = cube.i32(cube.plane_any(u == 3)) + 2 * cube.i32(cube.plane_all(u < 1000))
+
+
+@gpu
+@pytest.mark.parametrize("units", [64, 40])  # 40: the second warp is partly empty
+def test_planes_are_warps_of_32(rt, units):
+    out = np.zeros(2 * units * 6, np.int32)
+    rt.launch(planes, cube.CubeCount(2), cube.CubeDim(units), (out,), {})
+    got = out.reshape(2, units, 6)
+    for u in range(units):
+        warp = np.arange(u - u % 32, min(u - u % 32 + 32, units))
+        want = [warp.sum(), warp.max(), warp.min(), 32, u % 32, int(3 in warp) + 2]
+        assert got[0, u].tolist() == want and got[1, u].tolist() == want, u
+
+
+@cube.kernel
+def atomics(x: cube.Array, total: cube.Array, most: cube.Array, least: cube.Array):
+    i = cube.ABSOLUTE_POS
+    if i < len(x):
+        cube.atomic_add(total, i % 4, x[i])
+        cube.atomic_max(most, 0, x[i])
+        cube.atomic_min(least, 0, x[i])
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64, np.uint32])
+def test_atomics(rt, dtype):
+    x = np.random.default_rng(0).integers(0, 1000, 5000).astype(dtype)
+    total, most, least = np.zeros(4, dtype), np.zeros(1, dtype), np.full(1, 10**6, dtype)
+    rt.launch(atomics, cube.CubeCount(20), cube.CubeDim(256), (x, total, most, least), {})
+    np.testing.assert_array_equal(total, [x[k::4].sum() for k in range(4)])
+    assert most[0] == x.max() and least[0] == x.min()
+
+
+@cube.kernel
+def shifted_lines(x: cube.Array, y: cube.Array, shift: cube.i32):
+    base = cube.ABSOLUTE_POS * 4 + shift
+    if base + 4 <= len(x):
+        for j in cube.unroll(range(4)):
+            y[base + j] = x[base + j] * x.dtype(3)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, ml_dtypes.bfloat16, np.int8])
+@pytest.mark.parametrize("shift", [0, 1])  # 1: addresses are not aligned for one wide access
+def test_vector_loads_and_stores(rt, dtype, shift):
+    assert ": f32x4" in str(optimize(shifted_lines.specialize((cube.f32, cube.f32, cube.i32), {})))
+    x = np.arange(-20, 21).astype(dtype)
+    y = np.zeros_like(x)
+    rt.launch(shifted_lines, cube.CubeCount(1), cube.CubeDim(16), (x, y, shift), {})
+    want = np.zeros_like(x)
+    n = (len(x) - shift) // 4 * 4
+    want[shift:shift + n] = (x[shift:shift + n].astype(np.float32) * 3).astype(dtype)
+    np.testing.assert_array_equal(y, want)
+
+
+@cube.kernel
+def convert(x: cube.Array[cube.f32], h: cube.Array[cube.f16], b: cube.Array[cube.bf16], back: cube.Array[cube.f32]):
+    i = cube.ABSOLUTE_POS
+    if i < len(x):
+        h[i] = cube.f16(x[i])
+        b[i] = cube.bf16(x[i])
+        back[i] = cube.f32(cube.f16(x[i])) + cube.f32(cube.bf16(x[i]))
+
+
+@gpu
+def test_half_precision_rounds_like_numpy(rt):
+    x = np.concatenate([np.random.default_rng(1).standard_normal(1000).astype(np.float32) * 1000,
+                        np.array([np.nan, np.inf, -np.inf, 65519.0, 65520.0, 1e-8, -0.0], np.float32)])
+    h, b, back = np.zeros(len(x), np.float16), np.zeros(len(x), ml_dtypes.bfloat16), np.zeros(len(x), np.float32)
+    rt.launch(convert, cube.CubeCount(5), cube.CubeDim(256), (x, h, b, back), {})
+    with np.errstate(over="ignore"):  # 65520 rounds to infinity in f16
+        np.testing.assert_array_equal(h, x.astype(np.float16))
+        # Compared as f32: NumPy's equality test does not see bf16 NaNs as equal.
+        np.testing.assert_array_equal(b.astype(np.float32), x.astype(ml_dtypes.bfloat16).astype(np.float32))
+        np.testing.assert_array_equal(back, x.astype(np.float16).astype(np.float32)
+                                      + x.astype(ml_dtypes.bfloat16).astype(np.float32))
+
+
+@cube.kernel
+def early_exit(out: cube.Array[cube.i32]):
+    sh = cube.shared(cube.i32, 64)
+    sh[cube.UNIT_POS] = cube.UNIT_POS
+    cube.sync_units()
+    if cube.UNIT_POS >= 60:
+        return
+    out[cube.UNIT_POS] = sh[63 - cube.UNIT_POS]
+
+
+@gpu
+def test_shared_memory_and_return(rt):
+    out = np.full(64, -1, np.int32)
+    rt.launch(early_exit, cube.CubeCount(1), cube.CubeDim(64), (out,), {})
+    np.testing.assert_array_equal(out, np.r_[np.arange(63, 3, -1), [-1] * 4])
+
+
+@gpu
+def test_more_than_48k_of_shared_memory(rt, monkeypatch):
+    from ember.cube.kernel import KernelFunction
+    from ember.cube.kernels.sort import sort
+    monkeypatch.setattr(KernelFunction, "launch",
+                        lambda self, count, dim, /, *args, **comptime: rt.launch(self, count, dim, args, comptime))
+    x = np.random.default_rng(2).standard_normal((2, 16384)).astype(np.float32)  # 128 KiB per cube
+    values, index = sort(x)
+    np.testing.assert_array_equal(index, np.argsort(x, -1, kind="stable"))
+    np.testing.assert_array_equal(values, np.sort(x, -1))
+
+
+@gpu
+def test_launch_errors_on_the_device(rt):
+    x = rt.empty(10, np.float32)
+    with pytest.raises(CudaLaunchError, match="ember_axpy"):
+        rt.launch(axpy, cube.CubeCount(1), cube.CubeDim(2048), (x, x, 1.0), {})
