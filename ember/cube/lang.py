@@ -18,7 +18,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..dtype import DType
-from .ir import DTYPES
 
 
 class KernelError(Exception):
@@ -156,8 +155,3 @@ class CubeDim:
     @property
     def total(self) -> int:
         return self.x * self.y * self.z
-
-
-def dtype_named(name: str) -> DType:
-    """Kernel element types by name, including the kernel-only `u32` and `u64`."""
-    return DTYPES[name]
