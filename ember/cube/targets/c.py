@@ -36,7 +36,7 @@ from .clike import (_COMPUTE, compute_type, from_storage, literal, scalar_expr, 
 from .phases import Phase, PhaseError, Schedule
 
 ENTRY = "ember_kernel"
-VERSION = "c-4"  # bump when the rendering changes, so cached binaries are rebuilt
+VERSION = "c-5"  # bump when the rendering changes, so cached binaries are rebuilt
 
 PRELUDE = r"""#include <stdint.h>
 #include <string.h>

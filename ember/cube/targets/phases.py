@@ -42,6 +42,9 @@ class Schedule:
         self.site: dict = {}        # Value -> Phase, or "cube" for values every unit shares
         self.written = {s.attr for s in ir.walk(kernel.body)
                         if isinstance(s, Instr) and s.op in ("store",) + ir.ATOMIC}
+        # Hoisting a load runs it for the cube even if every unit has returned, and a unit's guard
+        # (`if pos >= n: return`) may be what keeps the address in range: no load hoisting then.
+        self.hoist_loads = not any(isinstance(s, Instr) and s.op == "return" for s in ir.walk(kernel.body))
         self.shared: list = []
         for p in kernel.params:
             if isinstance(p, ir.ScalarParam):
@@ -112,7 +115,7 @@ class Schedule:
         if instr.op == "builtin":
             return instr.attr not in ir.VARYING_BUILTINS
         if instr.op == "load":
-            return instr.attr.kind == "global" and instr.attr not in self.written
+            return self.hoist_loads and instr.attr.kind == "global" and instr.attr not in self.written
         return ir.is_pure(instr) and instr.op != "read"
 
 
