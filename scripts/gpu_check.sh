@@ -26,7 +26,7 @@ failed=()
 
 {
   echo "date: $(date -u +%FT%TZ)"
-  echo "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown)"
+  echo "commit: $(git rev-parse --verify -q HEAD 2>/dev/null || echo unknown)"
   nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total --format=csv 2>&1
   "$PY" - <<'EOF'
 import importlib, sys
@@ -147,7 +147,7 @@ EOF
 {
   echo "gpu_check $(date -u +%FT%TZ)"
   grep -h -E "^[0-9]+ (passed|failed)|passed|failed" "$RESULTS/cuda-tests.log" "$RESULTS/library-on-gpu.log" | tail -n 4
-  [ -f "$RESULTS/timings.json" ] && cat "$RESULTS/timings.json"
+  [ -f "$RESULTS/timings.json" ] && cat "$RESULTS/timings.json" && echo
   if [ ${#failed[@]} -eq 0 ]; then echo "all steps passed"; else echo "FAILED: ${failed[*]}"; fi
 } | tee "$RESULTS/summary.txt"
 rm -rf "$EMBER_CACHE_DIR"

@@ -194,3 +194,12 @@ def test_error_message_quotes_each_reported_line():
     assert text.splitlines() == ["NVRTC cannot compile kernel k:", "  k.cu(2): error: bad thing",
                                  "    line 2: line two", "  k.cu(9): warning: out of range line",
                                  "  1 error detected"]
+
+
+def test_fast_math_uses_the_hardware_approximations_only_when_asked(tmp_path):
+    key = next(k for k in SPECIALIZATIONS if k[0] == "unary_kernel" and dict(k[2])["op"] == "exp"
+               and k[1][0] is cube.f32)
+    kernel = optimize(SPECIALIZATIONS[key])
+    accurate, fast = cuda_target.render(kernel, key[3]), cuda_target.render(kernel, key[3], fast_math=True)
+    assert "expf(" in accurate and "__expf" not in accurate and "__expf(" in fast
+    compile_cuda(fast, cuda_target.entry_name(kernel), 90, kind="ptx", cache_dir=tmp_path)

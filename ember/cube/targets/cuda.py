@@ -35,7 +35,7 @@ import re
 
 from ...dtype import bf16, bool_, f16, f32, f64
 from .. import ir
-from ..ir import For, If, Instr
+from ..ir import For, Instr
 from ..lang import CubeDim
 
 VERSION = "cuda-1"  # bump when the rendering changes, so cached binaries are rebuilt
