@@ -24,13 +24,26 @@ def create_on(device, name: str, **params) -> Tensor:
     return create(device, registry[name], params)
 
 
+_scalars: dict[tuple, Tensor] = {}  # a small registry of constant 0-d tensors, by value, dtype, device
+
+
 def scalar_like(value, dtype: DType, device) -> Tensor:
-    """A 0-d tensor holding a Python scalar, on `device` with `dtype`."""
-    try:
-        array = np.array(value, dtype=dtype.np)
-    except OverflowError:  # an int out of the dtype's range wraps around, as in PyTorch (u8 + -1)
-        array = np.asarray(value).astype(dtype.np)
-    return Tensor._make(device, device.backend.from_host(array), Aval((), dtype))
+    """A 0-d tensor holding a Python scalar, on `device` with `dtype`.
+
+    Recent constants are reused (tensors are immutable): `x * 2.0` in a loop converts 2.0 once. Zero
+    floats are not cached, since 0.0 == -0.0 would share one key.
+    """
+    key = (type(value), value, dtype, device)
+    hit = _scalars.get(key) if value or type(value) is not float else None
+    if hit is not None:
+        return hit
+    array = np.asarray(value).astype(dtype.np)  # astype wraps ints as PyTorch does (u8: -2 -> 254)
+    array.flags.writeable = False
+    out = Tensor._make(device, device.backend.from_host(array), Aval((), dtype))
+    if len(_scalars) >= 1024:
+        _scalars.clear()
+    _scalars[key] = out
+    return out
 
 
 def to_tensor_like(value, like: Tensor, dtype: DType) -> Tensor:

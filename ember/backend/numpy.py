@@ -26,7 +26,7 @@ class NumpyBackend(Backend):
     dtypes = ALL
 
     def execute(self, prim: Primitive, inputs: Sequence[np.ndarray], params: dict, out: Aval) -> np.ndarray:
-        out = prim.reference(*inputs, **params)
+        out = prim.reference(*inputs, **params) if params else prim.reference(*inputs)
         # NumPy returns scalars, not 0-d arrays, from some ops on 0-d inputs.
         return out if type(out) is np.ndarray else np.asarray(out)
 

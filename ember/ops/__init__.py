@@ -5,6 +5,13 @@
 convolution beside them). Importing this package registers them all.
 """
 
+import warnings
+
+# NumPy warns when a reference leaves a function's domain (log(-1), 0/0, overflow to inf). PyTorch
+# gives the same values silently, so these warnings are silenced for ember's references only, once,
+# rather than paying for `np.errstate` on every op.
+warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"ember\.ops(\..*)?$")
+
 from .primitive import Aval, Primitive, VjpContext, registry, primitive
 from . import elementwise, reduce, matmul, movement, indexing, creation  # noqa: F401  (registration)
 from . import conv, pool, unfold, embedding  # noqa: F401  (module ops: registration)

@@ -19,37 +19,27 @@ import numpy as np
 
 from ..dtype import DType, bool_
 from ..errors import DTypeError
-from .primitive import Aval, broadcast_shapes, is_half, primitive, same_aval
+from .primitive import BF16, F16, Aval, broadcast_shapes, primitive, same_aval
 from .grad_utils import sum_to
 
 LN2 = math.log(2.0)
 LN10 = math.log(10.0)
 
 
-# Ops whose float results often leave the domain (NaN, inf): NumPy's warnings for them are silenced,
-# since PyTorch gives the same values without warning. Others skip the cost of `np.errstate`.
-_QUIET = {"div", "pow", "remainder", "floor_divide", "atan2", "reciprocal", "exp", "exp2", "expm1",
-          "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "asin", "acos", "acosh", "atanh", "sinh",
-          "cosh", "tan", "erfinv", "sigmoid"}
+def _upcast(fn):
+    """Run `fn` in f32 for f16/bf16 inputs and round the result back, as PyTorch's CPU kernels do.
 
+    Elementwise primitives take no params, so the wrapper takes positional arrays only: this is the
+    hottest path of the NumPy backend.
+    """
 
-def _upcast(fn, name: str = ""):
-    """Run `fn` in f32 for f16/bf16 inputs and round the result back, as PyTorch's CPU kernels do."""
-
-    def compute(*arrays, **params):
+    def compute(*arrays):
         dt = arrays[0].dtype
-        if is_half(dt):
-            return np.asarray(fn(*(a.astype(np.float32) for a in arrays), **params)).astype(dt)
-        return fn(*arrays, **params)
+        if dt is F16 or dt is BF16:
+            return np.asarray(fn(*(a.astype(np.float32) for a in arrays))).astype(dt)
+        return fn(*arrays)
 
-    if name not in _QUIET:
-        return compute
-
-    def run(*arrays, **params):
-        with np.errstate(all="ignore"):
-            return compute(*arrays, **params)
-
-    return run
+    return compute
 
 
 # ---- unary ---------------------------------------------------------------------------------------
@@ -151,7 +141,7 @@ for _name, (_ref, _rule, _float) in UNARY.items():
         _name,
         infer=_float_only(_name) if _float else same_aval,
         vjp=_unary_vjp(_rule),
-    )(_upcast(_ref, _name))
+    )(_upcast(_ref))
 
 # Predicates and bit ops: no gradient.
 primitive("isnan", infer=_bool_out)(lambda x: np.isnan(x.astype(np.float32) if x.dtype.itemsize == 2 else x))
@@ -180,6 +170,8 @@ def _binary_infer(name: str, out_dtype: DType | None = None, allow_bool: bool = 
             raise DTypeError(f"{name}: operands must share a dtype after promotion, got {a.dtype} and {b.dtype}")
         if not allow_bool and a.dtype.is_bool:
             raise DTypeError(f"{name}: not defined for bool tensors")
+        if out_dtype is None and a.shape == b.shape:
+            return a  # avals are immutable: the common same-shape case needs no new one
         return Aval(broadcast_shapes(name, a.shape, b.shape), out_dtype or a.dtype)
 
     return infer
@@ -236,7 +228,7 @@ for _name, (_ref, _rule) in BINARY.items():
         _name,
         infer=_binary_infer(_name, allow_bool=_name in ("add", "mul", "maximum", "minimum")),
         vjp=_binary_vjp(_rule) if _rule else None,
-    )(_upcast(_ref, _name))
+    )(_upcast(_ref))
 
 
 for _name, _ref in {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,

@@ -173,13 +173,13 @@ def normalize_dims(op: str, dims, ndim: int) -> tuple[int, ...]:
     return out
 
 
-_F16 = np.dtype(np.float16)
-_BF16 = np.dtype(ml_dtypes.bfloat16)
+F16 = np.dtype(np.float16)
+BF16 = np.dtype(ml_dtypes.bfloat16)
 
 
 def is_half(dtype: np.dtype) -> bool:
     """Whether a NumPy dtype is f16 or bf16 (references compute those in f32, as PyTorch does)."""
-    return dtype is _F16 or dtype is _BF16
+    return dtype is F16 or dtype is BF16
 
 
 def same_aval(x: Aval, **_params) -> Aval:
