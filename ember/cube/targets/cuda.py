@@ -38,7 +38,6 @@ from .. import ir
 from ..ir import For, Instr
 from ..lang import CubeDim
 
-VERSION = "cuda-1"  # bump when the rendering changes, so cached binaries are rebuilt
 PLANE_DIM = 32
 
 PRELUDE = r"""typedef signed char int8_t; typedef short int16_t; typedef int int32_t; typedef long long int64_t;
