@@ -1,8 +1,8 @@
 """The on-disk cache of compiled kernels: one shared library per key, written atomically.
 
 The key is a hash of (IR hash, target and its version, compiler version, flags, launch shape baked
-into the code); anything that changes the binary changes the key. The directory is `EMBER_CACHE_DIR`,
-else `~/.cache/ember/kernels`. A file that cannot be loaded (truncated, corrupt, from another machine)
+into the code); anything that changes the binary changes the key. The directory is the setting
+`[compilation] cache_dir` (`EMBER_CACHE_DIR`, default `~/.cache/ember/kernels`). A file that cannot be loaded (truncated, corrupt, from another machine)
 is deleted and rebuilt: the cache can only cost time, never correctness.
 
 Example:
@@ -19,10 +19,12 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
+from ..settings import settings
+
 
 def default_cache_dir() -> Path:
-    env = os.environ.get("EMBER_CACHE_DIR")
-    return Path(env) if env else Path.home() / ".cache" / "ember" / "kernels"
+    """`[compilation] cache_dir` of the settings (`EMBER_CACHE_DIR`, default `~/.cache/ember/kernels`)."""
+    return Path(settings().get("compilation", "cache_dir")).expanduser()
 
 
 def cache_key(*parts: str) -> str:

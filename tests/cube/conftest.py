@@ -3,7 +3,10 @@
 import os
 import tempfile
 
+from ember import settings
+
 os.environ["EMBER_CACHE_DIR"] = tempfile.mkdtemp(prefix="ember-cube-tests-")
+settings.reload()
 
 
 import pytest  # noqa: E402

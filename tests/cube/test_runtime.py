@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from ember import cube
+from ember import cube, settings
 from ember.cube.compile_cache import CompileCache
 from ember.cube.lang import CubeCount, CubeDim
 from ember.cube.runtime import cpu
@@ -28,11 +28,15 @@ def test_cpu_available_here():
 
 
 def test_cpu_unavailable_without_a_compiler(monkeypatch):
-    monkeypatch.setenv("CC", "/nonexistent/ember-cc")
+    monkeypatch.setenv("EMBER_CC", "/nonexistent/ember-cc")
     monkeypatch.setattr(cpu, "_probe", None)
-    ok, reason = cube.cpu_available()
-    assert not ok and "compiler" in reason
-    monkeypatch.setattr(cpu, "_probe", None)
+    settings.reload()
+    try:
+        ok, reason = cube.cpu_available()
+        assert not ok and "compiler" in reason
+    finally:
+        monkeypatch.undo()
+        settings.reload()
 
 
 def test_disk_cache_hits_across_runtimes(tmp_path):
@@ -59,12 +63,22 @@ def test_corrupt_cache_entry_is_rebuilt(tmp_path):
 
 def test_cache_dir_from_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path / "kernels"))
-    assert CompileCache().directory == tmp_path / "kernels"
+    settings.reload()
+    try:
+        assert CompileCache().directory == tmp_path / "kernels"
+    finally:
+        monkeypatch.undo()
+        settings.reload()
 
 
 def test_debug_kernels_prints_source(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("EMBER_DEBUG_KERNELS", "1")
-    CpuRuntime(CompileCache(tmp_path)).compile(add_one.specialize((cube.f32,), {}), CubeDim(8))
+    settings.reload()
+    try:
+        CpuRuntime(CompileCache(tmp_path)).compile(add_one.specialize((cube.f32,), {}), CubeDim(8))
+    finally:
+        monkeypatch.undo()
+        settings.reload()
     err = capsys.readouterr().err
     assert "void ember_kernel" in err and "#define NU 8" in err
 

@@ -18,7 +18,6 @@ Example:
 from __future__ import annotations
 
 import ctypes
-import os
 import shutil
 import subprocess
 import sys
@@ -28,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ...settings import settings
 from ..compile_cache import CompileCache, cache_key
 from .. import ir
 from ..ir import DTYPES
@@ -46,8 +46,12 @@ _SCALAR_CTYPES = {"f64": ctypes.c_double, "f32": ctypes.c_float, "f16": ctypes.c
 
 
 def find_compiler() -> str | None:
-    """`CC` if set, else the first of gcc, cc, clang on PATH."""
-    candidates = [os.environ["CC"]] if os.environ.get("CC") else ["gcc", "cc", "clang"]
+    """`[compilation] compiler` (`EMBER_CC`) when set, else the first of cc, gcc, clang on PATH."""
+    configured = settings().get("compilation", "compiler")
+    if settings().source("compilation", "compiler") != "default":
+        candidates = [configured]
+    else:
+        candidates = [configured, "gcc", "clang"]
     for name in candidates:
         path = shutil.which(name)
         if path:
@@ -69,7 +73,7 @@ def cpu_available() -> tuple:
 def _check_compiler() -> tuple:
     cc = find_compiler()
     if cc is None:
-        return False, "no C compiler found (install gcc or clang, or set CC)"
+        return False, "no C compiler found (install gcc or clang, or set EMBER_CC)"
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "probe.c"
         src.write_text("#include <omp.h>\nint ember_probe(void) { return omp_get_max_threads(); }\n")
@@ -158,7 +162,7 @@ class CpuRuntime:
         """Optimize, render and build (or load from the disk cache) one specialized kernel."""
         optimized = optimize(kernel)
         source = c_target.render(optimized, dim)
-        if os.environ.get("EMBER_DEBUG_KERNELS") == "1":
+        if settings().get("logging", "debug_kernels"):
             print(f"// ---- cube kernel {kernel.name} (cube dim {dim}) ----\n{source}", file=sys.stderr)
         key = cache_key(optimized.hash(), "c", c_target.VERSION, self.cc_version, " ".join(FLAGS + self.extra_flags),
                         f"{dim.x},{dim.y},{dim.z}")
