@@ -1,9 +1,10 @@
 """The CUDA runtime: cube kernels rendered to CUDA C, compiled by NVRTC, run with the driver API.
 
-One `CudaRuntime` per GPU: it makes the device's primary context current (the one PyTorch and CuPy
-share), owns one stream on which every copy and launch is queued in order, and allocates device
-memory through the `MemoryPool` (pages from `cuMemAlloc`, given back with `cuMemFree`). Host <-> device
-copies go through a pinned staging buffer. A launch:
+One `CudaRuntime` per GPU: it uses the device's primary context (the one PyTorch and CuPy share),
+made current on the calling thread before each operation; it owns one stream on which every copy and
+launch is queued in order, and allocates device memory through the `MemoryPool` (pages from
+`cuMemAlloc`, given back with `cuMemFree`). Host <-> device copies go through a pinned staging buffer.
+A launch:
 
     bind arguments -> KernelFunction.specialize -> optimize -> targets/cuda.render -> nvrtc.compile_cuda
     (disk cache) -> cuModuleLoadData -> cuLaunchKernel(grid = CubeCount, block = CubeDim, dynamic shared)
@@ -258,7 +259,6 @@ class CudaRuntime:
         self.arch = 10 * major + minor
         self.limits = DeviceLimits.query(d, self.device)
         _, self.context = check(d, d.cuDevicePrimaryCtxRetain(self.device), "cuDevicePrimaryCtxRetain")
-        self._current = threading.local()
         self.activate()
         _, self.stream = check(d, d.cuStreamCreate(int(d.CUstream_flags.CU_STREAM_NON_BLOCKING)), "cuStreamCreate")
         self.pool = MemoryPool(self._allocate, self._release)
@@ -269,11 +269,12 @@ class CudaRuntime:
 
     # -- context, memory and copies -----------------------------------------------------------
     def activate(self) -> None:
-        """Make this device's context current on the calling thread (once per thread)."""
-        if getattr(self._current, "done", False):
-            return
+        """Make this device's context current on the calling thread.
+
+        Set on every call (it costs well under a microsecond): another runtime, PyTorch or CuPy may
+        have made another GPU's context current on this thread since.
+        """
         check(self.driver, self.driver.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
-        self._current.done = True
 
     def _allocate(self, nbytes: int):
         return check(self.driver, self.driver.cuMemAlloc(nbytes), f"cuMemAlloc({nbytes})")[1]
