@@ -1,35 +1,47 @@
-"""`python -m bench [names...] [--device D] [--peers numpy,torch] [--json PATH]`: run benchmarks, print a
-markdown table with ratios to NumPy, optionally save JSON with the machine description."""
+"""`python -m bench [names...] [--device D] [--peers numpy,torch,tinygrad] [--large] [--json PATH]`: run
+benchmarks, print a markdown table in which each ember row shows its ratio to every peer, optionally
+save JSON with the machine description."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
+import time
 
 from . import checkpointing, overhead
-from .harness import machine, markdown, write_json
+from .frameworks import PEERS, Frameworks
+from .harness import Settings, machine, markdown, write_json
 
-BENCHMARKS = {m.NAME: m for m in (overhead, checkpointing)}
+# name -> run(frameworks, settings) -> rows; in the order they run and print.
+BENCHMARKS = {name: run for module in (overhead, checkpointing) for name, run in module.BENCHMARKS.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("names", nargs="*", help=f"benchmarks to run (default: all of {sorted(BENCHMARKS)})")
+    parser.add_argument("names", nargs="*", help=f"benchmarks to run (default: all of {list(BENCHMARKS)})")
     parser.add_argument("--device", default="numpy", help="ember device to measure (default: numpy)")
-    parser.add_argument("--peers", default="numpy,torch,tinygrad", help="comma-separated peers")
+    parser.add_argument("--peers", default=",".join(PEERS), help="comma-separated peers (default: %(default)s)")
+    parser.add_argument("--repeats", type=int, default=Settings.repeats, help="timed repeats per implementation")
+    parser.add_argument("--large", action="store_true", help="also run the large cases (matmul at 4096)")
     parser.add_argument("--json", help="also write the rows and machine description to this file")
     args = parser.parse_args(argv)
     unknown = [n for n in args.names if n not in BENCHMARKS]
     if unknown:
-        parser.error(f"unknown benchmark(s) {unknown}; known: {sorted(BENCHMARKS)}")
-    peers = [p for p in args.peers.split(",") if p]
+        parser.error(f"unknown benchmark(s) {unknown}; known: {list(BENCHMARKS)}")
+    settings = Settings(repeats=args.repeats, large=args.large)
+    frameworks = Frameworks(args.device, [p for p in args.peers.split(",") if p])
     rows = []
-    for name in args.names or sorted(BENCHMARKS):
-        rows += BENCHMARKS[name].run(args.device, peers)
+    for name in args.names or BENCHMARKS:
+        start = time.perf_counter()
+        rows += BENCHMARKS[name](frameworks, settings)
+        print(f"{name}: {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
     print(f"machine: {machine()}")
-    print(markdown(rows, baseline="numpy"))
+    print(f"device: {frameworks.device}; peers: {', '.join(frameworks.modules)}")
+    print(markdown(rows))
     if args.json:
-        write_json(args.json, rows)
+        write_json(args.json, rows, {"device": repr(frameworks.device), "peers": list(frameworks.modules),
+                                     **dataclasses.asdict(settings)})
     return 0
 
 

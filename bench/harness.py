@@ -4,23 +4,56 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.metadata
 import json
 import os
 import platform
+import re
 import statistics
 import time
+from collections import defaultdict
 from typing import Callable
+
+MAX_WARMUP = 5  # untimed calls at most after the first
 
 
 @dataclasses.dataclass
 class Row:
-    """One measured implementation of one benchmark case."""
+    """One implementation of one benchmark case: its median time, or None with a note saying why it was skipped."""
 
     bench: str
     case: str
     impl: str
-    median_us: float
+    median_us: float | None
     note: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """How hard to measure.
+
+    Args:
+        repeats: timed repeats per implementation (the median is reported); 1 means a single timed call.
+        warmup: untimed calls first, until calls stop getting much faster, so compilation, caches and
+            allocators are settled; False: a single timed call and nothing else (smoke tests).
+        budget_s: an implementation slower than this per repeat gets fewer repeats (at least one), so
+            one slow peer cannot dominate the suite's run time.
+        min_repeat_s: a fast call is looped until one repeat lasts this long, so the timer's resolution
+            and per-repeat noise do not dominate.
+        tiny: smoke-test sizes: proves every case runs; the figures mean nothing.
+        large: also run the large cases (matmul at 4096).
+    """
+
+    repeats: int = 5
+    warmup: bool = True
+    budget_s: float = 1.5
+    min_repeat_s: float = 0.02
+    tiny: bool = False
+    large: bool = False
+
+    def size(self, full, tiny):
+        """`full` normally, `tiny` in a smoke test."""
+        return tiny if self.tiny else full
 
 
 def median_us(fn: Callable[[], object], inner: int, repeats: int = 7, warmup: int = 1) -> float:
@@ -35,6 +68,34 @@ def median_us(fn: Callable[[], object], inner: int, repeats: int = 7, warmup: in
             fn()
         times.append((time.perf_counter() - start) / inner * 1e6)
     return statistics.median(times)
+
+
+def time_us(fn: Callable[[], object], settings: Settings) -> tuple[float, int]:
+    """The median time of one call of `fn` in microseconds, and how many repeats it is the median of.
+
+    Warm-up goes on while calls keep getting much faster (a lazy framework may compile for several calls,
+    e.g. an optimizer's first steps create its state). The last warm-up call sizes the loop: fast calls
+    are repeated `inner` times per repeat, slow ones get fewer repeats within `settings.budget_s`, and
+    one slower than the budget is measured by that call alone.
+    """
+    once = _seconds(fn)
+    if not settings.warmup:
+        return once * 1e6, 1
+    for _ in range(MAX_WARMUP):
+        previous, once = once, _seconds(fn)
+        if once > previous / 2:
+            break
+    if settings.repeats <= 1 or once >= settings.budget_s:
+        return once * 1e6, 1
+    inner = max(1, min(10_000, round(settings.min_repeat_s / max(once, 1e-9))))
+    repeats = max(1, min(settings.repeats, int(settings.budget_s / (once * inner))))
+    return median_us(fn, inner, repeats, warmup=0), repeats
+
+
+def _seconds(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
 
 
 def peer(name: str):
@@ -55,26 +116,52 @@ def machine() -> dict:
         pass
     versions = {}
     for name in ("numpy", "torch", "tinygrad", "ember"):
-        module = peer(name)
-        versions[name] = getattr(module, "__version__", "absent") if module else "absent"
-    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), **versions,
+        try:  # the installed distribution's version: tinygrad has no __version__
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            module = peer(name)
+            versions[name] = getattr(module, "__version__", "unknown") if module else "absent"
+    # Other work on the machine slows every implementation, unevenly: the load average says how busy it was.
+    load = [round(x, 1) for x in os.getloadavg()] if hasattr(os, "getloadavg") else "unknown"
+    return {"cpu": cpu, "cores": os.cpu_count(), "load": load, "python": platform.python_version(), **versions,
             "date": time.strftime("%Y-%m-%d")}
 
 
-def write_json(path: str, rows: list[Row]) -> None:
-    """Save rows with the machine description (atomically)."""
+def write_json(path: str, rows: list[Row], run: dict | None = None) -> None:
+    """Save rows with the machine description and the run's settings, e.g. the device (atomically)."""
     from ember.atomic import write_atomic
-    payload = {"machine": machine(), "rows": [dataclasses.asdict(r) for r in rows]}
+    payload = {"machine": machine(), "run": run or {}, "rows": [dataclasses.asdict(r) for r in rows]}
     write_atomic(path, json.dumps(payload, indent=2).encode())
 
 
-def markdown(rows: list[Row], baseline: str) -> str:
-    """A table of medians with the ratio of each implementation to `baseline` (>1: slower than it)."""
-    lines = ["| bench | case | impl | median (us) | vs " + baseline + " |", "|---|---|---|---:|---:|"]
-    base = {(r.bench, r.case): r.median_us for r in rows if r.impl == baseline}
+def framework_of(impl: str) -> str:
+    """The framework an implementation label names: its leading word ("torch.load" -> "torch",
+    "ember+autodiff" -> "ember")."""
+    return re.match(r"[A-Za-z_]*", impl).group()
+
+
+def is_ember(impl: str) -> bool:
+    """Rows of ember itself (`ember`, `ember+autodiff`, `ember native`, ...); every other row is a peer's."""
+    return framework_of(impl) == "ember"
+
+
+def ratios(row: Row, case_rows: list[Row]) -> str:
+    """`row`'s time over each measured peer row of its case, e.g. "ember/torch 1.80x" (>1: ember slower)."""
+    if row.median_us is None or not is_ember(row.impl):
+        return ""
+    return ", ".join(f"{row.impl}/{p.impl} {row.median_us / p.median_us:.3g}x" for p in case_rows
+                     if not is_ember(p.impl) and p.median_us)
+
+
+def markdown(rows: list[Row]) -> str:
+    """A table of medians; each ember row shows its ratio to every peer measured in the same case."""
+    by_case: dict[tuple[str, str], list[Row]] = defaultdict(list)
     for r in rows:
-        ref = base.get((r.bench, r.case))
-        ratio = f"{r.median_us / ref:.2f}x" if ref else ""
-        lines.append(f"| {r.bench} | {r.case} | {r.impl} | {r.median_us:.2f} | {ratio} |"
-                     + (f" {r.note}" if r.note else ""))
+        by_case[(r.bench, r.case)].append(r)
+    lines = ["| bench | case | impl | median (us) | ember vs peers (>1: ember slower) | note |",
+             "|---|---|---|---:|---|---|"]
+    for r in rows:
+        median = "-" if r.median_us is None else f"{r.median_us:.2f}"
+        lines.append(f"| {r.bench} | {r.case} | {r.impl} | {median} | {ratios(r, by_case[(r.bench, r.case)])} "
+                     f"| {r.note} |")
     return "\n".join(lines)

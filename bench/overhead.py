@@ -1,47 +1,55 @@
-"""Per-op overhead on tiny tensors: ember on the NumPy backend against NumPy itself and torch eager,
-with and without autodiff.
+"""Per-op dispatch overhead on tiny (4x4) tensors: ember on the device under test, with and without
+autodiff, against NumPy itself, torch eager (with and without autograd) and tinygrad (whose time per op
+includes scheduling, as it is lazy).
 
-ember's own overhead is its time minus NumPy's for the same op (the NumPy backend does exactly the NumPy
-work underneath), reported as the `ember overhead` rows.
+On the NumPy device ember does exactly NumPy's work underneath, so each ember row notes its time over
+NumPy's: the cost of ember's own layers.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .harness import Row, median_us, peer
+from .frameworks import TENSORS, Frameworks
+from .harness import Row, Settings
 
-NAME = "overhead"
+# case: (the op on tensors of any framework in TENSORS, the op on NumPy arrays)
 CASES = {
-    "add": (lambda a, b: a + b),
-    "mul_scalar": (lambda a, b: a * 2.0),
-    "exp": (lambda a, b: a.exp() if hasattr(a, "exp") and not isinstance(a, np.ndarray) else np.exp(a)),
-    "sum": (lambda a, b: a.sum()),
-    "matmul": (lambda a, b: a @ b),
-    "reshape": (lambda a, b: a.reshape(16)),
+    "add": (lambda a, b: a + b, lambda a, b: a + b),
+    "mul_scalar": (lambda a, b: a * 2.0, lambda a, b: a * 2.0),
+    "exp": (lambda a, b: a.exp(), lambda a, b: np.exp(a)),
+    "sum": (lambda a, b: a.sum(), lambda a, b: a.sum()),
+    "matmul": (lambda a, b: a @ b, lambda a, b: a @ b),
+    "reshape": (lambda a, b: a.reshape(16), lambda a, b: a.reshape(16)),
 }
+TRACKED = {"ember+autodiff": "ember", "torch+autograd": "torch"}
 
 
-def run(device: str, peers: list[str], inner: int = 2000) -> list[Row]:
-    import ember
-    rows: list[Row] = []
+def overhead(fw: Frameworks, settings: Settings) -> list[Row]:
     host = np.random.default_rng(0).standard_normal((4, 4)).astype(np.float32)
-    plain = ember.Device(device)
-    tracked = plain.autodiff()
-    x, y = ember.tensor(host, device=plain), ember.tensor(host, device=plain)
-    xg, yg = ember.tensor(host, device=tracked).require_grad(), ember.tensor(host, device=tracked)
-    torch = peer("torch") if "torch" in peers else None
-    for case, fn in CASES.items():
-        numpy_us = median_us(lambda: fn(host, host), inner)
-        ember_us = median_us(lambda: fn(x, y), inner)
-        grad_us = median_us(lambda: fn(xg, yg), inner)
-        rows += [Row(NAME, case, "numpy", numpy_us), Row(NAME, case, "ember", ember_us),
-                 Row(NAME, case, "ember+autodiff", grad_us),
-                 Row(NAME, case, "ember overhead", ember_us - numpy_us),
-                 Row(NAME, case, "ember+autodiff overhead", grad_us - numpy_us)]
-        if torch is not None:
-            ta, tb = torch.from_numpy(host.copy()), torch.from_numpy(host.copy())
-            tg = ta.clone().requires_grad_(True)
-            rows += [Row(NAME, case, "torch", median_us(lambda: fn(ta, tb), inner)),
-                     Row(NAME, case, "torch+autograd", median_us(lambda: fn(tg, tb), inner))]
+
+    def setup(name: str, op, requires_grad: bool = False):
+        def build():
+            a, b = fw.array(name, host, requires_grad), fw.array(name, host)
+            return lambda: op(a, b)
+        return build
+
+    rows = []
+    for case, (op, numpy_op) in CASES.items():
+        impls = {"numpy": lambda numpy_op=numpy_op: (lambda: numpy_op(host, host))}
+        impls.update({name: setup(name, op) for name in TENSORS})
+        impls.update({label: setup(name, op, requires_grad=True) for label, name in TRACKED.items()})
+        rows += _note_overhead(fw.compare("overhead", case, impls, settings))
     return rows
+
+
+def _note_overhead(rows: list[Row]) -> list[Row]:
+    """Note on each ember row how much longer than NumPy it took."""
+    numpy_us = next((r.median_us for r in rows if r.impl == "numpy"), None)
+    for r in rows:
+        if r.impl.startswith("ember") and r.median_us is not None and numpy_us is not None:
+            r.note = f"{r.median_us - numpy_us:+.1f} us over NumPy"
+    return rows
+
+
+BENCHMARKS = {"overhead": overhead}
