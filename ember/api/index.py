@@ -15,6 +15,7 @@ Example:
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -91,27 +92,43 @@ def getitem(x: Tensor, index) -> Tensor:
     return _advanced(x, items)
 
 
-def _basic(x: Tensor, items: list) -> Tensor:
-    ranges, flips, out_shape, dim = [], [], [], 0
+class _BasicIndex(NamedTuple):
+    """A subscript of ints, slices and None as primitive params: one positive-step range per dim,
+    the dims to flip (negative steps), the shape of the sliced block, and the shape `x[index]` has."""
+
+    ranges: list
+    flips: list
+    sliced: tuple
+    result: tuple
+
+
+def _plan_basic(x: Tensor, items: list) -> _BasicIndex:
+    ranges, flips, sliced, result, dim = [], [], [], [], 0
     for item in items:
         if item is None:
-            out_shape.append(1)
+            result.append(1)
             continue
         size = x.shape[dim]
         if isinstance(item, slice):
             rng, flipped = _slice_range(item, size)
-            ranges.append(rng)
-            out_shape.append(len(range(*rng)))
+            result.append(len(range(*rng)))
             if flipped:
                 flips.append(dim)
         else:
             i = _int_index(int(item), dim, size)
-            ranges.append((i, i + 1, 1))
+            rng = (i, i + 1, 1)
+        ranges.append(rng)
+        sliced.append(len(range(*rng)))
         dim += 1
-    y = x._slice_ranges(ranges)
-    if flips:
-        y = y.flip(*flips)
-    return y.reshape(tuple(out_shape))
+    return _BasicIndex(ranges, flips, tuple(sliced), tuple(result))
+
+
+def _basic(x: Tensor, items: list) -> Tensor:
+    plan = _plan_basic(x, items)
+    y = x._slice_ranges(plan.ranges)
+    if plan.flips:
+        y = y.flip(*plan.flips)
+    return y.reshape(plan.result)
 
 
 def _advanced(x: Tensor, items: list) -> Tensor:
@@ -194,41 +211,22 @@ def slice_assign(x: Tensor, index, value) -> Tensor:
     if any(isinstance(i, Tensor) for i in items):
         from .creation import arange
         positions = getitem(arange(x.numel, device=x.device.inner).reshape(x.shape), tuple(items))
-        try:
-            value = value.expand(positions.shape)
-        except ShapeError:
-            raise ShapeError("slice_assign", f"value of shape {value.shape} does not broadcast to the "
-                                             f"indexed shape {positions.shape}") from None
+        value = _broadcast_value(value, positions.shape)
         flat = x.reshape(-1)
         return flat.scatter(0, positions.reshape(-1), value.reshape(-1)).reshape(x.shape)
-    ranges, flips, sliced, target, dim = [], [], [], [], 0
-    for item in items:
-        if item is None:
-            target.append(1)
-            continue
-        size = x.shape[dim]
-        if isinstance(item, slice):
-            rng, flipped = _slice_range(item, size)
-            n = len(range(*rng))
-            target.append(n)
-            sliced.append(n)
-            if flipped:
-                flips.append(dim)
-        else:
-            i = _int_index(int(item), dim, size)
-            rng = (i, i + 1, 1)
-            sliced.append(1)
-        ranges.append(rng)
-        dim += 1
+    plan = _plan_basic(x, items)
+    value = _broadcast_value(value, plan.result).reshape(plan.sliced)
+    if plan.flips:
+        value = value.flip(*plan.flips)
+    return x._slice_assign_ranges(plan.ranges, value)
+
+
+def _broadcast_value(value: Tensor, shape: tuple) -> Tensor:
     try:
-        value = value.expand(tuple(target))
+        return value.expand(shape)
     except ShapeError:
         raise ShapeError("slice_assign", f"value of shape {value.shape} does not broadcast to the "
-                                         f"indexed shape {tuple(target)}") from None
-    value = value.reshape(tuple(sliced))
-    if flips:
-        value = value.flip(*flips)
-    return x._slice_assign_ranges(ranges, value)
+                                         f"indexed shape {shape}") from None
 
 
 def setitem(x: Tensor, index, value) -> None:
