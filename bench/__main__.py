@@ -9,12 +9,13 @@ import dataclasses
 import sys
 import time
 
-from . import checkpointing, overhead
+from . import checkpointing, elementwise, matmul, overhead, reduce, spatial
 from .frameworks import PEERS, Frameworks
 from .harness import Settings, machine, markdown, write_json
 
 # name -> run(frameworks, settings) -> rows; in the order they run and print.
-BENCHMARKS = {name: run for module in (overhead, checkpointing) for name, run in module.BENCHMARKS.items()}
+BENCHMARKS = {name: run for module in (elementwise, reduce, matmul, spatial, overhead, checkpointing)
+              for name, run in module.BENCHMARKS.items()}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,42 @@
+"""Square f32 matrix products, alone and with the epilogue a fusing backend folds into the kernel
+(`relu(x @ w + b)`)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .frameworks import Frameworks, tensor_op
+from .harness import Row, Settings
+
+
+def _sizes(settings: Settings) -> list[int]:
+    if settings.tiny:
+        return [8]
+    return [1024, 2048] + ([4096] if settings.large else [])
+
+
+def _operands(n: int, *shapes: tuple[int, ...]) -> list[np.ndarray]:
+    rng = np.random.default_rng(n)
+    # Scaled so products stay near unit size whatever n is.
+    return [(rng.standard_normal(s, dtype=np.float32) / np.float32(n ** 0.25)) for s in shapes]
+
+
+def matmul(fw: Frameworks, settings: Settings) -> list[Row]:
+    rows = []
+    for n in _sizes(settings):
+        mul = lambda a, b: a @ b  # noqa: E731
+        rows += fw.compare_op("matmul", f"{n}x{n} @ {n}x{n} f32", tensor_op(mul, mul),
+                              _operands(n, (n, n), (n, n)), settings)
+    return rows
+
+
+def matmul_fused(fw: Frameworks, settings: Settings) -> list[Row]:
+    # One size only: the epilogue's share of the time is what this case is about, and the 2048 matmul
+    # itself is in `matmul`.
+    n = settings.size(1024, 8)
+    ops = tensor_op(lambda x, w, b: (x @ w + b).relu(), lambda x, w, b: np.maximum(x @ w + b, 0))
+    return fw.compare_op("matmul_fused", f"relu(x @ w + b), {n}x{n} f32", ops,
+                         _operands(n, (n, n), (n, n), (n,)), settings)
+
+
+BENCHMARKS = {"matmul": matmul, "matmul_fused": matmul_fused}

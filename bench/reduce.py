@@ -1,0 +1,69 @@
+"""Reductions over the rows of a (4096, 4096) f32 matrix: a plain sum, then the two reduce-then-broadcast
+patterns a fusing backend should run in one or two passes (softmax and layer norm)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .frameworks import Frameworks
+from .harness import Row, Settings
+
+EPS = 1e-5
+
+
+def _matrix(settings: Settings) -> np.ndarray:
+    n = settings.size(4096, 16)
+    return np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
+
+
+def _label(x: np.ndarray) -> str:
+    return f"({x.shape[0]}, {x.shape[1]}) f32"
+
+
+def reduce(fw: Frameworks, settings: Settings) -> list[Row]:
+    x = _matrix(settings)
+    ops = {"numpy": lambda a: a.sum(axis=1), "ember": lambda a: a.sum(dim=1), "torch": lambda a: a.sum(dim=1),
+           "tinygrad": lambda a: a.sum(axis=1)}
+    return fw.compare_op("reduce", f"sum over dim 1, {_label(x)}", ops, [x], settings)
+
+
+def numpy_softmax(a: np.ndarray) -> np.ndarray:
+    """softmax along the last axis, shifted by the row maximum like every library does."""
+    e = np.exp(a - a.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def softmax(fw: Frameworks, settings: Settings) -> list[Row]:
+    x = _matrix(settings)
+    ops = {"numpy": numpy_softmax, "ember": lambda a: a.softmax(-1),
+           "torch": lambda a: fw.modules["torch"].softmax(a, -1), "tinygrad": lambda a: a.softmax(-1)}
+    return fw.compare_op("softmax", f"last dim, {_label(x)}", ops, [x], settings)
+
+
+def numpy_layer_norm(a: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    """(a - mean) / sqrt(var + eps) * weight + bias along the last axis."""
+    mean = a.mean(axis=-1, keepdims=True)
+    centered = a - mean
+    var = (centered * centered).mean(axis=-1, keepdims=True)
+    return centered / np.sqrt(var + EPS) * weight + bias
+
+
+def layer_norm(fw: Frameworks, settings: Settings) -> list[Row]:
+    x = _matrix(settings)
+    rng = np.random.default_rng(1)
+    weight, bias = rng.standard_normal(x.shape[-1:], dtype=np.float32), rng.standard_normal(x.shape[-1:],
+                                                                                             dtype=np.float32)
+    shape = x.shape[-1:]
+
+    def ember_op(a, w, b):
+        from ember.nn import functional as F
+        return F.layer_norm(a, shape, w, b, EPS)
+
+    ops = {"numpy": numpy_layer_norm, "ember": ember_op,
+           "torch": lambda a, w, b: fw.modules["torch"].nn.functional.layer_norm(a, shape, w, b, EPS),
+           "tinygrad": lambda a, w, b: a.layernorm(axis=-1, eps=EPS) * w + b}
+    return fw.compare_op("layer_norm", f"last dim with weight and bias, {_label(x)}", ops, [x, weight, bias],
+                         settings)
+
+
+BENCHMARKS = {"reduce": reduce, "softmax": softmax, "layer_norm": layer_norm}
