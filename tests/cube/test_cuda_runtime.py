@@ -325,3 +325,32 @@ def test_launch_errors_on_the_device(rt):
     x = rt.empty(10, np.float32)
     with pytest.raises(CudaLaunchError, match="ember_axpy"):
         rt.launch(axpy, cube.CubeCount(1), cube.CubeDim(2048), (x, x, 1.0), {})
+
+
+@cube.kernel
+def coordinates(out: cube.Array[cube.i32]):
+    base = cube.ABSOLUTE_POS * 8
+    out[base] = cube.UNIT_POS
+    out[base + 1] = cube.CUBE_POS
+    out[base + 2] = cube.ABSOLUTE_POS_X
+    out[base + 3] = cube.ABSOLUTE_POS_Y
+    out[base + 4] = cube.ABSOLUTE_POS_Z
+    out[base + 5] = cube.CUBE_COUNT * 1000 + cube.CUBE_DIM
+    out[base + 6] = cube.UNIT_POS_Z * 100 + cube.UNIT_POS_Y * 10 + cube.UNIT_POS_X
+    total = 0
+    for k in range(cube.CUBE_DIM_X - 1, -1, -1):  # a loop counting down
+        total += k
+    out[base + 7] = total
+
+
+@gpu
+def test_three_dimensional_launch_coordinates(rt):
+    count, dim = cube.CubeCount(3, 2, 2), cube.CubeDim(4, 3, 2)
+    out = np.zeros(count.total * dim.total * 8, np.int32)
+    rt.launch(coordinates, count, dim, (out,), {})
+    got = out.reshape(-1, 8)
+    for cz, cy, cx, uz, uy, ux in np.ndindex(2, 2, 3, 2, 3, 4):
+        unit, cube_pos = (uz * 3 + uy) * 4 + ux, (cz * 2 + cy) * 3 + cx
+        row = got[cube_pos * 24 + unit].tolist()
+        assert row == [unit, cube_pos, cx * 4 + ux, cy * 3 + uy, cz * 2 + uz, 12 * 1000 + 24,
+                       uz * 100 + uy * 10 + ux, 6], (cz, cy, cx, uz, uy, ux)
