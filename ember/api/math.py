@@ -278,50 +278,33 @@ def nan_to_num(x: Tensor, nan: float = 0.0, posinf: float | None = None, neginf:
 
 # ---- comparison, logic, bits -------------------------------------------------------------------------
 
-def _compare(name: str):
+def _promoted(name: str, doc: str, to_bool: bool = False):
+    """A binary op over promoted operands (cast to bool first for the logical ones)."""
+
     def op(a, b) -> Tensor:
         x, y = promote(a, b)
+        if to_bool:
+            x, y = x.cast(bool_), y.cast(bool_)
         return apply(name, x, y)
 
     op.__name__ = name
-    op.__doc__ = f"Elementwise `{name}` comparison giving a bool tensor."
+    op.__doc__ = doc.format(name=name)
     return op
 
 
-eq, ne, lt, le, gt, ge = (_compare(n) for n in ("eq", "ne", "lt", "le", "gt", "ge"))
-
-
-def _logical(name: str):
-    def op(a, b) -> Tensor:
-        x, y = promote(a, b)
-        return apply(name, x.cast(bool_), y.cast(bool_))
-
-    op.__name__ = name
-    op.__doc__ = f"Elementwise `{name}` of the truth values, giving a bool tensor."
-    return op
-
-
-logical_and, logical_or, logical_xor = (_logical(n) for n in ("logical_and", "logical_or", "logical_xor"))
+_COMPARE = "Elementwise `{name}` comparison giving a bool tensor."
+_LOGICAL = "Elementwise `{name}` of the truth values, giving a bool tensor."
+_BITWISE = "Elementwise `{name}` of integer or bool tensors."
+eq, ne, lt, le, gt, ge = (_promoted(n, _COMPARE) for n in ("eq", "ne", "lt", "le", "gt", "ge"))
+logical_and, logical_or, logical_xor = (
+    _promoted(n, _LOGICAL, to_bool=True) for n in ("logical_and", "logical_or", "logical_xor"))
+bitwise_and, bitwise_or, bitwise_xor, bitwise_left_shift, bitwise_right_shift = (
+    _promoted(n, _BITWISE) for n in ("bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift"))
 
 
 def logical_not(x: Tensor) -> Tensor:
     """True where `x` is zero or false."""
     return apply("logical_not", x.cast(bool_))
-
-
-def _bitwise(name: str):
-    def op(a, b) -> Tensor:
-        x, y = promote(a, b)
-        return apply(name, x, y)
-
-    op.__name__ = name
-    op.__doc__ = f"Elementwise `{name}` of integer or bool tensors."
-    return op
-
-
-bitwise_and, bitwise_or, bitwise_xor, bitwise_left_shift, bitwise_right_shift = (
-    _bitwise("bitwise_and"), _bitwise("bitwise_or"), _bitwise("bitwise_xor"),
-    _bitwise("left_shift"), _bitwise("right_shift"))
 
 
 def bitwise_not(x: Tensor) -> Tensor:
