@@ -9,13 +9,13 @@ import dataclasses
 import sys
 import time
 
-from . import autodiff, checkpointing, elementwise, matmul, overhead, reduce, spatial, training
+from . import autodiff, checkpointing, elementwise, matmul, overhead, reduce, spatial, store, training, transfer
 from .frameworks import PEERS, Frameworks
 from .harness import Settings, machine, markdown, write_json
 
 # name -> run(frameworks, settings) -> rows; in the order they run and print.
 BENCHMARKS = {name: run for module in (elementwise, reduce, matmul, spatial, training, autodiff, overhead,
-                                       checkpointing)
+                                       transfer, store, checkpointing)
               for name, run in module.BENCHMARKS.items()}
 
 
