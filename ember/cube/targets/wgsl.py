@@ -1,0 +1,479 @@
+"""The WGSL target: render a kernel as one `@compute` entry point for wgpu (Vulkan, Metal, DX12).
+
+How the launch model maps onto WebGPU:
+
+- a **cube** is a workgroup, a **unit** an invocation: `UNIT_POS_X` is `local_invocation_id.x`,
+  `CUBE_POS_X` is `workgroup_id.x`, `CUBE_COUNT_X` is `num_workgroups.x`; linear forms are x-fastest,
+  as on every target. The cube shape is `@workgroup_size(DX, DY, DZ)`, so each CubeDim is its own
+  pipeline;
+- **arrays** are storage buffers bound in parameter order (`@binding(i)` is the i-th array; read-only
+  when the kernel never writes it). The last binding is a uniform "info" buffer of u32 words: for each
+  array its length (`len()`) and the element offset of its first element in the buffer (a strided view
+  with negative strides is uploaded as the span of memory under it), then each scalar parameter's
+  32-bit pattern (`info_layout` says where each word is);
+- **shared memory** is a `var<workgroup>` array, `sync_units` is `workgroupBarrier()`;
+- **atomics** need arrays declared `atomic<i32/u32>`: an array that any atomic touches is declared so,
+  and its plain loads and stores become `atomicLoad`/`atomicStore`. f32 arrays under atomics are
+  `atomic<u32>` holding the float's bits; float add/max/min are compare-exchange loops;
+- **planes** are subgroups when the device has the `subgroup` feature (`subgroupAdd`, ...). Without
+  it a plane is one unit (`PLANE_DIM == 1`, plane ops are the identity), as on the C target: kernels
+  must read `PLANE_DIM`, never assume a width;
+- **types**: WGSL has f32, i32, u32 and bool (f16 with the `shader-f16` feature). f16 is stored as
+  `f16` and computed in f32, rounded on store and on casts, like the C and CUDA targets. f64, i64,
+  u64, i16, i8, u8, bf16 (and f16 without the feature) are refused with `WgslTargetError` naming the
+  dtype and the adapter; bool arrays too (WGSL cannot store bools in buffers). Emulating them is a
+  later step;
+- math that WGSL lacks (`erf`, `expm1`, `log1p`, `log10`, `mulhi`, C-like `pow` of negative bases) is
+  written here as small helper functions, emitted only when a kernel uses them.
+
+Example:
+    >>> source = render(kernel_ir, CubeDim(256))
+    >>> "@compute @workgroup_size(256, 1, 1)" in source
+    True
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ...dtype import bool_, f16, f32
+from .. import ir
+from ..ir import For, Instr, i32, u32
+from ..lang import CubeDim
+
+ENTRY = "main"
+VERSION = "wgsl-1"  # bump when the rendering changes, so cached pipelines are rebuilt
+
+# What each helper needs: WGSL has no erf, expm1, log1p, log10 or 32x32->64-bit multiply.
+HELPERS = {
+    "erf": """fn ember_erf(x: f32) -> f32 {
+  // Taylor series near 0 (relative accuracy), Abramowitz-Stegun 7.1.26 beyond (1.5e-7 absolute).
+  let a = abs(x);
+  if (a < 0.5f) {
+    let z = x * x;
+    return x * 1.1283791670955126f * (1.0f + z * (-0.3333333333f + z * (0.1f + z * (-0.0238095238f
+        + z * (0.0046296296f + z * (-0.0007575758f + z * 0.0001068376f))))));
+  }
+  let t = 1.0f / (1.0f + 0.3275911f * a);
+  let p = t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
+  return sign(x) * (1.0f - p * exp(-a * a));
+}""",
+    "expm1": """fn ember_expm1(x: f32) -> f32 {
+  // Kahan's trick: (u - 1) * x / log(u) cancels the rounding error of u = exp(x) near 0.
+  let u = exp(x);
+  if (u == 1.0f) { return x; }
+  let um1 = u - 1.0f;
+  if (um1 == -1.0f) { return -1.0f; }
+  if (abs(x) > 1.0f) { return um1; }
+  return um1 * x / log(u);
+}""",
+    "log1p": """fn ember_log1p(x: f32) -> f32 {
+  // Goldberg's trick: log(u) * x / (u - 1) with u = 1 + x corrects the rounding of u.
+  let u = 1.0f + x;
+  if (u == 1.0f) { return x; }
+  if (abs(x) > 1.0f) { return log(u); }
+  return log(u) * x / (u - 1.0f);
+}""",
+    "log10": """fn ember_log10(x: f32) -> f32 { return log2(x) * 0.30102999566398120f; }""",
+    "pow": """fn ember_pow(a: f32, b: f32) -> f32 {
+  // C's pow: WGSL's is undefined for a <= 0. A negative base needs an integer exponent.
+  if (b == 0.0f) { return 1.0f; }
+  let r = pow(abs(a), b);
+  if (a == 0.0f) { return select(0.0f, bitcast<f32>(0x7f800000u), b < 0.0f); }
+  if (a < 0.0f) {
+    if (trunc(b) != b) { return bitcast<f32>(0x7fc00000u); }
+    if (trunc(b * 0.5f) != b * 0.5f) { return -r; }
+  }
+  return r;
+}""",
+    "mulhi": """fn ember_mulhi(a: u32, b: u32) -> u32 {
+  // The high word of a 64-bit product, from 16-bit halves (WGSL has no 64-bit integers).
+  let al = a & 0xffffu; let ah = a >> 16u; let bl = b & 0xffffu; let bh = b >> 16u;
+  let ll = al * bl; let hl = ah * bl; let lh = al * bh; let hh = ah * bh;
+  let mid = (ll >> 16u) + (hl & 0xffffu) + lh;
+  return hh + (hl >> 16u) + (mid >> 16u);
+}""",
+}
+
+_BINARY = {"add": "+", "sub": "-", "mul": "*", "div": "/", "rem": "%", "and": "&", "or": "|", "xor": "^",
+           "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+_MATH = {name: name for name in ("exp", "exp2", "log", "log2", "sqrt", "sin", "cos", "tan", "asin", "acos",
+                                 "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "floor", "ceil",
+                                 "trunc", "atan2", "abs")}
+_MATH.update(round="round", rsqrt="inverseSqrt")  # WGSL's round is half-to-even, like C's rint
+_PLANE = {"plane_sum": "subgroupAdd", "plane_prod": "subgroupMul", "plane_max": "subgroupMax",
+          "plane_min": "subgroupMin", "plane_all": "subgroupAll", "plane_any": "subgroupAny"}
+_ATOMIC_TYPES = ("i32", "u32", "f32")
+
+
+class WgslTargetError(ValueError):
+    """A kernel this target cannot render: a dtype WGSL lacks, an unsupported atomic or vector."""
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What the device offers that changes the rendering: optional WGSL features and its name.
+
+    Example:
+        >>> Capabilities(subgroups=True, f16=False, adapter="llvmpipe (Vulkan)")
+    """
+
+    subgroups: bool = False
+    f16: bool = False
+    adapter: str = "any adapter"
+
+
+@dataclass
+class InfoLayout:
+    """Word positions in the info buffer: (length word, base word) per array, one word per scalar."""
+
+    arrays: dict = field(default_factory=dict)    # Array -> (length word, base word)
+    scalars: dict = field(default_factory=dict)   # ScalarParam -> word
+    words: int = 0
+
+
+def info_layout(kernel: ir.Kernel) -> InfoLayout:
+    """Where each array's length and base offset and each scalar's bits sit in the info buffer."""
+    layout = InfoLayout()
+    for p in kernel.params:
+        if isinstance(p, ir.Array):
+            layout.arrays[p] = (layout.words, layout.words + 1)
+            layout.words += 2
+        else:
+            layout.scalars[p] = layout.words
+            layout.words += 1
+    return layout
+
+
+def written_arrays(kernel: ir.Kernel) -> set:
+    """The arrays a kernel stores to or updates atomically (bound read_write; the rest read-only)."""
+    return {s.attr for s in ir.walk(kernel.body) if isinstance(s, Instr) and (s.op == "store" or s.op in ir.ATOMIC)}
+
+
+def shared_bytes(kernel: ir.Kernel) -> int:
+    """Bytes of workgroup memory a kernel declares (4 per element: everything computes in 32 bits)."""
+    return sum(4 * s.attr.size for s in ir.walk(kernel.body) if isinstance(s, Instr) and s.op == "shared")
+
+
+def literal(value, dtype) -> str:
+    """A WGSL literal of `dtype`'s compute type (f16 computes in f32)."""
+    if dtype.is_float:
+        value = float(np.float32(value))  # a suffixed literal must be an f32 value
+        if math.isnan(value):
+            return "bitcast<f32>(0x7fc00000u)"
+        if math.isinf(value):
+            return f"bitcast<f32>({'0xff800000u' if value < 0 else '0x7f800000u'})"
+        text = f"{value.hex()}f"
+        return f"({text})" if value < 0 else text
+    if dtype is bool_:
+        return "true" if value else "false"
+    if dtype is u32:
+        return f"{value}u"
+    return f"i32({value})" if value < 0 else f"{value}i"  # i32(-2147483648) is valid, -2147483648i is not
+
+
+class Renderer:
+    """Walks the structured IR once, one line of WGSL per instruction."""
+
+    def __init__(self, kernel: ir.Kernel, dim: CubeDim, caps: Capabilities) -> None:
+        self.k = kernel
+        self.dim = dim
+        self.caps = caps
+        self.lines: list[str] = []
+        self.helpers: set[str] = set()
+        self.locals: dict = {}
+        self.consts = {s.result: s.attr for s in ir.walk(kernel.body) if isinstance(s, Instr) and s.op == "const"}
+        self.atomic_arrays = {s.attr for s in ir.walk(kernel.body) if isinstance(s, Instr) and s.op in ir.ATOMIC}
+        self.written = written_arrays(kernel)
+        self.shared = [s.attr for s in ir.walk(kernel.body) if isinstance(s, Instr) and s.op == "shared"]
+        self.names = {arr: f"a{i}_{_ident(arr.name)}" for i, arr in enumerate(
+            p for p in kernel.params if isinstance(p, ir.Array))}
+        self.names.update({arr: f"s{i}" for i, arr in enumerate(self.shared)})
+        self.layout = info_layout(kernel)
+        self._check_types()
+
+    # -- types ----------------------------------------------------------------------------------
+    def _refuse(self, dtype, what: str) -> None:
+        why = "WGSL has no such type" if dtype is not f16 else "the adapter lacks the shader-f16 feature"
+        raise WgslTargetError(f"kernel {self.k.name}: {what} of {dtype.name} cannot run on the WGSL target "
+                              f"(adapter {self.caps.adapter!r}): {why}; emulating it is not implemented yet")
+
+    def _check_types(self) -> None:
+        ok = {"f32", "i32", "u32", "bool"} | ({"f16"} if self.caps.f16 else set())
+        for p in self.k.params:
+            if isinstance(p, ir.Array):
+                if p.dtype.name not in ok or p.dtype is bool_:
+                    self._refuse(p.dtype, f"array {p.name!r}")
+            elif p.value.type.dtype.name not in ok:
+                self._refuse(p.value.type.dtype, f"scalar {p.name!r}")
+        for s in ir.walk(self.k.body):
+            if isinstance(s, Instr):
+                t = s.result.type if s.result is not None else None
+                if t is not None and t.dtype.name not in ok:
+                    self._refuse(t.dtype, f"a value (line {s.line}, {s.op})")
+                if t is not None and t.lanes > 4:
+                    raise WgslTargetError(f"kernel {self.k.name}: vectors of {t.lanes} lanes (WGSL has 2 to 4)")
+                held = {"shared": lambda: s.attr.dtype, "local": lambda: s.attr.type.dtype}.get(s.op)
+                if held is not None and held().name not in ok:
+                    self._refuse(held(), f"a {s.op} variable (line {s.line})")
+                if s.op in ir.ATOMIC and s.attr.dtype.name not in _ATOMIC_TYPES:
+                    raise WgslTargetError(f"kernel {self.k.name}: line {s.line}: {s.op} on {s.attr.dtype.name} "
+                                          f"(WGSL atomics cover {', '.join(_ATOMIC_TYPES)})")
+
+    def wtype(self, t: ir.Type) -> str:
+        scalar = {"f16": "f32"}.get(t.dtype.name, t.dtype.name)
+        return scalar if t.lanes == 1 else f"vec{t.lanes}<{scalar}>"
+
+    def storage_type(self, arr: ir.Array) -> str:
+        if arr in self.atomic_arrays:
+            return "atomic<u32>" if arr.dtype is f32 else f"atomic<{arr.dtype.name}>"
+        if arr.kind == "shared":
+            return self.wtype(ir.Type(arr.dtype))
+        return arr.dtype.name
+
+    def emit(self, line: str, depth: int) -> None:
+        self.lines.append("  " * depth + line)
+
+    # -- top ------------------------------------------------------------------------------------
+    def render(self) -> str:
+        d = self.dim
+        head = ["enable f16;"] if self.caps.f16 and any(
+            isinstance(p, ir.Array) and p.dtype is f16 for p in self.k.params) else []
+        binding = 0
+        for p in self.k.params:
+            if isinstance(p, ir.Array):
+                access = "read_write" if p in self.written else "read"
+                head.append(f"@group(0) @binding({binding}) var<storage, {access}> {self.names[p]}: "
+                            f"array<{self.storage_type(p)}>;")
+                binding += 1
+        head.append(f"@group(0) @binding({binding}) var<uniform> ember_info: "
+                    f"array<vec4<u32>, {max(1, -(-self.layout.words // 4))}>;")
+        for arr in self.shared:
+            head.append(f"var<workgroup> {self.names[arr]}: array<{self.storage_type(arr)}, {arr.size}>;")
+        builtins = ["@builtin(local_invocation_id) lid: vec3<u32>", "@builtin(local_invocation_index) lidx: u32",
+                    "@builtin(workgroup_id) wid: vec3<u32>", "@builtin(num_workgroups) nwg: vec3<u32>"]
+        if self.caps.subgroups:
+            builtins += ["@builtin(subgroup_size) sg_size: u32", "@builtin(subgroup_invocation_id) sg_id: u32"]
+        self.emit(f"@compute @workgroup_size({d.x}, {d.y}, {d.z})", 0)
+        self.emit(f"fn {ENTRY}({', '.join(builtins)}) {{", 0)
+        for p in self.k.params:
+            if isinstance(p, ir.Array):
+                n, base = self.layout.arrays[p]
+                self.emit(f"let len_{self.names[p]} = i32({_word(n)});", 1)
+                self.emit(f"let base_{self.names[p]} = i32({_word(base)});", 1)
+            else:
+                self.emit(f"let v{p.value.id} = {_from_bits(_word(self.layout.scalars[p]), p.value.type.dtype)};", 1)
+        self.block(self.k.body, 1)
+        self.emit("}", 0)
+        prelude = [HELPERS[h] for h in sorted(self.helpers)]
+        consts = [f"const NU: i32 = {d.total}i;", f"const DX: i32 = {d.x}i;", f"const DY: i32 = {d.y}i;",
+                  f"const DZ: i32 = {d.z}i;"]
+        return "\n".join(head + consts + prelude + [""] + self.lines) + "\n"
+
+    def block(self, stmts: list, depth: int) -> None:
+        for s in stmts:
+            if isinstance(s, Instr):
+                self.instr(s, depth)
+            elif isinstance(s, For):
+                step = self.consts.get(s.step)
+                cmp = ">" if step is not None and step < 0 else "<"
+                v = f"v{s.var.id}"
+                self.emit(f"for (var {v}: i32 = v{s.start.id}; {v} {cmp} v{s.stop.id}; {v} += v{s.step.id}) {{",
+                          depth)
+                self.block(s.body, depth + 1)
+                self.emit("}", depth)
+            else:
+                self.emit(f"if (v{s.cond.id}) {{", depth)
+                self.block(s.then, depth + 1)
+                if s.orelse:
+                    self.emit("} else {", depth)
+                    self.block(s.orelse, depth + 1)
+                self.emit("}", depth)
+
+    # -- instructions ---------------------------------------------------------------------------
+    def instr(self, s: Instr, depth: int) -> None:
+        a = [f"v{v.id}" for v in s.args]
+        op = s.op
+        if op == "shared":
+            return  # declared at module scope
+        if op == "sync_units":
+            self.emit("workgroupBarrier();", depth)
+        elif op == "return":
+            self.emit("return;", depth)
+        elif op == "local":
+            name = self.locals.setdefault(s.attr, f"l{len(self.locals)}")
+            self.emit(f"var {name}: {self.wtype(s.attr.type)} = {self.wtype(s.attr.type)}();", depth)
+        elif op == "write":
+            self.emit(f"{self.locals[s.attr]} = {a[0]};", depth)
+        elif op == "store":
+            self.store(s, a, depth)
+        elif op in ir.ATOMIC:
+            self.atomic(s, a, depth)
+        else:
+            self.emit(f"let v{s.result.id}: {self.wtype(s.result.type)} = {self.expr(s, a)};", depth)
+
+    def expr(self, s: Instr, a: list) -> str:
+        op, t = s.op, s.result.type
+        if op == "const":
+            return literal(s.attr, t.dtype)
+        if op == "builtin":
+            return self.builtin(s.attr)
+        if op == "len":
+            return f"len_{self.names[s.attr]}"
+        if op == "read":
+            return self.locals[s.attr]
+        if op == "load":
+            if t.lanes == 1:
+                return self.element(s.attr, s.args[0], a[0])
+            return f"{self.wtype(t)}({', '.join(self.element(s.attr, s.args[0], f'{a[0]} + {l}i') for l in range(t.lanes))})"
+        if op in ir.PLANE:
+            return self.plane(s, a[0])
+        if op == "extract":
+            return f"{a[0]}[{s.attr}]"
+        if op == "pack":
+            return f"{self.wtype(t)}({', '.join(a)})"
+        if op == "splat":
+            return f"{self.wtype(t)}({a[0]})"
+        if t.lanes == 1 and all(v.type.lanes == 1 for v in s.args):
+            return self.scalar(op, a, [v.type.dtype for v in s.args], t.dtype)
+        # A vector op, lane by lane: every scalar rendering (helpers included) then serves vectors.
+        lanes = []
+        for lane in range(t.lanes):
+            args = [f"{x}[{lane}]" if v.type.lanes > 1 else x for x, v in zip(a, s.args)]
+            lanes.append(self.scalar(op, args, [v.type.dtype for v in s.args], t.dtype))
+        return f"{self.wtype(t)}({', '.join(lanes)})"
+
+    def scalar(self, op: str, a: list, types: list, out) -> str:
+        """WGSL for one scalar op over operands rendered as `a` (compute types)."""
+        src = types[0] if types else out
+        if op == "cast":
+            if out is bool_:
+                return f"({a[0]} != {self.wtype(ir.Type(src))}())"
+            e = f"{self.wtype(ir.Type(out))}({a[0]})"
+            return f"f32(f16({e}))" if out is f16 else e  # f16 values live in f32, rounded
+        if op == "min":
+            return f"select({a[1]}, {a[0]}, {a[0]} < {a[1]})"  # as C's a < b ? a : b (NaN included)
+        if op == "max":
+            return f"select({a[1]}, {a[0]}, {a[0]} > {a[1]})"
+        if op == "select":
+            return f"select({a[2]}, {a[1]}, {a[0]})"
+        if op == "neg":
+            return f"(0u - {a[0]})" if src is u32 else f"(-{a[0]})"  # WGSL has no unary minus on u32
+        if op == "not":
+            return f"(!{a[0]})"
+        if op == "bitnot":
+            return f"(~{a[0]})"
+        if op == "recip":
+            return f"(1.0f / {a[0]})"
+        if op in ("shl", "shr"):
+            return f"({a[0]} {'<<' if op == 'shl' else '>>'} u32({a[1]}))"  # WGSL shifts by a u32
+        if op == "xor" and src is bool_:
+            return f"({a[0]} != {a[1]})"
+        if op in ("erf", "expm1", "log1p", "log10", "pow", "mulhi"):
+            self.helpers.add(op)
+            return f"ember_{op}({', '.join(a)})"
+        if op in _MATH:
+            return f"{_MATH[op]}({', '.join(a)})"
+        if op in _BINARY:
+            return f"({a[0]} {_BINARY[op]} {a[1]})"
+        raise WgslTargetError(f"the WGSL target has no rendering for {op}")
+
+    def builtin(self, name: str) -> str:
+        unit = "i32(lidx)"  # x-fastest, as UNIT_POS is everywhere
+        cube = "i32((wid.z * nwg.y + wid.y) * nwg.x + wid.x)"
+        axes = dict(zip("xyz", ("x", "y", "z")))
+        table = {"unit_pos": unit, "cube_pos": cube, "cube_dim": "NU", "cube_count": "i32(nwg.x * nwg.y * nwg.z)",
+                 "absolute_pos": f"({cube} * NU + {unit})",
+                 "plane_dim": "i32(sg_size)" if self.caps.subgroups else "1i",
+                 "unit_pos_plane": "i32(sg_id)" if self.caps.subgroups else "0i"}
+        for ax in axes:
+            table.update({f"unit_pos_{ax}": f"i32(lid.{ax})", f"cube_pos_{ax}": f"i32(wid.{ax})",
+                          f"cube_dim_{ax}": f"D{ax.upper()}", f"cube_count_{ax}": f"i32(nwg.{ax})",
+                          f"absolute_pos_{ax}": f"(i32(wid.{ax}) * D{ax.upper()} + i32(lid.{ax}))"})
+        return table[name]
+
+    # -- memory ---------------------------------------------------------------------------------
+    def ref(self, arr: ir.Array, index: ir.Value, rendered: str) -> str:
+        """`name[index]`: global arrays start at their base word; indices become i32."""
+        idx = rendered if index.type.dtype is i32 else f"i32({rendered})"
+        if arr.kind == "shared":
+            return f"{self.names[arr]}[{idx}]"
+        return f"{self.names[arr]}[base_{self.names[arr]} + {idx}]"
+
+    def element(self, arr: ir.Array, index: ir.Value, rendered: str) -> str:
+        r = self.ref(arr, index, rendered)
+        if arr in self.atomic_arrays:
+            return f"bitcast<f32>(atomicLoad(&{r}))" if arr.dtype is f32 else f"atomicLoad(&{r})"
+        return f"f32({r})" if arr.dtype is f16 and arr.kind != "shared" else r
+
+    def store(self, s: Instr, a: list, depth: int) -> None:
+        arr, index, value = s.attr, s.args[0], s.args[1]
+        lanes = value.type.lanes
+        for lane in range(lanes):
+            x = a[1] if lanes == 1 else f"{a[1]}[{lane}]"
+            r = self.ref(arr, index, a[0] if lanes == 1 else f"{a[0]} + {lane}i")
+            if arr in self.atomic_arrays:
+                self.emit(f"atomicStore(&{r}, {f'bitcast<u32>({x})' if arr.dtype is f32 else x});", depth)
+            elif arr.dtype is f16 and arr.kind != "shared":
+                self.emit(f"{r} = f16({x});", depth)
+            else:
+                self.emit(f"{r} = {x};", depth)
+
+    def atomic(self, s: Instr, a: list, depth: int) -> None:
+        arr = s.attr
+        r = self.ref(arr, s.args[0], a[0])
+        v = f"v{s.result.id}"
+        if arr.dtype is not f32:
+            fn = {"atomic_add": "atomicAdd", "atomic_max": "atomicMax", "atomic_min": "atomicMin"}[s.op]
+            self.emit(f"let {v}: {arr.dtype.name} = {fn}(&{r}, {a[1]});", depth)
+            return
+        # f32: compare-exchange on the bits until our update lands (max/min: or is no longer better).
+        new = {"atomic_add": f"bitcast<f32>(old_{v}) + {a[1]}", "atomic_max": a[1], "atomic_min": a[1]}[s.op]
+        keep_going = {"atomic_add": "true", "atomic_max": f"{a[1]} > bitcast<f32>(old_{v})",
+                      "atomic_min": f"{a[1]} < bitcast<f32>(old_{v})"}[s.op]
+        self.emit(f"var old_{v}: u32 = atomicLoad(&{r});", depth)
+        self.emit("loop {", depth)
+        self.emit(f"if (!({keep_going})) {{ break; }}", depth + 1)
+        self.emit(f"let r_{v} = atomicCompareExchangeWeak(&{r}, old_{v}, bitcast<u32>({new}));", depth + 1)
+        self.emit(f"if (r_{v}.exchanged) {{ break; }}", depth + 1)
+        self.emit(f"old_{v} = r_{v}.old_value;", depth + 1)
+        self.emit("}", depth)
+        self.emit(f"let {v}: f32 = bitcast<f32>(old_{v});", depth)
+
+    def plane(self, s: Instr, x: str) -> str:
+        t = s.result.type
+        if t.lanes > 1:
+            raise WgslTargetError(f"kernel {self.k.name}: line {s.line}: plane ops take scalars, got {t}")
+        if not self.caps.subgroups:
+            return x  # a plane is one unit without the subgroup feature
+        op = s.op
+        if t.dtype is bool_:  # sum/prod of bools are or/and, as NumPy's bool arithmetic
+            op = {"plane_sum": "plane_any", "plane_prod": "plane_all", "plane_max": "plane_any",
+                  "plane_min": "plane_all"}.get(op, op)
+        return f"{_PLANE[op]}({x})"
+
+
+def _ident(name: str) -> str:
+    return re.sub(r"\W", "_", name)
+
+
+def _word(n: int) -> str:
+    return f"ember_info[{n // 4}][{n % 4}]"
+
+
+def _from_bits(word: str, dtype) -> str:
+    """A scalar parameter from its 32-bit word (f16 scalars travel as f32, bools as 0/1)."""
+    if dtype is bool_:
+        return f"({word} != 0u)"
+    if dtype is u32:
+        return word
+    return f"bitcast<{'f32' if dtype.is_float else 'i32'}>({word})"
+
+
+def render(kernel: ir.Kernel, dim: CubeDim, caps: Capabilities = Capabilities()) -> str:
+    """WGSL source for `kernel` launched with cube shape `dim` on a device with `caps`; entry `main`."""
+    return Renderer(kernel, dim, caps).render()
