@@ -1,5 +1,10 @@
-"""ember's benchmark suite: `python -m bench [names] --device numpy --peers numpy,torch`.
+"""ember's benchmark suite: `python -m bench [names] --device numpy --peers numpy,torch,tinygrad`.
 
 Each benchmark compares ember with peers (NumPy, torch eager, tinygrad) in the same run and reports
-medians and ratios. Speed is measured here, never in tests. Record figures in bench/RESULTS.md.
+medians and ember's ratio to each peer. Speed is measured here, never in tests (tests/bench only proves
+every benchmark runs). Record figures in bench/RESULTS.md.
+
+A benchmark module holds `BENCHMARKS = {name: run}` with `run(frameworks, settings) -> list[Row]`
+(`frameworks.Frameworks`, `harness.Settings`, `harness.Row`) and is listed in `__main__.BENCHMARKS`.
+`Frameworks.compare` times one case for every framework; sizes come from `settings.size(full, tiny)`.
 """

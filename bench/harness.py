@@ -46,7 +46,7 @@ class Settings:
 
     repeats: int = 5
     warmup: bool = True
-    budget_s: float = 1.5
+    budget_s: float = 1.0
     min_repeat_s: float = 0.02
     tiny: bool = False
     large: bool = False
