@@ -83,10 +83,16 @@ def test_planes_are_subgroups_when_the_adapter_has_them():
     assert "subgroupAdd(" in src and "@builtin(subgroup_size) sg_size: u32" in src
 
 
-def test_planes_are_one_unit_without_subgroups():
-    src = wgsl_of(plane_total, (cube.f32, cube.f32), caps=PLAIN)
+@pytest.mark.parametrize("caps, dim", [(PLAIN, cube.CubeDim(64)),
+                                       (LAVAPIPE, cube.CubeDim(8, 8))])  # naga: no subgroup ids in 2-D cubes
+def test_planes_are_one_unit_without_subgroups(caps, dim):
+    src = wgsl_of(plane_total, (cube.f32, cube.f32), dim, caps)
     assert "subgroup" not in src
     assert ": i32 = 1i;" in src  # PLANE_DIM == 1
+
+
+def test_subgroup_builtins_only_in_kernels_with_planes():
+    assert "subgroup" not in wgsl_of(axpy, (cube.f32, cube.f32, cube.f32))
 
 
 @cube.kernel

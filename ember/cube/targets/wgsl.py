@@ -15,9 +15,11 @@ How the launch model maps onto WebGPU:
 - **atomics** need arrays declared `atomic<i32/u32>`: an array that any atomic touches is declared so,
   and its plain loads and stores become `atomicLoad`/`atomicStore`. f32 arrays under atomics are
   `atomic<u32>` holding the float's bits; float add/max/min are compare-exchange loops;
-- **planes** are subgroups when the device has the `subgroup` feature (`subgroupAdd`, ...). Without
-  it a plane is one unit (`PLANE_DIM == 1`, plane ops are the identity), as on the C target: kernels
-  must read `PLANE_DIM`, never assume a width;
+- **planes** are subgroups when the device has the `subgroup` feature (`subgroupAdd`, ...) and the
+  cube is one-dimensional (naga has no subgroup ids in multi-dimensional workgroups). Otherwise a
+  plane is one unit (`PLANE_DIM == 1`, plane ops are the identity), as on the C target: kernels must
+  read `PLANE_DIM`, never assume a width. (A workgroup-memory emulation would need a barrier, which
+  is only valid where every unit of the cube reaches it; plane ops carry no such rule);
 - **types**: WGSL has f32, i32, u32 and bool (f16 with the `shader-f16` feature). f16 is stored as
   `f16` and computed in f32, rounded on store and on casts, like the C and CUDA targets. f64, i64,
   u64, i16, i8, u8, bf16 (and f16 without the feature) are refused with `WgslTargetError` naming the
@@ -194,6 +196,9 @@ class Renderer:
             p for p in kernel.params if isinstance(p, ir.Array))}
         self.names.update({arr: f"s{i}" for i, arr in enumerate(self.shared)})
         self.layout = info_layout(kernel)
+        uses_planes = any(isinstance(s, Instr) and (s.op in ir.PLANE or s.op == "builtin" and s.attr in (
+            "plane_dim", "unit_pos_plane")) for s in ir.walk(kernel.body))
+        self.subgroups = caps.subgroups and uses_planes and dim.total == dim.x
         self._check_types()
 
     # -- types ----------------------------------------------------------------------------------
@@ -256,7 +261,7 @@ class Renderer:
             head.append(f"var<workgroup> {self.names[arr]}: array<{self.storage_type(arr)}, {arr.size}>;")
         builtins = ["@builtin(local_invocation_id) lid: vec3<u32>", "@builtin(local_invocation_index) lidx: u32",
                     "@builtin(workgroup_id) wid: vec3<u32>", "@builtin(num_workgroups) nwg: vec3<u32>"]
-        if self.caps.subgroups:
+        if self.subgroups:
             builtins += ["@builtin(subgroup_size) sg_size: u32", "@builtin(subgroup_invocation_id) sg_id: u32"]
         self.emit(f"@compute @workgroup_size({d.x}, {d.y}, {d.z})", 0)
         self.emit(f"fn {ENTRY}({', '.join(builtins)}) {{", 0)
@@ -388,8 +393,8 @@ class Renderer:
         axes = dict(zip("xyz", ("x", "y", "z")))
         table = {"unit_pos": unit, "cube_pos": cube, "cube_dim": "NU", "cube_count": "i32(nwg.x * nwg.y * nwg.z)",
                  "absolute_pos": f"({cube} * NU + {unit})",
-                 "plane_dim": "i32(sg_size)" if self.caps.subgroups else "1i",
-                 "unit_pos_plane": "i32(sg_id)" if self.caps.subgroups else "0i"}
+                 "plane_dim": "i32(sg_size)" if self.subgroups else "1i",
+                 "unit_pos_plane": "i32(sg_id)" if self.subgroups else "0i"}
         for ax in axes:
             table.update({f"unit_pos_{ax}": f"i32(lid.{ax})", f"cube_pos_{ax}": f"i32(wid.{ax})",
                           f"cube_dim_{ax}": f"D{ax.upper()}", f"cube_count_{ax}": f"i32(nwg.{ax})",
@@ -448,8 +453,8 @@ class Renderer:
         t = s.result.type
         if t.lanes > 1:
             raise WgslTargetError(f"kernel {self.k.name}: line {s.line}: plane ops take scalars, got {t}")
-        if not self.caps.subgroups:
-            return x  # a plane is one unit without the subgroup feature
+        if not self.subgroups:
+            return x  # a plane is one unit (see the module docstring)
         op = s.op
         if t.dtype is bool_:  # sum/prod of bools are or/and, as NumPy's bool arithmetic
             op = {"plane_sum": "plane_any", "plane_prod": "plane_all", "plane_max": "plane_any",

@@ -1,0 +1,439 @@
+"""The wgpu runtime: cube kernels rendered to WGSL and run through wgpu-py (Vulkan, Metal, DX12).
+
+One `WgpuRuntime` per adapter. Adapters are listed best first (`adapters()`): discrete GPUs, then
+integrated ones, then CPU/software ones (Mesa's lavapipe), native backends (Vulkan, Metal, DX12)
+before OpenGL. `wgpu_runtime(which)` picks one by index in that list or by a case-insensitive part of
+its name. The device is requested with the adapter's own limits (WebGPU's defaults are far lower) and
+the features that change rendering (`subgroup`, `shader-f16`); both are read back and respected:
+buffers over `max_storage_buffer_binding_size`, launch shapes and workgroup memory beyond the limits
+are refused before anything is queued, naming the kernel and the limit. A launch:
+
+    bind arguments -> KernelFunction.specialize -> optimize -> targets/wgsl.render -> shader module and
+    compute pipeline (one per kernel x CubeDim) -> bind group (arrays in order, then the info buffer)
+    -> dispatch_workgroups(CubeCount) -> queue.submit
+
+Arguments are `WgpuArray`s (device buffers, used in place), NumPy arrays (uploaded for the launch and
+read back when the kernel writes them: the kernel library's NumPy host functions run unchanged), or
+scalars. Work is queued; `synchronize()` waits by mapping a small buffer that a copy queued after
+the work writes (a map completes only after everything submitted before it). It does not call
+`queue.on_submitted_work_done_sync`, which hangs or fails in wgpu-py 0.32.
+
+Example:
+    >>> rt = wgpu_runtime()            # or wgpu_runtime("llvmpipe"), wgpu_runtime(1)
+    >>> x = rt.to_device(np.arange(1000, dtype=np.float32)); y = rt.empty(1000, np.float32)
+    >>> rt.launch(scale, CubeCount(4), CubeDim(256), (x, y, 2.0), {})
+    >>> y.numpy()[:3]
+    array([0., 2., 4.], dtype=float32)
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...errors import DeviceError, DeviceUnavailableError
+from ...settings import settings
+from .. import ir
+from ..ir import DTYPES
+from ..lang import CubeCount, CubeDim, KernelError
+from ..passes import optimize
+from ..targets import wgsl as wgsl_target
+
+INSTALL = "pip install 'ember[wgpu]' (wgpu-py; on Linux without a GPU also apt-get install mesa-vulkan-drivers)"
+_NP_TO_CUBE = {np.dtype(d.np): d for d in DTYPES.values()}
+_TYPE_RANK = {"DiscreteGPU": 0, "IntegratedGPU": 1, "CPU": 2}
+_BACKEND_RANK = {"Vulkan": 0, "Metal": 0, "D3D12": 0, "OpenGL": 1}
+FEATURES = ("subgroup", "shader-f16")  # the optional features the WGSL target can use
+
+
+class WgpuError(DeviceError):
+    """A wgpu call failed: a shader the compiler refused, a validation error; names the kernel."""
+
+
+class WgpuLimitError(WgpuError):
+    """A buffer or launch beyond what the adapter allows; names the limit and the adapter."""
+
+
+def wgpu_module():
+    """The `wgpu` package, or DeviceUnavailableError naming the extra that installs it."""
+    try:
+        import wgpu
+    except ImportError:
+        raise DeviceUnavailableError(f"the wgpu runtime needs wgpu-py: {INSTALL}") from None
+    return wgpu
+
+
+@dataclass(frozen=True)
+class AdapterInfo:
+    """One adapter as `adapters()` lists it: its position, name, kind and backend."""
+
+    index: int
+    name: str
+    kind: str       # DiscreteGPU, IntegratedGPU, CPU, Unknown
+    backend: str    # Vulkan, Metal, D3D12, OpenGL
+    adapter: object
+
+
+def adapters() -> list[AdapterInfo]:
+    """The adapters wgpu sees, best first: discrete, integrated, then CPU; native backends before GL.
+
+    Example:
+        >>> [a.name for a in adapters()]
+        ['llvmpipe (LLVM 15.0.6, 256 bits) (Vulkan)', 'llvmpipe (LLVM 15.0.6, 256 bits) (OpenGL)']
+    """
+    wgpu = wgpu_module()
+    found = []
+    for a in wgpu.gpu.enumerate_adapters_sync():
+        info = a.info
+        kind, backend = info.get("adapter_type", "Unknown"), info.get("backend_type", "")
+        found.append((_TYPE_RANK.get(kind, 3), _BACKEND_RANK.get(backend, 2), f"{info.get('device', '?')} ({backend})",
+                      kind, backend, a))
+    found.sort(key=lambda f: f[:2])  # a stable sort keeps wgpu's order within a rank
+    return [AdapterInfo(i, name, kind, backend, a) for i, (_, _, name, kind, backend, a) in enumerate(found)]
+
+
+def choose_adapter(which: int | str | None = None) -> AdapterInfo:
+    """The adapter at index `which`, the first whose name contains `which`, or the best (None)."""
+    listed = adapters()
+    if not listed:
+        raise DeviceUnavailableError("wgpu sees no adapter (no GPU driver, and no software Vulkan such as "
+                                     "Mesa's lavapipe: apt-get install mesa-vulkan-drivers)")
+    if which is None:
+        return listed[0]
+    if isinstance(which, int):
+        if not 0 <= which < len(listed):
+            raise DeviceUnavailableError(f"no wgpu adapter {which}; there are {len(listed)}: "
+                                         f"{', '.join(a.name for a in listed)}")
+        return listed[which]
+    for a in listed:
+        if which.lower() in a.name.lower():
+            return a
+    raise DeviceUnavailableError(f"no wgpu adapter named like {which!r}; found {', '.join(a.name for a in listed)}")
+
+
+def wgpu_available() -> tuple[bool, str]:
+    """(True, "") when wgpu-py and at least one adapter are here, else (False, why)."""
+    try:
+        choose_adapter()
+    except DeviceUnavailableError as e:
+        return False, str(e)
+    except Exception as e:  # wgpu-native missing or broken (no libvulkan, a bad driver)
+        return False, f"wgpu cannot list adapters: {str(e).strip()[:300]}"
+    return True, ""
+
+
+# ----------------------------------------------------------------------------------------------
+# Device arrays
+
+class WgpuArray:
+    """An array in a device buffer (STORAGE | COPY_SRC | COPY_DST), freed when dropped.
+
+    Example:
+        >>> a = rt.to_device(np.ones((2, 3), np.float32))
+        >>> a.shape, a.numpy().sum()
+        ((2, 3), 6.0)
+    """
+
+    def __init__(self, runtime: "WgpuRuntime", shape: tuple, dtype) -> None:
+        self.runtime = runtime
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = np.dtype(dtype)
+        self.size = int(np.prod(self.shape, dtype=np.int64))
+        self.nbytes = self.size * self.dtype.itemsize
+        self.buffer = runtime.buffer(self.nbytes)
+
+    def numpy(self) -> np.ndarray:
+        """A host copy (waits for the queued work that writes it)."""
+        data = self.runtime.read(self.buffer, self.nbytes)
+        return np.frombuffer(data, self.dtype, self.size).reshape(self.shape).copy()
+
+    def __repr__(self) -> str:
+        return f"WgpuArray(shape={self.shape}, dtype={self.dtype}, adapter={self.runtime.adapter_name!r})"
+
+
+def host_span(a: np.ndarray) -> tuple[int, int]:
+    """(byte offset from `a`'s first element to the lowest byte it covers, bytes covered)."""
+    if a.size == 0:
+        return 0, 0
+    lo = sum(min(0, s * (n - 1)) for s, n in zip(a.strides, a.shape))
+    hi = sum(max(0, s * (n - 1)) for s, n in zip(a.strides, a.shape)) + a.itemsize
+    return lo, hi - lo
+
+
+@dataclass
+class CompiledWgslKernel:
+    """A compute pipeline and what a launch needs to bind its arguments."""
+
+    pipeline: object
+    layout: object       # the bind group layout: arrays in parameter order, then the info buffer
+    name: str
+    params: list
+    info: wgsl_target.InfoLayout
+    written: list        # per parameter: does the kernel store to (or atomically update) it?
+    source: str
+
+
+# ----------------------------------------------------------------------------------------------
+# The runtime
+
+class WgpuRuntime:
+    """Compiles cube kernels to WGSL and runs them on one wgpu adapter (see the module docstring)."""
+
+    def __init__(self, which: int | str | None = None, features: tuple = FEATURES) -> None:
+        """`which` as in `choose_adapter`; `features`: the optional ones to use where the adapter has them."""
+        self.wgpu = wgpu = wgpu_module()
+        chosen = choose_adapter(which)
+        self.adapter_name = chosen.name
+        adapter = chosen.adapter
+        features = [f for f in features if f in adapter.features]
+        limits = dict(adapter.limits)
+        wanted = {k: limits[k] for k in (
+            "max-storage-buffer-binding-size", "max-buffer-size", "max-storage-buffers-per-shader-stage",
+            "max-compute-workgroup-storage-size", "max-compute-invocations-per-workgroup",
+            "max-compute-workgroup-size-x", "max-compute-workgroup-size-y", "max-compute-workgroup-size-z",
+            "max-compute-workgroups-per-dimension", "max-uniform-buffer-binding-size") if k in limits}
+        self.device = adapter.request_device_sync(required_features=features, required_limits=wanted)
+        self.features = set(self.device.features)
+        self.limits = dict(self.device.limits)  # what the device granted, which is what binds
+        self.caps = wgsl_target.Capabilities(subgroups="subgroup" in self.features,
+                                             f16="shader-f16" in self.features, adapter=self.adapter_name)
+        self.queue = self.device.queue
+        self._fence = self.device.create_buffer(size=4, usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
+        self._fence_source = self.device.create_buffer(size=4, usage=wgpu.BufferUsage.COPY_SRC)
+        self._compiled: dict = {}
+        self._lock = threading.RLock()
+
+    # -- memory ---------------------------------------------------------------------------------
+    def buffer(self, nbytes: int, what: str = "an array"):
+        """A storage buffer for `nbytes` (at least 4, a multiple of 4: a binding must not be empty)."""
+        most = self.limits["max-storage-buffer-binding-size"]
+        if nbytes > most:
+            raise WgpuLimitError(f"{what} of {nbytes} bytes exceeds the adapter's max_storage_buffer_binding_size "
+                                 f"of {most} bytes ({self.adapter_name})")
+        u = self.wgpu.BufferUsage
+        return self.device.create_buffer(size=max(4, -(-nbytes // 4) * 4), usage=u.STORAGE | u.COPY_SRC | u.COPY_DST)
+
+    def empty(self, shape, dtype) -> WgpuArray:
+        """An uninitialized device array."""
+        return WgpuArray(self, (shape,) if isinstance(shape, int) else shape, dtype)
+
+    def to_device(self, a: np.ndarray) -> WgpuArray:
+        """A device copy of `a` (C-contiguous)."""
+        a = np.ascontiguousarray(a)
+        out = self.empty(a.shape, a.dtype)
+        self.write(out.buffer, a.view(np.uint8).reshape(-1))
+        return out
+
+    def write(self, buffer, data: np.ndarray) -> None:
+        """Queue a copy of the bytes of `data` to the start of `buffer` (padded to 4 bytes)."""
+        if data.nbytes % 4:
+            data = np.concatenate([data.view(np.uint8).reshape(-1), np.zeros(4 - data.nbytes % 4, np.uint8)])
+        if data.nbytes:
+            self.queue.write_buffer(buffer, 0, data)
+
+    def read(self, buffer, nbytes: int) -> bytes:
+        """The first `nbytes` of `buffer`, after the work queued before this call (a readback map)."""
+        if nbytes == 0:
+            return b""
+        return bytes(self.queue.read_buffer(buffer, 0, -(-nbytes // 4) * 4))[:nbytes]
+
+    def synchronize(self) -> None:
+        """Wait for everything queued so far.
+
+        A copy into a small MAP_READ buffer is queued after the work and the buffer is mapped: the map
+        completes only once the queue has run everything before the copy.
+        """
+        with self._lock:
+            encoder = self.device.create_command_encoder()
+            encoder.copy_buffer_to_buffer(self._fence_source, 0, self._fence, 0, 4)
+            self.queue.submit([encoder.finish()])
+            self._fence.map_sync(self.wgpu.MapMode.READ)
+            self._fence.unmap()
+
+    # -- compiling ------------------------------------------------------------------------------
+    def compile(self, kernel: ir.Kernel, dim: CubeDim) -> CompiledWgslKernel:
+        """Optimize, render and build the pipeline of one specialized kernel for cube shape `dim`."""
+        optimized = optimize(kernel)
+        source = wgsl_target.render(optimized, dim, self.caps)
+        self.check_cube(kernel.name, dim, wgsl_target.shared_bytes(optimized))
+        if settings().get("logging", "debug_kernels"):
+            print(f"// ---- cube kernel {kernel.name} (cube dim {dim}) ----\n{source}", file=sys.stderr)
+        wgpu = self.wgpu
+        arrays = [p for p in optimized.params if isinstance(p, ir.Array)]
+        written = wgsl_target.written_arrays(optimized)
+        most = self.limits["max-storage-buffers-per-shader-stage"]
+        if len(arrays) > most:
+            raise WgpuLimitError(f"kernel {kernel.name} binds {len(arrays)} arrays, the adapter allows {most} "
+                                 f"storage buffers per shader ({self.adapter_name})")
+        entries = [{"binding": i, "visibility": wgpu.ShaderStage.COMPUTE,
+                    "buffer": {"type": "storage" if p in written else "read-only-storage"}}
+                   for i, p in enumerate(arrays)]
+        entries.append({"binding": len(arrays), "visibility": wgpu.ShaderStage.COMPUTE, "buffer": {"type": "uniform"}})
+        try:
+            module = self.device.create_shader_module(label=kernel.name, code=source)
+            layout = self.device.create_bind_group_layout(entries=entries)
+            pipeline = self.device.create_compute_pipeline(
+                layout=self.device.create_pipeline_layout(bind_group_layouts=[layout]),
+                compute={"module": module, "entry_point": wgsl_target.ENTRY})
+        except Exception as e:  # wgpu-py raises its own GPUValidationError and friends
+            raise WgpuError(f"wgpu refused kernel {kernel.name} (cube dim {dim.x}x{dim.y}x{dim.z}) on "
+                            f"{self.adapter_name}: {e}\n---- WGSL ----\n{source}") from None
+        return CompiledWgslKernel(pipeline, layout, kernel.name, optimized.params, wgsl_target.info_layout(optimized),
+                                  [p in written for p in optimized.params], source)
+
+    def compile_ir(self, kernel: ir.Kernel, dim: CubeDim) -> CompiledWgslKernel:
+        """Compile IR built directly (a fused kernel from `ir.Builder`), remembered by its hash."""
+        key = ("ir", kernel.hash(), dim)
+        with self._lock:
+            if key not in self._compiled:
+                self._compiled[key] = self.compile(kernel, dim)
+            return self._compiled[key]
+
+    def prepare(self, kfn, dim: CubeDim, args: tuple, comptime: dict) -> CompiledWgslKernel:
+        """The compiled kernel for these arguments, from memory when this key was seen before."""
+        comptime = kfn.comptime_values(comptime)
+        arg_dtypes = []
+        for p, a in zip(kfn.runtime_params, args):
+            if p.kind != "array":
+                arg_dtypes.append(None)
+                continue
+            if not isinstance(a, (np.ndarray, WgpuArray)):
+                raise KernelError(f"{kfn.__name__}: argument {p.name!r} must be a WgpuArray or a NumPy array, "
+                                  f"got {type(a).__name__}")
+            arg_dtypes.append(_NP_TO_CUBE.get(a.dtype))
+            if arg_dtypes[-1] is None:
+                raise KernelError(f"{kfn.__name__}: arrays of {a.dtype} are not supported")
+        dtypes = kfn.resolve_dtypes(tuple(arg_dtypes), comptime)
+        key = (kfn, dtypes, tuple(sorted(comptime.items())), dim)
+        with self._lock:  # tracing is not thread-safe
+            compiled = self._compiled.get(key)
+            if compiled is None:
+                compiled = self._compiled[key] = self.compile(kfn.specialize(dtypes, comptime), dim)
+        return compiled
+
+    # -- launching ------------------------------------------------------------------------------
+    def check_cube(self, name: str, dim: CubeDim, shared: int) -> None:
+        """WgpuLimitError naming the kernel when a cube of shape `dim` with `shared` bytes cannot run."""
+        lim, problems = self.limits, []
+        if dim.total > lim["max-compute-invocations-per-workgroup"]:
+            problems.append(f"a cube has {dim.total} units, the adapter allows "
+                            f"{lim['max-compute-invocations-per-workgroup']}")
+        for axis, size in zip("xyz", (dim.x, dim.y, dim.z)):
+            if size > lim[f"max-compute-workgroup-size-{axis}"]:
+                problems.append(f"CubeDim.{axis} = {size} exceeds {lim[f'max-compute-workgroup-size-{axis}']}")
+        if shared > lim["max-compute-workgroup-storage-size"]:
+            problems.append(f"it needs {shared} bytes of workgroup memory, the adapter has "
+                            f"{lim['max-compute-workgroup-storage-size']}")
+        if problems:
+            raise WgpuLimitError(f"cannot run kernel {name} with CubeDim({dim.x}, {dim.y}, {dim.z}) on "
+                                 f"{self.adapter_name}: {'; '.join(problems)}")
+
+    def check_count(self, name: str, count: CubeCount) -> None:
+        """WgpuLimitError naming the kernel when `count` cubes exceed the workgroups per dimension."""
+        most = self.limits["max-compute-workgroups-per-dimension"]
+        problems = [f"CubeCount.{axis} = {size} exceeds {most}"
+                    for axis, size in zip("xyz", (count.x, count.y, count.z)) if size > most]
+        if problems:
+            raise WgpuLimitError(f"cannot launch kernel {name} with CubeCount({count.x}, {count.y}, {count.z}) on "
+                                 f"{self.adapter_name}: {'; '.join(problems)}")
+
+    def launch(self, kfn, count: CubeCount, dim: CubeDim, args: tuple, comptime: dict) -> None:
+        """Queue `kfn` over `count` cubes of shape `dim`.
+
+        WgpuArrays are used in place; NumPy arrays are uploaded and, when the kernel writes them,
+        read back (this call then waits for the kernel).
+        """
+        if len(args) != len(kfn.runtime_params):
+            raise KernelError(f"{kfn.__name__} takes {len(kfn.runtime_params)} runtime arguments "
+                              f"({', '.join(p.name for p in kfn.runtime_params)}), got {len(args)}")
+        if count.total == 0:
+            return
+        self.run(self.prepare(kfn, dim, args, comptime), count, args)
+
+    def run(self, compiled: CompiledWgslKernel, count: CubeCount, args: tuple) -> None:
+        """Queue a compiled kernel on WgpuArrays, NumPy arrays and scalars, in parameter order."""
+        if len(args) != len(compiled.params):
+            raise KernelError(f"{compiled.name} takes {len(compiled.params)} arguments, got {len(args)}")
+        if count.total == 0:
+            return
+        self.check_count(compiled.name, count)
+        words = np.zeros(max(4, -(-compiled.info.words // 4) * 4), np.uint32)
+        buffers, staged = [], []  # staged: (host array, its buffer, byte offset of its first element)
+        for i, (p, a) in enumerate(zip(compiled.params, args)):
+            if isinstance(p, ir.Array):
+                buf, base = self._argument(compiled, i, a, staged)
+                buffers.append(buf)
+                n, b = compiled.info.arrays[p]
+                words[n], words[b] = a.size, base
+            else:
+                words[compiled.info.scalars[p]] = _bits(a, p.value.type.dtype)
+        info = self.device.create_buffer_with_data(data=words, usage=self.wgpu.BufferUsage.UNIFORM)
+        entries = [{"binding": i, "resource": {"buffer": b, "offset": 0, "size": b.size}}
+                   for i, b in enumerate(buffers)]
+        entries.append({"binding": len(buffers), "resource": {"buffer": info, "offset": 0, "size": info.size}})
+        with self._lock:
+            group = self.device.create_bind_group(layout=compiled.layout, entries=entries)
+            encoder = self.device.create_command_encoder()
+            compute = encoder.begin_compute_pass()
+            compute.set_pipeline(compiled.pipeline)
+            compute.set_bind_group(0, group)
+            compute.dispatch_workgroups(count.x, count.y, count.z)
+            compute.end()
+            self.queue.submit([encoder.finish()])
+        for a, buf, lo in staged:
+            _, n = host_span(a)
+            span = np.frombuffer(self.read(buf, n), np.uint8)
+            _host_bytes(a, lo, n)[...] = span
+
+    def _argument(self, compiled: CompiledWgslKernel, i: int, a, staged: list) -> tuple:
+        """(buffer, element offset of the first element) for array argument `i`, uploading NumPy arrays."""
+        p = compiled.params[i]
+        if isinstance(a, WgpuArray):
+            return a.buffer, 0
+        if not isinstance(a, np.ndarray) or _NP_TO_CUBE.get(a.dtype) is not p.dtype:
+            raise KernelError(f"{compiled.name}: argument {p.name!r} must be an array of {p.dtype.name}")
+        if a.size >= 2**31:
+            raise KernelError(f"{compiled.name}: arrays over 2**31 elements need 64-bit indices")
+        if compiled.written[i] and not a.flags.writeable:
+            raise KernelError(f"{compiled.name}: argument {p.name!r} is written by the kernel but the array is "
+                              f"read-only")
+        lo, n = host_span(a)
+        buf = self.buffer(n, f"argument {p.name!r} of kernel {compiled.name}")
+        if n:
+            self.write(buf, _host_bytes(a, lo, n))
+        if compiled.written[i]:
+            staged.append((a, buf, lo))
+        return buf, -lo // a.itemsize
+
+
+def _host_bytes(a: np.ndarray, lo: int, n: int) -> np.ndarray:
+    """The `n` bytes of memory under `a` starting `lo` bytes from its first element, as a uint8 view."""
+    base = a.__array_interface__["data"][0] + lo
+    return np.ctypeslib.as_array((np.ctypeslib.ctypes.c_uint8 * n).from_address(base)) if n else np.empty(0, np.uint8)
+
+
+def _bits(value, dtype) -> int:
+    """The 32-bit word a scalar parameter travels in (f16 as f32, as targets/wgsl.py reads it)."""
+    if dtype.is_float:
+        return int(np.float32(value).view(np.uint32))
+    if dtype is DTYPES["bool"]:
+        return int(bool(value))
+    return int(np.array(value).astype(np.int64)) & 0xFFFFFFFF
+
+
+_runtimes: dict = {}
+_runtimes_lock = threading.Lock()
+
+
+def wgpu_runtime(which: int | str | None = None) -> WgpuRuntime:
+    """The process-wide runtime of an adapter (see `choose_adapter`), created on first use."""
+    with _runtimes_lock:
+        if which not in _runtimes:
+            ok, why = wgpu_available()
+            if not ok:
+                raise DeviceUnavailableError(f"the wgpu cube runtime is unavailable: {why}")
+            _runtimes[which] = WgpuRuntime(which)
+        return _runtimes[which]

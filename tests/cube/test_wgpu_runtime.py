@@ -1,0 +1,249 @@
+"""The wgpu runtime on a real adapter (Mesa's lavapipe in CI: apt-get install mesa-vulkan-drivers,
+pip install wgpu): adapters, buffers, launches, waiting, limits, atomics, planes, f16, refusals.
+Skipped, with the reason printed, where wgpu or an adapter is missing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ember import cube
+from ember.cube.runtime import wgpu as rt_wgpu
+from ember.cube.runtime.wgpu import WgpuArray, WgpuLimitError, WgpuRuntime, wgpu_available, wgpu_runtime
+from ember.cube.targets.wgsl import WgslTargetError
+from ember.errors import DeviceUnavailableError
+
+AVAILABLE, WHY = wgpu_available()
+if not AVAILABLE:
+    print(f"\nwgpu tests skipped: {WHY}")
+pytestmark = pytest.mark.skipif(not AVAILABLE, reason=f"wgpu: {WHY}")
+
+
+@pytest.fixture(scope="module")
+def rt():
+    return wgpu_runtime()
+
+
+@pytest.fixture(scope="module")
+def plain():
+    """A device on the same adapter without the optional features (no subgroups, no f16)."""
+    return WgpuRuntime(features=())
+
+
+@cube.kernel
+def axpy(x: cube.Array[cube.f32], y: cube.Array[cube.f32], a: cube.f32):
+    i = cube.ABSOLUTE_POS
+    if i < len(x):
+        y[i] = a * x[i] + y[i]
+
+
+def test_adapters_are_listed_best_first_and_chosen_by_index_or_name():
+    listed = rt_wgpu.adapters()
+    ranks = [rt_wgpu._TYPE_RANK.get(a.kind, 3) for a in listed]
+    assert ranks == sorted(ranks)
+    assert rt_wgpu.choose_adapter(0).name == listed[0].name
+    part = listed[-1].name.split(" (")[-1][:-1]  # the backend, e.g. "Vulkan"
+    assert part.lower() in rt_wgpu.choose_adapter(part.upper()).name.lower()
+    with pytest.raises(DeviceUnavailableError, match="no wgpu adapter named like 'no such gpu'"):
+        rt_wgpu.choose_adapter("no such gpu")
+    with pytest.raises(DeviceUnavailableError, match="no wgpu adapter 99"):
+        rt_wgpu.choose_adapter(99)
+
+
+def test_device_arrays_and_numpy_arrays(rt):
+    x = rt.to_device(np.arange(1000, dtype=np.float32))
+    y = rt.to_device(np.ones(1000, np.float32))
+    rt.launch(axpy, cube.CubeCount(4), cube.CubeDim(256), (x, y, 2.0), {})
+    assert isinstance(y, WgpuArray) and y.shape == (1000,)
+    np.testing.assert_array_equal(y.numpy(), 2 * np.arange(1000) + 1)
+    host = np.ones(1000, np.float32)
+    rt.launch(axpy, cube.CubeCount(4), cube.CubeDim(256), (np.arange(1000, dtype=np.float32), host, 2.0), {})
+    np.testing.assert_array_equal(host, y.numpy())
+
+
+@cube.kernel
+def scale_view(x: cube.Array[cube.f32], y: cube.Array[cube.f32], stride: cube.i32):
+    i = cube.ABSOLUTE_POS
+    if i < len(y):
+        y[i] = x[i * stride] * 10.0
+
+
+def test_strided_and_reversed_views_are_read_and_written_in_place(rt):
+    base = np.arange(40, dtype=np.float32)
+    x = base[::-2]  # element stride -2: the buffer holds the span under it, x's first element at its end
+    out = np.zeros(40, np.float32)
+    y = out[5:25]
+    rt.launch(scale_view, cube.CubeCount(1), cube.CubeDim(64), (x, y, -2), {})
+    np.testing.assert_array_equal(y, x * 10)
+    assert (out[:5] == 0).all() and (out[25:] == 0).all()
+
+
+def test_synchronize_waits_without_on_submitted_work_done(rt, monkeypatch):
+    def broken(*args):
+        raise AssertionError("on_submitted_work_done_sync is broken in wgpu 0.32 and must not be used")
+    monkeypatch.setattr(type(rt.queue), "on_submitted_work_done_sync", broken, raising=False)
+    x = rt.to_device(np.arange(1 << 16, dtype=np.float32))
+    y = rt.to_device(np.zeros(1 << 16, np.float32))
+    for _ in range(3):
+        rt.launch(axpy, cube.CubeCount(256), cube.CubeDim(256), (x, y, 1.0), {})
+    rt.synchronize()
+    rt.synchronize()  # the fence buffer is unmapped again and can be reused
+    np.testing.assert_array_equal(y.numpy(), 3 * np.arange(1 << 16))
+
+
+def test_buffers_beyond_the_binding_limit_are_refused(rt, monkeypatch):
+    monkeypatch.setitem(rt.limits, "max-storage-buffer-binding-size", 1024)
+    with pytest.raises(WgpuLimitError, match="2048 bytes exceeds the adapter's max_storage_buffer_binding_size of 1024"):
+        rt.empty(512, np.float32)
+    with pytest.raises(WgpuLimitError, match="argument 'x' of kernel axpy"):
+        rt.launch(axpy, cube.CubeCount(1), cube.CubeDim(64), (np.ones(512, np.float32), np.ones(4, np.float32), 1.0),
+                  {})
+
+
+def test_launch_shapes_beyond_the_limits_are_refused(rt):
+    x = rt.empty(10, np.float32)
+    too_many = rt.limits["max-compute-invocations-per-workgroup"] * 2
+    with pytest.raises(WgpuLimitError, match=f"kernel axpy .*a cube has {too_many} units"):
+        rt.launch(axpy, cube.CubeCount(1), cube.CubeDim(too_many), (x, x, 1.0), {})
+    wide = rt.limits["max-compute-workgroups-per-dimension"] + 1
+    with pytest.raises(WgpuLimitError, match=f"CubeCount.x = {wide} exceeds"):
+        rt.launch(axpy, cube.CubeCount(wide), cube.CubeDim(64), (x, x, 1.0), {})
+
+
+@cube.kernel
+def atomics(x: cube.Array, total: cube.Array, most: cube.Array, least: cube.Array):
+    i = cube.ABSOLUTE_POS
+    if i < len(x):
+        cube.atomic_add(total, i % 4, x[i])
+        cube.atomic_max(most, 0, x[i])
+        cube.atomic_min(least, 0, x[i])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.uint32])
+def test_atomics(rt, dtype):
+    x = np.random.default_rng(0).integers(0, 1000, 5000).astype(dtype)  # float sums stay exact
+    total, most, least = np.zeros(4, dtype), np.zeros(1, dtype), np.full(1, 10**6, dtype)
+    rt.launch(atomics, cube.CubeCount(20), cube.CubeDim(256), (x, total, most, least), {})
+    np.testing.assert_array_equal(total, [x[k::4].sum() for k in range(4)])
+    assert most[0] == x.max() and least[0] == x.min()
+
+
+@cube.kernel
+def planes(out: cube.Array[cube.i32]):
+    u = cube.UNIT_POS
+    base = (cube.CUBE_POS * cube.CUBE_DIM + u) * 6
+    out[base] = cube.plane_sum(u)
+    out[base + 1] = cube.plane_max(u)
+    out[base + 2] = cube.plane_min(u)
+    out[base + 3] = cube.PLANE_DIM
+    out[base + 4] = cube.UNIT_POS_PLANE
+    out[base + 5] = cube.i32(cube.plane_any(u == 3)) + 2 * cube.i32(cube.plane_all(u < 1000))
+
+
+def check_planes(got: np.ndarray, units: int) -> None:
+    for u in range(units):
+        width, lane = got[u, 3], got[u, 4]
+        plane = np.arange(u - lane, min(u - lane + width, units))
+        assert got[u].tolist() == [plane.sum(), plane.max(), plane.min(), width, lane, int(3 in plane) + 2], u
+
+
+def test_planes_are_subgroups(rt):
+    if not rt.caps.subgroups:
+        pytest.skip(f"{rt.adapter_name} has no subgroup feature")
+    out = np.zeros(64 * 6, np.int32)
+    rt.launch(planes, cube.CubeCount(1), cube.CubeDim(64), (out,), {})
+    got = out.reshape(64, 6)
+    assert got[0, 3] > 1
+    check_planes(got, 64)
+
+
+def test_planes_are_single_units_without_subgroups(plain):
+    out = np.zeros(2 * 64 * 6, np.int32)
+    plain.launch(planes, cube.CubeCount(2), cube.CubeDim(64), (out,), {})
+    got = out.reshape(2 * 64, 6)
+    assert (got[:, 3] == 1).all()
+    check_planes(got[:64], 64)
+
+
+@cube.kernel
+def convert(x: cube.Array[cube.f32], h: cube.Array[cube.f16], back: cube.Array[cube.f32]):
+    i = cube.ABSOLUTE_POS
+    if i < len(x):
+        h[i] = cube.f16(x[i])
+        back[i] = cube.f32(h[i]) + cube.f32(cube.f16(x[i]) * cube.f16(0))
+
+
+def test_f16_is_stored_as_f16_and_computed_in_f32(rt, plain):
+    x = np.random.default_rng(1).standard_normal(300).astype(np.float32) * 100
+    h, back = np.zeros(300, np.float16), np.zeros(300, np.float32)
+    if not rt.caps.f16:
+        pytest.skip(f"{rt.adapter_name} has no shader-f16 feature")
+    rt.launch(convert, cube.CubeCount(2), cube.CubeDim(256), (x, h, back), {})
+    np.testing.assert_array_equal(h, x.astype(np.float16))
+    np.testing.assert_array_equal(back, x.astype(np.float16).astype(np.float32))
+    with pytest.raises(WgslTargetError, match=f"f16 cannot run on the WGSL target .*{plain.adapter_name[:8]}"):
+        plain.launch(convert, cube.CubeCount(2), cube.CubeDim(256), (x, h, back), {})
+
+
+@cube.kernel
+def copy(x: cube.Array, y: cube.Array):
+    i = cube.ABSOLUTE_POS
+    if i < len(x):
+        y[i] = x[i]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.int64, np.uint8, np.int8, np.bool_])
+def test_dtypes_wgsl_lacks_are_refused_naming_the_adapter(rt, dtype):
+    x = np.zeros(4, dtype)
+    with pytest.raises(WgslTargetError, match=f"cannot run on the WGSL target \\(adapter '{rt.adapter_name[:8]}"):
+        rt.launch(copy, cube.CubeCount(1), cube.CubeDim(4), (x, x.copy()), {})
+
+
+@cube.kernel
+def coordinates(out: cube.Array[cube.i32]):
+    base = cube.ABSOLUTE_POS * 8
+    out[base] = cube.UNIT_POS
+    out[base + 1] = cube.CUBE_POS
+    out[base + 2] = cube.ABSOLUTE_POS_X
+    out[base + 3] = cube.ABSOLUTE_POS_Y
+    out[base + 4] = cube.ABSOLUTE_POS_Z
+    out[base + 5] = cube.CUBE_COUNT * 1000 + cube.CUBE_DIM
+    out[base + 6] = cube.UNIT_POS_Z * 100 + cube.UNIT_POS_Y * 10 + cube.UNIT_POS_X
+    total = 0
+    for k in range(cube.CUBE_DIM_X - 1, -1, -1):  # a loop counting down
+        total += k
+    out[base + 7] = total
+
+
+def test_three_dimensional_launch_coordinates(rt):
+    count, dim = cube.CubeCount(3, 2, 2), cube.CubeDim(4, 3, 2)
+    out = np.zeros(count.total * dim.total * 8, np.int32)
+    rt.launch(coordinates, count, dim, (out,), {})
+    got = out.reshape(-1, 8)
+    for cz, cy, cx, uz, uy, ux in np.ndindex(2, 2, 3, 2, 3, 4):
+        unit, cube_pos = (uz * 3 + uy) * 4 + ux, (cz * 2 + cy) * 3 + cx
+        row = got[cube_pos * 24 + unit].tolist()
+        assert row == [unit, cube_pos, cx * 4 + ux, cy * 3 + uy, cz * 2 + uz, 12 * 1000 + 24,
+                       uz * 100 + uy * 10 + ux, 6], (cz, cy, cx, uz, uy, ux)
+
+
+@cube.kernel
+def mixed_scalars(out: cube.Array[cube.i32], flag: cube.bool_, n: cube.i32, k: cube.u32, h: cube.f16):
+    if cube.ABSOLUTE_POS == 0:
+        out[0] = cube.select(flag, n, -n)
+        out[1] = cube.i32(k >> cube.u32(28))
+        out[2] = cube.i32(cube.f32(h) * 4.0)
+
+
+def test_scalars_travel_as_32_bit_words(rt):
+    if not rt.caps.f16:
+        pytest.skip(f"{rt.adapter_name} has no shader-f16 feature")
+    out = np.zeros(3, np.int32)
+    rt.launch(mixed_scalars, cube.CubeCount(1), cube.CubeDim(1), (out, False, -7, 0xF0000000, 1.25), {})
+    assert out.tolist() == [7, 15, 5]
+
+
+def test_compile_errors_name_the_kernel_and_show_the_source(rt, monkeypatch):
+    monkeypatch.setattr(rt_wgpu.wgsl_target, "render", lambda k, dim, caps: "fn main( {")
+    with pytest.raises(rt_wgpu.WgpuError, match="(?s)wgpu refused kernel copy .*---- WGSL ----\nfn main\\( \\{"):
+        rt.compile(copy.specialize((cube.f32, cube.f32), {}), cube.CubeDim(8))
