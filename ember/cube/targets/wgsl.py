@@ -25,8 +25,9 @@ How the launch model maps onto WebGPU:
   u64, i16, i8, u8, bf16 (and f16 without the feature) are refused with `WgslTargetError` naming the
   dtype and the adapter; bool arrays too (WGSL cannot store bools in buffers). Emulating them is a
   later step;
-- math that WGSL lacks (`erf`, `expm1`, `log1p`, `log10`, `mulhi`, C-like `pow` of negative bases) is
-  written here as small helper functions, emitted only when a kernel uses them.
+- math that WGSL lacks (`erf`, `expm1`, `log1p`, `log10`, `mulhi`, C-like `pow` of negative bases),
+  or that Vulkan lets be very loose (`asin`, `acos`), is written here as small helper functions,
+  emitted only when a kernel uses them.
 
 Example:
     >>> source = render(kernel_ir, CubeDim(256))
@@ -50,7 +51,7 @@ from ..lang import CubeDim
 ENTRY = "main"
 VERSION = "wgsl-1"  # bump when the rendering changes, so cached pipelines are rebuilt
 
-# What each helper needs: WGSL has no erf, expm1, log1p, log10 or 32x32->64-bit multiply.
+# Helper functions by op: WGSL has no erf, expm1, log1p, log10 or 32x32->64-bit multiply.
 HELPERS = {
     "erf": """fn ember_erf(x: f32) -> f32 {
   // Taylor series near 0 (relative accuracy), Abramowitz-Stegun 7.1.26 beyond (1.5e-7 absolute).
@@ -80,6 +81,30 @@ HELPERS = {
   if (abs(x) > 1.0f) { return log(u); }
   return log(u) * x / (u - 1.0f);
 }""",
+    "asin": """fn ember_asin_r(z: f32) -> f32 {
+  // musl's rational approximation of (asin(x) - x) / x^3 in z = x^2, for asin and acos.
+  return z * (0.16666586697f + z * (-0.042743422091f + z * -0.0086563630030f)) / (1.0f + z * -0.70662963390f);
+}
+fn ember_asin(x: f32) -> f32 {
+  // Vulkan lets asin/acos be off by thousands of ulp (lavapipe: 4e-4): musl's asinf instead.
+  let a = abs(x);
+  if (a < 0.5f) { return x + x * ember_asin_r(x * x); }
+  let z = (1.0f - a) * 0.5f;
+  let s = sqrt(z);
+  return sign(x) * (1.5707963268f - 2.0f * (s + s * ember_asin_r(z)));
+}""",
+    "acos": """fn ember_acos(x: f32) -> f32 {
+  // musl's acosf (see ember_asin).
+  if (abs(x) < 0.5f) { return 1.5707962513f - (x - (7.5497894159e-08f - x * ember_asin_r(x * x))); }
+  if (x < 0.0f) {
+    let z = (1.0f + x) * 0.5f;
+    let s = sqrt(z);
+    return 2.0f * (1.5707962513f - (s + (ember_asin_r(z) * s - 7.5497894159e-08f)));
+  }
+  let z = (1.0f - x) * 0.5f;
+  let s = sqrt(z);
+  return 2.0f * (s + ember_asin_r(z) * s);
+}""",
     "log10": """fn ember_log10(x: f32) -> f32 { return log2(x) * 0.30102999566398120f; }""",
     "pow": """fn ember_pow(a: f32, b: f32) -> f32 {
   // C's pow: WGSL's is undefined for a <= 0. A negative base needs an integer exponent.
@@ -103,8 +128,7 @@ HELPERS = {
 
 _BINARY = {"add": "+", "sub": "-", "mul": "*", "div": "/", "rem": "%", "and": "&", "or": "|", "xor": "^",
            "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
-_MATH = {name: name for name in ("exp", "exp2", "log", "log2", "sqrt", "sin", "cos", "tan", "asin", "acos",
-                                 "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "floor", "ceil",
+_MATH = {name: name for name in ("exp", "exp2", "log", "log2", "sqrt", "sin", "cos", "tan", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "floor", "ceil",
                                  "trunc", "atan2", "abs")}
 _MATH.update(round="round", rsqrt="inverseSqrt")  # WGSL's round is half-to-even, like C's rint
 _PLANE = {"plane_sum": "subgroupAdd", "plane_prod": "subgroupMul", "plane_max": "subgroupMax",
@@ -378,8 +402,8 @@ class Renderer:
             return f"({a[0]} {'<<' if op == 'shl' else '>>'} u32({a[1]}))"  # WGSL shifts by a u32
         if op == "xor" and src is bool_:
             return f"({a[0]} != {a[1]})"
-        if op in ("erf", "expm1", "log1p", "log10", "pow", "mulhi"):
-            self.helpers.add(op)
+        if op in HELPERS:
+            self.helpers.update(("asin", op) if op == "acos" else (op,))  # acos uses asin's polynomial
             return f"ember_{op}({', '.join(a)})"
         if op in _MATH:
             return f"{_MATH[op]}({', '.join(a)})"
