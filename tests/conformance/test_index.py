@@ -338,3 +338,17 @@ def test_property_mask_and_setitem(data):
     y = x.copy()
     y[index] = -1.0
     np.testing.assert_array_equal(np.asarray(e.numpy()), y)
+
+
+@given(data=st.data())
+def test_property_reductions_and_movement(data):
+    """Reductions over any dims and permutes/flips of any shape agree with NumPy."""
+    shape = data.draw(hnp.array_shapes(min_dims=1, max_dims=4, min_side=1, max_side=4))
+    x = data.draw(hnp.arrays(np.float64, shape, elements=st.floats(-100, 100)))
+    dims = tuple(sorted(data.draw(st.sets(st.integers(0, len(shape) - 1), min_size=1))))
+    keepdim = data.draw(st.booleans())
+    perm = data.draw(st.permutations(range(len(shape))))
+    e = ember.tensor(x, device=ember.Device.numpy())
+    np.testing.assert_allclose(e.sum(dim=dims, keepdim=keepdim).numpy(), x.sum(axis=dims, keepdims=keepdim), atol=1e-9)
+    np.testing.assert_array_equal(e.amax(dim=dims, keepdim=keepdim).numpy(), x.max(axis=dims, keepdims=keepdim))
+    np.testing.assert_array_equal(e.permute(perm).flip(dims).numpy(), np.flip(x.transpose(perm), dims))
