@@ -146,7 +146,7 @@ def is_ember(impl: str) -> bool:
 
 
 def ratios(row: Row, case_rows: list[Row]) -> str:
-    """`row`'s time over each measured peer row of its case, e.g. "ember/torch 1.80x" (>1: ember slower)."""
+    """`row`'s time over each measured peer row of its case, e.g. "ember/torch 1.8x" (>1: ember slower)."""
     if row.median_us is None or not is_ember(row.impl):
         return ""
     return ", ".join(f"{row.impl}/{p.impl} {row.median_us / p.median_us:.3g}x" for p in case_rows
