@@ -93,7 +93,8 @@ def test_synchronize_waits_without_on_submitted_work_done(rt, monkeypatch):
 
 def test_buffers_beyond_the_binding_limit_are_refused(rt, monkeypatch):
     monkeypatch.setitem(rt.limits, "max-storage-buffer-binding-size", 1024)
-    with pytest.raises(WgpuLimitError, match="2048 bytes exceeds the adapter's max_storage_buffer_binding_size of 1024"):
+    with pytest.raises(WgpuLimitError, match="2048 bytes exceeds the adapter's max_storage_buffer_binding_size "
+                                             "of 1024"):
         rt.empty(512, np.float32)
     with pytest.raises(WgpuLimitError, match="argument 'x' of kernel axpy"):
         rt.launch(axpy, cube.CubeCount(1), cube.CubeDim(64), (np.ones(512, np.float32), np.ones(4, np.float32), 1.0),
@@ -197,6 +198,28 @@ def test_dtypes_wgsl_lacks_are_refused_naming_the_adapter(rt, dtype):
     x = np.zeros(4, dtype)
     with pytest.raises(WgslTargetError, match=f"cannot run on the WGSL target \\(adapter '{rt.adapter_name[:8]}"):
         rt.launch(copy, cube.CubeCount(1), cube.CubeDim(4), (x, x.copy()), {})
+
+
+@cube.kernel
+def shifted_lines(x: cube.Array, y: cube.Array, shift: cube.i32):
+    base = cube.ABSOLUTE_POS * 4 + shift
+    if base + 4 <= len(x):
+        for j in cube.unroll(range(4)):
+            y[base + j] = x[base + j] * x.dtype(3)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.float16])
+def test_vector_loads_and_stores(rt, dtype):
+    if dtype == np.float16 and not rt.caps.f16:
+        pytest.skip(f"{rt.adapter_name} has no shader-f16 feature")
+    compiled = rt.prepare(shifted_lines, cube.CubeDim(32), (np.zeros(1, dtype), np.zeros(1, dtype), 1), {})
+    assert "vec4<" in compiled.source  # the vectorize pass made one 4-lane load and store
+    x = (np.arange(130) % 50).astype(dtype)
+    y = np.zeros(130, dtype)
+    rt.launch(shifted_lines, cube.CubeCount(2), cube.CubeDim(32), (x, y, 1), {})
+    want = np.zeros(130, dtype)
+    want[1:129] = x[1:129] * 3
+    np.testing.assert_array_equal(y, want)
 
 
 @cube.kernel

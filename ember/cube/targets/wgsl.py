@@ -128,8 +128,8 @@ fn ember_asin(x: f32) -> f32 {
 
 _BINARY = {"add": "+", "sub": "-", "mul": "*", "div": "/", "rem": "%", "and": "&", "or": "|", "xor": "^",
            "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
-_MATH = {name: name for name in ("exp", "exp2", "log", "log2", "sqrt", "sin", "cos", "tan", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "floor", "ceil",
-                                 "trunc", "atan2", "abs")}
+_MATH = {name: name for name in ("exp", "exp2", "log", "log2", "sqrt", "sin", "cos", "tan", "atan", "sinh", "cosh",
+                                 "tanh", "asinh", "acosh", "atanh", "floor", "ceil", "trunc", "atan2", "abs")}
 _MATH.update(round="round", rsqrt="inverseSqrt")  # WGSL's round is half-to-even, like C's rint
 _PLANE = {"plane_sum": "subgroupAdd", "plane_prod": "subgroupMul", "plane_max": "subgroupMax",
           "plane_min": "subgroupMin", "plane_all": "subgroupAll", "plane_any": "subgroupAny"}
@@ -358,7 +358,8 @@ class Renderer:
         if op == "load":
             if t.lanes == 1:
                 return self.element(s.attr, s.args[0], a[0])
-            return f"{self.wtype(t)}({', '.join(self.element(s.attr, s.args[0], f'{a[0]} + {l}i') for l in range(t.lanes))})"
+            lanes = ", ".join(self.element(s.attr, s.args[0], a[0], lane) for lane in range(t.lanes))
+            return f"{self.wtype(t)}({lanes})"
         if op in ir.PLANE:
             return self.plane(s, a[0])
         if op == "extract":
@@ -426,15 +427,17 @@ class Renderer:
         return table[name]
 
     # -- memory ---------------------------------------------------------------------------------
-    def ref(self, arr: ir.Array, index: ir.Value, rendered: str) -> str:
-        """`name[index]`: global arrays start at their base word; indices become i32."""
+    def ref(self, arr: ir.Array, index: ir.Value, rendered: str, lane: int = 0) -> str:
+        """`name[index + lane]`: global arrays start at their base word; indices become i32."""
         idx = rendered if index.type.dtype is i32 else f"i32({rendered})"
+        if lane:
+            idx = f"{idx} + {lane}i"
         if arr.kind == "shared":
             return f"{self.names[arr]}[{idx}]"
         return f"{self.names[arr]}[base_{self.names[arr]} + {idx}]"
 
-    def element(self, arr: ir.Array, index: ir.Value, rendered: str) -> str:
-        r = self.ref(arr, index, rendered)
+    def element(self, arr: ir.Array, index: ir.Value, rendered: str, lane: int = 0) -> str:
+        r = self.ref(arr, index, rendered, lane)
         if arr in self.atomic_arrays:
             return f"bitcast<f32>(atomicLoad(&{r}))" if arr.dtype is f32 else f"atomicLoad(&{r})"
         return f"f32({r})" if arr.dtype is f16 and arr.kind != "shared" else r
@@ -444,7 +447,7 @@ class Renderer:
         lanes = value.type.lanes
         for lane in range(lanes):
             x = a[1] if lanes == 1 else f"{a[1]}[{lane}]"
-            r = self.ref(arr, index, a[0] if lanes == 1 else f"{a[0]} + {lane}i")
+            r = self.ref(arr, index, a[0], lane)
             if arr in self.atomic_arrays:
                 self.emit(f"atomicStore(&{r}, {f'bitcast<u32>({x})' if arr.dtype is f32 else x});", depth)
             elif arr.dtype is f16 and arr.kind != "shared":
