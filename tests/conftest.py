@@ -25,6 +25,10 @@ DEVICES = [
     ("cpu", ember.Device.cpu),
 ]
 
+# One hypothesis profile for the whole suite: modest example counts keep CI short on two cores, and no
+# deadline, since shared CI machines make timings meaningless. HYPOTHESIS_PROFILE picks another
+# registered profile (e.g. "thorough" for a long local run).
+settings.register_profile("thorough", max_examples=500, deadline=None)
 settings.register_profile("ember", max_examples=40, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ember"))
