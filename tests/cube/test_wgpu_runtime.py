@@ -10,6 +10,7 @@ import pytest
 from ember import cube
 from ember.cube.runtime import wgpu as rt_wgpu
 from ember.cube.runtime.wgpu import WgpuArray, WgpuLimitError, WgpuRuntime, wgpu_available, wgpu_runtime
+from ember.cube.lang import KernelError
 from ember.cube.targets.wgsl import WgslTargetError
 from ember.errors import DeviceUnavailableError
 
@@ -59,6 +60,18 @@ def test_device_arrays_and_numpy_arrays(rt):
     host = np.ones(1000, np.float32)
     rt.launch(axpy, cube.CubeCount(4), cube.CubeDim(256), (np.arange(1000, dtype=np.float32), host, 2.0), {})
     np.testing.assert_array_equal(host, y.numpy())
+
+
+def test_one_array_read_and_written_by_a_launch(rt):
+    x = rt.to_device(np.arange(8, dtype=np.float32))
+    rt.launch(axpy, cube.CubeCount(1), cube.CubeDim(64), (x, x, 2.0), {})  # x = 2x + x
+    np.testing.assert_array_equal(x.numpy(), 3 * np.arange(8))
+    wrong = rt.empty(8, np.int32)
+    with pytest.raises(KernelError, match="argument 'y' must hold f32, got i32"):
+        rt.launch(axpy, cube.CubeCount(1), cube.CubeDim(64), (x, wrong, 2.0), {})
+    compiled = rt.prepare(axpy, cube.CubeDim(64), (x, x, 2.0), {})
+    with pytest.raises(KernelError, match="argument 'y' must be an array of f32, got int32"):
+        rt.run(compiled, cube.CubeCount(1), (x, wrong, 2.0))
 
 
 @cube.kernel

@@ -361,22 +361,31 @@ class WgpuRuntime:
             return
         self.check_count(compiled.name, count)
         words = np.zeros(max(4, -(-compiled.info.words // 4) * 4), np.uint32)
-        buffers, staged = [], []  # staged: (host array, its buffer, byte offset of its first element)
+        buffers, writes, staged = [], [], []  # staged: (host array, its buffer, byte offset of its first element)
         for i, (p, a) in enumerate(zip(compiled.params, args)):
             if isinstance(p, ir.Array):
                 buf, base = self._argument(compiled, i, a, staged)
                 buffers.append(buf)
+                writes.append(compiled.written[i])
                 n, b = compiled.info.arrays[p]
                 words[n], words[b] = a.size, base
             else:
                 words[compiled.info.scalars[p]] = _bits(a, p.value.type.dtype)
         info = self.device.create_buffer_with_data(data=words, usage=self.wgpu.BufferUsage.UNIFORM)
-        entries = [{"binding": i, "resource": {"buffer": b, "offset": 0, "size": b.size}}
-                   for i, b in enumerate(buffers)]
-        entries.append({"binding": len(buffers), "resource": {"buffer": info, "offset": 0, "size": info.size}})
         with self._lock:
-            group = self.device.create_bind_group(layout=compiled.layout, entries=entries)
             encoder = self.device.create_command_encoder()
+            # wgpu forbids one buffer bound read-only and writable in one dispatch: the read-only
+            # binding of a buffer this launch also writes reads a copy taken before the kernel.
+            written = {id(b) for b, w in zip(buffers, writes) if w}
+            for k, (b, w) in enumerate(zip(buffers, writes)):
+                if not w and id(b) in written:
+                    buffers[k] = self.device.create_buffer(size=b.size, usage=self.wgpu.BufferUsage.STORAGE
+                                                           | self.wgpu.BufferUsage.COPY_DST)
+                    encoder.copy_buffer_to_buffer(b, 0, buffers[k], 0, b.size)
+            entries = [{"binding": i, "resource": {"buffer": b, "offset": 0, "size": b.size}}
+                       for i, b in enumerate(buffers)]
+            entries.append({"binding": len(buffers), "resource": {"buffer": info, "offset": 0, "size": info.size}})
+            group = self.device.create_bind_group(layout=compiled.layout, entries=entries)
             compute = encoder.begin_compute_pass()
             compute.set_pipeline(compiled.pipeline)
             compute.set_bind_group(0, group)
@@ -391,10 +400,11 @@ class WgpuRuntime:
     def _argument(self, compiled: CompiledWgslKernel, i: int, a, staged: list) -> tuple:
         """(buffer, element offset of the first element) for array argument `i`, uploading NumPy arrays."""
         p = compiled.params[i]
-        if isinstance(a, WgpuArray):
+        if isinstance(a, WgpuArray) and _NP_TO_CUBE.get(a.dtype) is p.dtype:
             return a.buffer, 0
         if not isinstance(a, np.ndarray) or _NP_TO_CUBE.get(a.dtype) is not p.dtype:
-            raise KernelError(f"{compiled.name}: argument {p.name!r} must be an array of {p.dtype.name}")
+            raise KernelError(f"{compiled.name}: argument {p.name!r} must be an array of {p.dtype.name}, "
+                              f"got {getattr(a, 'dtype', type(a).__name__)}")
         if a.size >= 2**31:
             raise KernelError(f"{compiled.name}: arrays over 2**31 elements need 64-bit indices")
         if compiled.written[i] and not a.flags.writeable:
