@@ -231,6 +231,11 @@ def _broadcast_value(value: Tensor, shape: tuple) -> Tensor:
 
 def setitem(x: Tensor, index, value) -> None:
     """`x[index] = value`: rebinds `x` to `x.slice_assign(index, value)`."""
+    node = getattr(x._handle, "node", None)
+    if node is not None and node.prim is None:
+        # Rebinding a leaf would leave its gradient unreachable (x.grad(...) would silently be None).
+        raise RuntimeError("cannot assign into a leaf tensor that requires grad: assign into a copy "
+                           "(y = x * 1; y[...] = v) or before require_grad(), as in PyTorch")
     out = slice_assign(x, index, value)
     x._device, x._handle, x._aval = out._device, out._handle, out._aval
 
