@@ -211,3 +211,16 @@ def test_gradient_on_other_device_kind_is_not_shared():
     x = ember.ones(2, device=Device.numpy()).require_grad()
     moved = x.to(Device.cpu())
     assert not moved.requires_grad  # crossing devices goes through the host, without history
+
+
+def test_assignment_into_a_leaf_is_refused(device):
+    """As in PyTorch: rebinding a leaf would make its gradient unreachable, so it is an error."""
+    x = ember.ones(3, device=device).require_grad()
+    with pytest.raises(RuntimeError, match="leaf"):
+        x[0] = 5.0
+    y = x * 1
+    y[0] = 5.0  # a copy can be assigned into; the gradient reaches x where y was not overwritten
+    assert x.grad((y * y).sum().backward()).tolist() == [0.0, 2.0, 2.0]
+    z = ember.ones(3, device=device.autodiff())  # untracked tensors on an autodiff device are fine
+    z[0] = 2.0
+    assert z.tolist() == [2.0, 1.0, 1.0]
