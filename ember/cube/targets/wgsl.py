@@ -246,9 +246,10 @@ class Renderer:
                     self._refuse(t.dtype, f"a value (line {s.line}, {s.op})")
                 if t is not None and t.lanes > 4:
                     raise WgslTargetError(f"kernel {self.k.name}: vectors of {t.lanes} lanes (WGSL has 2 to 4)")
-                held = {"shared": lambda: s.attr.dtype, "local": lambda: s.attr.type.dtype}.get(s.op)
-                if held is not None and held().name not in ok:
-                    self._refuse(held(), f"a {s.op} variable (line {s.line})")
+                if s.op == "shared" and s.attr.dtype.name not in ok:
+                    self._refuse(s.attr.dtype, f"shared memory (line {s.line})")
+                if s.op == "local" and s.attr.type.dtype.name not in ok:
+                    self._refuse(s.attr.type.dtype, f"a variable (line {s.line})")
                 if s.op in ir.ATOMIC and s.attr.dtype.name not in _ATOMIC_TYPES:
                     raise WgslTargetError(f"kernel {self.k.name}: line {s.line}: {s.op} on {s.attr.dtype.name} "
                                           f"(WGSL atomics cover {', '.join(_ATOMIC_TYPES)})")
