@@ -29,8 +29,8 @@ def reshape(x: Tensor, *shape) -> Tensor:
         (3, 2)
     """
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
-        shape = tuple(shape[0])
-    shape = tuple(int(n) for n in shape)
+        shape = shape[0]
+    shape = tuple(map(int, shape))
     if shape.count(-1) > 1:
         raise ShapeError("reshape", f"only one size may be -1, got {shape}")
     if -1 in shape:

@@ -29,7 +29,7 @@ def _reshape_infer(x: Aval, *, shape: tuple[int, ...]) -> Aval:
 
 primitive("reshape", infer=_reshape_infer,
           vjp=lambda ctx, g: (g.reshape(ctx.input_avals[0].shape),))(
-    lambda x, *, shape: np.reshape(x, shape))
+    lambda x, *, shape: x.reshape(shape))
 
 
 def _permute_infer(x: Aval, *, dims: tuple[int, ...]) -> Aval:
@@ -46,7 +46,7 @@ def _permute_vjp(ctx, g):
     return (g.permute(*inverse),)
 
 
-primitive("permute", infer=_permute_infer, vjp=_permute_vjp)(lambda x, *, dims: np.transpose(x, dims))
+primitive("permute", infer=_permute_infer, vjp=_permute_vjp)(lambda x, *, dims: x.transpose(dims))
 
 
 def _expand_infer(x: Aval, *, shape: tuple[int, ...]) -> Aval:
