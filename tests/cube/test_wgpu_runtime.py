@@ -60,6 +60,7 @@ def test_device_arrays_and_numpy_arrays(rt):
     host = np.ones(1000, np.float32)
     rt.launch(axpy, cube.CubeCount(4), cube.CubeDim(256), (np.arange(1000, dtype=np.float32), host, 2.0), {})
     np.testing.assert_array_equal(host, y.numpy())
+    assert rt.time(lambda: rt.launch(axpy, cube.CubeCount(4), cube.CubeDim(256), (x, y, 2.0), {}), repeat=2) > 0
 
 
 def test_one_array_read_and_written_by_a_launch(rt):

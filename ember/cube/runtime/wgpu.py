@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import sys
 import threading
+from time import perf_counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -252,6 +253,21 @@ class WgpuRuntime:
             self.queue.submit([encoder.finish()])
             self._fence.map_sync(self.wgpu.MapMode.READ)
             self._fence.unmap()
+
+    def time(self, fn, repeat: int = 20, warmup: int = 3) -> float:
+        """Milliseconds per call of `fn()` (which queues work on this runtime), between two waits.
+
+        Example:
+            >>> rt.time(lambda: rt.launch(axpy, CubeCount(4), CubeDim(256), (x, y, 2.0), {}))
+        """
+        for _ in range(warmup):
+            fn()
+        self.synchronize()
+        start = perf_counter()
+        for _ in range(repeat):
+            fn()
+        self.synchronize()
+        return (perf_counter() - start) * 1000 / repeat
 
     # -- compiling ------------------------------------------------------------------------------
     def compile(self, kernel: ir.Kernel, dim: CubeDim) -> CompiledWgslKernel:
