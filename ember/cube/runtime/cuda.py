@@ -46,6 +46,7 @@ from ..passes import optimize
 from ..targets import cuda as cuda_target
 from .memory_pool import MemoryPool
 from .nvrtc import INSTALL, compile_cuda
+from .host import host_span
 
 STAGING = 64 << 20  # bytes of pinned host memory used per step of a host <-> device copy
 _NP_TO_CUBE = {np.dtype(d.np): d for d in DTYPES.values()}
@@ -191,19 +192,6 @@ class CudaArray:
 
     def __repr__(self) -> str:
         return f"CudaArray(shape={self.shape}, dtype={self.dtype}, device={self.runtime.device_index})"
-
-
-def host_span(a: np.ndarray) -> tuple[int, int]:
-    """(byte offset from `a`'s first element to the lowest byte it covers, bytes covered).
-
-    A strided view (transposed, negative strides, broadcast) is copied as the span of memory under
-    it, so the kernel reads it through the same strides it would use on the host.
-    """
-    if a.size == 0:
-        return 0, 0
-    lo = sum(min(0, s * (n - 1)) for s, n in zip(a.strides, a.shape))
-    hi = sum(max(0, s * (n - 1)) for s, n in zip(a.strides, a.shape)) + a.itemsize
-    return lo, hi - lo
 
 
 def pack_arguments(params: list, values: list) -> tuple:

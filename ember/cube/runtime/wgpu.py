@@ -42,6 +42,7 @@ from ..ir import DTYPES
 from ..lang import CubeCount, CubeDim, KernelError
 from ..passes import optimize
 from ..targets import wgsl as wgsl_target
+from .host import host_span
 
 INSTALL = "pip install 'ember[wgpu]' (wgpu-py; on Linux without a GPU also apt-get install mesa-vulkan-drivers)"
 _NP_TO_CUBE = {np.dtype(d.np): d for d in DTYPES.values()}
@@ -153,15 +154,6 @@ class WgpuArray:
 
     def __repr__(self) -> str:
         return f"WgpuArray(shape={self.shape}, dtype={self.dtype}, adapter={self.runtime.adapter_name!r})"
-
-
-def host_span(a: np.ndarray) -> tuple[int, int]:
-    """(byte offset from `a`'s first element to the lowest byte it covers, bytes covered)."""
-    if a.size == 0:
-        return 0, 0
-    lo = sum(min(0, s * (n - 1)) for s, n in zip(a.strides, a.shape))
-    hi = sum(max(0, s * (n - 1)) for s, n in zip(a.strides, a.shape)) + a.itemsize
-    return lo, hi - lo
 
 
 @dataclass
