@@ -514,3 +514,15 @@ def test_clamp_grad_at_bounds(dtype, device):
     # The value is NaN either way; the gradients are compared at the other positions.
     check_grad(ex.grad(grads)[:4], tx.grad[:4])
     check_grad(el.grad(grads), tl.grad)
+
+
+def test_numpy_arrays_as_operands(device, rng):
+    """A NumPy array on either side of an operator takes part as a tensor (PyTorch's `tensor + ndarray`)."""
+    e, t = tensors(sample((2, 3), "f32", rng), device)
+    for other in (sample((2, 3), "f64", rng), sample((3,), "i32", rng), sample((2, 1), "f32", rng)):
+        with case(other=other.dtype):
+            got, want = e + other, t + torch.from_numpy(other)
+            check(got, want)
+            assert got.device is device
+            check(other * e, torch.from_numpy(other) * t)
+            check(e < other, t < torch.from_numpy(other))
