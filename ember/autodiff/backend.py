@@ -47,12 +47,14 @@ class Autodiff(Decorator):
 
     def execute(self, prim: Primitive, inputs: Sequence[Tracked], params: dict, out: Aval) -> Tracked:
         result = self.inner.execute(prim, [h.primal for h in inputs], params, out)
-        if prim.vjp is None or not grad_enabled():
+        if prim.vjp is None:
             return Tracked(result, None, out)
         for h in inputs:
             if h.node is not None:
                 break
         else:
+            return Tracked(result, None, out)
+        if not grad_enabled():  # checked last: reading the thread-local costs more than the rest
             return Tracked(result, None, out)
         parents = tuple(h.node if h.node is not None else Const(h.primal, h.aval) for h in inputs)
         keep = self.checkpointing is None or prim.cost == "compute"
