@@ -33,7 +33,27 @@ def _generator(seed: int, offset: int) -> np.random.Generator:
 
 @primitive("uniform", infer=_creation_infer)
 def uniform(*, shape, dtype, low, high, seed, offset):
-    return _generator(seed, offset).uniform(low, high, size=shape).astype(dtype.np)
+    values = _generator(seed, offset).uniform(low, high, size=shape)
+    out = values.astype(dtype.np)
+    if dtype.itemsize < 8 and high > low:
+        # Rounding to f32/f16/bf16 can reach `high` itself; keep the interval half-open as PyTorch does
+        # by stepping those values down to the largest one below `high`.
+        top = np.asarray(high, dtype.np)
+        if float(top) >= high:
+            top = _step_down(top)
+        out = np.where(out.astype(np.float64) >= high, top, out).astype(dtype.np)
+    return out
+
+
+def _step_down(value: np.ndarray) -> np.ndarray:
+    """The next representable value toward minus infinity (bit arithmetic works for bf16 too)."""
+    kind = {2: np.uint16, 4: np.uint32}[value.dtype.itemsize]
+    bits = value.view(kind)
+    if float(value) > 0:
+        return (bits - kind(1)).view(value.dtype)
+    if float(value) == 0:
+        return np.asarray(1 << (8 * value.dtype.itemsize - 1) | 1, kind).view(value.dtype)
+    return (bits + kind(1)).view(value.dtype)
 
 
 @primitive("normal", infer=_creation_infer)
