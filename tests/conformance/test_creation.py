@@ -102,10 +102,10 @@ def test_eye(dtype, device):
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_rand_and_randn(dtype, device):
     ember.seed(0)
-    u = ember.rand(4000, dtype=dtype, device=device)
-    assert u.dtype.name == dtype and u.shape == (4000,) and u.device is device
+    u = ember.rand(40000, dtype=dtype, device=device)  # enough draws that f16 would round some to 1.0
+    assert u.dtype.name == dtype and u.shape == (40000,) and u.device is device
     values = np.asarray(u.numpy(), np.float64)
-    assert values.min() >= 0 and values.max() <= 1  # f16/bf16 may round up to 1
+    assert values.min() >= 0 and values.max() < 1  # half-open even where rounding to f16/bf16 would reach 1
     assert abs(values.mean() - 0.5) < 0.03 and abs(values.var() - 1 / 12) < 0.01
     n = np.asarray(ember.randn(4000, dtype=dtype, device=device).numpy(), np.float64)
     assert abs(n.mean()) < 0.08 and abs(n.std() - 1) < 0.08
@@ -114,7 +114,7 @@ def test_rand_and_randn(dtype, device):
     assert ember.randn((2, 3), device=device).shape == (2, 3)
     assert ember.rand(0, device=device).shape == (0,) and ember.rand(device=device).shape == ()
     w = np.asarray(ember.uniform(2000, low=-2, high=5, dtype=dtype, device=device).numpy(), np.float64)
-    assert w.min() >= -2 and w.max() <= 5 and abs(w.mean() - 1.5) < 0.2
+    assert w.min() >= -2 and w.max() < 5 and abs(w.mean() - 1.5) < 0.2
     m = np.asarray(ember.normal(2000, mean=3, std=0.5, dtype=dtype, device=device).numpy(), np.float64)
     assert abs(m.mean() - 3) < 0.05 and abs(m.std() - 0.5) < 0.05
 
