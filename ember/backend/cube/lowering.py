@@ -1,0 +1,301 @@
+"""The lowering table of the Cube(cpu) backend: primitive name -> how it runs, one row per primitive.
+
+Each row is a `Lowering(run, how)`: `run(out, *arrays, **params)` gets the output's `Aval` (already
+given by the primitive's shape rule), the input arrays and the primitive's params, and returns an array.
+`how` says what does the work:
+
+- "kernel": a cube kernel (`ember.cube.kernels`, or `kernels.py` beside this file);
+- "view":   metadata only, a NumPy view of the input (reshape copies with the cast kernel when the
+            strides cannot express the new shape);
+- "copy":   a NumPy copy of the reference (cat, pad, slice_assign: memory moves, no arithmetic).
+
+A primitive without a row, or whose row raises `Unlowered` for a case its kernel does not cover, runs
+its NumPy reference; the backend records it in `CubeBackend.fallbacks`.
+
+Example:
+    >>> TABLE["exp"].how
+    'kernel'
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, NamedTuple
+
+import numpy as np
+
+from ...cube import kernels as lib
+from ...cube.kernels.elementwise import BINARY_OPS, FLOAT_BINARY, UNARY_OPS
+from ...cube.kernels.sort import MAX_ROW
+from ...ops import registry
+from ...ops.primitive import Aval
+from . import kernels as own
+from .layout import grouped, merged_operands
+
+
+class Unlowered(Exception):
+    """Raised by a row for a case its kernel does not cover: the reference runs instead."""
+
+
+class Lowering(NamedTuple):
+    run: Callable[..., np.ndarray]
+    how: str
+
+
+# ---- elementwise ---------------------------------------------------------------------------------
+
+def _elementwise(kernel: Callable, out: Aval, *arrays: np.ndarray) -> np.ndarray:
+    """Run an elementwise library kernel on 1-D operands and give its result `out`'s shape.
+
+    Why 1-D: the library compiles one kernel per (op, dtype, rank, which operands are dense). Strided
+    and broadcast operands are first copied to contiguous by the cast kernel (one compiled copy per
+    dtype, shared by every op), so each op compiles at most three times per dtype: all operands
+    dense, or one of two a single broadcast value. The copy costs memory traffic; compilations cost
+    ~0.3 s each, and the op set times the dtypes makes hundreds of them.
+    """
+    if math.prod(out.shape) == 0:
+        return kernel(*arrays).reshape(out.shape)
+    return kernel(*(_flat(a, out.shape) for a in arrays)).reshape(out.shape)
+
+
+def _flat(a: np.ndarray, shape: tuple) -> np.ndarray:
+    """`a` broadcast to `shape` as a contiguous 1-D array, or as one element when it holds one value."""
+    if a.size == 1:
+        return a.reshape(1)
+    if a.shape == shape and a.flags.c_contiguous:
+        return a.reshape(-1)
+    return _contiguous(a, shape).reshape(-1)
+
+
+def _contiguous(a: np.ndarray, shape: tuple) -> np.ndarray:
+    """`a` broadcast to `shape` as a new C-contiguous array, copied by the cast kernel (a strided copy)."""
+    _, (v,) = merged_operands(shape, a)
+    return lib.cast(v, a.dtype).reshape(shape)
+
+
+def _unary(op: str) -> Callable:
+    def run(out: Aval, x: np.ndarray) -> np.ndarray:
+        return _elementwise(lambda v: lib.unary(op, v), out, x)
+    return run
+
+
+def _sign(out: Aval, x: np.ndarray) -> np.ndarray:
+    if x.dtype.kind == "u":
+        # The library's sign builds the constant -1, which unsigned kernels refuse; unsigned sign is x != 0.
+        zero = np.zeros((), x.dtype)
+        return _elementwise(lambda v: lib.cast(lib.binary("ne", v, zero), x.dtype), out, x)
+    return _unary("sign")(out, x)
+
+
+# The library's max/min refuse bools; on bools they are `or` and `and`.
+_BOOL_OP = {"maximum": "logical_or", "minimum": "logical_and"}
+
+
+def _binary(op: str) -> Callable:
+    def run(out: Aval, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        if op in FLOAT_BINARY and a.dtype.kind not in "fV":
+            raise Unlowered(f"{op} of {a.dtype}: the kernel is float-only")
+        kernel_op = _BOOL_OP.get(op, op) if a.dtype == np.bool_ else op
+        return _elementwise(lambda x, y: lib.binary(kernel_op, x, y), out, a, b)
+    return run
+
+
+def _where(out: Aval, c: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return _elementwise(lambda *v: lib.ternary("where", *v), out, c, a, b)
+
+
+def _cast(out: Aval, x: np.ndarray, *, dtype) -> np.ndarray:
+    return _elementwise(lambda v: lib.cast(v, dtype.np), out, x)
+
+
+def _isnan(out: Aval, x: np.ndarray) -> np.ndarray:
+    if x.dtype.kind not in "fV":
+        return own.fill(out.shape, False, np.dtype(bool))
+    return _elementwise(lambda v: lib.binary("ne", v, v), out, x)  # NaN is the one value != itself
+
+
+def _isinf(out: Aval, x: np.ndarray) -> np.ndarray:
+    if x.dtype.kind not in "fV":
+        return own.fill(out.shape, False, np.dtype(bool))
+    inf = np.full((), np.inf, x.dtype)
+    return _elementwise(lambda v: lib.binary("eq", lib.unary("abs", v), inf), out, x)
+
+
+# ---- reductions, scans, sorts ---------------------------------------------------------------------
+
+def _kept(ndim: int, dims) -> tuple:
+    return tuple(d for d in range(ndim) if d not in dims)
+
+
+def _reduce(op: str) -> Callable:
+    def run(out: Aval, x: np.ndarray, *, dims, keepdim) -> np.ndarray:
+        # Kept dims first, reduced dims last, each group merged: the kernel reduces the trailing dims.
+        v, (kdim, rdim) = grouped(x, [_kept(x.ndim, dims), dims])
+        result = lib.reduce(op, v, dims=tuple(range(kdim, kdim + rdim)))
+        if result.dtype != x.dtype:  # ints and bools accumulate in i64; the primitive keeps the dtype
+            result = lib.cast(result, x.dtype)
+        return result.reshape(out.shape)
+    return run
+
+
+def _arg_reduce(op: str) -> Callable:
+    def run(out: Aval, x: np.ndarray, *, dim, keepdim) -> np.ndarray:
+        if x.ndim == 0:
+            return own.fill((), 0, np.dtype(np.int64))
+        v, (kdim, _) = grouped(x, [_kept(x.ndim, (dim,)), (dim,)])
+        return lib.reduce(op, v, dims=kdim).reshape(out.shape)
+    return run
+
+
+def _scan(op: str) -> Callable:
+    def run(out: Aval, x: np.ndarray, *, dim) -> np.ndarray:
+        if x.ndim == 0:
+            return x.copy()
+        kept = _kept(x.ndim, (dim,))
+        v, (kdim, _) = grouped(x, [kept, (dim,)])
+        scanned = lib.scan(op, v, dim=kdim).reshape([x.shape[d] for d in kept] + [x.shape[dim]])
+        return np.moveaxis(scanned, -1, dim)
+    return run
+
+
+def _argsort(out: Aval, x: np.ndarray, *, dim, descending) -> np.ndarray:
+    if x.ndim and x.shape[dim] > MAX_ROW:
+        raise Unlowered(f"rows over {MAX_ROW} elements do not fit one cube")
+    return lib.sort(x, dim, descending)[1]
+
+
+# ---- matmul, indexing ------------------------------------------------------------------------------
+
+def _gather(out: Aval, x, index, *, dim):
+    return lib.gather(x, index, dim)
+
+
+def _scatter(out: Aval, x, index, src, *, dim, reduce):
+    return lib.scatter(x, index, src, dim, reduce)
+
+
+def _index_select(out: Aval, x, index, *, dim):
+    return lib.index_select(x, index, dim)
+
+
+def _index_add(out: Aval, x, index, src, *, dim):
+    return lib.index_add(x, index, src, dim)
+
+
+def _embedding(out: Aval, weight, indices, *, padding_idx, scale_grad_by_freq):
+    if indices.size and (indices.min() < 0 or indices.max() >= weight.shape[0]):
+        # The reference raises the primitive's own out-of-range error.
+        return registry["embedding"].reference(weight, indices, padding_idx=padding_idx,
+                                               scale_grad_by_freq=scale_grad_by_freq)
+    return lib.index_select(weight, _reshaped(indices, (indices.size,)), 0).reshape(out.shape)
+
+
+# ---- creation ------------------------------------------------------------------------------------
+
+def _full(out: Aval, *, shape, value, dtype):
+    return own.fill(shape, value, dtype.np)
+
+
+def _uniform(out: Aval, *, shape, dtype, low, high, seed, offset):
+    return lib.uniform(shape, seed, offset, low, high, dtype)
+
+
+def _normal(out: Aval, *, shape, dtype, mean, std, seed, offset):
+    return lib.normal(shape, seed, offset, mean, std, dtype)
+
+
+def _randint(out: Aval, *, shape, dtype, low, high, seed, offset):
+    return own.randint(shape, seed, offset, low, high, dtype.np)
+
+
+# ---- convolution and pooling (the library has 2-D kernels) --------------------------------------
+
+def _two_d(op: str, kernel_size) -> None:
+    if len(kernel_size) != 2:
+        raise Unlowered(f"{op} over {len(kernel_size)} spatial dims: the kernel is 2-D")
+
+
+def _conv(out: Aval, x, w, *, stride, padding, dilation, groups):
+    _two_d("conv", stride)
+    return lib.conv2d(x, w, stride, padding, dilation, groups)
+
+
+def _max_pool(out: Aval, x, *, kernel, stride, padding, dilation, ceil_mode):
+    _two_d("max_pool", kernel)
+    return lib.max_pool2d(x, kernel, stride, padding, dilation, ceil_mode)
+
+
+def _max_pool_indices(out: Aval, x, *, kernel, stride, padding, dilation, ceil_mode):
+    _two_d("max_pool_indices", kernel)
+    return lib.max_pool2d_indices(x, kernel, stride, padding, dilation, ceil_mode)
+
+
+def _avg_pool(out: Aval, x, *, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    _two_d("avg_pool", kernel)
+    return lib.avg_pool2d(x, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override)
+
+
+# ---- movement: views, and copies for what a view cannot express ---------------------------------
+
+def _reshape(out: Aval, x: np.ndarray, *, shape) -> np.ndarray:
+    return _reshaped(x, shape)
+
+
+def _reshaped(x: np.ndarray, shape) -> np.ndarray:
+    """`x` with `shape`: a view when its strides allow, else a copy by the cast kernel."""
+    v = x.view()
+    try:
+        v.shape = shape  # refuses (AttributeError) when the strides cannot express the new shape
+        return v
+    except AttributeError:
+        return _contiguous(x, x.shape).reshape(shape)
+
+
+def _reference(name: str) -> Callable:
+    reference = registry[name].reference
+    return lambda out, *arrays, **params: reference(*arrays, **params)
+
+
+def _view(name: str) -> Lowering:
+    return Lowering(_reference(name), "view")
+
+
+def _kernel(run: Callable) -> Lowering:
+    return Lowering(run, "kernel")
+
+
+TABLE: dict[str, Lowering] = {
+    **{name: _kernel(_unary(name)) for name in UNARY_OPS if name in registry},
+    **{name: _kernel(_binary(name)) for name in BINARY_OPS},
+    "sign": _kernel(_sign),
+    "isnan": _kernel(_isnan),
+    "isinf": _kernel(_isinf),
+    "where": _kernel(_where),
+    "cast": _kernel(_cast),
+    **{name: _kernel(_reduce(name)) for name in ("sum", "prod", "amax", "amin")},
+    **{name: _kernel(_arg_reduce(name)) for name in ("argmax", "argmin")},
+    **{name: _kernel(_scan(name)) for name in ("cumsum", "cumprod")},
+    "argsort": _kernel(_argsort),
+    "matmul": _kernel(lambda out, a, b: lib.matmul(a, b)),
+    "gather": _kernel(_gather),
+    "scatter": _kernel(_scatter),
+    "index_select": _kernel(_index_select),
+    "index_add": _kernel(_index_add),
+    "embedding": _kernel(_embedding),
+    "full": _kernel(_full),
+    "uniform": _kernel(_uniform),
+    "normal": _kernel(_normal),
+    "randint": _kernel(_randint),
+    "conv": _kernel(_conv),
+    "max_pool": _kernel(_max_pool),
+    "max_pool_indices": _kernel(_max_pool_indices),
+    "avg_pool": _kernel(_avg_pool),
+    "reshape": Lowering(_reshape, "view"),
+    "permute": _view("permute"),
+    "expand": _view("expand"),
+    "slice": _view("slice"),
+    "flip": _view("flip"),
+    "cat": Lowering(_reference("cat"), "copy"),
+    "pad": Lowering(_reference("pad"), "copy"),
+    "slice_assign": Lowering(_reference("slice_assign"), "copy"),
+}
