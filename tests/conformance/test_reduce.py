@@ -222,10 +222,8 @@ def test_sort_argsort(dtype, device, rng):
                     check(e.argsort(dim=dim, descending=descending), torch.argsort(t, dim=dim, descending=descending, stable=True))
 
 
-@pytest.mark.parametrize("dtype", ALL)
+@pytest.mark.parametrize("dtype", [d for d in ALL if d != "bool"])  # torch has no topk of bools
 def test_topk(dtype, device, rng):
-    if dtype == "bool":
-        return  # torch has no topk of bools
     for shape, dim, k in [((3, 6), -1, 2), ((3, 6), 0, 3), ((2, 3, 5), 1, 1), ((7,), 0, 7), ((7,), 0, 0)]:
         for largest in (True, False):
             with case(shape=shape, dim=dim, k=k, largest=largest):
