@@ -54,7 +54,9 @@ def test_default_honours_environment(monkeypatch):
     with pytest.raises(ember.DeviceError, match="tpu"):
         Device.default()
     monkeypatch.delenv("EMBER_DEVICE")
-    assert Device.default() is Device.enumerate()[0]
+    from ember.settings import settings
+    configured = settings().get("device", "default")  # an ember.toml may name one; else the best available
+    assert Device.default() is (Device(configured) if configured else Device.enumerate()[0])
     assert ember.zeros(2).device is Device.default()
 
 
