@@ -42,10 +42,20 @@ def _labels(batches: list[Any]) -> list[list[int]]:
     return [b[1].tolist() for b in batches]
 
 
+_BEFORE: set = set()
+
+
+def leaked() -> list:
+    """Child processes started during this test and still alive (others' children don't count)."""
+    return [p for p in mp.active_children() if p not in _BEFORE]
+
+
 @pytest.fixture(autouse=True)
 def no_leaked_workers() -> Any:
+    _BEFORE.clear()
+    _BEFORE.update(mp.active_children())
     yield
-    assert mp.active_children() == []
+    assert leaked() == []
 
 
 def test_sequential_batches_and_len() -> None:
@@ -165,7 +175,7 @@ def test_worker_error_carries_traceback_and_workers_stop() -> None:
     assert "Traceback (most recent call last)" in message and "in get" in message
     assert "batch 3" in message
     assert got == [[0, 1], [2, 3], [4, 5]], "batches before the broken one arrive in order"
-    assert mp.active_children() == []
+    assert leaked() == []
     assert loader.state_dict()["position"] == 3
 
 
@@ -174,7 +184,7 @@ def test_closed_iterator_is_exhausted() -> None:
     it = iter(loader)
     next(it)
     it.close()
-    assert mp.active_children() == []
+    assert leaked() == []
     with pytest.raises(StopIteration):
         next(it)
     assert loader.epoch == 0 and loader.state_dict()["position"] == 1
@@ -190,14 +200,14 @@ def test_early_break_and_garbage_collection_stop_workers() -> None:
     for batch in loader:
         break
     assert batch[1].tolist() == [0, 1]
-    assert mp.active_children() == []
+    assert leaked() == []
     assert loader.epoch == 0, "an abandoned pass does not finish the epoch"
 
     it = iter(loader)
     next(it)
     del it
     gc.collect()
-    assert mp.active_children() == []
+    assert leaked() == []
 
 
 def test_keyboard_interrupt_while_waiting_stops_workers() -> None:
@@ -212,7 +222,7 @@ def test_keyboard_interrupt_while_waiting_stops_workers() -> None:
             next(it)
     finally:
         timer.cancel()
-    assert mp.active_children() == []
+    assert leaked() == []
 
 
 def test_crashed_worker_is_reported() -> None:
