@@ -87,7 +87,13 @@ def _sign(out: Aval, x: np.ndarray) -> np.ndarray:
     return _unary("sign")(out, x)
 
 
-# The library's max/min refuse bools; on bools they are `or` and `and`.
+def _abs(out: Aval, x: np.ndarray) -> np.ndarray:
+    # The library's abs refuses bools; it is the identity on them (handles are never written: share x).
+    return x if x.dtype == np.bool_ else _unary("abs")(out, x)
+
+
+# The library's max/min refuse bools; on bools they are `or` and `and`. Its shifts refuse bools too
+# (NumPy shifts them as int8, PyTorch refuses them): those run on the reference.
 _BOOL_OP = {"maximum": "logical_or", "minimum": "logical_and"}
 
 
@@ -95,6 +101,8 @@ def _binary(op: str) -> Callable:
     def run(out: Aval, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         if op in FLOAT_BINARY and a.dtype.kind not in "fV":
             raise Unlowered(f"{op} of {a.dtype}: the kernel is float-only")
+        if op.endswith("_shift") and a.dtype == np.bool_:
+            raise Unlowered(f"{op} of bools")
         kernel_op = _BOOL_OP.get(op, op) if a.dtype == np.bool_ else op
         return _elementwise(lambda x, y: lib.binary(kernel_op, x, y), out, a, b)
     return run
@@ -265,8 +273,9 @@ def _kernel(run: Callable) -> Lowering:
 
 
 TABLE: dict[str, Lowering] = {
-    **{name: _kernel(_unary(name)) for name in UNARY_OPS if name in registry},
+    **{name: _kernel(_unary(name)) for name in UNARY_OPS if name in registry and name not in ("abs", "sign")},
     **{name: _kernel(_binary(name)) for name in BINARY_OPS},
+    "abs": _kernel(_abs),
     "sign": _kernel(_sign),
     "isnan": _kernel(_isnan),
     "isinf": _kernel(_isinf),
