@@ -205,7 +205,15 @@ def _full(out: Aval, *, shape, value, dtype):
 
 
 def _uniform(out: Aval, *, shape, dtype, low, high, seed, offset):
-    return lib.uniform(shape, seed, offset, low, high, dtype)
+    values = lib.uniform(shape, seed, offset, low, high, dtype)
+    if dtype.itemsize == 8 or high <= low or values.size == 0:
+        return values
+    # Rounding to f32/f16/bf16 can reach `high`; like the reference (and PyTorch) keep [low, high)
+    # half-open: clamp to the largest value of the dtype below `high`.
+    top = np.asarray(high, dtype.np)
+    if float(top) >= high:
+        top = np.nextafter(top, np.asarray(-np.inf, dtype.np))
+    return lib.binary("minimum", values, top.reshape(1))
 
 
 def _normal(out: Aval, *, shape, dtype, mean, std, seed, offset):
