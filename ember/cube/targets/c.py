@@ -31,8 +31,7 @@ from ...dtype import bool_, bf16, f16
 from .. import ir
 from ..ir import For, Instr
 from ..lang import CubeDim
-from .clike import (_COMPUTE, compute_type, from_storage, literal, scalar_expr, storage_type,
-                    to_storage)
+from .clike import CFamily
 from .phases import Phase, PhaseError, Schedule
 
 ENTRY = "ember_kernel"
@@ -66,16 +65,10 @@ class CTargetError(PhaseError):
     """A kernel this target cannot run (atomics on 16-bit types; barriers it cannot phase)."""
 
 
-def _vector_typedef(t: ir.Type) -> str:
-    scalar = _COMPUTE[t.dtype.name] if t.dtype is not bool_ else "uint8_t"
-    size = {"double": 8, "float": 4}.get(scalar) or t.dtype.itemsize
-    return f"typedef {scalar} {compute_type(t)} __attribute__((vector_size({size * t.lanes})));"
-
-
 # ----------------------------------------------------------------------------------------------
 # Emission
 
-class Renderer:
+class Renderer(CFamily):
     def __init__(self, kernel: ir.Kernel, dim: CubeDim) -> None:
         self.k = kernel
         self.dim = dim
@@ -173,8 +166,11 @@ class Renderer:
 
     def ctype(self, t: ir.Type) -> str:
         if t.lanes > 1:
-            self.vectors[compute_type(t)] = _vector_typedef(t)
-        return compute_type(t)
+            scalar = self.COMPUTE[t.dtype.name] if t.dtype is not bool_ else "uint8_t"
+            size = {"double": 8, "float": 4}.get(scalar) or t.dtype.itemsize
+            self.vectors[self.compute_type(t)] = (f"typedef {scalar} {self.compute_type(t)} "
+                                                  f"__attribute__((vector_size({size * t.lanes})));")
+        return self.compute_type(t)
 
     def emit(self, line: str, depth: int) -> None:
         self.lines.append("  " * depth + line)
@@ -188,7 +184,7 @@ class Renderer:
         n_arrays = 0
         for i, p in enumerate(self.k.params):
             if isinstance(p, ir.Array):
-                self.emit(f"{storage_type(p.dtype)} *a_{p.name} = ({storage_type(p.dtype)} *)args[{i}];", 1)
+                self.emit(f"{self.storage_type(p.dtype)} *a_{p.name} = ({self.storage_type(p.dtype)} *)args[{i}];", 1)
                 self.emit(f"const int32_t len_{p.name} = (int32_t)launch[{3 + n_arrays}];", 1)
                 n_arrays += 1
             else:
@@ -199,7 +195,7 @@ class Renderer:
         self.emit("for (int64_t cube_l = 0; cube_l < ncubes; ++cube_l) {", 1)
         self.emit("const int32_t cube = (int32_t)cube_l;", 2)
         for arr in self.sched.shared:
-            self.emit(f"{_COMPUTE[arr.dtype.name]} s_{arr.name}[{arr.size}];", 2)
+            self.emit(f"{self.COMPUTE[arr.dtype.name]} s_{arr.name}[{arr.size}];", 2)
         for v in sorted(self.crossing, key=lambda v: v.id):
             self.emit(f"{self.ctype(v.type)} v{v.id}_u[NU];", 2)
         for var in self.array_locals:
@@ -317,7 +313,7 @@ class Renderer:
     def expr(self, s: Instr, a: list, phase) -> str:
         op, t = s.op, s.result.type
         if op == "const":
-            return literal(s.attr, t.dtype)
+            return self.literal(s.attr, t.dtype)
         if op == "builtin":
             return _builtin(s.attr, self.dim)
         if op == "len":
@@ -333,10 +329,10 @@ class Renderer:
         if op == "read":
             return self.local_ref(s.attr)
         if t.lanes == 1 and all(v.type.lanes == 1 for v in s.args):
-            return scalar_expr(op, a, [v.type for v in s.args], t)
+            return self.scalar(op, a, [v.type.dtype for v in s.args], t.dtype)
         # Vector op: lane by lane (gcc turns the fixed-count loop into vector instructions).
         lanes = [f"{x}[l]" if v.type.lanes > 1 else x for x, v in zip(a, s.args)]
-        scalar = scalar_expr(op, lanes, [v.type.scalar for v in s.args], t.scalar)
+        scalar = self.scalar(op, lanes, [v.type.dtype for v in s.args], t.dtype)
         return f"({{ {self.ctype(t)} r; for (int l = 0; l < {t.lanes}; ++l) r[l] = {scalar}; r; }})"
 
     def load(self, s: Instr, a: list) -> str:
@@ -344,7 +340,7 @@ class Renderer:
         if arr.kind == "shared":
             src = lambda i: f"s_{arr.name}[{i}]"
         else:
-            src = lambda i: from_storage(f"a_{arr.name}[{i}]", arr.dtype)
+            src = lambda i: self.from_storage(f"a_{arr.name}[{i}]", arr.dtype)
         if t.lanes == 1:
             return src(a[0])
         return f"({{ {self.ctype(t)} r; for (int l = 0; l < {t.lanes}; ++l) r[l] = {src(a[0] + ' + l')}; r; }})"
@@ -354,7 +350,7 @@ class Renderer:
         if arr.kind == "shared":
             dst, conv = f"s_{arr.name}", lambda x: x
         else:
-            dst, conv = f"a_{arr.name}", lambda x: to_storage(x, arr.dtype)
+            dst, conv = f"a_{arr.name}", lambda x: self.to_storage(x, arr.dtype)
         if value.type.lanes == 1:
             self.emit(f"{dst}[{a[0]}] = {conv(a[1])};", depth)
         else:

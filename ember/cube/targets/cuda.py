@@ -33,10 +33,11 @@ from __future__ import annotations
 import math
 import re
 
-from ...dtype import bf16, bool_, f16, f32, f64
+from ...dtype import bf16, bool_, f16, f32
 from .. import ir
 from ..ir import For, Instr
 from ..lang import CubeDim
+from .clike import CFamily
 
 PLANE_DIM = 32
 
@@ -111,19 +112,10 @@ class CudaTargetError(ValueError):
     """A kernel this target cannot render (atomics on 8/16-bit types, plane ops on vectors)."""
 
 
-_STORAGE = {"f64": "double", "f32": "float", "f16": "uint16_t", "bf16": "uint16_t", "i64": "int64_t",
-            "i32": "int32_t", "i16": "int16_t", "i8": "int8_t", "u8": "uint8_t", "u32": "uint32_t",
-            "u64": "uint64_t", "bool": "uint8_t"}
+_STORAGE = dict(CFamily.STORAGE, f16="uint16_t")
 _COMPUTE = dict(_STORAGE, f16="float", bf16="float", bool="bool")
 # Scalar kernel parameters as the runtime packs them: f16/bf16 travel as f32, bool as one byte.
 PARAM = dict(_COMPUTE, bool="uint8_t")
-_BINARY = {"add": "+", "sub": "-", "mul": "*", "div": "/", "and": "&", "or": "|", "xor": "^",
-           "shl": "<<", "shr": ">>", "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
-_COMPARE = ("eq", "ne", "lt", "le", "gt", "ge")
-_MATH = {name: name for name in ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt",
-                                 "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh",
-                                 "acosh", "atanh", "erf", "floor", "ceil", "trunc", "pow", "atan2")}
-_MATH.update(round="rint", rem="fmod")
 # Hardware approximations for f32 (a few ulp; special values differ), only under fast_math.
 _FAST = {"exp": "__expf", "log": "__logf", "log2": "__log2f", "log10": "__log10f", "sin": "__sinf",
          "cos": "__cosf", "tan": "__tanf", "pow": "__powf"}
@@ -160,26 +152,14 @@ def _compute_size(dtype) -> int:
     return 4 if dtype in (f16, bf16) else dtype.itemsize
 
 
-def literal(value, dtype) -> str:
-    """A CUDA C literal of `dtype` (compute type)."""
-    if dtype.is_float:
-        double = dtype is f64
-        if math.isnan(value):
-            return "__longlong_as_double(0x7ff8000000000000LL)" if double else "__uint_as_float(0x7fc00000u)"
-        if math.isinf(value):
-            bits = ("__longlong_as_double(0x7ff0000000000000LL)" if double else "__uint_as_float(0x7f800000u)")
-            return f"(-{bits})" if value < 0 else bits
-        return f"{float(value).hex()}{'' if double else 'f'}"
-    if dtype is bool_:
-        return "true" if value else "false"
-    if dtype.name == "i64" and value == -(1 << 63):
-        return "(-9223372036854775807LL - 1)"
-    suffix = {"i64": "LL", "u64": "ULL", "u32": "u"}.get(dtype.name, "")
-    return f"(({_COMPUTE[dtype.name]}){value}{suffix})"
-
-
-class Renderer:
+class Renderer(CFamily):
     """Walks the structured IR once, one line of CUDA C per instruction."""
+
+    TARGET = "CUDA"
+    Error = CudaTargetError
+    STORAGE, COMPUTE = _STORAGE, _COMPUTE
+    MATH = dict(CFamily.MATH, rsqrt="rsqrt")
+    TRUE, FALSE = "true", "false"
 
     def __init__(self, kernel: ir.Kernel, dim: CubeDim, fast_math: bool) -> None:
         self.k = kernel
@@ -286,7 +266,7 @@ class Renderer:
         """A scalar instruction as an expression."""
         op = s.op
         if op == "const":
-            return literal(s.attr, s.result.type.dtype)
+            return self.literal(s.attr, s.result.type.dtype)
         if op == "builtin":
             return _builtin(s.attr, self.dim)
         if op == "len":
@@ -301,50 +281,32 @@ class Renderer:
             return self.plane(s, a[0])
         return self.scalar(op, a, [v.type.dtype for v in s.args], s.result.type.dtype)
 
-    def scalar(self, op: str, a: list, types: list, out) -> str:
-        """CUDA C for one scalar op over operands rendered as `a` (compute types)."""
-        src = types[0] if types else out
-        fs = "f" if src.is_float and src is not f64 else ""
-        if op == "cast":
-            if out is bool_:
-                return f"({a[0]} != 0)"
-            return _round_to(f"(({_COMPUTE[out.name]}){a[0]})", out)
-        if op in ("min", "max"):
-            return f"({a[0]} {'<' if op == 'min' else '>'} {a[1]} ? {a[0]} : {a[1]})"
-        if op == "select":
-            return f"({a[0]} ? {a[1]} : {a[2]})"
-        if op == "mulhi":
-            return f"__umulhi({a[0]}, {a[1]})"
-        if op == "splat":
-            return a[0]
-        if op == "neg":
-            return f"(-{a[0]})"
-        if op == "not":
-            return f"(!{a[0]})"
-        if op == "bitnot":
-            return f"(({_COMPUTE[out.name]})~{a[0]})"
-        if op == "abs":
-            return f"fabs{fs}({a[0]})" if src.is_float else f"({a[0]} < 0 ? -{a[0]} : {a[0]})"
-        if op == "recip":
-            return f"(({_COMPUTE[src.name]})1 / {a[0]})"
-        if op == "rem" and not src.is_float:
-            return f"({a[0]} % {a[1]})"
-        if op in _MATH:
-            if self.fast_math and src is f32 and op in _FAST:
-                return f"{_FAST[op]}({', '.join(a)})"
-            return f"{_MATH[op]}{fs}({', '.join(a)})"
-        if op in _BINARY:
-            e = f"({a[0]} {_BINARY[op]} {a[1]})"
-            # C++ promotes narrow ints to int: bring the result back to the value's type.
-            if src.is_int and src.itemsize < 4 and op not in _COMPARE:
-                return f"(({_COMPUTE[out.name]}){e})"
-            return e
-        raise CudaTargetError(f"the CUDA target has no rendering for {op}")
+    # -- what CUDA C spells differently from C ---------------------------------------------------
+    def float_literal(self, value: float, double: bool) -> str:
+        """NaN and infinities from their bits: NVRTC has no math.h for NAN and INFINITY."""
+        if math.isnan(value):
+            return "__longlong_as_double(0x7ff8000000000000LL)" if double else "__uint_as_float(0x7fc00000u)"
+        bits = "__longlong_as_double(0x7ff0000000000000LL)" if double else "__uint_as_float(0x7f800000u)"
+        return f"(-{bits})" if value < 0 else bits
+
+    def from_storage(self, x: str, dtype) -> str:
+        return f"({x} != 0)" if dtype is bool_ else super().from_storage(x, dtype)
+
+    def mulhi(self, a: list) -> str:
+        return f"__umulhi({a[0]}, {a[1]})"
+
+    def bitnot(self, x: str, out) -> str:
+        return f"(({_COMPUTE[out.name]})~{x})"
+
+    def math(self, op: str, a: list, src) -> str:
+        if self.fast_math and src is f32 and op in _FAST:
+            return f"{_FAST[op]}({', '.join(a)})"
+        return super().math(op, a, src)
 
     def element(self, arr: ir.Array, index: str) -> str:
         if arr.kind == "shared":
             return f"s_{arr.name}[{index}]"
-        return _from_storage(f"a_{arr.name}[{index}]", arr.dtype)
+        return self.from_storage(f"a_{arr.name}[{index}]", arr.dtype)
 
     def plane(self, s: Instr, x: str) -> str:
         t = s.result.type
@@ -397,7 +359,7 @@ class Renderer:
     def store(self, s: Instr, a: list, depth: int) -> None:
         arr, value = s.attr, s.args[1]
         dst = f"s_{arr.name}" if arr.kind == "shared" else f"a_{arr.name}"
-        conv = (lambda x: x) if arr.kind == "shared" else (lambda x: _to_storage(x, arr.dtype))
+        conv = (lambda x: x) if arr.kind == "shared" else (lambda x: self.to_storage(x, arr.dtype))
         if value.type.lanes == 1:
             self.emit(f"{dst}[{a[0]}] = {conv(a[1])};", depth)
             return
@@ -451,34 +413,6 @@ def _builtin(name: str, dim: CubeDim) -> str:
         "plane_dim": str(PLANE_DIM), "unit_pos_plane": f"({unit} & {PLANE_DIM - 1})",
     }[name]
 
-
-def _from_storage(x: str, dtype) -> str:
-    if dtype is f16:
-        return f"ember_f16_load({x})"
-    if dtype is bf16:
-        return f"ember_bf16_load({x})"
-    if dtype is bool_:
-        return f"({x} != 0)"
-    return x
-
-
-def _to_storage(x: str, dtype) -> str:
-    if dtype is f16:
-        return f"ember_f16_store({x})"
-    if dtype is bf16:
-        return f"ember_bf16_store({x})"
-    if dtype is bool_:
-        return f"(uint8_t)({x})"
-    return x
-
-
-def _round_to(x: str, dtype) -> str:
-    """A float holding an f16/bf16 value must be rounded to that format after a cast."""
-    if dtype is f16:
-        return f"ember_f16_round({x})"
-    if dtype is bf16:
-        return f"ember_bf16_round({x})"
-    return x
 
 
 def render(kernel: ir.Kernel, dim: CubeDim, fast_math: bool = False) -> str:
