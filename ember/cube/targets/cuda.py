@@ -35,9 +35,10 @@ import re
 
 from ...dtype import bf16, bool_, f16, f32
 from .. import ir
-from ..ir import For, Instr
+from ..ir import Instr
 from ..lang import CubeDim
 from .clike import CFamily
+from .walker import Walker
 
 PLANE_DIM = 32
 
@@ -152,7 +153,7 @@ def _compute_size(dtype) -> int:
     return 4 if dtype in (f16, bf16) else dtype.itemsize
 
 
-class Renderer(CFamily):
+class Renderer(CFamily, Walker):
     """Walks the structured IR once, one line of CUDA C per instruction."""
 
     TARGET = "CUDA"
@@ -160,15 +161,12 @@ class Renderer(CFamily):
     STORAGE, COMPUTE = _STORAGE, _COMPUTE
     MATH = dict(CFamily.MATH, rsqrt="rsqrt")
     TRUE, FALSE = "true", "false"
+    BARRIER = "__syncthreads();"
 
     def __init__(self, kernel: ir.Kernel, dim: CubeDim, fast_math: bool) -> None:
-        self.k = kernel
-        self.dim = dim
+        super().__init__(kernel, dim)
         self.fast_math = fast_math
-        self.lines: list[str] = []
         self.vectors: dict[str, str] = {}
-        self.locals: dict = {}
-        self.consts = {s.result: s.attr for s in ir.walk(kernel.body) if isinstance(s, Instr) and s.op == "const"}
         self.shared_offsets, self.shared_total = shared_layout(kernel)
         self.float_atomics = False
 
@@ -186,9 +184,6 @@ class Renderer(CFamily):
         if var not in self.locals:
             self.locals[var] = f"l{len(self.locals)}_" + re.sub(r"\W", "_", var.name)
         return self.locals[var]
-
-    def emit(self, line: str, depth: int) -> None:
-        self.lines.append("  " * depth + line)
 
     # -- top ------------------------------------------------------------------------------------
     def render(self) -> str:
@@ -216,48 +211,12 @@ class Renderer(CFamily):
                 f"#define DY {d.y}", f"#define DZ {d.z}", *self.vectors.values(), ""]
         return "\n".join(head + self.lines) + "\n"
 
-    def block(self, stmts: list, depth: int) -> None:
-        for s in stmts:
-            if isinstance(s, Instr):
-                self.instr(s, depth)
-            elif isinstance(s, For):
-                step = self.consts.get(s.step)
-                cmp = ">" if step is not None and step < 0 else "<"
-                v = f"v{s.var.id}"
-                self.emit(f"for (int32_t {v} = v{s.start.id}; {v} {cmp} v{s.stop.id}; {v} += v{s.step.id}) {{",
-                          depth)
-                self.block(s.body, depth + 1)
-                self.emit("}", depth)
-            else:
-                self.emit(f"if (v{s.cond.id}) {{", depth)
-                self.block(s.then, depth + 1)
-                if s.orelse:
-                    self.emit("} else {", depth)
-                    self.block(s.orelse, depth + 1)
-                self.emit("}", depth)
+    def declare(self, var: ir.Local, depth: int) -> None:
+        zero = "0" if var.type.lanes == 1 else "{}"
+        self.emit(f"{self.ctype(var.type)} {self.local_name(var)} = {zero};", depth)
 
-    # -- instructions ---------------------------------------------------------------------------
-    def instr(self, s: Instr, depth: int) -> None:
-        a = [f"v{v.id}" for v in s.args]
-        op = s.op
-        if op == "shared":
-            return  # declared once at the top, as a slice of the dynamic shared buffer
-        if op == "sync_units":
-            self.emit("__syncthreads();", depth)
-        elif op == "return":
-            # The unit's thread exits; later barriers wait only for the threads still running.
-            self.emit("return;", depth)
-        elif op == "local":
-            t = s.attr.type
-            zero = "0" if t.lanes == 1 else "{}"
-            self.emit(f"{self.ctype(t)} {self.local_name(s.attr)} = {zero};", depth)
-        elif op == "write":
-            self.emit(f"{self.local_name(s.attr)} = {a[0]};", depth)
-        elif op == "store":
-            self.store(s, a, depth)
-        elif op in ir.ATOMIC:
-            self.atomic(s, a, depth)
-        elif s.result.type.lanes > 1:
+    def define(self, s: Instr, a: list, depth: int) -> None:
+        if s.result.type.lanes > 1:
             self.vector(s, a, depth)
         else:
             self.emit(f"const {self.ctype(s.result.type)} v{s.result.id} = {self.expr(s, a)};", depth)

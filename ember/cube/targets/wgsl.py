@@ -45,8 +45,9 @@ import numpy as np
 
 from ...dtype import bool_, f16, f32
 from .. import ir
-from ..ir import For, Instr, i32, u32
+from ..ir import Instr, i32, u32
 from ..lang import CubeDim
+from .walker import Walker
 
 ENTRY = "main"
 VERSION = "wgsl-1"  # bump when the rendering changes, so cached pipelines are rebuilt
@@ -202,17 +203,16 @@ def literal(value, dtype) -> str:
     return f"i32({value})" if value < 0 else f"{value}i"  # i32(-2147483648) is valid, -2147483648i is not
 
 
-class Renderer:
+class Renderer(Walker):
     """Walks the structured IR once, one line of WGSL per instruction."""
 
+    LOOP_VAR = "var {}: i32"
+    BARRIER = "workgroupBarrier();"
+
     def __init__(self, kernel: ir.Kernel, dim: CubeDim, caps: Capabilities) -> None:
-        self.k = kernel
-        self.dim = dim
+        super().__init__(kernel, dim)
         self.caps = caps
-        self.lines: list[str] = []
         self.helpers: set[str] = set()
-        self.locals: dict = {}
-        self.consts = {s.result: s.attr for s in ir.walk(kernel.body) if isinstance(s, Instr) and s.op == "const"}
         self.atomic_arrays = {s.attr for s in ir.walk(kernel.body) if isinstance(s, Instr) and s.op in ir.ATOMIC}
         self.written = written_arrays(kernel)
         self.shared = [s.attr for s in ir.walk(kernel.body) if isinstance(s, Instr) and s.op == "shared"]
@@ -265,9 +265,6 @@ class Renderer:
             return self.wtype(ir.Type(arr.dtype))
         return arr.dtype.name
 
-    def emit(self, line: str, depth: int) -> None:
-        self.lines.append("  " * depth + line)
-
     # -- top ------------------------------------------------------------------------------------
     def render(self) -> str:
         d = self.dim
@@ -304,47 +301,11 @@ class Renderer:
                   f"const DZ: i32 = {d.z}i;"]
         return "\n".join(head + consts + prelude + [""] + self.lines) + "\n"
 
-    def block(self, stmts: list, depth: int) -> None:
-        for s in stmts:
-            if isinstance(s, Instr):
-                self.instr(s, depth)
-            elif isinstance(s, For):
-                step = self.consts.get(s.step)
-                cmp = ">" if step is not None and step < 0 else "<"
-                v = f"v{s.var.id}"
-                self.emit(f"for (var {v}: i32 = v{s.start.id}; {v} {cmp} v{s.stop.id}; {v} += v{s.step.id}) {{",
-                          depth)
-                self.block(s.body, depth + 1)
-                self.emit("}", depth)
-            else:
-                self.emit(f"if (v{s.cond.id}) {{", depth)
-                self.block(s.then, depth + 1)
-                if s.orelse:
-                    self.emit("} else {", depth)
-                    self.block(s.orelse, depth + 1)
-                self.emit("}", depth)
+    def declare(self, var: ir.Local, depth: int) -> None:
+        self.emit(f"var {self.local_name(var)}: {self.wtype(var.type)} = {self.wtype(var.type)}();", depth)
 
-    # -- instructions ---------------------------------------------------------------------------
-    def instr(self, s: Instr, depth: int) -> None:
-        a = [f"v{v.id}" for v in s.args]
-        op = s.op
-        if op == "shared":
-            return  # declared at module scope
-        if op == "sync_units":
-            self.emit("workgroupBarrier();", depth)
-        elif op == "return":
-            self.emit("return;", depth)
-        elif op == "local":
-            name = self.locals.setdefault(s.attr, f"l{len(self.locals)}")
-            self.emit(f"var {name}: {self.wtype(s.attr.type)} = {self.wtype(s.attr.type)}();", depth)
-        elif op == "write":
-            self.emit(f"{self.locals[s.attr]} = {a[0]};", depth)
-        elif op == "store":
-            self.store(s, a, depth)
-        elif op in ir.ATOMIC:
-            self.atomic(s, a, depth)
-        else:
-            self.emit(f"let v{s.result.id}: {self.wtype(s.result.type)} = {self.expr(s, a)};", depth)
+    def define(self, s: Instr, a: list, depth: int) -> None:
+        self.emit(f"let v{s.result.id}: {self.wtype(s.result.type)} = {self.expr(s, a)};", depth)
 
     def expr(self, s: Instr, a: list) -> str:
         op, t = s.op, s.result.type
@@ -355,7 +316,7 @@ class Renderer:
         if op == "len":
             return f"len_{self.names[s.attr]}"
         if op == "read":
-            return self.locals[s.attr]
+            return self.local_name(s.attr)
         if op == "load":
             if t.lanes == 1:
                 return self.element(s.attr, s.args[0], a[0])

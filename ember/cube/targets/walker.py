@@ -1,0 +1,94 @@
+"""The walk the GPU targets (CUDA C, WGSL) share: structured IR to one line per instruction.
+
+A target subclasses `Walker` and says how to spell what differs: the loop variable's declaration
+(`LOOP_VAR`), the barrier (`BARRIER`), a local variable's declaration (`declare`) and how an
+instruction's result is bound (`define`), stores and atomics. Loops and branches are C-like braces in
+every target; values are named `v<id>`, locals `l<n>`.
+
+Example:
+    >>> class Tiny(Walker):
+    ...     LOOP_VAR, BARRIER = "int {}", "barrier();"
+    >>> Tiny(kernel, CubeDim(64)).block(kernel.body, 1)
+"""
+
+from __future__ import annotations
+
+from .. import ir
+from ..ir import For, Instr
+from ..lang import CubeDim
+
+
+class Walker:
+    LOOP_VAR = "int32_t {}"  # declaration of a loop's induction variable, formatted with its name
+    BARRIER = ""             # the statement of sync_units
+
+    def __init__(self, kernel: ir.Kernel, dim: CubeDim) -> None:
+        self.k = kernel
+        self.dim = dim
+        self.lines: list[str] = []
+        self.locals: dict = {}
+        self.consts = {s.result: s.attr for s in ir.walk(kernel.body) if isinstance(s, Instr) and s.op == "const"}
+
+    def emit(self, line: str, depth: int) -> None:
+        self.lines.append("  " * depth + line)
+
+    def local_name(self, var: ir.Local) -> str:
+        return self.locals.setdefault(var, f"l{len(self.locals)}")
+
+    def for_header(self, s: For) -> str:
+        step = self.consts.get(s.step)
+        cmp = ">" if step is not None and step < 0 else "<"
+        v = f"v{s.var.id}"
+        return f"for ({self.LOOP_VAR.format(v)} = v{s.start.id}; {v} {cmp} v{s.stop.id}; {v} += v{s.step.id}) {{"
+
+    def block(self, stmts: list, depth: int) -> None:
+        for s in stmts:
+            if isinstance(s, Instr):
+                self.instr(s, depth)
+            elif isinstance(s, For):
+                self.emit(self.for_header(s), depth)
+                self.block(s.body, depth + 1)
+                self.emit("}", depth)
+            else:
+                self.emit(f"if (v{s.cond.id}) {{", depth)
+                self.block(s.then, depth + 1)
+                if s.orelse:
+                    self.emit("} else {", depth)
+                    self.block(s.orelse, depth + 1)
+                self.emit("}", depth)
+
+    def instr(self, s: Instr, depth: int) -> None:
+        a = [f"v{v.id}" for v in s.args]
+        op = s.op
+        if op == "shared":
+            return  # declared once at the top
+        if op == "sync_units":
+            self.emit(self.BARRIER, depth)
+        elif op == "return":
+            # The unit exits; later barriers wait only for the units still running.
+            self.emit("return;", depth)
+        elif op == "local":
+            self.declare(s.attr, depth)
+        elif op == "write":
+            self.emit(f"{self.local_name(s.attr)} = {a[0]};", depth)
+        elif op == "store":
+            self.store(s, a, depth)
+        elif op in ir.ATOMIC:
+            self.atomic(s, a, depth)
+        else:
+            self.define(s, a, depth)
+
+    # -- what each target spells its own way ------------------------------------------------------
+    def declare(self, var: ir.Local, depth: int) -> None:
+        """A local variable, zero-initialized."""
+        raise NotImplementedError
+
+    def define(self, s: Instr, a: list, depth: int) -> None:
+        """The value of `s` (operands rendered as `a`), bound to `v<id>`."""
+        raise NotImplementedError
+
+    def store(self, s: Instr, a: list, depth: int) -> None:
+        raise NotImplementedError
+
+    def atomic(self, s: Instr, a: list, depth: int) -> None:
+        raise NotImplementedError
