@@ -40,16 +40,15 @@ import numpy as np
 
 from ...errors import DeviceError, DeviceUnavailableError
 from .. import ir
-from ..ir import DTYPES
-from ..lang import CubeCount, CubeDim, KernelError
+from ..lang import CubeCount, CubeDim
 from ..passes import optimize
 from ..targets import cuda as cuda_target
 from .memory_pool import MemoryPool
 from .nvrtc import INSTALL, compile_cuda
+from .arguments import check_array, check_count, specialization
 from .host import host_span
 
 STAGING = 64 << 20  # bytes of pinned host memory used per step of a host <-> device copy
-_NP_TO_CUBE = {np.dtype(d.np): d for d in DTYPES.values()}
 # Scalar parameters as targets/cuda.py declares them (PARAM): f16/bf16 as f32, bool as one byte.
 _SCALAR_CTYPES = {"f64": ctypes.c_double, "f32": ctypes.c_float, "f16": ctypes.c_float,
                   "bf16": ctypes.c_float, "i64": ctypes.c_int64, "i32": ctypes.c_int32,
@@ -375,20 +374,7 @@ class CudaRuntime:
 
     def prepare(self, kfn, dim: CubeDim, args: tuple, comptime: dict) -> CompiledCudaKernel:
         """The compiled kernel for these arguments, from memory when this key was seen before."""
-        comptime = kfn.comptime_values(comptime)
-        arg_dtypes = []
-        for p, a in zip(kfn.runtime_params, args):
-            if p.kind != "array":
-                arg_dtypes.append(None)
-                continue
-            if not isinstance(a, (np.ndarray, CudaArray)):
-                raise KernelError(f"{kfn.__name__}: argument {p.name!r} must be a CudaArray or a NumPy "
-                                  f"array, got {type(a).__name__}")
-            arg_dtypes.append(_NP_TO_CUBE.get(a.dtype))
-            if arg_dtypes[-1] is None:
-                raise KernelError(f"{kfn.__name__}: arrays of {a.dtype} are not supported")
-        dtypes = kfn.resolve_dtypes(tuple(arg_dtypes), comptime)
-        key = (kfn, dtypes, tuple(sorted(comptime.items())), dim)
+        key, dtypes, comptime = specialization(kfn, dim, args, comptime, CudaArray)
         with self._lock:  # tracing is not thread-safe; NVRTC runs are short next to a launch's copies
             compiled = self._compiled.get(key)
             if compiled is None:
@@ -402,9 +388,7 @@ class CudaRuntime:
         CudaArrays are used in place; NumPy arrays are copied to the device and, when the kernel
         writes them, back (this call then waits for the kernel).
         """
-        if len(args) != len(kfn.runtime_params):
-            raise KernelError(f"{kfn.__name__} takes {len(kfn.runtime_params)} runtime arguments "
-                              f"({', '.join(p.name for p in kfn.runtime_params)}), got {len(args)}")
+        check_count(kfn, args)
         if count.total == 0:
             return
         compiled = self.prepare(kfn, dim, args, comptime)
@@ -431,13 +415,9 @@ class CudaRuntime:
         p = compiled.params[i]
         if not isinstance(p, ir.Array):
             return a
-        if a.size >= 2**31:
-            raise KernelError(f"{compiled.name}: arrays over 2**31 elements need 64-bit indices")
+        check_array(compiled.name, p, a, compiled.written[i])
         if isinstance(a, CudaArray):
             return a.ptr, a.size
-        if compiled.written[i] and not a.flags.writeable:
-            raise KernelError(f"{compiled.name}: argument {p.name!r} is written by the kernel but the array "
-                              f"is read-only")
         lo, n = host_span(a)
         dev = self.empty(n, np.uint8)
         staged.append((a, dev, i))

@@ -42,10 +42,10 @@ from ..ir import DTYPES
 from ..lang import CubeCount, CubeDim, KernelError
 from ..passes import optimize
 from ..targets import wgsl as wgsl_target
+from .arguments import NP_TO_CUBE, check_array, check_count, specialization
 from .host import host_span
 
 INSTALL = "pip install 'ember[wgpu]' (wgpu-py; on Linux without a GPU also apt-get install mesa-vulkan-drivers)"
-_NP_TO_CUBE = {np.dtype(d.np): d for d in DTYPES.values()}
 _TYPE_RANK = {"DiscreteGPU": 0, "IntegratedGPU": 1, "CPU": 2}
 _BACKEND_RANK = {"Vulkan": 0, "Metal": 0, "D3D12": 0, "OpenGL": 1}
 FEATURES = ("subgroup", "shader-f16")  # the optional features the WGSL target can use
@@ -302,20 +302,7 @@ class WgpuRuntime:
 
     def prepare(self, kfn, dim: CubeDim, args: tuple, comptime: dict) -> CompiledWgslKernel:
         """The compiled kernel for these arguments, from memory when this key was seen before."""
-        comptime = kfn.comptime_values(comptime)
-        arg_dtypes = []
-        for p, a in zip(kfn.runtime_params, args):
-            if p.kind != "array":
-                arg_dtypes.append(None)
-                continue
-            if not isinstance(a, (np.ndarray, WgpuArray)):
-                raise KernelError(f"{kfn.__name__}: argument {p.name!r} must be a WgpuArray or a NumPy array, "
-                                  f"got {type(a).__name__}")
-            arg_dtypes.append(_NP_TO_CUBE.get(a.dtype))
-            if arg_dtypes[-1] is None:
-                raise KernelError(f"{kfn.__name__}: arrays of {a.dtype} are not supported")
-        dtypes = kfn.resolve_dtypes(tuple(arg_dtypes), comptime)
-        key = (kfn, dtypes, tuple(sorted(comptime.items())), dim)
+        key, dtypes, comptime = specialization(kfn, dim, args, comptime, WgpuArray)
         with self._lock:  # tracing is not thread-safe
             compiled = self._compiled.get(key)
             if compiled is None:
@@ -354,9 +341,7 @@ class WgpuRuntime:
         WgpuArrays are used in place; NumPy arrays are uploaded and, when the kernel writes them,
         read back (this call then waits for the kernel).
         """
-        if len(args) != len(kfn.runtime_params):
-            raise KernelError(f"{kfn.__name__} takes {len(kfn.runtime_params)} runtime arguments "
-                              f"({', '.join(p.name for p in kfn.runtime_params)}), got {len(args)}")
+        check_count(kfn, args)
         if count.total == 0:
             return
         self.run(self.prepare(kfn, dim, args, comptime), count, args)
@@ -408,16 +393,12 @@ class WgpuRuntime:
     def _argument(self, compiled: CompiledWgslKernel, i: int, a, staged: list) -> tuple:
         """(buffer, element offset of the first element) for array argument `i`, uploading NumPy arrays."""
         p = compiled.params[i]
-        if isinstance(a, WgpuArray) and _NP_TO_CUBE.get(a.dtype) is p.dtype:
+        if isinstance(a, WgpuArray) and NP_TO_CUBE.get(a.dtype) is p.dtype:
             return a.buffer, 0
-        if not isinstance(a, np.ndarray) or _NP_TO_CUBE.get(a.dtype) is not p.dtype:
+        if not isinstance(a, np.ndarray) or NP_TO_CUBE.get(a.dtype) is not p.dtype:
             raise KernelError(f"{compiled.name}: argument {p.name!r} must be an array of {p.dtype.name}, "
                               f"got {getattr(a, 'dtype', type(a).__name__)}")
-        if a.size >= 2**31:
-            raise KernelError(f"{compiled.name}: arrays over 2**31 elements need 64-bit indices")
-        if compiled.written[i] and not a.flags.writeable:
-            raise KernelError(f"{compiled.name}: argument {p.name!r} is written by the kernel but the array is "
-                              f"read-only")
+        check_array(compiled.name, p, a, compiled.written[i])
         lo, n = host_span(a)
         buf = self.buffer(n, f"argument {p.name!r} of kernel {compiled.name}")
         if n:
