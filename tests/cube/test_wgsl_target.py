@@ -9,19 +9,14 @@ from ember.cube.passes import optimize
 from ember.cube.targets import wgsl
 from ember.cube.targets.wgsl import Capabilities, WgslTargetError, literal, render
 
+from .device_cases import axpy
+
 LAVAPIPE = Capabilities(subgroups=True, f16=True, adapter="llvmpipe (Vulkan)")
 PLAIN = Capabilities(adapter="plain adapter")
 
 
 def wgsl_of(kfn, dtypes, dim=cube.CubeDim(64), caps=LAVAPIPE, **comptime) -> str:
     return render(optimize(kfn.specialize(dtypes, comptime)), dim, caps)
-
-
-@cube.kernel
-def axpy(x: cube.Array[cube.f32], y: cube.Array[cube.f32], a: cube.f32):
-    i = cube.ABSOLUTE_POS
-    if i < len(x):
-        y[i] = a * x[i] + y[i]
 
 
 def test_one_entry_point_with_bindings_in_argument_order():
