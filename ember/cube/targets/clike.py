@@ -73,31 +73,20 @@ class CFamily:
         suffix = {"i64": "LL", "u64": "ULL", "u32": "u"}.get(dtype.name, "")
         return f"(({self.COMPUTE[dtype.name]}){value}{suffix})"
 
+    # f16/bf16 live in memory as 16-bit words: the prelude's helpers load, store and round them.
     def from_storage(self, x: str, dtype) -> str:
-        if dtype is bf16:
-            return f"ember_bf16_load({x})"
-        if dtype is f16:
-            return f"ember_f16_load({x})"
-        if dtype is bool_:
-            return f"(_Bool){x}"
-        return x
+        if dtype in (f16, bf16):
+            return f"ember_{dtype.name}_load({x})"
+        return f"(_Bool){x}" if dtype is bool_ else x
 
     def to_storage(self, x: str, dtype) -> str:
-        if dtype is bf16:
-            return f"ember_bf16_store({x})"
-        if dtype is f16:
-            return f"ember_f16_store({x})"
-        if dtype is bool_:
-            return f"(uint8_t)({x})"
-        return x
+        if dtype in (f16, bf16):
+            return f"ember_{dtype.name}_store({x})"
+        return f"(uint8_t)({x})" if dtype is bool_ else x
 
     def round_to(self, x: str, dtype) -> str:
         """A float holding an f16/bf16 value must be rounded to that format after a cast."""
-        if dtype is f16:
-            return f"ember_f16_round({x})"
-        if dtype is bf16:
-            return f"ember_bf16_round({x})"
-        return x
+        return f"ember_{dtype.name}_round({x})" if dtype in (f16, bf16) else x
 
     def mulhi(self, a: list) -> str:
         return f"((uint32_t)(((uint64_t){a[0]} * (uint64_t){a[1]}) >> 32))"
