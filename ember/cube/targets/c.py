@@ -29,10 +29,11 @@ from __future__ import annotations
 
 from ...dtype import bool_, bf16, f16
 from .. import ir
-from ..ir import For, Instr
+from ..ir import Instr
 from ..lang import CubeDim
 from .clike import CFamily
 from .phases import Phase, PhaseError, Schedule
+from .walker import Walker
 
 ENTRY = "ember_kernel"
 VERSION = "c-5"  # bump when the rendering changes, so cached binaries are rebuilt
@@ -68,12 +69,11 @@ class CTargetError(PhaseError):
 # ----------------------------------------------------------------------------------------------
 # Emission
 
-class Renderer(CFamily):
+class Renderer(CFamily, Walker):
     def __init__(self, kernel: ir.Kernel, dim: CubeDim) -> None:
-        self.k = kernel
-        self.dim = dim
+        super().__init__(kernel, dim)
         self.sched = Schedule(kernel)
-        self.lines: list = []
+        self.current = None  # the phase being rendered; None at cube level
         self.vectors: dict = {}
         self.has_return = any(isinstance(s, Instr) and s.op == "return" for s in ir.walk(kernel.body))
         # Constants, launch coordinates and lengths are recomputed wherever they are used rather
@@ -160,7 +160,10 @@ class Renderer(CFamily):
             return f"v{v.id}_u[u]"
         return f"v{v.id}"
 
-    def local_ref(self, var: ir.Local) -> str:
+    def value(self, v: ir.Value) -> str:
+        return self.ref(v, self.current)
+
+    def local_name(self, var: ir.Local) -> str:
         name = f"l{id(var) % 100000}_{var.name}"
         return f"{name}[u]" if var in self.array_locals else name
 
@@ -171,9 +174,6 @@ class Renderer(CFamily):
             self.vectors[self.compute_type(t)] = (f"typedef {scalar} {self.compute_type(t)} "
                                                   f"__attribute__((vector_size({size * t.lanes})));")
         return self.compute_type(t)
-
-    def emit(self, line: str, depth: int) -> None:
-        self.lines.append("  " * depth + line)
 
     # -- top ------------------------------------------------------------------------------------
     def render(self) -> str:
@@ -199,7 +199,7 @@ class Renderer(CFamily):
         for v in sorted(self.crossing, key=lambda v: v.id):
             self.emit(f"{self.ctype(v.type)} v{v.id}_u[NU];", 2)
         for var in self.array_locals:
-            self.emit(f"{self.ctype(var.type)} {self.local_ref(var)[:-3]}[NU];", 2)
+            self.emit(f"{self.ctype(var.type)} {self.local_name(var)[:-3]}[NU];", 2)
         if self.has_return:
             self.emit("uint8_t alive[NU]; memset(alive, 1, sizeof alive);", 2)
         self.tree(self.sched.tree, 2)
@@ -215,35 +215,22 @@ class Renderer(CFamily):
             if isinstance(node, Phase):
                 self.phase(node, depth)
             elif node[0] == "for":
-                s = node[1]
-                self.emit(self.for_header(s, None), depth)
+                self.emit(self.for_header(node[1]), depth)
                 self.tree(node[2], depth + 1)
                 self.emit("}", depth)
             else:
-                self.emit(f"if ({self.ref(node[1].cond, None)}) {{", depth)
+                self.emit(f"if ({self.value(node[1].cond)}) {{", depth)
                 self.tree(node[2], depth + 1)
                 self.emit("} else {", depth)
                 self.tree(node[3], depth + 1)
                 self.emit("}", depth)
 
-    def for_header(self, s: For, phase) -> str:
-        step_const = self._const_of(s.step)
-        cmp = ">" if step_const is not None and step_const < 0 else "<"
-        v = f"v{s.var.id}"
-        return (f"for (int32_t {v} = {self.ref(s.start, phase)}; {v} {cmp} {self.ref(s.stop, phase)}; "
-                f"{v} += {self.ref(s.step, phase)}) {{")
-
-    def _const_of(self, v):
-        for s in ir.walk(self.k.body):
-            if isinstance(s, Instr) and s.result is v:
-                return s.attr if s.op == "const" else None
-        return None
-
     def phase(self, phase: Phase, depth: int) -> None:
         for instr in phase.hoisted:
-            self.instr(instr, None, depth)
+            self.instr(instr, depth)
         if not phase.stmts:
             return
+        self.current = phase
         special = any(isinstance(s, Instr) and (s.op in ir.ATOMIC or s.op == "return")
                       for s in ir.walk(phase.stmts))
         if not special:
@@ -254,10 +241,11 @@ class Renderer(CFamily):
         for instr in self._chains_for(phase):
             self.emit(f"const {self.ctype(instr.result.type)} v{instr.result.id} = "
                       f"{self.expr(instr, [self.ref(a, phase) for a in instr.args], phase)};", depth + 1)
-        self.block(phase.stmts, phase, depth + 1)
+        self.block(phase.stmts, depth + 1)
         if any(isinstance(s, Instr) and s.op == "return" for s in ir.walk(phase.stmts)):
             self.emit(f"end_{phase.index}: ;", depth + 1)
         self.emit("}", depth)
+        self.current = None
 
     def _chains_for(self, phase: Phase) -> list:
         """The chain instructions (with their chain operands) this phase recomputes, in order."""
@@ -269,43 +257,18 @@ class Renderer(CFamily):
                 todo.extend(found[v].args)
         return [found[v] for v in sorted(found, key=lambda v: v.id)]
 
-    def block(self, stmts: list, phase: Phase, depth: int) -> None:
-        for s in stmts:
-            if isinstance(s, Instr):
-                self.instr(s, phase, depth)
-            elif isinstance(s, For):
-                self.emit(self.for_header(s, phase), depth)
-                self.block(s.body, phase, depth + 1)
-                self.emit("}", depth)
-            else:
-                self.emit(f"if ({self.ref(s.cond, phase)}) {{", depth)
-                self.block(s.then, phase, depth + 1)
-                if s.orelse:
-                    self.emit("} else {", depth)
-                    self.block(s.orelse, phase, depth + 1)
-                self.emit("}", depth)
-
     # -- instructions ---------------------------------------------------------------------------
-    def instr(self, s: Instr, phase, depth: int) -> None:
-        a = [self.ref(v, phase) for v in s.args]
-        op = s.op
-        if op == "store":
-            self.store(s, a, depth)
-        elif op == "local":
-            var = s.attr
-            self.emit(f"{'' if var in self.array_locals else self.ctype(var.type) + ' '}"
-                      f"{self.local_ref(var)} = {self.zero(var.type)};", depth)
-        elif op == "write":
-            self.emit(f"{self.local_ref(s.attr)} = {a[0]};", depth)
-        elif op == "return":
-            self.emit(f"{{ {'alive[u] = 0; ' if self.has_return else ''}goto end_{phase.index}; }}", depth)
-        elif op in ir.ATOMIC:
-            self.atomic(s, a, depth)
-        else:
-            t = s.result.type
-            self.emit(f"const {self.ctype(t)} v{s.result.id} = {self.expr(s, a, phase)};", depth)
-            if s.result in self.crossing:
-                self.emit(f"v{s.result.id}_u[u] = v{s.result.id};", depth)
+    def leave(self) -> str:
+        return f"{{ {'alive[u] = 0; ' if self.has_return else ''}goto end_{self.current.index}; }}"
+
+    def declare(self, var: ir.Local, depth: int) -> None:
+        self.emit(f"{'' if var in self.array_locals else self.ctype(var.type) + ' '}"
+                  f"{self.local_name(var)} = {self.zero(var.type)};", depth)
+
+    def define(self, s: Instr, a: list, depth: int) -> None:
+        self.emit(f"const {self.ctype(s.result.type)} v{s.result.id} = {self.expr(s, a, self.current)};", depth)
+        if s.result in self.crossing:
+            self.emit(f"v{s.result.id}_u[u] = v{s.result.id};", depth)
 
     def zero(self, t: ir.Type) -> str:
         return "0" if t.lanes == 1 else f"({self.ctype(t)}){{0}}"
@@ -327,7 +290,7 @@ class Renderer(CFamily):
         if op in ir.PLANE:
             return a[0]  # a plane is one unit on this target
         if op == "read":
-            return self.local_ref(s.attr)
+            return self.local_name(s.attr)
         if t.lanes == 1 and all(v.type.lanes == 1 for v in s.args):
             return self.scalar(op, a, [v.type.dtype for v in s.args], t.dtype)
         # Vector op: lane by lane (gcc turns the fixed-count loop into vector instructions).

@@ -3,7 +3,8 @@
 A target subclasses `Walker` and says how to spell what differs: the loop variable's declaration
 (`LOOP_VAR`), the barrier (`BARRIER`), a local variable's declaration (`declare`) and how an
 instruction's result is bound (`define`), stores and atomics. Loops and branches are C-like braces in
-every target; values are named `v<id>`, locals `l<n>`.
+every target; values are named `v<id>` (`value`), locals `l<n>` (`local_name`). The C target walks
+each phase with it too, naming values by where they live (`value`) and leaving a unit by `goto`.
 
 Example:
     >>> class Tiny(Walker):
@@ -32,14 +33,22 @@ class Walker:
     def emit(self, line: str, depth: int) -> None:
         self.lines.append("  " * depth + line)
 
+    def value(self, v: ir.Value) -> str:
+        return f"v{v.id}"
+
     def local_name(self, var: ir.Local) -> str:
         return self.locals.setdefault(var, f"l{len(self.locals)}")
+
+    def leave(self) -> str:
+        """The statement of `return`: the unit exits; later barriers wait only for the units still running."""
+        return "return;"
 
     def for_header(self, s: For) -> str:
         step = self.consts.get(s.step)
         cmp = ">" if step is not None and step < 0 else "<"
         v = f"v{s.var.id}"
-        return f"for ({self.LOOP_VAR.format(v)} = v{s.start.id}; {v} {cmp} v{s.stop.id}; {v} += v{s.step.id}) {{"
+        return (f"for ({self.LOOP_VAR.format(v)} = {self.value(s.start)}; {v} {cmp} {self.value(s.stop)}; "
+                f"{v} += {self.value(s.step)}) {{")
 
     def block(self, stmts: list, depth: int) -> None:
         for s in stmts:
@@ -50,7 +59,7 @@ class Walker:
                 self.block(s.body, depth + 1)
                 self.emit("}", depth)
             else:
-                self.emit(f"if (v{s.cond.id}) {{", depth)
+                self.emit(f"if ({self.value(s.cond)}) {{", depth)
                 self.block(s.then, depth + 1)
                 if s.orelse:
                     self.emit("} else {", depth)
@@ -58,15 +67,14 @@ class Walker:
                 self.emit("}", depth)
 
     def instr(self, s: Instr, depth: int) -> None:
-        a = [f"v{v.id}" for v in s.args]
+        a = [self.value(v) for v in s.args]
         op = s.op
         if op == "shared":
             return  # declared once at the top
         if op == "sync_units":
             self.emit(self.BARRIER, depth)
         elif op == "return":
-            # The unit exits; later barriers wait only for the units still running.
-            self.emit("return;", depth)
+            self.emit(self.leave(), depth)
         elif op == "local":
             self.declare(s.attr, depth)
         elif op == "write":
