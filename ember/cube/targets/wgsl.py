@@ -47,6 +47,7 @@ from ...dtype import bool_, f16, f32
 from .. import ir
 from ..ir import Instr, i32, u32
 from ..lang import CubeDim
+from .clike import BINARY
 from .walker import Walker
 
 ENTRY = "main"
@@ -127,8 +128,7 @@ fn ember_asin(x: f32) -> f32 {
 }""",
 }
 
-_BINARY = {"add": "+", "sub": "-", "mul": "*", "div": "/", "rem": "%", "and": "&", "or": "|", "xor": "^",
-           "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+_BINARY = dict(BINARY, rem="%")  # C's operators; shifts are rendered apart (WGSL shifts by a u32)
 _MATH = {name: name for name in ("exp", "exp2", "log", "log2", "sqrt", "sin", "cos", "tan", "atan", "sinh", "cosh",
                                  "tanh", "asinh", "acosh", "atanh", "floor", "ceil", "trunc", "atan2", "abs")}
 _MATH.update(round="round", rsqrt="inverseSqrt")  # WGSL's round is half-to-even, like C's rint
