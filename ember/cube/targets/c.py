@@ -78,7 +78,7 @@ class Renderer(CFamily, Walker):
         self.has_return = any(isinstance(s, Instr) and s.op == "return" for s in ir.walk(kernel.body))
         # Constants, launch coordinates and lengths are recomputed wherever they are used rather
         # than carried across phases in per-unit arrays.
-        self.remat = {s.result: self.expr(s, [], None) for s in ir.walk(kernel.body)
+        self.remat = {s.result: self.expr(s, []) for s in ir.walk(kernel.body)
                       if isinstance(s, Instr) and s.op in ("const", "builtin", "len")}
         # Uniform work (the same for every unit) is done once per cube, outside the unit loops.
         for phase in self.sched.phases:
@@ -240,7 +240,7 @@ class Renderer(CFamily, Walker):
             self.emit("if (!alive[u]) continue;", depth + 1)
         for instr in self._chains_for(phase):
             self.emit(f"const {self.ctype(instr.result.type)} v{instr.result.id} = "
-                      f"{self.expr(instr, [self.ref(a, phase) for a in instr.args], phase)};", depth + 1)
+                      f"{self.expr(instr, [self.ref(a, phase) for a in instr.args])};", depth + 1)
         self.block(phase.stmts, depth + 1)
         if any(isinstance(s, Instr) and s.op == "return" for s in ir.walk(phase.stmts)):
             self.emit(f"end_{phase.index}: ;", depth + 1)
@@ -266,31 +266,25 @@ class Renderer(CFamily, Walker):
                   f"{self.local_name(var)} = {self.zero(var.type)};", depth)
 
     def define(self, s: Instr, a: list, depth: int) -> None:
-        self.emit(f"const {self.ctype(s.result.type)} v{s.result.id} = {self.expr(s, a, self.current)};", depth)
+        self.emit(f"const {self.ctype(s.result.type)} v{s.result.id} = {self.expr(s, a)};", depth)
         if s.result in self.crossing:
             self.emit(f"v{s.result.id}_u[u] = v{s.result.id};", depth)
 
     def zero(self, t: ir.Type) -> str:
         return "0" if t.lanes == 1 else f"({self.ctype(t)}){{0}}"
 
-    def expr(self, s: Instr, a: list, phase) -> str:
+    def builtin(self, name: str) -> str:
+        return _builtin(name, self.dim)
+
+    def plane(self, s: Instr, x: str) -> str:
+        return x  # a plane is one unit on this target
+
+    def compute(self, s: Instr, a: list) -> str:
         op, t = s.op, s.result.type
-        if op == "const":
-            return self.literal(s.attr, t.dtype)
-        if op == "builtin":
-            return _builtin(s.attr, self.dim)
-        if op == "len":
-            return f"len_{s.attr.name}"
-        if op == "load":
-            return self.load(s, a)
         if op == "extract":
             return f"{a[0]}[{s.attr}]"
         if op == "pack":
             return f"({self.ctype(t)}){{{', '.join(a)}}}"
-        if op in ir.PLANE:
-            return a[0]  # a plane is one unit on this target
-        if op == "read":
-            return self.local_name(s.attr)
         if t.lanes == 1 and all(v.type.lanes == 1 for v in s.args):
             return self.scalar(op, a, [v.type.dtype for v in s.args], t.dtype)
         # Vector op: lane by lane (gcc turns the fixed-count loop into vector instructions).

@@ -221,24 +221,17 @@ class Renderer(CFamily, Walker):
         else:
             self.emit(f"const {self.ctype(s.result.type)} v{s.result.id} = {self.expr(s, a)};", depth)
 
-    def expr(self, s: Instr, a: list) -> str:
-        """A scalar instruction as an expression."""
-        op = s.op
-        if op == "const":
-            return self.literal(s.attr, s.result.type.dtype)
-        if op == "builtin":
-            return _builtin(s.attr, self.dim)
-        if op == "len":
-            return f"len_{s.attr.name}"
-        if op == "read":
-            return self.local_name(s.attr)
-        if op == "load":
-            return self.element(s.attr, a[0])
-        if op == "extract":
+    def builtin(self, name: str) -> str:
+        return _builtin(name, self.dim)
+
+    def load(self, s: Instr, a: list) -> str:
+        return self.element(s.attr, a[0])  # a scalar: vector loads are `vector_load`
+
+    def compute(self, s: Instr, a: list) -> str:
+        """A scalar op (vector results are filled lane by lane by `vector`)."""
+        if s.op == "extract":
             return f"{a[0]}.v[{s.attr}]"
-        if op in ir.PLANE:
-            return self.plane(s, a[0])
-        return self.scalar(op, a, [v.type.dtype for v in s.args], s.result.type.dtype)
+        return self.scalar(s.op, a, [v.type.dtype for v in s.args], s.result.type.dtype)
 
     # -- what CUDA C spells differently from C ---------------------------------------------------
     def float_literal(self, value: float, double: bool) -> str:

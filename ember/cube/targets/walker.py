@@ -86,7 +86,45 @@ class Walker:
         else:
             self.define(s, a, depth)
 
+    def expr(self, s: Instr, a: list) -> str:
+        """The value of `s` (operands rendered as `a`) as an expression; `compute` renders the ops."""
+        op = s.op
+        if op == "const":
+            return self.literal(s.attr, s.result.type.dtype)
+        if op == "builtin":
+            return self.builtin(s.attr)
+        if op == "len":
+            return f"len_{self.array_name(s.attr)}"
+        if op == "read":
+            return self.local_name(s.attr)
+        if op == "load":
+            return self.load(s, a)
+        if op in ir.PLANE:
+            return self.plane(s, a[0])
+        return self.compute(s, a)
+
+    def array_name(self, arr: ir.Array) -> str:
+        return arr.name
+
     # -- what each target spells its own way ------------------------------------------------------
+    def literal(self, value, dtype) -> str:
+        raise NotImplementedError
+
+    def builtin(self, name: str) -> str:
+        """A launch coordinate or size (`unit_pos_x`, `cube_count`, `plane_dim`, ...)."""
+        raise NotImplementedError
+
+    def load(self, s: Instr, a: list) -> str:
+        raise NotImplementedError
+
+    def plane(self, s: Instr, x: str) -> str:
+        """A plane op (`plane_sum`, ...) over this unit's value `x`."""
+        raise NotImplementedError
+
+    def compute(self, s: Instr, a: list) -> str:
+        """Every other op: scalar ops, vector lanes (`extract`, `pack`) and ops over vectors."""
+        raise NotImplementedError
+
     def declare(self, var: ir.Local, depth: int) -> None:
         """A local variable, zero-initialized."""
         raise NotImplementedError

@@ -307,23 +307,21 @@ class Renderer(Walker):
     def define(self, s: Instr, a: list, depth: int) -> None:
         self.emit(f"let v{s.result.id}: {self.wtype(s.result.type)} = {self.expr(s, a)};", depth)
 
-    def expr(self, s: Instr, a: list) -> str:
+    def literal(self, value, dtype) -> str:
+        return literal(value, dtype)
+
+    def array_name(self, arr: ir.Array) -> str:
+        return self.names[arr]
+
+    def load(self, s: Instr, a: list) -> str:
+        t = s.result.type
+        if t.lanes == 1:
+            return self.element(s.attr, s.args[0], a[0])
+        lanes = ", ".join(self.element(s.attr, s.args[0], a[0], lane) for lane in range(t.lanes))
+        return f"{self.wtype(t)}({lanes})"
+
+    def compute(self, s: Instr, a: list) -> str:
         op, t = s.op, s.result.type
-        if op == "const":
-            return literal(s.attr, t.dtype)
-        if op == "builtin":
-            return self.builtin(s.attr)
-        if op == "len":
-            return f"len_{self.names[s.attr]}"
-        if op == "read":
-            return self.local_name(s.attr)
-        if op == "load":
-            if t.lanes == 1:
-                return self.element(s.attr, s.args[0], a[0])
-            lanes = ", ".join(self.element(s.attr, s.args[0], a[0], lane) for lane in range(t.lanes))
-            return f"{self.wtype(t)}({lanes})"
-        if op in ir.PLANE:
-            return self.plane(s, a[0])
         if op == "extract":
             return f"{a[0]}[{s.attr}]"
         if op == "pack":
