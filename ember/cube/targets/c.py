@@ -33,7 +33,7 @@ from ..ir import Instr
 from ..lang import CubeDim
 from .clike import CFamily
 from .phases import Phase, PhaseError, Schedule
-from .walker import Walker
+from .walker import Walker, builtin_table
 
 ENTRY = "ember_kernel"
 VERSION = "c-5"  # bump when the rendering changes, so cached binaries are rebuilt
@@ -339,15 +339,8 @@ def _builtin(name: str, dim: CubeDim) -> str:
     unit_x = "u" if dim.x == dim.total else "(u % DX)"
     unit_y = "0" if dim.y == 1 else "((u / DX) % DY)"
     unit_z = "0" if dim.z == 1 else "(u / (DX * DY))"
-    return {
-        "unit_pos": "u", "unit_pos_x": unit_x, "unit_pos_y": unit_y, "unit_pos_z": unit_z,
-        "cube_pos": "cube", "cube_pos_x": cube_x, "cube_pos_y": cube_y, "cube_pos_z": cube_z,
-        "cube_dim": "NU", "cube_dim_x": "DX", "cube_dim_y": "DY", "cube_dim_z": "DZ",
-        "cube_count": "(cx * cy * cz)", "cube_count_x": "cx", "cube_count_y": "cy", "cube_count_z": "cz",
-        "absolute_pos": "(cube * NU + u)", "absolute_pos_x": f"({cube_x} * DX + {unit_x})",
-        "absolute_pos_y": f"({cube_y} * DY + {unit_y})", "absolute_pos_z": f"({cube_z} * DZ + {unit_z})",
-        "plane_dim": "1", "unit_pos_plane": "0",
-    }[name]
+    return builtin_table((unit_x, unit_y, unit_z), (cube_x, cube_y, cube_z), ("cx", "cy", "cz"),
+                         ("u", "cube", "(cx * cy * cz)"), ("1", "0"))[name]
 
 
 def render(kernel: ir.Kernel, dim: CubeDim) -> str:

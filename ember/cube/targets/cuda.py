@@ -38,7 +38,7 @@ from .. import ir
 from ..ir import Instr
 from ..lang import CubeDim
 from .clike import CFamily
-from .walker import Walker
+from .walker import Walker, builtin_table
 
 PLANE_DIM = 32
 
@@ -354,17 +354,9 @@ def _builtin(name: str, dim: CubeDim) -> str:
     # The common one-dimensional cube needs no y/z arithmetic.
     unit = tx if dim.x == dim.total else f"(({tz} * DY + {ty}) * DX + {tx})"
     cube = f"(({bz} * {gy} + {by}) * {gx} + {bx})"
-    return {
-        "unit_pos": unit, "unit_pos_x": tx, "unit_pos_y": ty, "unit_pos_z": tz,
-        "cube_pos": cube, "cube_pos_x": bx, "cube_pos_y": by, "cube_pos_z": bz,
-        "cube_dim": "NU", "cube_dim_x": "DX", "cube_dim_y": "DY", "cube_dim_z": "DZ",
-        "cube_count": f"({gx} * {gy} * {gz})", "cube_count_x": gx, "cube_count_y": gy, "cube_count_z": gz,
-        "absolute_pos": f"({cube} * NU + {unit})", "absolute_pos_x": f"({bx} * DX + {tx})",
-        "absolute_pos_y": f"({by} * DY + {ty})", "absolute_pos_z": f"({bz} * DZ + {tz})",
-        # Warps are cut from the linear unit position, 32 units each.
-        "plane_dim": str(PLANE_DIM), "unit_pos_plane": f"({unit} & {PLANE_DIM - 1})",
-    }[name]
-
+    # Warps are cut from the linear unit position, 32 units each.
+    return builtin_table((tx, ty, tz), (bx, by, bz), (gx, gy, gz), (unit, cube, f"({gx} * {gy} * {gz})"),
+                         (str(PLANE_DIM), f"({unit} & {PLANE_DIM - 1})"))[name]
 
 
 def render(kernel: ir.Kernel, dim: CubeDim, fast_math: bool = False) -> str:

@@ -138,3 +138,20 @@ class Walker:
 
     def atomic(self, s: Instr, a: list, depth: int) -> None:
         raise NotImplementedError
+
+
+def builtin_table(unit: tuple, cube: tuple, count: tuple, linear: tuple, plane: tuple) -> dict:
+    """Every launch builtin from a target's spelling of the per-axis (x, y, z) unit positions, cube
+    positions and cube counts, the linear (unit, cube, count) ones and (plane_dim, unit_pos_plane).
+
+    The rest is the same arithmetic on every target: linear forms are x-fastest, the cube shape is the
+    constants NU, DX, DY, DZ, and an absolute position is cube * cube_dim + unit.
+    """
+    u, c, n = linear
+    table = {"unit_pos": u, "cube_pos": c, "cube_dim": "NU", "cube_count": n, "absolute_pos": f"({c} * NU + {u})",
+             "plane_dim": plane[0], "unit_pos_plane": plane[1]}
+    for axis, ua, ca, na in zip("xyz", unit, cube, count):
+        d = f"D{axis.upper()}"
+        table.update({f"unit_pos_{axis}": ua, f"cube_pos_{axis}": ca, f"cube_dim_{axis}": d,
+                      f"cube_count_{axis}": na, f"absolute_pos_{axis}": f"({ca} * {d} + {ua})"})
+    return table

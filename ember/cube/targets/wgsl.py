@@ -48,7 +48,7 @@ from .. import ir
 from ..ir import Instr, i32, u32
 from ..lang import CubeDim
 from .clike import BINARY
-from .walker import Walker
+from .walker import Walker, builtin_table
 
 ENTRY = "main"
 VERSION = "wgsl-1"  # bump when the rendering changes, so cached pipelines are rebuilt
@@ -373,18 +373,10 @@ class Renderer(Walker):
         raise WgslTargetError(f"the WGSL target has no rendering for {op}")
 
     def builtin(self, name: str) -> str:
-        unit = "i32(lidx)"  # x-fastest, as UNIT_POS is everywhere
-        cube = "i32((wid.z * nwg.y + wid.y) * nwg.x + wid.x)"
-        axes = dict(zip("xyz", ("x", "y", "z")))
-        table = {"unit_pos": unit, "cube_pos": cube, "cube_dim": "NU", "cube_count": "i32(nwg.x * nwg.y * nwg.z)",
-                 "absolute_pos": f"({cube} * NU + {unit})",
-                 "plane_dim": "i32(sg_size)" if self.subgroups else "1i",
-                 "unit_pos_plane": "i32(sg_id)" if self.subgroups else "0i"}
-        for ax in axes:
-            table.update({f"unit_pos_{ax}": f"i32(lid.{ax})", f"cube_pos_{ax}": f"i32(wid.{ax})",
-                          f"cube_dim_{ax}": f"D{ax.upper()}", f"cube_count_{ax}": f"i32(nwg.{ax})",
-                          f"absolute_pos_{ax}": f"(i32(wid.{ax}) * D{ax.upper()} + i32(lid.{ax}))"})
-        return table[name]
+        linear = ("i32(lidx)", "i32((wid.z * nwg.y + wid.y) * nwg.x + wid.x)", "i32(nwg.x * nwg.y * nwg.z)")
+        plane = ("i32(sg_size)", "i32(sg_id)") if self.subgroups else ("1i", "0i")
+        return builtin_table(*([f"i32({v}.{axis})" for axis in "xyz"] for v in ("lid", "wid", "nwg")),
+                             linear, plane)[name]
 
     # -- memory ---------------------------------------------------------------------------------
     def ref(self, arr: ir.Array, index: ir.Value, rendered: str, lane: int = 0) -> str:
