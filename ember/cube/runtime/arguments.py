@@ -1,5 +1,5 @@
-"""Launch-argument checks the device runtimes (CUDA, wgpu) share: argument counts, the dtypes that pick
-a specialization, and what an array argument must be.
+"""What the device runtimes (CUDA, wgpu) share about launch arguments: the common part of their device
+arrays, argument counts, the dtypes that pick a specialization, and what an array argument must be.
 
 Example:
     >>> check_count(kfn, args)
@@ -14,6 +14,20 @@ from ..ir import DTYPES
 from ..lang import KernelError
 
 NP_TO_CUBE = {np.dtype(d.np): d for d in DTYPES.values()}
+
+
+class DeviceArray:
+    """An array on a device: its runtime, shape, NumPy dtype, element count and bytes.
+
+    A runtime's array type (CudaArray, WgpuArray) adds the memory that holds the elements.
+    """
+
+    def __init__(self, runtime, shape: tuple, dtype) -> None:
+        self.runtime = runtime
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = np.dtype(dtype)
+        self.size = int(np.prod(self.shape, dtype=np.int64))
+        self.nbytes = self.size * self.dtype.itemsize
 
 
 def check_count(kfn, args: tuple) -> None:
@@ -51,3 +65,22 @@ def check_array(name: str, p, a, written: bool) -> None:
         raise KernelError(f"{name}: arrays over 2**31 elements need 64-bit indices")
     if written and isinstance(a, np.ndarray) and not a.flags.writeable:
         raise KernelError(f"{name}: argument {p.name!r} is written by the kernel but the array is read-only")
+
+
+class Specializing:
+    """The part of a device runtime that compiles each specialization of a kernel once.
+
+    A runtime sets `ARRAY` (its device array type) and has `compile(kernel, dim)`, a `_compiled` dict
+    and a `_lock`.
+    """
+
+    ARRAY: type = DeviceArray
+
+    def prepare(self, kfn, dim, args: tuple, comptime: dict):
+        """The compiled kernel for these arguments, from memory when this key was seen before."""
+        key, dtypes, comptime = specialization(kfn, dim, args, comptime, self.ARRAY)
+        with self._lock:  # tracing is not thread-safe; compiles are short next to a launch's copies
+            compiled = self._compiled.get(key)
+            if compiled is None:
+                compiled = self._compiled[key] = self.compile(kfn.specialize(dtypes, comptime), dim)
+        return compiled

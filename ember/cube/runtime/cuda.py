@@ -45,7 +45,7 @@ from ..passes import optimize
 from ..targets import cuda as cuda_target
 from .memory_pool import MemoryPool
 from .nvrtc import INSTALL, compile_cuda
-from .arguments import check_array, check_count, specialization
+from .arguments import DeviceArray, Specializing, check_array, check_count
 from .host import host_span
 
 STAGING = 64 << 20  # bytes of pinned host memory used per step of a host <-> device copy
@@ -159,7 +159,7 @@ def check_launch(name: str, count: CubeCount, dim: CubeDim, shared: int, limits:
 # ----------------------------------------------------------------------------------------------
 # Device arrays and argument packing
 
-class CudaArray:
+class CudaArray(DeviceArray):
     """An array in device memory: a slice of the runtime's memory pool, freed when dropped.
 
     Example:
@@ -169,11 +169,7 @@ class CudaArray:
     """
 
     def __init__(self, runtime: "CudaRuntime", shape: tuple, dtype) -> None:
-        self.runtime = runtime
-        self.shape = tuple(int(s) for s in shape)
-        self.dtype = np.dtype(dtype)
-        self.size = int(np.prod(self.shape, dtype=np.int64))
-        self.nbytes = self.size * self.dtype.itemsize
+        super().__init__(runtime, shape, dtype)
         self._slice = runtime.pool.reserve(self.nbytes) if self.nbytes else None
         self.ptr = int(self._slice.buffer) + self._slice.offset if self._slice else 0
         # Returning the slice is safe while kernels may still use it: the stream runs in order.
@@ -229,8 +225,10 @@ class CompiledCudaKernel:
 # ----------------------------------------------------------------------------------------------
 # The runtime
 
-class CudaRuntime:
+class CudaRuntime(Specializing):
     """Compiles cube kernels to CUDA and runs them on GPU `device` (see the module docstring)."""
+
+    ARRAY = CudaArray
 
     def __init__(self, device: int = 0, driver=None, cache_dir: Path | str | None = None) -> None:
         self.driver = driver if driver is not None else driver_module()
@@ -371,15 +369,6 @@ class CudaRuntime:
                   if isinstance(s, ir.Instr) and (s.op == "store" or s.op in ir.ATOMIC)}
         return CompiledCudaKernel(function, module, name, optimized.params,
                                   [p in stored for p in optimized.params], shared, source)
-
-    def prepare(self, kfn, dim: CubeDim, args: tuple, comptime: dict) -> CompiledCudaKernel:
-        """The compiled kernel for these arguments, from memory when this key was seen before."""
-        key, dtypes, comptime = specialization(kfn, dim, args, comptime, CudaArray)
-        with self._lock:  # tracing is not thread-safe; NVRTC runs are short next to a launch's copies
-            compiled = self._compiled.get(key)
-            if compiled is None:
-                compiled = self._compiled[key] = self.compile(kfn.specialize(dtypes, comptime), dim)
-        return compiled
 
     # -- launching ------------------------------------------------------------------------------
     def launch(self, kfn, count: CubeCount, dim: CubeDim, args: tuple, comptime: dict) -> None:

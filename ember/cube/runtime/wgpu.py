@@ -42,7 +42,7 @@ from ..ir import DTYPES
 from ..lang import CubeCount, CubeDim, KernelError
 from ..passes import optimize
 from ..targets import wgsl as wgsl_target
-from .arguments import NP_TO_CUBE, check_array, check_count, specialization
+from .arguments import NP_TO_CUBE, DeviceArray, Specializing, check_array, check_count
 from .host import host_span
 
 INSTALL = "pip install 'ember[wgpu]' (wgpu-py; on Linux without a GPU also apt-get install mesa-vulkan-drivers)"
@@ -130,7 +130,7 @@ def wgpu_available() -> tuple[bool, str]:
 # ----------------------------------------------------------------------------------------------
 # Device arrays
 
-class WgpuArray:
+class WgpuArray(DeviceArray):
     """An array in a device buffer (STORAGE | COPY_SRC | COPY_DST), freed when dropped.
 
     Example:
@@ -140,11 +140,7 @@ class WgpuArray:
     """
 
     def __init__(self, runtime: "WgpuRuntime", shape: tuple, dtype) -> None:
-        self.runtime = runtime
-        self.shape = tuple(int(s) for s in shape)
-        self.dtype = np.dtype(dtype)
-        self.size = int(np.prod(self.shape, dtype=np.int64))
-        self.nbytes = self.size * self.dtype.itemsize
+        super().__init__(runtime, shape, dtype)
         self.buffer = runtime.buffer(self.nbytes)
 
     def numpy(self) -> np.ndarray:
@@ -172,8 +168,10 @@ class CompiledWgslKernel:
 # ----------------------------------------------------------------------------------------------
 # The runtime
 
-class WgpuRuntime:
+class WgpuRuntime(Specializing):
     """Compiles cube kernels to WGSL and runs them on one wgpu adapter (see the module docstring)."""
+
+    ARRAY = WgpuArray
 
     def __init__(self, which: int | str | None = None, features: tuple = FEATURES) -> None:
         """`which` as in `choose_adapter`; `features`: the optional ones to use where the adapter has them."""
@@ -299,15 +297,6 @@ class WgpuRuntime:
             if key not in self._compiled:
                 self._compiled[key] = self.compile(kernel, dim)
             return self._compiled[key]
-
-    def prepare(self, kfn, dim: CubeDim, args: tuple, comptime: dict) -> CompiledWgslKernel:
-        """The compiled kernel for these arguments, from memory when this key was seen before."""
-        key, dtypes, comptime = specialization(kfn, dim, args, comptime, WgpuArray)
-        with self._lock:  # tracing is not thread-safe
-            compiled = self._compiled.get(key)
-            if compiled is None:
-                compiled = self._compiled[key] = self.compile(kfn.specialize(dtypes, comptime), dim)
-        return compiled
 
     # -- launching ------------------------------------------------------------------------------
     def check_cube(self, name: str, dim: CubeDim, shared: int) -> None:
