@@ -286,11 +286,9 @@ class Renderer(CFamily, Walker):
         if op == "pack":
             return f"({self.ctype(t)}){{{', '.join(a)}}}"
         if t.lanes == 1 and all(v.type.lanes == 1 for v in s.args):
-            return self.scalar(op, a, [v.type.dtype for v in s.args], t.dtype)
+            return self.lane(s, a)
         # Vector op: lane by lane (gcc turns the fixed-count loop into vector instructions).
-        lanes = [f"{x}[l]" if v.type.lanes > 1 else x for x, v in zip(a, s.args)]
-        scalar = self.scalar(op, lanes, [v.type.dtype for v in s.args], t.dtype)
-        return f"({{ {self.ctype(t)} r; for (int l = 0; l < {t.lanes}; ++l) r[l] = {scalar}; r; }})"
+        return f"({{ {self.ctype(t)} r; for (int l = 0; l < {t.lanes}; ++l) r[l] = {self.lane(s, a, '[l]')}; r; }})"
 
     def load(self, s: Instr, a: list) -> str:
         arr, t = s.attr, s.result.type

@@ -231,7 +231,7 @@ class Renderer(CFamily, Walker):
         """A scalar op (vector results are filled lane by lane by `vector`)."""
         if s.op == "extract":
             return f"{a[0]}.v[{s.attr}]"
-        return self.scalar(s.op, a, [v.type.dtype for v in s.args], s.result.type.dtype)
+        return self.lane(s, a)
 
     # -- what CUDA C spells differently from C ---------------------------------------------------
     def float_literal(self, value: float, double: bool) -> str:
@@ -286,10 +286,8 @@ class Renderer(CFamily, Walker):
         if s.op == "pack":
             self.emit(" ".join(f"{r}.v[{i}] = {x};" for i, x in enumerate(a)), depth)
             return
-        lanes = [f"{x}.v[l]" if v.type.lanes > 1 else x for x, v in zip(a, s.args)]
-        scalar = self.scalar(s.op, lanes, [v.type.dtype for v in s.args], t.dtype)
         self.emit("#pragma unroll", depth)
-        self.emit(f"for (int l = 0; l < {t.lanes}; ++l) {r}.v[l] = {scalar};", depth)
+        self.emit(f"for (int l = 0; l < {t.lanes}; ++l) {r}.v[l] = {self.lane(s, a, '.v[l]')};", depth)
 
     def vector_load(self, arr: ir.Array, index: str, r: str, t: ir.Type, depth: int) -> None:
         loop = f"for (int l = 0; l < {t.lanes}; ++l) {r}.v[l] = {self.element(arr, index + ' + l')};"

@@ -106,6 +106,15 @@ class Walker:
     def array_name(self, arr: ir.Array) -> str:
         return arr.name
 
+    def lane(self, s: Instr, a: list, index: str = "") -> str:
+        """The scalar op of `s` on one lane: vector operands followed by `index` (`[l]`), scalars as they are.
+
+        With the default `index` and scalar operands it is the scalar op itself (`scalar`, which each
+        target gives for its compute types).
+        """
+        args = [x + index if v.type.lanes > 1 else x for x, v in zip(a, s.args)]
+        return self.scalar(s.op, args, [v.type.dtype for v in s.args], s.result.type.dtype)
+
     # -- what each target spells its own way ------------------------------------------------------
     def literal(self, value, dtype) -> str:
         raise NotImplementedError

@@ -329,13 +329,9 @@ class Renderer(Walker):
         if op == "splat":
             return f"{self.wtype(t)}({a[0]})"
         if t.lanes == 1 and all(v.type.lanes == 1 for v in s.args):
-            return self.scalar(op, a, [v.type.dtype for v in s.args], t.dtype)
+            return self.lane(s, a)
         # A vector op, lane by lane: every scalar rendering (helpers included) then serves vectors.
-        lanes = []
-        for lane in range(t.lanes):
-            args = [f"{x}[{lane}]" if v.type.lanes > 1 else x for x, v in zip(a, s.args)]
-            lanes.append(self.scalar(op, args, [v.type.dtype for v in s.args], t.dtype))
-        return f"{self.wtype(t)}({', '.join(lanes)})"
+        return f"{self.wtype(t)}({', '.join(self.lane(s, a, f'[{i}]') for i in range(t.lanes))})"
 
     def scalar(self, op: str, a: list, types: list, out) -> str:
         """WGSL for one scalar op over operands rendered as `a` (compute types)."""
