@@ -1,10 +1,12 @@
-"""The walk the GPU targets (CUDA C, WGSL) share: structured IR to one line per instruction.
+"""The walk every target shares: structured IR to one line per instruction (C, CUDA C, WGSL).
 
 A target subclasses `Walker` and says how to spell what differs: the loop variable's declaration
-(`LOOP_VAR`), the barrier (`BARRIER`), a local variable's declaration (`declare`) and how an
-instruction's result is bound (`define`), stores and atomics. Loops and branches are C-like braces in
-every target; values are named `v<id>` (`value`), locals `l<n>` (`local_name`). The C target walks
-each phase with it too, naming values by where they live (`value`) and leaving a unit by `goto`.
+(`LOOP_VAR`), the barrier (`BARRIER`), a local variable's declaration (`declare`), how an
+instruction's result is bound (`define`), loads, stores, atomics, plane ops and the remaining ops
+(`compute`, usually through `lane` and the target's `scalar`). Loops and branches are C-like braces
+in every target; values are named `v<id>` (`value`), locals `l<n>` (`local_name`). The C target walks
+each of its phases with it, naming values by where they live and leaving a unit by `goto`.
+`builtin_table` derives every launch builtin from a target's spelling of the per-axis ones.
 
 Example:
     >>> class Tiny(Walker):
@@ -20,6 +22,8 @@ from ..lang import CubeDim
 
 
 class Walker:
+    """Renders a kernel's statements into `lines`; see the module docstring for what a target gives."""
+
     LOOP_VAR = "int32_t {}"  # declaration of a loop's induction variable, formatted with its name
     BARRIER = ""             # the statement of sync_units
 
