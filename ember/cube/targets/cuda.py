@@ -291,13 +291,18 @@ class Renderer(CFamily, Walker):
 
     def vector_load(self, arr: ir.Array, index: str, r: str, t: ir.Type, depth: int) -> None:
         loop = f"for (int l = 0; l < {t.lanes}; ++l) {r}.v[l] = {self.element(arr, index + ' + l')};"
-        wide = self._wide(arr, t)
-        if wide:  # one wide access when the address happens to be aligned (it usually is)
-            ptr = f"&{'s' if arr.kind == 'shared' else 'a'}_{arr.name}[{index}]"
-            self.emit(f"if (((uint64_t)({ptr}) & {wide - 1}) == 0) {r} = *(const {self.ctype(t)} *)({ptr});", depth)
-            self.emit(f"else {loop}", depth)
-        else:
+        self.wide_or_lanes(arr, t, index, lambda ptr, vt: f"{r} = *(const {vt} *)({ptr});", loop, depth)
+
+    def wide_or_lanes(self, arr: ir.Array, t: ir.Type, index: str, wide, loop: str, depth: int) -> None:
+        """`wide(ptr, vector type)`, one wide access, when the address happens to be aligned (it usually
+        is), else `loop`, lane by lane."""
+        size = self._wide(arr, t)
+        if not size:
             self.emit(loop, depth)
+            return
+        ptr = f"&{'s' if arr.kind == 'shared' else 'a'}_{arr.name}[{index}]"
+        self.emit(f"if (((uint64_t)({ptr}) & {size - 1}) == 0) {wide(ptr, self.ctype(t))}", depth)
+        self.emit(f"else {loop}", depth)
 
     def _wide(self, arr: ir.Array, t: ir.Type) -> int:
         """Bytes of one wide access for this vector of `arr`, or 0 when lanes must go one by one."""
@@ -313,15 +318,8 @@ class Renderer(CFamily, Walker):
         if value.type.lanes == 1:
             self.emit(f"{dst}[{a[0]}] = {conv(a[1])};", depth)
             return
-        wide = self._wide(arr, value.type)
         loop = f"for (int l = 0; l < {value.type.lanes}; ++l) {dst}[{a[0]} + l] = {conv(a[1] + '.v[l]')};"
-        if wide:
-            ptr = f"&{dst}[{a[0]}]"
-            self.emit(f"if (((uint64_t)({ptr}) & {wide - 1}) == 0) *({self.ctype(value.type)} *)({ptr}) = {a[1]};",
-                      depth)
-            self.emit(f"else {loop}", depth)
-        else:
-            self.emit(loop, depth)
+        self.wide_or_lanes(arr, value.type, a[0], lambda ptr, vt: f"*({vt} *)({ptr}) = {a[1]};", loop, depth)
 
     # -- atomics --------------------------------------------------------------------------------
     def atomic(self, s: Instr, a: list, depth: int) -> None:
