@@ -31,14 +31,13 @@ Example:
 from __future__ import annotations
 
 import math
-import re
 
 from ...dtype import bf16, bool_, f16, f32
 from .. import ir
 from ..ir import Instr
 from ..lang import CubeDim
 from .clike import CFamily
-from .walker import Walker, builtin_table
+from .walker import Walker, builtin_table, identifier
 
 PLANE_DIM = 32
 
@@ -129,7 +128,7 @@ _INT64_ATOMIC = {"i64": "long long", "u64": "unsigned long long"}
 
 def entry_name(kernel: ir.Kernel) -> str:
     """The name of the `__global__` function: `ember_` + the kernel's name (what profilers show)."""
-    return "ember_" + re.sub(r"\W", "_", kernel.name)
+    return "ember_" + identifier(kernel.name)
 
 
 def shared_layout(kernel: ir.Kernel) -> tuple[dict, int]:
@@ -182,7 +181,7 @@ class Renderer(CFamily, Walker):
 
     def local_name(self, var: ir.Local) -> str:
         if var not in self.locals:
-            self.locals[var] = f"l{len(self.locals)}_" + re.sub(r"\W", "_", var.name)
+            self.locals[var] = f"l{len(self.locals)}_" + identifier(var.name)
         return self.locals[var]
 
     # -- top ------------------------------------------------------------------------------------

@@ -16,6 +16,8 @@ Example:
 
 from __future__ import annotations
 
+import re
+
 from .. import ir
 from ..ir import For, Instr
 from ..lang import CubeDim
@@ -151,6 +153,11 @@ class Walker:
 
     def atomic(self, s: Instr, a: list, depth: int) -> None:
         raise NotImplementedError
+
+
+def identifier(name: str) -> str:
+    """`name` with every character an identifier cannot hold replaced by `_` (`my-kernel` -> `my_kernel`)."""
+    return re.sub(r"\W", "_", name)
 
 
 def builtin_table(unit: tuple, cube: tuple, count: tuple, linear: tuple, plane: tuple) -> dict:

@@ -38,7 +38,6 @@ Example:
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -48,7 +47,7 @@ from .. import ir
 from ..ir import Instr, i32, u32
 from ..lang import CubeDim
 from .clike import BINARY
-from .walker import Walker, builtin_table
+from .walker import Walker, builtin_table, identifier
 
 ENTRY = "main"
 VERSION = "wgsl-1"  # bump when the rendering changes, so cached pipelines are rebuilt
@@ -216,7 +215,7 @@ class Renderer(Walker):
         self.atomic_arrays = {s.attr for s in ir.walk(kernel.body) if isinstance(s, Instr) and s.op in ir.ATOMIC}
         self.written = written_arrays(kernel)
         self.shared = [s.attr for s in ir.walk(kernel.body) if isinstance(s, Instr) and s.op == "shared"]
-        self.names = {arr: f"a{i}_{_ident(arr.name)}" for i, arr in enumerate(
+        self.names = {arr: f"a{i}_{identifier(arr.name)}" for i, arr in enumerate(
             p for p in kernel.params if isinstance(p, ir.Array))}
         self.names.update({arr: f"s{i}" for i, arr in enumerate(self.shared)})
         self.layout = info_layout(kernel)
@@ -435,10 +434,6 @@ class Renderer(Walker):
             op = {"plane_sum": "plane_any", "plane_prod": "plane_all", "plane_max": "plane_any",
                   "plane_min": "plane_all"}.get(op, op)
         return f"{_PLANE[op]}({x})"
-
-
-def _ident(name: str) -> str:
-    return re.sub(r"\W", "_", name)
 
 
 def _word(n: int) -> str:
