@@ -318,6 +318,9 @@ def test_random_streams_are_functions_of_seed_and_offset(backend):
     # The stream hands out non-overlapping offsets: one op of n numbers takes n + 1 counter values.
     assert not np.isin(draw(1, 0), draw(1, 65)).any()
     assert not np.array_equal(draw(1, 0), draw(2, 0))
+    # f64 draws carry 53 random bits: 20000 of them do not repeat (24 bits would, by the birthday bound)
+    wide = _draw(backend, "uniform", (20000,), "f64", 1, 0, low=0.0, high=1.0)
+    assert np.unique(wide).size == wide.size and wide.min() >= 0 and wide.max() < 1
     assert _draw(backend, "uniform", (0,), "f32", 1, 0, low=0.0, high=1.0).shape == (0,)
 
 

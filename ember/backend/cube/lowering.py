@@ -205,8 +205,10 @@ def _full(out: Aval, *, shape, value, dtype):
 
 
 def _uniform(out: Aval, *, shape, dtype, low, high, seed, offset):
+    if dtype.itemsize == 8:
+        return own.uniform64(shape, seed, offset, low, high)
     values = lib.uniform(shape, seed, offset, low, high, dtype)
-    if dtype.itemsize == 8 or high <= low or values.size == 0:
+    if high <= low or values.size == 0:
         return values
     # Rounding to f32/f16/bf16 can reach `high`; like the reference (and PyTorch) keep [low, high)
     # half-open: clamp to the largest value of the dtype below `high`.
