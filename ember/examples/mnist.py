@@ -167,7 +167,8 @@ def main(argv: Sequence[str] | None = None) -> tuple[FitResult, float]:
                          device=args.device, train_items=args.train_items, width=args.width, shift=args.shift)
     result, accuracy = train(config, args.out, args.display, args.resume)
     status = " (interrupted: run again with --resume)" if result.interrupted else ""
-    print(f"held-out accuracy: {accuracy:.4f} on 1,000 test images after {result.epochs_completed} epochs, "
+    epochs = result.epochs_completed
+    print(f"held-out accuracy: {accuracy:.4f} on 1,000 test images after {epochs} epoch{'s' * (epochs != 1)}, "
           f"{result.seconds:.1f} s{status}")
     return result, accuracy
 

@@ -15,7 +15,7 @@ def test_one_short_epoch_learns(tmp_path, capsys):
                                    "--device", "numpy", "--out", str(tmp_path), "--display", "plain"])
     out = capsys.readouterr().out
     assert accuracy > 0.6  # chance is 0.1
-    assert f"held-out accuracy: {accuracy:.4f} on 1,000 test images after 1 epochs" in out
+    assert f"held-out accuracy: {accuracy:.4f} on 1,000 test images after 1 epoch," in out
     assert result.epochs_completed == 1 and result.steps == 38
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["train_items"] == 1200 and config["width"] == 8
