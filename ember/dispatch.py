@@ -55,17 +55,24 @@ def available_devices() -> list[Device]:
     return [Device.cpu(), Device.numpy()]
 
 
-def _common_device(prim_name: str, inputs) -> Device:
-    devices = {t._device for t in inputs}
-    inners = {d.inner for d in devices}
-    if len(inners) > 1:
-        listed = " and ".join(sorted(repr(d) for d in devices))
-        raise DeviceError(f"{prim_name}: tensors are on different devices, {listed}; move them with .to(device)")
-    tracked = [d for d in devices if d.is_autodiff]
-    if len({d.checkpointing for d in tracked}) > 1:
-        raise DeviceError(f"{prim_name}: tensors are on autodiff devices with different checkpointing, "
-                          f"{' and '.join(sorted(map(repr, tracked)))}")
-    return tracked[0] if tracked else devices.pop()
+def _unify(prim_name: str, inputs: tuple) -> tuple[Device, tuple]:
+    """The one device `inputs` can meet on, and the inputs on it.
+
+    Plain tensors meet the autodiff variant of their own device by being lifted (no copy); anything
+    else is an error naming the devices.
+    """
+    target = next((t._device for t in inputs if t._device.is_autodiff), inputs[0]._device)
+    for t in inputs:
+        d = t._device
+        if d.inner is not target.inner or (d.is_autodiff and d is not target):
+            devices = sorted({repr(t._device) for t in inputs})
+            why = ("autodiff devices with different checkpointing" if d.inner is target.inner
+                   else "different devices")
+            raise DeviceError(f"{prim_name}: tensors are on {why}, {' and '.join(devices)}; "
+                              f"move them with .to(device)")
+    backend = target._backend or target.backend
+    return target, tuple(t if t._device is target else
+                         Tensor._make(target, backend.lift(t._handle, t._aval), t._aval) for t in inputs)
 
 
 def bind(prim: Primitive, inputs: tuple, params: dict):
@@ -73,8 +80,7 @@ def bind(prim: Primitive, inputs: tuple, params: dict):
     device = inputs[0]._device
     for t in inputs:
         if t._device is not device:
-            device = _common_device(prim.name, inputs)
-            inputs = tuple(t if t._device is device else t.to(device) for t in inputs)
+            device, inputs = _unify(prim.name, inputs)
             break
     aval = prim.infer(*[t._aval for t in inputs], **params)
     backend = device._backend or device.backend
