@@ -23,6 +23,8 @@ from .primitive import Aval, is_half, primitive
 
 
 def _reduced_shape(shape, dims, keepdim):
+    if len(dims) == len(shape):  # the common full reduction
+        return (1,) * len(shape) if keepdim else ()
     if keepdim:
         return tuple(1 if i in dims else n for i, n in enumerate(shape))
     return tuple(n for i, n in enumerate(shape) if i not in dims)
