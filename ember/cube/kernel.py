@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from ..dtype import DType
 from . import ir
 from .frontend import ArrayRef, Source, Tracer
-from .lang import ArraySpec, ComptimeSpec, KernelError, ScalarSpec, _ArrayFactory, _ComptimeFactory
+from .lang import ArraySpec, ComptimeSpec, KernelError, ScalarSpec, SpecFactory
 
 
 @dataclass(frozen=True)
@@ -47,9 +47,15 @@ def _parameters(source: Source) -> list:
         except Exception as e:
             raise source.error(arg, f"cannot evaluate the annotation of {arg.arg!r}: {e}") from None
         default = sig.parameters[arg.arg].default
-        if isinstance(spec, (ArraySpec, _ArrayFactory)):
-            params.append(Param(arg.arg, "array", getattr(spec, "dtype", None), default))
-        elif isinstance(spec, (ComptimeSpec, _ComptimeFactory)):
+        if isinstance(spec, SpecFactory):
+            try:
+                spec = spec.bare()
+            except TypeError:
+                raise source.error(arg, f"parameter {arg.arg!r}: {spec!r} needs a dtype, "
+                                        f"e.g. {spec!r}['T']") from None
+        if isinstance(spec, ArraySpec):
+            params.append(Param(arg.arg, "array", spec.dtype, default))
+        elif isinstance(spec, ComptimeSpec):
             params.append(Param(arg.arg, "comptime", None, default))
         elif isinstance(spec, ScalarSpec):
             params.append(Param(arg.arg, "scalar", spec.dtype, default))

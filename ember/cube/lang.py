@@ -34,33 +34,11 @@ class ArraySpec:
     dtype: DType | str | None = None
 
 
-class _ArrayFactory:
-    def __getitem__(self, dtype) -> ArraySpec:
-        return ArraySpec(dtype)
-
-    def __repr__(self) -> str:
-        return "cube.Array"
-
-
-Array = _ArrayFactory()
-
-
 @dataclass(frozen=True)
 class ComptimeSpec:
     """A parameter whose Python value is folded into the kernel; each value gets its own kernel."""
 
     kind: object = None
-
-
-class _ComptimeFactory:
-    def __getitem__(self, kind) -> ComptimeSpec:
-        return ComptimeSpec(kind)
-
-    def __repr__(self) -> str:
-        return "cube.Comptime"
-
-
-Comptime = _ComptimeFactory()
 
 
 @dataclass(frozen=True)
@@ -70,12 +48,28 @@ class ScalarSpec:
     dtype: DType | str
 
 
-class _ScalarFactory:
-    def __getitem__(self, dtype) -> ScalarSpec:
-        return ScalarSpec(dtype)
+class SpecFactory:
+    """`cube.Array`, `cube.Comptime`, `cube.Scalar`: subscripting builds the parameter spec, and the
+    bare name stands for the spec with no argument (`Array`: any dtype; `Comptime`: any value)."""
+
+    def __init__(self, name: str, spec: type) -> None:
+        self.name = name
+        self.spec = spec
+
+    def __getitem__(self, arg):
+        return self.spec(arg)
+
+    def bare(self):
+        """The spec the unsubscripted name means (TypeError where an argument is required)."""
+        return self.spec()
+
+    def __repr__(self) -> str:
+        return f"cube.{self.name}"
 
 
-Scalar = _ScalarFactory()
+Array = SpecFactory("Array", ArraySpec)
+Comptime = SpecFactory("Comptime", ComptimeSpec)
+Scalar = SpecFactory("Scalar", ScalarSpec)
 
 
 # ----------------------------------------------------------------------------------------------
