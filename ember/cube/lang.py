@@ -126,8 +126,8 @@ INTRINSICS = {name: Intrinsic(name) for name in INTRINSIC_NAMES}
 # Launch shapes
 
 @dataclass(frozen=True)
-class CubeCount:
-    """How many cubes (CUDA blocks, WGSL workgroups) to launch along x, y and z."""
+class _Extent:
+    """Sizes along x, y and z."""
 
     x: int = 1
     y: int = 1
@@ -139,13 +139,10 @@ class CubeCount:
 
 
 @dataclass(frozen=True)
-class CubeDim:
+class CubeCount(_Extent):
+    """How many cubes (CUDA blocks, WGSL workgroups) to launch along x, y and z."""
+
+
+@dataclass(frozen=True)
+class CubeDim(_Extent):
     """How many units (threads, invocations) one cube has along x, y and z."""
-
-    x: int = 1
-    y: int = 1
-    z: int = 1
-
-    @property
-    def total(self) -> int:
-        return self.x * self.y * self.z
