@@ -96,6 +96,29 @@ class Local:
 
 
 @dataclass(eq=False)
+class Fragment:
+    """A plane's (warp's) share of an `m x n x k` matrix product operand, held in registers.
+
+    `use` is "a" (m x k), "b" (k x n) or "accumulator" (m x n); `layout` ("row" or "col") is how an
+    a/b fragment lies in the memory it is loaded from. Every unit of the plane takes part in each
+    fragment op together, like the CubeCL `cmma` API; how the elements are spread over the units is
+    the target's business, so a kernel only moves whole fragments between memory and registers.
+    """
+
+    name: str
+    use: str
+    dtype: DType
+    m: int
+    n: int
+    k: int
+    layout: str = "row"
+
+    @property
+    def rows_cols(self) -> tuple:
+        return {"a": (self.m, self.k), "b": (self.k, self.n), "accumulator": (self.m, self.n)}[self.use]
+
+
+@dataclass(eq=False)
 class Instr:
     """One operation. `attr` holds what is not a value: a constant, an Array, a Local, a builtin name."""
 
@@ -171,6 +194,12 @@ BUILTINS = ("absolute_pos", "absolute_pos_x", "absolute_pos_y", "absolute_pos_z"
             "cube_count", "cube_count_x", "cube_count_y", "cube_count_z", "plane_dim", "unit_pos_plane")
 PLANE = ("plane_sum", "plane_prod", "plane_max", "plane_min", "plane_all", "plane_any")
 ATOMIC = ("atomic_add", "atomic_max", "atomic_min")
+# Matrix fragments (a plane's share of a small matrix product, on tensor cores where a target has them)
+# and asynchronous copies from global to shared memory: see `Fragment` and `Builder.matrix_*`.
+MATRIX = ("fragment", "matrix_fill", "matrix_load", "matrix_mma", "matrix_store")
+COPY = ("copy_async", "copy_commit", "copy_wait")
+# Fragment shapes (m, n, k) and the input dtypes each takes; the accumulator is f32.
+MATRIX_SHAPES = {"f16": ((16, 16, 16),), "bf16": ((16, 16, 16),), "f32": ((16, 16, 8),)}
 
 # Ops without side effects: CSE may merge them and DCE may delete them when unused.
 PURE = frozenset(("const", "cast", "select", "builtin", "len", "mulhi", "extract", "splat", "pack",
@@ -182,6 +211,15 @@ VARYING_BUILTINS = frozenset(b for b in BUILTINS if b.startswith(("absolute_pos"
 
 def is_pure(instr: Instr) -> bool:
     return instr.op in PURE
+
+
+def written_array(instr: Instr) -> "Array | None":
+    """The array `instr` writes (a store, an atomic, a fragment store, an asynchronous copy), else None."""
+    if instr.op == "store" or instr.op in ATOMIC:
+        return instr.attr
+    if instr.op in ("matrix_store", "copy_async"):
+        return instr.attr[0]
+    return None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -409,6 +447,87 @@ class Builder:
             raise IRError(f"unknown plane op {op}")
         return self.emit(op, (v,), v.type)
 
+    # -- matrix fragments and asynchronous copies ------------------------------------------------
+    def fragment(self, use: str, dtype: DType, m: int, n: int, k: int, layout: str = "row") -> Fragment:
+        """Declare a fragment (see `Fragment`); a/b take f16, bf16 or f32 (computed as tf32), the
+        accumulator f32. Shapes per input dtype are `MATRIX_SHAPES`."""
+        if use not in ("a", "b", "accumulator"):
+            raise IRError(f"a fragment's use is 'a', 'b' or 'accumulator', got {use!r}")
+        if layout not in ("row", "col"):
+            raise IRError(f"a fragment's layout is 'row' or 'col', got {layout!r}")
+        if use == "accumulator" and dtype is not f32:
+            raise IRError(f"an accumulator fragment holds f32, got {dtype.name}")
+        shapes = (MATRIX_SHAPES.get(dtype.name, ()) if use != "accumulator"
+                  else {s for shapes in MATRIX_SHAPES.values() for s in shapes})
+        if (m, n, k) not in shapes:
+            raise IRError(f"no {dtype.name} fragment of shape m={m} n={n} k={k}; known: "
+                          + ", ".join(f"{d}: {s}" for d, s in MATRIX_SHAPES.items()))
+        frag = Fragment(f"frag{self.kernel.next_id}", use, dtype, m, n, k, layout)
+        self.kernel.next_id += 1
+        self.emit("fragment", (), None, frag)
+        return frag
+
+    def matrix_fill(self, frag: Fragment, value: Value) -> None:
+        """Every element of accumulator `frag` = `value` (a scalar of its dtype)."""
+        if frag.use != "accumulator" or value.type != Type(frag.dtype):
+            raise IRError(f"matrix_fill needs an accumulator and a {frag.dtype.name} scalar, got {frag.use} "
+                          f"and {value.type}")
+        self.emit("matrix_fill", (value,), None, frag)
+
+    def matrix_load(self, frag: Fragment, arr: Array, index: Value, stride: Value) -> None:
+        """Load `frag` from `arr`: element (r, c) at `index + r * stride + c` ("row") or
+        `index + c * stride + r` ("col"); `stride` counts elements."""
+        self._check_index(index)
+        self._check_index(stride)
+        if arr.dtype is not frag.dtype:
+            raise IRError(f"cannot load a {frag.dtype.name} fragment from {arr.name} of {arr.dtype.name}")
+        self.emit("matrix_load", (index, stride), None, (frag, arr))
+
+    def matrix_mma(self, d: Fragment, a: Fragment, b: Fragment, c: Fragment) -> None:
+        """d = a @ b + c (d and c accumulators, may be the same fragment)."""
+        uses = (d.use, a.use, b.use, c.use)
+        if uses != ("accumulator", "a", "b", "accumulator"):
+            raise IRError(f"matrix_mma takes (accumulator, a, b, accumulator), got {uses}")
+        if a.dtype is not b.dtype or len({(f.m, f.n, f.k) for f in (d, a, b, c)}) != 1:
+            raise IRError("matrix_mma needs fragments of one shape, and a and b of one dtype")
+        self.emit("matrix_mma", (), None, (d, a, b, c))
+
+    def matrix_store(self, arr: Array, index: Value, stride: Value, frag: Fragment, layout: str = "row") -> None:
+        """Store accumulator `frag` into `arr` (an f32 array) laid out as in `matrix_load`."""
+        self._check_index(index)
+        self._check_index(stride)
+        if frag.use != "accumulator" or arr.dtype is not frag.dtype or layout not in ("row", "col"):
+            raise IRError(f"matrix_store writes an accumulator into an array of its dtype with layout 'row' "
+                          f"or 'col', got {frag.use}, {arr.dtype.name}, {layout!r}")
+        self.emit("matrix_store", (index, stride), None, (arr, frag, layout))
+
+    def copy_async(self, dst: Array, dst_index: Value, src: Array, src_index: Value, count: int,
+                   valid: Value) -> None:
+        """Start copying `count` elements `src[src_index:]` (global) to `dst[dst_index:]` (shared), or
+        zeros when `valid` is false; `count` elements are 4, 8 or 16 bytes. The copy may land any time
+        before the `copy_wait` that covers it; a target without such copies does it at once."""
+        self._check_index(dst_index)
+        self._check_index(src_index)
+        if dst.kind != "shared" or src.kind != "global" or dst.dtype is not src.dtype:
+            raise IRError(f"copy_async copies a global array into a shared one of its dtype, got {src.name} "
+                          f"({src.kind}, {src.dtype.name}) -> {dst.name} ({dst.kind}, {dst.dtype.name})")
+        if count * src.dtype.itemsize not in (4, 8, 16):
+            raise IRError(f"copy_async moves 4, 8 or 16 bytes, got {count} x {src.dtype.name}")
+        if valid.type != Type(bool_):
+            raise IRError(f"copy_async's condition must be a bool, got {valid.type}")
+        self.emit("copy_async", (dst_index, src_index, valid), None, (dst, src, count))
+
+    def copy_commit(self) -> None:
+        """Close the group of `copy_async`s started since the last commit."""
+        self.emit("copy_commit")
+
+    def copy_wait(self, pending: int) -> None:
+        """Wait until at most `pending` committed groups of this unit's copies are still in flight
+        (other units' copies need a `sync` after this)."""
+        if not isinstance(pending, int) or pending < 0:
+            raise IRError(f"copy_wait takes a comptime count >= 0, got {pending!r}")
+        self.emit("copy_wait", (), None, pending)
+
     def _check_index(self, index: Value) -> None:
         if not index.type.dtype.is_int or index.type.lanes != 1:
             raise IRError(f"an index must be a scalar integer, got {index.type}")
@@ -490,6 +609,10 @@ def print_kernel(k: Kernel, canonical: bool = False) -> str:
     def attr_str(a) -> str:
         if isinstance(a, (Array, Local)):
             return obj(a)
+        if isinstance(a, Fragment):
+            return f"{obj(a)}<{a.use} {a.dtype.name} m{a.m}n{a.n}k{a.k} {a.layout}>"
+        if isinstance(a, tuple):
+            return "(" + ", ".join(attr_str(x) for x in a) + ")"
         return repr(a)
 
     def emit(body: list, depth: int) -> None:

@@ -39,8 +39,8 @@ def _written(stmts: list) -> set:
     out = set()
     for s in ir.walk(stmts):
         if isinstance(s, Instr):
-            if s.op == "store" or s.op in ir.ATOMIC:
-                out.add(s.attr)
+            if ir.written_array(s) is not None:
+                out.add(ir.written_array(s))
             elif s.op == "sync_units":
                 out.add(None)
     return out
@@ -65,8 +65,8 @@ def _cse_block(block: list, scopes: list, mapping: dict) -> None:
                     mapping[s.result] = found
                     continue
                 scopes[-1][key] = s.result
-            elif s.op in ("store", "sync_units") or s.op in ir.ATOMIC:
-                _forget(scopes, {s.attr} if s.op != "sync_units" else {None})
+            elif s.op == "sync_units" or ir.written_array(s) is not None:
+                _forget(scopes, {ir.written_array(s)} if s.op != "sync_units" else {None})
             keep.append(s)
         elif isinstance(s, If):
             s.cond = mapping.get(s.cond, s.cond)

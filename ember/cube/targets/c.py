@@ -343,4 +343,8 @@ def _builtin(name: str, dim: CubeDim) -> str:
 
 def render(kernel: ir.Kernel, dim: CubeDim) -> str:
     """C source for `kernel` launched with cube shape `dim`; the entry point is `ember_kernel`."""
+    for s in ir.walk(kernel.body):
+        if isinstance(s, ir.Instr) and (s.op in ir.MATRIX or s.op in ir.COPY):
+            raise CTargetError(f"kernel {kernel.name}: line {s.line}: {s.op} (matrix fragments and asynchronous "
+                               f"copies) has no C rendering; it runs on the CUDA target")
     return Renderer(kernel, dim).render()

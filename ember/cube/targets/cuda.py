@@ -134,13 +134,28 @@ def entry_name(kernel: ir.Kernel) -> str:
 def shared_layout(kernel: ir.Kernel) -> tuple[dict, int]:
     """(byte offset of each shared Array, total bytes) in the cube's dynamic shared memory."""
     offsets, total = {}, 0
+    packed = packed_shared(kernel)
     for s in ir.walk(kernel.body):
         if isinstance(s, Instr) and s.op == "shared":
-            size = 1 if s.attr.dtype is bool_ else _compute_size(s.attr.dtype)
-            total = -(-total // 16) * 16  # every array 16-byte aligned: vector accesses may use it
-            offsets[s.attr] = total
-            total += size * s.attr.size
+            arr = s.attr
+            size = arr.dtype.itemsize if arr in packed else 1 if arr.dtype is bool_ else _compute_size(arr.dtype)
+            align = 32 if arr in packed else 16  # fragment loads want 32 bytes; vector accesses 16
+            total = -(-total // align) * align
+            offsets[arr] = total
+            total += size * arr.size
     return offsets, total
+
+
+def packed_shared(kernel: ir.Kernel) -> set:
+    """Shared arrays that fragment loads/stores or asynchronous copies touch: these hold their elements
+    in the storage type (16-bit words for f16/bf16), as the tensor cores and the copy engine see them."""
+    out = set()
+    for s in ir.walk(kernel.body):
+        if isinstance(s, Instr) and s.op in ("matrix_load", "matrix_store", "copy_async"):
+            arr = s.attr[1] if s.op == "matrix_load" else s.attr[0]
+            if arr.kind == "shared":
+                out.add(arr)
+    return out
 
 
 def shared_bytes(kernel: ir.Kernel) -> int:
@@ -167,6 +182,8 @@ class Renderer(CFamily, Walker):
         self.fast_math = fast_math
         self.vectors: dict[str, str] = {}
         self.shared_offsets, self.shared_total = shared_layout(kernel)
+        self.packed = packed_shared(kernel)
+        self.fragments: dict = {}
         self.float_atomics = False
 
     # -- names and types ------------------------------------------------------------------------
@@ -201,7 +218,7 @@ class Renderer(CFamily, Walker):
         if self.shared_total:
             self.emit("extern __shared__ __align__(16) unsigned char ember_smem[];", 1)
             for arr, off in self.shared_offsets.items():
-                t = _COMPUTE[arr.dtype.name]
+                t = (_STORAGE if arr in self.packed else _COMPUTE)[arr.dtype.name]
                 self.emit(f"{t} *s_{arr.name} = ({t} *)(ember_smem + {off});", 1)
         self.block(self.k.body, 1)
         self.emit("}", 0)
@@ -255,8 +272,10 @@ class Renderer(CFamily, Walker):
         return super().math(op, a, src)
 
     def element(self, arr: ir.Array, index: str) -> str:
-        if arr.kind == "shared":
+        if arr.kind == "shared" and arr not in self.packed:
             return f"s_{arr.name}[{index}]"
+        if arr.kind == "shared":
+            return self.from_storage(f"s_{arr.name}[{index}]", arr.dtype)
         return self.from_storage(f"a_{arr.name}[{index}]", arr.dtype)
 
     def plane(self, s: Instr, x: str) -> str:
@@ -307,18 +326,95 @@ class Renderer(CFamily, Walker):
         """Bytes of one wide access for this vector of `arr`, or 0 when lanes must go one by one."""
         if arr.dtype in (f16, bf16, bool_):  # storage and compute types differ
             return 0
+        if arr in self.packed and arr.dtype is not f32:
+            return 0
         size = arr.dtype.itemsize * t.lanes
         return size if size & (size - 1) == 0 and 4 <= size <= 16 else 0
 
     def store(self, s: Instr, a: list, depth: int) -> None:
         arr, value = s.attr, s.args[1]
         dst = f"s_{arr.name}" if arr.kind == "shared" else f"a_{arr.name}"
-        conv = (lambda x: x) if arr.kind == "shared" else (lambda x: self.to_storage(x, arr.dtype))
+        plain = arr.kind == "shared" and arr not in self.packed
+        conv = (lambda x: x) if plain else (lambda x: self.to_storage(x, arr.dtype))
         if value.type.lanes == 1:
             self.emit(f"{dst}[{a[0]}] = {conv(a[1])};", depth)
             return
         loop = f"for (int l = 0; l < {value.type.lanes}; ++l) {dst}[{a[0]} + l] = {conv(a[1] + '.v[l]')};"
         self.wide_or_lanes(arr, value.type, a[0], lambda ptr, vt: f"*({vt} *)({ptr}) = {a[1]};", loop, depth)
+
+    # -- matrix fragments (tensor cores, PTX wmma) and asynchronous copies (cp.async) ------------
+    def instr(self, s: Instr, depth: int) -> None:
+        if s.op in ir.MATRIX or s.op in ir.COPY:
+            getattr(self, s.op)(s, [self.value(v) for v in s.args], depth)
+        else:
+            super().instr(s, depth)
+
+    def frag(self, f: ir.Fragment) -> str:
+        return self.fragments.setdefault(f, f"f{len(self.fragments)}")
+
+    def fragment(self, s: Instr, a: list, depth: int) -> None:
+        f = s.attr
+        ctype = "float" if f.use == "accumulator" else "uint32_t"
+        self.emit(f"{ctype} {self.frag(f)}[{_fragment_regs(f)}];", depth)
+
+    def matrix_fill(self, s: Instr, a: list, depth: int) -> None:
+        f = s.attr
+        self.emit(f"#pragma unroll", depth)
+        self.emit(f"for (int e = 0; e < {_fragment_regs(f)}; ++e) {self.frag(f)}[e] = {a[0]};", depth)
+
+    def _address(self, arr: ir.Array, index: str) -> tuple[str, str]:
+        """(PTX state space suffix, asm operand) of the address of `arr[index]`."""
+        ptr = f"&{'s' if arr.kind == 'shared' else 'a'}_{arr.name}[{index}]"
+        if arr.kind == "shared":
+            return ".shared", f'"r"((uint32_t)__cvta_generic_to_shared({ptr}))'
+        return ".global", f'"l"({ptr})'
+
+    def matrix_load(self, s: Instr, a: list, depth: int) -> None:
+        f, arr = s.attr
+        n = _fragment_regs(f)
+        space, ptr = self._address(arr, a[0])
+        which = {"a": "a", "b": "b", "accumulator": "c"}[f.use]
+        kind = "tf32" if f.dtype is f32 and f.use != "accumulator" else f.dtype.name
+        out = ", ".join(f'"={"f" if f.use == "accumulator" else "r"}"({self.frag(f)}[{i}])' for i in range(n))
+        self.emit(f'asm volatile("wmma.load.{which}.sync.aligned.{f.layout}.{_shape(f)}{space}.{kind} '
+                  f'{_regs(0, n)}, [%{n}], %{n + 1};" : {out} : {ptr}, "r"({a[1]}) : "memory");', depth)
+        if kind == "tf32":  # round f32 to tf32 (to nearest, ties away), as cuBLAS's TF32 mode does
+            self.emit(f"#pragma unroll", depth)
+            self.emit(f'for (int e = 0; e < {n}; ++e) asm("cvt.rna.tf32.f32 %0, %1;" : "=r"({self.frag(f)}[e]) '
+                      f': "f"(__uint_as_float({self.frag(f)}[e])));', depth)
+
+    def matrix_mma(self, s: Instr, a: list, depth: int) -> None:
+        d, fa, fb, c = s.attr
+        nd, na, nb = _fragment_regs(d), _fragment_regs(fa), _fragment_regs(fb)
+        types = {"f16": "f32.f32", "bf16": "f32.bf16.bf16.f32", "f32": "f32.tf32.tf32.f32"}[fa.dtype.name]
+        regs = f"{_regs(0, nd)}, {_regs(nd, na)}, {_regs(nd + na, nb)}, {_regs(nd + na + nb, nd)}"
+        outs = ", ".join(f'"=f"({self.frag(d)}[{i}])' for i in range(nd))
+        ins = ", ".join([f'"r"({self.frag(fa)}[{i}])' for i in range(na)] + [f'"r"({self.frag(fb)}[{i}])' for i in range(nb)]
+                        + [f'"f"({self.frag(c)}[{i}])' for i in range(nd)])
+        self.emit(f'asm("wmma.mma.sync.aligned.{fa.layout}.{fb.layout}.{_shape(d)}.{types} {regs};" '
+                  f': {outs} : {ins});', depth)
+
+    def matrix_store(self, s: Instr, a: list, depth: int) -> None:
+        arr, f, layout = s.attr
+        n = _fragment_regs(f)
+        space, ptr = self._address(arr, a[0])
+        ins = ", ".join(f'"f"({self.frag(f)}[{i}])' for i in range(n))
+        self.emit(f'asm volatile("wmma.store.d.sync.aligned.{layout}.{_shape(f)}{space}.f32 [%0], {_regs(1, n)}, '
+                  f'%{n + 1};" : : {ptr}, {ins}, "r"({a[1]}) : "memory");', depth)
+
+    def copy_async(self, s: Instr, a: list, depth: int) -> None:
+        dst, src, count = s.attr
+        nbytes = count * src.dtype.itemsize
+        cache = "cg" if nbytes == 16 else "ca"  # .cg (L2 only) takes 16-byte copies alone
+        _, d = self._address(dst, a[0])
+        self.emit(f'asm volatile("cp.async.{cache}.shared.global [%0], [%1], {nbytes}, %2;" : : {d}, '
+                  f'"l"(&a_{src.name}[{a[2]} ? {a[1]} : 0]), "r"({a[2]} ? {nbytes} : 0) : "memory");', depth)
+
+    def copy_commit(self, s: Instr, a: list, depth: int) -> None:
+        self.emit('asm volatile("cp.async.commit_group;" : : : "memory");', depth)
+
+    def copy_wait(self, s: Instr, a: list, depth: int) -> None:
+        self.emit(f'asm volatile("cp.async.wait_group {int(s.attr)};" : : : "memory");', depth)
 
     # -- atomics --------------------------------------------------------------------------------
     def atomic(self, s: Instr, a: list, depth: int) -> None:
@@ -340,6 +436,21 @@ class Renderer(CFamily, Walker):
         else:
             call = f"{_ATOMIC_FN[s.op]}({ptr}, {a[1]})"
         self.emit(f"const {t} v{s.result.id} = {call};", depth)
+
+
+def _fragment_regs(f: ir.Fragment) -> int:
+    """32-bit registers per unit of a PTX wmma fragment (m16n16k16 f16/bf16, m16n16k8 tf32)."""
+    if f.use == "accumulator":
+        return 8
+    return 8 if f.dtype is f16 else 4
+
+
+def _shape(f: ir.Fragment) -> str:
+    return f"m{f.m}n{f.n}k{f.k}"
+
+
+def _regs(start: int, n: int) -> str:
+    return "{" + ", ".join(f"%{i}" for i in range(start, start + n)) + "}"
 
 
 def _builtin(name: str, dim: CubeDim) -> str:

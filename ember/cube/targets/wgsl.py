@@ -249,6 +249,9 @@ class Renderer(Walker):
                     self._refuse(s.attr.dtype, f"shared memory (line {s.line})")
                 if s.op == "local" and s.attr.type.dtype.name not in ok:
                     self._refuse(s.attr.type.dtype, f"a variable (line {s.line})")
+                if s.op in ir.MATRIX or s.op in ir.COPY:
+                    raise WgslTargetError(f"kernel {self.k.name}: line {s.line}: {s.op} (matrix fragments and "
+                                          f"asynchronous copies) has no WGSL rendering; it runs on the CUDA target")
                 if s.op in ir.ATOMIC and s.attr.dtype.name not in _ATOMIC_TYPES:
                     raise WgslTargetError(f"kernel {self.k.name}: line {s.line}: {s.op} on {s.attr.dtype.name} "
                                           f"(WGSL atomics cover {', '.join(_ATOMIC_TYPES)})")
