@@ -1,0 +1,190 @@
+"""Matmul on matrix units (tensor cores): f16/bf16 inputs, or f32 computed as tf32, accumulated in f32.
+
+A cube computes a `bm x bn` tile of one batch entry with `(bm / wm) * (bn / wn)` planes (warps of 32
+units); each plane owns a `wm x wn` block of it as 16 x 16 accumulator fragments. The k dimension is
+walked in steps of `bk`: each step's tiles of A (`bm x bk`) and B (`bk x bn`) are copied to shared
+memory with asynchronous 16-byte copies, `stages` steps ahead (a ring of `stages` buffers), so the
+copies of later steps overlap the products of this one. Rows of the shared tiles are padded by 16
+bytes, which spreads a fragment load over the memory banks. Edges are zero-filled by the copies and
+masked on store, so any m, n, k works as long as k and n are multiples of 16 bytes' worth of elements
+(8 for 16-bit inputs, 4 for f32): the host function says so otherwise.
+
+Only the CUDA target renders matrix fragments; `matmul_tc` takes the CUDA runtime's arrays.
+
+Example:
+    >>> rt = cuda_runtime()
+    >>> a = rt.to_device(np.ones((256, 64), ml_dtypes.bfloat16)); b = rt.to_device(np.ones((64, 128), ml_dtypes.bfloat16))
+    >>> matmul_tc(rt, a, b).numpy()[0, :3]
+    array([64., 64., 64.], dtype=bfloat16)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ... import cube
+from ...dtype import bf16, f16, f32
+from ...errors import DTypeError, ShapeError
+from ..frontend import matrix as mx
+from .common import cube_dtype
+
+PLANE = 32  # units per plane: matrix fragments are a warp's on the CUDA target
+
+
+@dataclass(frozen=True)
+class Tile:
+    """A cube's tile (bm x bn, bk deep), each plane's block (wm x wn) and the copy pipeline's depth."""
+
+    bm: int = 128
+    bn: int = 128
+    bk: int = 32
+    wm: int = 64
+    wn: int = 64
+    stages: int = 3
+
+    @property
+    def units(self) -> int:
+        return (self.bm // self.wm) * (self.bn // self.wn) * PLANE
+
+
+# Candidates for autotuning; the first is the default (a 4-plane 128 x 128 tile, 3 stages).
+TILES = (Tile(), Tile(128, 256, 32, 64, 64, 3), Tile(256, 128, 32, 64, 64, 3), Tile(128, 128, 64, 64, 64, 2),
+         Tile(64, 128, 32, 32, 64, 4))
+
+
+@cube.function
+def load_tiles(a, b, sa, sb, stage, kt, m0, n0, a_base, b_base, m, n, k, bm, bn, bk, lda, ldb, units, chunk):
+    """Start the copies of step `kt`'s A and B tiles into ring buffer `stage` (zeros outside the matrices)."""
+    k0 = kt * bk
+    for i in cube.unroll(range(bm * bk // chunk // units)):
+        c = cube.UNIT_POS + i * units
+        r = c // (bk // chunk)
+        col = (c % (bk // chunk)) * chunk
+        ok = (m0 + r < m) and (k0 + col < k)
+        mx.copy_async(sa, stage * bm * lda + r * lda + col, a, a_base + (m0 + r) * k + k0 + col, chunk, ok)
+    for i in cube.unroll(range(bk * bn // chunk // units)):
+        c = cube.UNIT_POS + i * units
+        r = c // (bn // chunk)
+        col = (c % (bn // chunk)) * chunk
+        ok = (k0 + r < k) and (n0 + col < n)
+        mx.copy_async(sb, stage * bk * ldb + r * ldb + col, b, b_base + (k0 + r) * n + n0 + col, chunk, ok)
+
+
+@cube.function
+def multiply_stage(sa, sb, fa, fb, acc, stage, wy, wx, bm, bk, wm, wn, lda, ldb, fk):
+    """acc += this plane's rows of the A tile @ its columns of the B tile, from ring buffer `stage`."""
+    a0 = stage * bm * lda + wy * wm * lda
+    b0 = stage * bk * ldb + wx * wn
+    for kk in cube.unroll(range(bk // fk)):
+        for i in cube.unroll(range(wm // 16)):
+            mx.load(fa[i], sa, a0 + i * 16 * lda + kk * fk, lda)
+        for j in cube.unroll(range(wn // 16)):
+            mx.load(fb[j], sb, b0 + kk * fk * ldb + j * 16, ldb)
+        for i in cube.unroll(range(wm // 16)):
+            for j in cube.unroll(range(wn // 16)):
+                mx.mma(acc[i * (wn // 16) + j], fa[i], fb[j], acc[i * (wn // 16) + j])
+
+
+@cube.kernel
+def matmul_tc_kernel(a: cube.Array, b: cube.Array, out: cube.Array, m: cube.i32, n: cube.i32, k: cube.i32,
+                     a_batch: cube.i32, b_batch: cube.i32, T: cube.Comptime, bm: cube.Comptime[int],
+                     bn: cube.Comptime[int], bk: cube.Comptime[int], wm: cube.Comptime[int],
+                     wn: cube.Comptime[int], stages: cube.Comptime[int]):
+    units = (bm // wm) * (bn // wn) * 32
+    chunk = 16 // T.itemsize            # elements per 16-byte copy
+    fk = 8 if T.itemsize == 4 else 16   # tf32 fragments are 16 x 16 x 8
+    lda = bk + chunk                    # shared rows padded by 16 bytes
+    ldb = bn + chunk
+    warp = cube.UNIT_POS // 32
+    wy = warp // (bn // wn)
+    wx = warp % (bn // wn)
+    z = cube.CUBE_POS_Z
+    m0 = cube.CUBE_POS_Y * bm
+    n0 = cube.CUBE_POS_X * bn
+    a_base = z * a_batch
+    b_base = z * b_batch
+    sa = cube.shared(T, stages * bm * lda)
+    sb = cube.shared(T, stages * bk * ldb)
+    scratch = cube.shared(cube.f32, (units // 32) * 256)
+    fa = tuple(mx.fragment("a", T, 16, 16, fk) for _ in range(wm // 16))
+    fb = tuple(mx.fragment("b", T, 16, 16, fk) for _ in range(wn // 16))
+    acc = tuple(mx.fragment("accumulator", cube.f32, 16, 16, fk) for _ in range((wm // 16) * (wn // 16)))
+    for f in cube.unroll(range(len(acc))):
+        mx.fill(acc[f], 0.0)
+    ktiles = (k + bk - 1) // bk
+    for s in cube.unroll(range(stages - 1)):
+        load_tiles(a, b, sa, sb, s, s, m0, n0, a_base, b_base, m, n, k, bm, bn, bk, lda, ldb, units, chunk)
+        mx.copy_commit()
+    for kt in range(ktiles):
+        mx.copy_wait(stages - 2)  # step kt has landed (this unit's copies) ...
+        cube.sync_units()         # ... and everyone's; everyone is also done with step kt - 1's buffer
+        nxt = kt + stages - 1
+        load_tiles(a, b, sa, sb, nxt % stages, nxt, m0, n0, a_base, b_base, m, n, k, bm, bn, bk, lda, ldb,
+                   units, chunk)
+        mx.copy_commit()
+        multiply_stage(sa, sb, fa, fb, acc, kt % stages, wy, wx, bm, bk, wm, wn, lda, ldb, fk)
+    mx.copy_wait(0)
+    # Each plane writes its accumulators through a 16 x 16 scratch of its own, masking the edges and
+    # rounding to the output dtype.
+    lane = cube.UNIT_POS % 32
+    o_base = z * m * n
+    for i in cube.unroll(range(wm // 16)):
+        for j in cube.unroll(range(wn // 16)):
+            mx.store(scratch, warp * 256, 16, acc[i * (wn // 16) + j])
+            cube.sync_units()
+            for e in cube.unroll(range(8)):
+                row = m0 + wy * wm + i * 16 + (lane * 8 + e) // 16
+                col = n0 + wx * wn + j * 16 + (lane * 8 + e) % 16
+                if row < m and col < n:
+                    out[o_base + row * n + col] = out.dtype(scratch[warp * 256 + lane * 8 + e])
+            cube.sync_units()
+
+
+def supports(a_shape: tuple, b_shape: tuple, dtype, tf32: bool) -> str:
+    """"" when `matmul_tc` can multiply these operands, else why not (for the caller's fallback)."""
+    t = cube_dtype(dtype)
+    if t not in (f16, bf16, f32) or (t is f32 and not tf32):
+        return f"tensor-core matmul takes f16, bf16, or f32 with tf32 allowed, got {t.name}"
+    if len(a_shape) not in (2, 3) or len(b_shape) not in (2, 3):
+        return f"tensor-core matmul takes 2-D or 3-D operands, got {a_shape} and {b_shape}"
+    chunk = 16 // t.itemsize
+    k, n = a_shape[-1], b_shape[-1]
+    if k != b_shape[-2]:
+        return f"inner dims differ: {a_shape} @ {b_shape}"
+    if k % chunk or n % chunk:
+        return f"k and n must be multiples of {chunk} for {t.name} (16-byte copies), got k={k}, n={n}"
+    if len(a_shape) == 3 and len(b_shape) == 3 and a_shape[0] != b_shape[0] and 1 not in (a_shape[0], b_shape[0]):
+        return f"batch dims do not broadcast: {a_shape} @ {b_shape}"
+    return ""
+
+
+def matmul_tc(runtime, a, b, tile: Tile = TILES[0], tf32: bool = True):
+    """`a @ b` on the matrix units of `runtime`'s device, for C-contiguous device arrays (2-D, or 3-D
+    with a batch dim that may broadcast). f16/bf16 accumulate in f32; f32 runs as tf32 (`tf32` must be
+    true: ember's `[cuda] allow_tf32` setting). Returns a new device array of the inputs' dtype.
+
+    Example:
+        >>> c = matmul_tc(rt, rt.to_device(a), rt.to_device(b))
+    """
+    if a.dtype != b.dtype:
+        raise DTypeError(f"matmul: operands must share a dtype, got {a.dtype} and {b.dtype}")
+    why = supports(a.shape, b.shape, a.dtype, tf32)
+    if why:
+        raise DTypeError(f"matmul: {why}") if "takes f16" in why else ShapeError("matmul", why)
+    m, k = a.shape[-2:]
+    n = b.shape[-1]
+    batched = 3 in (len(a.shape), len(b.shape))
+    batch = max(x.shape[0] if len(x.shape) == 3 else 1 for x in (a, b))
+    out = runtime.empty((batch, m, n) if batched else (m, n), a.dtype)
+    if out.size == 0:
+        return out
+    # A batch stride of 0 broadcasts an operand; k == 0 stores the zero-filled accumulators.
+    a_batch = m * k if len(a.shape) == 3 and a.shape[0] == batch else 0
+    b_batch = k * n if len(b.shape) == 3 and b.shape[0] == batch else 0
+    count = cube.CubeCount(-(-n // tile.bn), -(-m // tile.bm), batch)
+    runtime.launch(matmul_tc_kernel, count, cube.CubeDim(tile.units), (a, b, out, m, n, k, a_batch, b_batch),
+                   dict(T=cube_dtype(a.dtype), bm=tile.bm, bn=tile.bn, bk=tile.bk, wm=tile.wm, wn=tile.wn,
+                        stages=tile.stages))
+    return out
