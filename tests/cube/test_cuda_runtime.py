@@ -96,10 +96,31 @@ def test_a_launch_through_a_fake_driver(monkeypatch):
     assert rt.pool.stats().in_use == 0  # staging copies went back to the pool
 
 
+def test_out_of_memory_gives_back_cached_pages_retries_once_then_names_the_sizes():
+    driver = FakeDriver(capacity=8 << 20)
+    rt = CudaRuntime(0, driver=driver)
+    rt.pool = rt_cuda.MemoryPool(rt._allocate, rt._release, page_size=1)  # pages of just the size asked
+    kept = rt.empty(3 << 20, np.uint8)
+    cached = rt.empty(4 << 20, np.uint8)
+    cached.free()                         # its page stays cached in the pool: 7+ MiB of 8 reserved
+    assert rt.pool.stats().reserved > 6 << 20
+    again = rt.empty(4 << 20, np.uint8)   # reused from the cache, no allocation
+    again.free()
+    big = rt.empty(5 << 20, np.uint8)     # needs the cached page given back first, then fits
+    assert rt.pool.stats().in_use == rt.pool.stats().reserved == 8 << 20
+    with pytest.raises(rt_cuda.CudaOutOfMemoryError,
+                       match=r"GPU 0 is out of memory: asked for 6291456 bytes; ember's pool has \d+ bytes "
+                             r"reserved, \d+ in use") as e:
+        rt.empty(6 << 20, np.uint8)
+    assert isinstance(e.value, DeviceError)
+    kept.free(), big.free()
+
+
 class FakeDriver:
     """Enough of cuda.bindings.driver for the runtime: host memory stands in for the GPU's."""
 
-    def __init__(self) -> None:
+    def __init__(self, capacity: int = 1 << 40) -> None:
+        self.capacity = capacity  # bytes cuMemAlloc hands out before it answers out-of-memory
         names = ["COMPUTE_CAPABILITY_MAJOR", "COMPUTE_CAPABILITY_MINOR", "MAX_THREADS_PER_BLOCK",
                  "MAX_BLOCK_DIM_X", "MAX_BLOCK_DIM_Y", "MAX_BLOCK_DIM_Z", "MAX_GRID_DIM_X", "MAX_GRID_DIM_Y",
                  "MAX_GRID_DIM_Z", "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN"]
@@ -109,6 +130,7 @@ class FakeDriver:
         self.CUstream_flags = SimpleNamespace(CU_STREAM_NON_BLOCKING=1)
         self.CUfunction_attribute = SimpleNamespace(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES=8)
         self.memory: dict = {}
+        self.host: list = []
         self.launches: list = []
 
     def cuGetErrorName(self, status):
@@ -139,6 +161,8 @@ class FakeDriver:
         return (0,)
 
     def _alloc(self, nbytes):
+        if sum(len(b) for b in self.memory.values()) + nbytes > self.capacity:
+            return (2,)  # CUDA_ERROR_OUT_OF_MEMORY
         buffer = ctypes.create_string_buffer(nbytes)
         self.memory[ctypes.addressof(buffer)] = buffer
         return 0, ctypes.addressof(buffer)
@@ -147,8 +171,15 @@ class FakeDriver:
         del self.memory[pointer]
         return (0,)
 
-    cuMemAlloc = cuMemHostAlloc = lambda self, nbytes, flags=0: self._alloc(nbytes)
-    cuMemFree = cuMemFreeHost = _free
+    cuMemAlloc = lambda self, nbytes: self._alloc(nbytes)
+    cuMemHostAlloc = lambda self, nbytes, flags=0: (0, ctypes.addressof(self._host(nbytes)))
+
+    def _host(self, nbytes):
+        buffer = ctypes.create_string_buffer(nbytes)
+        self.host.append(buffer)
+        return buffer
+    cuMemFree = _free
+    cuMemFreeHost = lambda self, pointer: (0,)
 
     def _copy(self, dst, src, nbytes, stream):
         ctypes.memmove(dst, src, nbytes)

@@ -48,6 +48,7 @@ from .nvrtc import INSTALL, compile_cuda
 from .arguments import DeviceArray, Specializing, check_array, check_count
 from .host import host_span
 
+OUT_OF_MEMORY = 2  # CUDA_ERROR_OUT_OF_MEMORY
 STAGING = 64 << 20  # bytes of pinned host memory used per step of a host <-> device copy
 # Scalar parameters as targets/cuda.py declares them (PARAM): f16/bf16 as f32, bool as one byte.
 _SCALAR_CTYPES = {"f64": ctypes.c_double, "f32": ctypes.c_float, "f16": ctypes.c_float,
@@ -62,6 +63,10 @@ class CudaError(DeviceError):
 
 class CudaLaunchError(CudaError):
     """A launch shape (cube count, cube dim, shared memory) beyond what the device can run."""
+
+
+class CudaOutOfMemoryError(CudaError):
+    """The device has no memory left for an allocation, even after the pool gave back its cached pages."""
 
 
 def driver_module():
@@ -170,7 +175,7 @@ class CudaArray(DeviceArray):
 
     def __init__(self, runtime: "CudaRuntime", shape: tuple, dtype) -> None:
         super().__init__(runtime, shape, dtype)
-        self._slice = runtime.pool.reserve(self.nbytes) if self.nbytes else None
+        self._slice = runtime.reserve(self.nbytes) if self.nbytes else None
         self.ptr = int(self._slice.buffer) + self._slice.offset if self._slice else 0
         # Returning the slice is safe while kernels may still use it: the stream runs in order.
         self._finalizer = weakref.finalize(self, runtime.pool.free, self._slice) if self._slice else None
@@ -262,7 +267,30 @@ class CudaRuntime(Specializing):
         check(self.driver, self.driver.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
 
     def _allocate(self, nbytes: int):
-        return check(self.driver, self.driver.cuMemAlloc(nbytes), f"cuMemAlloc({nbytes})")[1]
+        result = self.driver.cuMemAlloc(nbytes)
+        if int(result[0]) == OUT_OF_MEMORY:
+            raise CudaOutOfMemoryError(f"cuMemAlloc({nbytes}) failed: out of memory")
+        return check(self.driver, result, f"cuMemAlloc({nbytes})")[1]
+
+    def reserve(self, nbytes: int):
+        """A pool slice of `nbytes`. When the device is out of memory, the pool gives back every cached
+        page and tries once more, with a page of just the size asked (not the adaptive page size); then
+        CudaOutOfMemoryError says what was asked, reserved and in use."""
+        try:
+            return self.pool.reserve(nbytes)
+        except CudaOutOfMemoryError:
+            self.pool.cleanup()
+        page_size, self.pool.fixed_page = self.pool.fixed_page, 1
+        try:
+            return self.pool.reserve(nbytes)
+        except CudaOutOfMemoryError:
+            st = self.pool.stats()
+            raise CudaOutOfMemoryError(
+                f"GPU {self.device_index} is out of memory: asked for {nbytes} bytes; ember's pool has "
+                f"{st.reserved} bytes reserved, {st.in_use} in use (peak {st.peak_in_use}), after giving back "
+                f"its cached pages; free some tensors (or other processes' memory)") from None
+        finally:
+            self.pool.fixed_page = page_size
 
     def _release(self, pointer) -> None:
         check(self.driver, self.driver.cuMemFree(pointer), "cuMemFree")
