@@ -49,3 +49,96 @@ def test_errors():
         matmul(np.ones((2, 2, 3)), np.ones((3, 3, 2)))
     with pytest.raises(DTypeError):
         matmul(np.ones((2, 2), np.float32), np.ones((2, 2)))
+
+
+# ---- tile variants and the autotuned entry point -------------------------------------------------
+
+import importlib  # noqa: E402
+
+from ember import settings  # noqa: E402
+from ember.cube.kernels.matmul import TILES, matmul_key, matmul_tuner, tuned_matmul  # noqa: E402
+
+matmul_module = importlib.import_module("ember.cube.kernels.matmul")  # the package exports the function
+
+
+def test_every_tile_variant_matches_numpy(parallel):
+    # Odd sizes: the last tiles along m and n are shifted back inside and overlap their neighbours.
+    a = rng.standard_normal((2, 37, 50)).astype(np.float32)
+    b = rng.standard_normal((50, 301)).astype(np.float32)
+
+    def check(tile):
+        np.testing.assert_allclose(matmul(a, b, tile=tile), a @ b, rtol=1e-4, atol=1e-4, err_msg=str(tile))
+
+    parallel(check, list(TILES.values()))
+
+
+def test_matmul_key_anchors_sizes_and_names_layouts():
+    a, b = np.ones((3, 1000, 64), np.float32), np.ones((64, 5), np.float32)
+    assert matmul_key(a, b) == (4, 1024, 8, 64, "float32", "rows", "rows")
+    assert matmul_key(a, np.ones((5, 64), np.float32).T)[-1] == "columns"
+    assert matmul_key(a[..., ::2], b[::2])[-2] == "strided"
+
+
+@pytest.fixture
+def fresh_tuner(tmp_path, monkeypatch):
+    """matmul's tuner rebuilt on an empty cache folder, at a level the test sets with `level(name)`."""
+    monkeypatch.setenv("EMBER_AUTOTUNE_DIR", str(tmp_path))
+
+    def level(name):
+        monkeypatch.setenv("EMBER_AUTOTUNE", name)
+        settings.reload()
+        monkeypatch.setattr(matmul_module, "_tuner", None)
+        return matmul_tuner()
+
+    yield level
+    monkeypatch.delenv("EMBER_AUTOTUNE")
+    monkeypatch.delenv("EMBER_AUTOTUNE_DIR")
+    settings.reload()
+
+
+def fake_costs(winner, timed):
+    def timer(name, run):
+        timed.append(name)
+        return 1.0 if name == winner else 2.0
+    return timer
+
+
+def test_the_tuned_winner_runs_and_is_cached(fresh_tuner, tmp_path):
+    tuner = fresh_tuner("balanced")
+    timed = []
+    tuner.timer = fake_costs("cube_8x128", timed)
+    a = rng.standard_normal((130, 200)).astype(np.float32)
+    b = rng.standard_normal((200, 140)).astype(np.float32)
+    np.testing.assert_allclose(tuned_matmul(a, b), a @ b, rtol=1e-4, atol=1e-4)
+    assert sorted(set(timed)) == ["blas", "cube_8x128"], "balanced times BLAS and the default tile"
+    assert tuner.choose(a, b) == "cube_8x128"
+    stored = next(tmp_path.glob("cpu-*.json")).read_text()
+    assert "cube_8x128" in stored and "matmul:" in stored
+
+
+def test_extensive_times_every_tile(fresh_tuner):
+    tuner = fresh_tuner("extensive")
+    timed = []
+    tuner.timer = fake_costs("cube_8x64", timed)
+    a = np.ones((128, 130), np.float64)
+    assert tuner.choose(a, a.T) == "cube_8x64"
+    assert set(timed) == {"blas", *TILES}
+
+
+def test_minimal_and_small_problems_take_blas_without_timing(fresh_tuner):
+    tuner = fresh_tuner("minimal")
+    tuner.timer = lambda name, run: pytest.fail(f"timed {name}")
+    big = np.ones((256, 256), np.float32)
+    assert tuner.choose(big, big) == "blas"
+    tuner = fresh_tuner("full")
+    tuner.timer = lambda name, run: pytest.fail(f"timed {name}")
+    small = rng.standard_normal((8, 9)).astype(np.float32)
+    assert tuner.choose(small, small.T) == "blas"
+    np.testing.assert_allclose(tuned_matmul(small, small.T), small @ small.T, rtol=1e-5)
+
+
+def test_other_dtypes_run_the_kernel():
+    a = rng.integers(-4, 4, (40, 30)).astype(np.float16)
+    got = tuned_matmul(a, a.T)
+    assert got.dtype == np.float16
+    np.testing.assert_allclose(got.astype(np.float64), a.astype(np.float64) @ a.T.astype(np.float64), atol=0.5)

@@ -26,6 +26,7 @@ import numpy as np
 
 from ...cube import kernels as lib
 from ...cube.kernels.elementwise import BINARY_OPS, FLOAT_BINARY, UNARY_OPS
+from ...cube.kernels.matmul import tuned_matmul
 from ...cube.kernels.sort import MAX_ROW
 from ...ops import registry
 from ...ops.primitive import Aval
@@ -205,17 +206,7 @@ def _full(out: Aval, *, shape, value, dtype):
 
 
 def _uniform(out: Aval, *, shape, dtype, low, high, seed, offset):
-    if dtype.itemsize == 8:
-        return own.uniform64(shape, seed, offset, low, high)
-    values = lib.uniform(shape, seed, offset, low, high, dtype)
-    if high <= low or values.size == 0:
-        return values
-    # Rounding to f32/f16/bf16 can reach `high`; like the reference (and PyTorch) keep [low, high)
-    # half-open: clamp to the largest value of the dtype below `high`.
-    top = np.asarray(high, dtype.np)
-    if float(top) >= high:
-        top = np.nextafter(top, np.asarray(-np.inf, dtype.np))
-    return lib.binary("minimum", values, top.reshape(1))
+    return lib.uniform(shape, seed, offset, low, high, dtype)
 
 
 def _normal(out: Aval, *, shape, dtype, mean, std, seed, offset):
@@ -223,7 +214,7 @@ def _normal(out: Aval, *, shape, dtype, mean, std, seed, offset):
 
 
 def _randint(out: Aval, *, shape, dtype, low, high, seed, offset):
-    return own.randint(shape, seed, offset, low, high, dtype.np)
+    return lib.randint(shape, seed, offset, low, high, dtype.np)
 
 
 # ---- convolution and pooling (the library has 2-D kernels) --------------------------------------
@@ -295,7 +286,7 @@ TABLE: dict[str, Lowering] = {
     **{name: _kernel(_arg_reduce(name)) for name in ("argmax", "argmin")},
     **{name: _kernel(_scan(name)) for name in ("cumsum", "cumprod")},
     "argsort": _kernel(_argsort),
-    "matmul": _kernel(lambda out, a, b: lib.matmul(a, b)),
+    "matmul": _kernel(lambda out, a, b: tuned_matmul(a, b)),
     "gather": _kernel(_gather),
     "scatter": _kernel(_scatter),
     "index_select": _kernel(_index_select),

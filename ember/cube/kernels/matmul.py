@@ -1,12 +1,17 @@
-"""Batched matmul: register-blocked, with transposes and broadcasting folded into indexing.
+"""Batched matmul: register-blocked, with transposes and broadcasting folded into indexing; autotuned
+against NumPy's BLAS.
 
 A cube computes a tile of `rows` x `units` outputs of one batch entry: unit u owns one column and
 keeps `rows` accumulators (a comptime-sized tuple), so each element of B it loads is used `rows`
-times, and each element of A is loaded once per cube and shared by all its units. Inputs are read
-through their strides, so `a.T` or `b[..., ::2]` need no copy; batch dims broadcast through a layout
-of batch strides (0 where an operand is broadcast). The k loop has uniform bounds, which on the C
-target puts the unit loop innermost (B's row is read across units: a vector load when B's n-stride
-is 1, a comptime fast path).
+times, and each element of A is loaded once per cube and shared by all its units. Row tiles are the
+fastest cube axis, so the cubes one thread runs in turn share B's column panel (kept in L2). Inputs are
+read through their strides, so `a.T` or `b[..., ::2]` need no copy; batch dims broadcast through a
+layout of batch strides (0 where an operand is broadcast). The k loop has uniform bounds, which on the
+C target puts the unit loop innermost (B's row is read across units: a vector load when B's n-stride
+is 1, a comptime fast path), `depth` k-steps unrolled per trip (FMA on vectors of units).
+
+`tuned_matmul` is what backends call: an `Autotuner` (per-device cache) over NumPy's BLAS and the
+kernel's tile variants (`TILES`) for f32/f64; other dtypes always run the kernel.
 
 Example:
     >>> matmul(np.ones((2, 3), np.float32), np.ones((3, 4), np.float32))
@@ -16,14 +21,31 @@ Example:
 
 from __future__ import annotations
 
+import math
+from functools import partial
+from typing import NamedTuple
+
 import numpy as np
 
 from ... import cube
 from ...dtype import f32
 from ...errors import DTypeError, ShapeError
+from ..runtime.autotune import anchor
 from .common import check_size, cube_dtype, element_strides, offset
 
-ROWS, UNITS, DEPTH = 8, 128, 16  # best of a small sweep (2 cores, AVX-512); autotuning should pick these
+
+class Tile(NamedTuple):
+    """A tiling of the kernel: `rows` x `units` outputs per cube, `depth` k-steps unrolled per trip."""
+
+    rows: int
+    units: int
+    depth: int
+
+
+# The variants the autotuner times; the first is the default (the best of a sweep on 2 AVX2 cores).
+TILES = {"cube_8x128": Tile(8, 128, 8), "cube_8x64": Tile(8, 64, 8), "cube_8x256": Tile(8, 256, 8),
+         "cube_8x128_d16": Tile(8, 128, 16), "cube_4x256": Tile(4, 256, 8)}
+DEFAULT_TILE = TILES["cube_8x128"]
 
 
 @cube.function
@@ -44,8 +66,8 @@ def matmul_kernel(a: cube.Array, b: cube.Array, out: cube.Array, batch: cube.Arr
     # The last tile along each axis is shifted back to end at the edge (the host guarantees
     # m >= rows and n >= units), so no unit ever reads or writes out of range. Shifted tiles overlap
     # their neighbours and write the same values twice, which is harmless.
-    m0 = cube.min(cube.CUBE_POS_Y * rows, m - rows)
-    col = cube.min(cube.CUBE_POS_X * units, n - units) + cube.UNIT_POS_X
+    m0 = cube.min(cube.CUBE_POS_X * rows, m - rows)
+    col = cube.min(cube.CUBE_POS_Y * units, n - units) + cube.UNIT_POS_X
     b_col = b_base + col * (1 if b_unit_n else sbn)
     acc = tuple(T(0) for _ in range(rows))
     k_main = k - k % depth
@@ -59,10 +81,11 @@ def matmul_kernel(a: cube.Array, b: cube.Array, out: cube.Array, batch: cube.Arr
         out[o_base + r * n] = out.dtype(acc[r])
 
 
-def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def matmul(a: np.ndarray, b: np.ndarray, tile: Tile = DEFAULT_TILE) -> np.ndarray:
     """`a @ b` with NumPy's rules: batch dims broadcast, 1-D operands gain and lose a dim.
 
-    Accumulates f16/bf16 in f32; other dtypes in themselves. `a` and `b` must share a dtype.
+    Accumulates f16/bf16 in f32; other dtypes in themselves. `a` and `b` must share a dtype. `tile`
+    picks the kernel variant (`TILES`).
 
     Example:
         >>> matmul(np.eye(2, dtype=np.float32), np.arange(2, dtype=np.float32))
@@ -91,7 +114,7 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         if ka == 0:
             out[...] = 0
         else:
-            _launch(a2, b2, out, batch_shape, m, n, ka, t)
+            _launch(a2, b2, out, batch_shape, m, n, ka, t, tile)
     if a.ndim == 1:
         out = out[..., 0, :]
     if b.ndim == 1:
@@ -99,16 +122,76 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return out
 
 
-def _launch(a, b, out, batch_shape, m, n, k, t) -> None:
+BLAS_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+TUNE_MIN_FLOPS = 2 * 128 ** 3  # below this BLAS wins anyway and timing would cost more than it saves
+
+
+def tuned_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """`matmul(a, b)` by the fastest of NumPy's BLAS and the kernel's tile variants for this shape class.
+
+    f32/f64 NumPy operands go through `matmul_tuner()` (decisions cached per device; `[autotune]
+    level` minimal always takes BLAS, balanced times BLAS and the default tile, extensive and full
+    every tile); other dtypes and device arrays run the kernel with its default tile.
+
+    Example:
+        >>> tuned_matmul(np.ones((2, 3), np.float32), np.ones((3, 4), np.float32)).shape
+        (2, 4)
+    """
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == b.dtype and a.dtype in BLAS_DTYPES:
+        return matmul_tuner()(a, b)
+    return matmul(a, b)
+
+
+_tuner = None
+
+
+def matmul_tuner():
+    """The process's matmul `Autotuner` on the CPU's persistent cache (built on first use)."""
+    global _tuner
+    if _tuner is None:
+        from ..runtime.autotune import Autotuner, device_cache
+        candidates = {"blas": np.matmul, **{name: partial(matmul, tile=tile) for name, tile in TILES.items()}}
+        tiers = {name: "extensive" for name in TILES if TILES[name] != DEFAULT_TILE}
+        _tuner = Autotuner("matmul", candidates, key=matmul_key, cache=device_cache("cpu"), tiers=tiers,
+                           worth=lambda a, b: _flops(a, b) >= TUNE_MIN_FLOPS)
+    return _tuner
+
+
+def matmul_key(a: np.ndarray, b: np.ndarray) -> tuple:
+    """The shape class of `a @ b`: batch, m, n, k anchored to powers of two, the dtype, and how each
+    operand is laid out (rows contiguous, columns contiguous, or strided).
+
+    Example:
+        >>> matmul_key(np.ones((1000, 64), np.float32), np.ones((64, 3), np.float32).T.T)
+        (1, 1024, 4, 64, 'float32', 'rows', 'rows')
+    """
+    m = a.shape[-2] if a.ndim > 1 else 1
+    n = b.shape[-1] if b.ndim > 1 else 1
+    batch = math.prod(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+    return (anchor(batch), anchor(m), anchor(n), anchor(a.shape[-1]), str(a.dtype), _layout(a), _layout(b))
+
+
+def _layout(x: np.ndarray) -> str:
+    if x.ndim < 2 or x.strides[-1] == x.itemsize:
+        return "rows"
+    return "columns" if x.strides[-2] == x.itemsize else "strided"
+
+
+def _flops(a: np.ndarray, b: np.ndarray) -> int:
+    n = b.shape[-1] if b.ndim > 1 else 1
+    return 2 * (a.size // max(1, a.shape[-1])) * a.shape[-1] * n
+
+
+def _launch(a, b, out, batch_shape, m, n, k, t, tile: Tile) -> None:
     sa, sb = element_strides(a), element_strides(b)
     layout = np.asarray(list(batch_shape) + _batch_strides(batch_shape, a) + _batch_strides(batch_shape, b),
                         np.int32)
     nbatch = int(np.prod(batch_shape, dtype=np.int64))
-    rows, units = min(ROWS, m), min(UNITS, n)
-    count = cube.CubeCount(-(-n // units), -(-m // rows), nbatch)
+    rows, units = min(tile.rows, m), min(tile.units, n)
+    count = cube.CubeCount(-(-m // rows), -(-n // units), nbatch)
     matmul_kernel.launch(count, cube.CubeDim(units), a, b, out, layout, m, n, k, sa[-2], sa[-1], sb[-2],
                          sb[-1], T=f32 if t.itemsize < 4 and t.is_float else t, bdim=len(batch_shape),
-                         rows=rows, units=units, b_unit_n=sb[-1] == 1, depth=DEPTH)
+                         rows=rows, units=units, b_unit_n=sb[-1] == 1, depth=tile.depth)
 
 
 def _batch_strides(batch_shape: tuple, x: np.ndarray) -> list:
