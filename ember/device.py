@@ -3,7 +3,7 @@
 | device              | backend stack                                                   |
 |---------------------|-----------------------------------------------------------------|
 | `Device.numpy()`    | the NumPy reference backend                                      |
-| `Device.cpu()`      | served by the NumPy backend until the cube CPU backend lands     |
+| `Device.cpu()`      | Cube(cpu): the cube kernel library compiled to C (gcc/OpenMP)    |
 | `Device.cuda(i)`    | unavailable in this version (the CUDA backend is a later issue)  |
 | `Device.wgpu(i)`    | unavailable in this version (the WGPU backend is a later issue)  |
 
@@ -11,7 +11,8 @@
 autodiff decorator. Devices are interned values: `Device("cuda:1") is Device.cuda(1)`. Constructing a
 device never fails for a known kind; using one whose backend cannot run here raises
 `DeviceUnavailableError` saying what is missing and what installs it (as `torch.device("cuda")` can be
-named on a machine without a GPU).
+named on a machine without a GPU): `Device.cpu()` needs a C compiler with OpenMP, and without one
+`Device.default()` is `Device.numpy()`.
 
 Example:
     >>> Device("cpu").autodiff()
@@ -69,7 +70,7 @@ class Device:
 
     @classmethod
     def cpu(cls) -> "Device":
-        """The CPU device. Served by the NumPy backend until the cube CPU backend lands."""
+        """The CPU device, served by Cube(cpu): kernels compiled to C at run time (needs gcc or clang)."""
         return cls._get("cpu", 0, False, None)
 
     @classmethod
@@ -85,7 +86,7 @@ class Device:
     @classmethod
     def default(cls) -> "Device":
         """`EMBER_DEVICE` if set (e.g. `cuda:0`, `numpy`), else `[device] default` of `ember.toml`, else
-        the best available device."""
+        the best available device (`Device.cpu()`, or `Device.numpy()` when no C compiler is found)."""
         from .settings import settings
         spec = os.environ.get("EMBER_DEVICE") or settings().get("device", "default")
         if spec:

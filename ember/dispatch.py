@@ -3,7 +3,7 @@
 `build_backend(device)` is the table of stacks:
 
     numpy            -> Numpy
-    cpu              -> Numpy            (Cube(cpu) once the cube CPU backend lands)
+    cpu              -> Cube(cpu)        (kernels compiled to C; DeviceUnavailableError without a C compiler)
     X.autodiff()     -> Autodiff(stack of X)
     cuda, wgpu       -> DeviceUnavailableError naming what is missing
 
@@ -30,10 +30,25 @@ def build_backend(device: Device):
         from .autodiff.backend import Autodiff
         inner = device.inner
         return Autodiff(inner.backend, inner, device.checkpointing)
-    if device.kind in ("numpy", "cpu"):
+    if device.kind == "numpy":
         from .backend.numpy import NumpyBackend
         return NumpyBackend()
+    if device.kind == "cpu":
+        return _cube_cpu(device)
     raise DeviceUnavailableError(_unavailable_reason(device))
+
+
+def _cube_cpu(device: Device):
+    """The Cube(cpu) backend, or `DeviceUnavailableError` saying which compiler is missing."""
+    from . import cube
+    ok, why = cube.cpu_available()
+    if not ok:
+        raise DeviceUnavailableError(
+            f"{device!r} is unavailable: its Cube(cpu) backend compiles kernels to C with OpenMP and "
+            f"needs a C compiler (looked for `[compilation] compiler` / EMBER_CC, gcc, clang): {why}; "
+            f"Device.numpy() works everywhere; available: {available_devices()}")
+    from .backend.cube import CubeBackend
+    return CubeBackend()
 
 
 def _unavailable_reason(device: Device) -> str:
@@ -51,8 +66,9 @@ def _unavailable_reason(device: Device) -> str:
 
 
 def available_devices() -> list[Device]:
-    """Devices whose backend runs on this machine, best first."""
-    return [Device.cpu(), Device.numpy()]
+    """Devices whose backend runs on this machine, best first (cpu only when a C compiler builds kernels)."""
+    from . import cube
+    return [Device.cpu(), Device.numpy()] if cube.cpu_available()[0] else [Device.numpy()]
 
 
 def _unify(prim_name: str, inputs: tuple) -> tuple[Device, tuple]:

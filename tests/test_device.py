@@ -54,7 +54,8 @@ def test_default_honours_environment(monkeypatch):
     with pytest.raises(ember.DeviceError, match="tpu"):
         Device.default()
     monkeypatch.delenv("EMBER_DEVICE")
-    from ember.settings import settings
+    from ember.settings import reload, settings
+    reload()  # settings are read once per process: the first read may have seen EMBER_DEVICE above
     configured = settings().get("device", "default")  # an ember.toml may name one; else the best available
     assert Device.default() is (Device(configured) if configured else Device.enumerate()[0])
     assert ember.zeros(2).device is Device.default()

@@ -14,12 +14,12 @@ from .indexing import gather, index_add, index_select, scatter
 from .matmul import matmul
 from .norm import layer_norm, rms_norm
 from .pool import avg_pool2d, max_pool2d, max_pool2d_indices
-from .random import bits, normal, uniform
+from .random import bits, normal, randint, uniform
 from .reduce import reduce
 from .scan import scan
 from .softmax import softmax
 from .sort import sort, topk
 
 __all__ = ["unary", "binary", "ternary", "cast", "reduce", "scan", "softmax", "layer_norm", "rms_norm", "matmul",
-           "bits", "uniform", "normal", "gather", "scatter", "index_select", "index_add", "conv2d",
+           "bits", "uniform", "normal", "randint", "gather", "scatter", "index_select", "index_add", "conv2d",
            "max_pool2d", "max_pool2d_indices", "avg_pool2d", "sort", "topk"]

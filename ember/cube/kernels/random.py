@@ -1,15 +1,18 @@
-"""Counter-based random numbers: Philox4x32-10 (Salmon et al., SC'11), the generator of cuRAND/JAX.
+"""Counter-based random numbers: Philox4x32-10, the stream every ember backend draws from.
 
-Element j of a stream is lane j % 4 of Philox4x32-10(counter = offset + j // 4, key = seed), where
-the counter is a 64-bit block index split in two u32 (the upper 64 counter bits are 0) and the key
-is the 64-bit seed split in two u32. The same (seed, offset) gives the same numbers on every target,
-and `philox4x32` below is the NumPy reference any backend can use to reproduce a stream exactly.
-A caller that drew n numbers advances `offset` by ceil(n / 4).
+`ember/random.py` defines the stream and its distributions in NumPy (the NumPy backend runs that
+definition); these kernels compute the same numbers. Block b of stream (seed, offset) is
+Philox4x32-10 of counter (offset + b split in two u32, 0, 0) with key (seed split in two u32).
 
-- `bits`: the raw u32 words.
-- `uniform`: low + (high - low) * u with u = (word >> 8) * 2**-24 in [0, 1) (24 random bits, so
-  exact in f32; wider dtypes get the same 24-bit values).
-- `normal`: Box-Muller on word pairs (0, 1) and (2, 3) of each block, computed in f32.
+- 32-bit draws, four per block (element j is word j % 4 of block j // 4):
+  `bits` (the raw u32 words); `uniform` in f32/f16/bf16: low + (high - low) * (word >> 8) * 2**-24 in
+  f32, rounded to the dtype and clamped to the largest value below `high`, so draws lie in
+  [low, high); `normal`: Box-Muller in f32 on word pairs (0, 1) and (2, 3) of each block.
+- 64-bit draws, two per block (element j joins words 2(j % 2) and 2(j % 2) + 1 of block j // 2 into a
+  u64 w): `uniform` in f64 with 53 random bits, low + (high - low) * (w >> 11) * 2**-53, clamped below
+  `high`; `randint`: low + w mod (high - low).
+
+A caller that drew n numbers advances `offset` by at least ceil(n / 2) blocks.
 
 Example:
     >>> uniform((2, 2), seed=0).dtype
@@ -22,12 +25,12 @@ import numpy as np
 
 from ... import cube
 from ...dtype import f32
+from ...random import M0, M1, ROUNDS, W0, W1, philox4x32, split64, uniform_top, words
 from .common import check_size, cube_dtype, grid
 
-M0, M1 = 0xD2511F53, 0xCD9E8D57          # round multipliers
-W0, W1 = 0x9E3779B9, 0xBB67AE85          # key schedule (golden ratio, sqrt(3) - 1)
-ROUNDS = 10
 TWO_PI = 6.283185307179586
+__all__ = ["bits", "uniform", "normal", "randint", "philox4x32", "bits_reference"]
+bits_reference = words  # the NumPy definition of `bits`: bits_reference(n, seed, offset)
 
 
 @cube.function
@@ -42,6 +45,14 @@ def philox_block(c0, c1, c2, c3, k0, k1):
 
 
 @cube.function
+def block_words(i, key0, key1, ctr0, ctr1):
+    """The four words of block `ctr + i` (the 64-bit counter split in two u32, with carry)."""
+    c0 = ctr0 + cube.u32(i)
+    c1 = ctr1 + cube.select(c0 < ctr0, cube.u32(1), cube.u32(0))  # carry into the high word
+    return philox_block(c0, c1, cube.u32(0), cube.u32(0), key0, key1)
+
+
+@cube.function
 def unit_float(word):
     """A u32 word as an f32 in [0, 1) from its top 24 bits."""
     return cube.f32(word >> 8) * 5.9604644775390625e-08
@@ -49,16 +60,16 @@ def unit_float(word):
 
 @cube.kernel
 def philox_kernel(out: cube.Array, n: cube.i32, key0: cube.u32, key1: cube.u32, ctr0: cube.u32,
-                  ctr1: cube.u32, a: cube.f32, b: cube.f32, dist: cube.Comptime[str]):
+                  ctr1: cube.u32, a: cube.f32, b: cube.f32, top: cube.f32, dist: cube.Comptime[str]):
     i = cube.ABSOLUTE_POS
     if i * 4 < n:
-        c0 = ctr0 + cube.u32(i)
-        c1 = ctr1 + cube.select(c0 < ctr0, cube.u32(1), cube.u32(0))  # carry into the high word
-        w = philox_block(c0, c1, cube.u32(0), cube.u32(0), key0, key1)
+        w = block_words(i, key0, key1, ctr0, ctr1)
         if dist == "bits":
             values = w
         elif dist == "uniform":
-            values = tuple(a + (b - a) * unit_float(w[j]) for j in range(4))
+            # rounded to the output dtype first: the clamp must see what is stored
+            values = tuple(cube.min(cube.f32(cube.cast(a + (b - a) * unit_float(w[j]), out.dtype)), top)
+                           for j in range(4))
         else:
             values = ()
             for p in cube.unroll((0, 2)):
@@ -70,70 +81,89 @@ def philox_kernel(out: cube.Array, n: cube.i32, key0: cube.u32, key1: cube.u32, 
                 out[i * 4 + j] = cube.cast(values[j], out.dtype)
 
 
-def _split(x: int) -> tuple:
-    x &= (1 << 64) - 1
-    return x & 0xFFFFFFFF, x >> 32
+@cube.function
+def words64(i, key0, key1, ctr0, ctr1):
+    """The two u64 draws of block `ctr + i`: elements 2i and 2i + 1 of a 64-bit stream."""
+    w = block_words(i, key0, key1, ctr0, ctr1)
+    return tuple((cube.u64(w[2 * j]) << cube.u64(32)) | cube.u64(w[2 * j + 1]) for j in range(2))
 
 
-def _generate(shape, seed: int, offset: int, dist: str, a: float, b: float, dtype) -> np.ndarray:
+@cube.kernel
+def randint_kernel(out: cube.Array, n: cube.i32, key0: cube.u32, key1: cube.u32, ctr0: cube.u32,
+                   ctr1: cube.u32, low: cube.i64, span: cube.u64):
+    i = cube.ABSOLUTE_POS
+    if i * 2 < n:
+        w = words64(i, key0, key1, ctr0, ctr1)
+        for j in cube.unroll(range(2)):
+            if i * 2 + j < n:
+                out[i * 2 + j] = cube.cast(low + cube.i64(w[j] % span), out.dtype)
+
+
+@cube.kernel
+def uniform64_kernel(out: cube.Array[cube.f64], n: cube.i32, key0: cube.u32, key1: cube.u32, ctr0: cube.u32,
+                     ctr1: cube.u32, low: cube.f64, high: cube.f64, top: cube.f64):
+    i = cube.ABSOLUTE_POS
+    if i * 2 < n:
+        w = words64(i, key0, key1, ctr0, ctr1)
+        for j in cube.unroll(range(2)):
+            if i * 2 + j < n:
+                u = cube.f64(w[j] >> cube.u64(11)) * 1.1102230246251565e-16  # 53 bits * 2**-53
+                out[i * 2 + j] = cube.min(low + (high - low) * u, top)
+
+
+def _launch(kernel, per_block: int, op: str, shape, dtype, seed: int, offset: int, *args, **comptime) -> np.ndarray:
+    """A new array of `shape` and `dtype` filled by `kernel`, one unit per Philox block."""
     out = np.empty(shape, cube_dtype(dtype).np)
-    check_size(dist, out)
+    check_size(op, out)
     if out.size:
-        k0, k1 = _split(seed)
-        c0, c1 = _split(offset)
-        count, dim = grid(-(-out.size // 4))
-        philox_kernel.launch(count, dim, out.reshape(-1), out.size, k0, k1, c0, c1, float(a), float(b),
-                             dist=dist)
+        count, dim = grid(-(-out.size // per_block))
+        kernel.launch(count, dim, out.reshape(-1), out.size, *split64(seed), *split64(offset), *args, **comptime)
     return out
 
 
 def bits(shape, seed: int, offset: int = 0) -> np.ndarray:
-    """Raw Philox words (u32) of the stream (seed, offset)."""
-    return _generate(shape, seed, offset, "bits", 0.0, 0.0, np.uint32)
+    """Raw Philox words (u32) of the stream (seed, offset).
+
+    Example:
+        >>> bits(3, seed=0).dtype
+        dtype('uint32')
+    """
+    return _launch(philox_kernel, 4, "bits", shape, np.uint32, seed, offset, 0.0, 0.0, 0.0, dist="bits")
 
 
 def uniform(shape, seed: int, offset: int = 0, low: float = 0.0, high: float = 1.0, dtype=f32) -> np.ndarray:
-    """Uniform numbers in [low, high).
+    """Uniform numbers in [low, high) of a float dtype (f64 with 53 random bits, others with 24).
 
     Example:
         >>> u = uniform(1000, seed=7); bool((u >= 0).all() and (u < 1).all())
         True
     """
-    return _generate(shape, seed, offset, "uniform", low, high, dtype)
+    t = cube_dtype(dtype)
+    top = uniform_top(float(high), float(low), t.np)
+    if t.itemsize == 8:
+        return _launch(uniform64_kernel, 2, "uniform", shape, t, seed, offset, float(low), float(high), top)
+    return _launch(philox_kernel, 4, "uniform", shape, t, seed, offset, float(low), float(high), top,
+                   dist="uniform")
 
 
 def normal(shape, seed: int, offset: int = 0, mean: float = 0.0, std: float = 1.0, dtype=f32) -> np.ndarray:
-    """Normal numbers with the given mean and standard deviation (Box-Muller)."""
-    return _generate(shape, seed, offset, "normal", mean, std, dtype)
-
-
-# ----------------------------------------------------------------------------------------------
-# NumPy reference
-
-def philox4x32(counters: np.ndarray, key: tuple) -> np.ndarray:
-    """Philox4x32-10 of each row of `counters` (shape (n, 4), u32) with `key` (k0, k1): (n, 4) u32.
+    """Normal numbers with the given mean and standard deviation (Box-Muller in f32).
 
     Example:
-        >>> philox4x32(np.zeros((1, 4), np.uint32), (0, 0))[0].tolist() == \\
-        ...     [0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8]
-        True
+        >>> normal((2, 3), seed=1).shape
+        (2, 3)
     """
-    c = [counters[:, j].astype(np.uint64) for j in range(4)]
-    k0, k1 = np.uint64(key[0]), np.uint64(key[1])
-    mask = np.uint64(0xFFFFFFFF)
-    for _ in range(ROUNDS):
-        p0 = c[0] * np.uint64(M0)
-        p1 = c[2] * np.uint64(M1)
-        c = [(p1 >> np.uint64(32)) ^ c[1] ^ k0, p1 & mask, (p0 >> np.uint64(32)) ^ c[3] ^ k1, p0 & mask]
-        k0, k1 = (k0 + np.uint64(W0)) & mask, (k1 + np.uint64(W1)) & mask
-    return np.stack(c, axis=1).astype(np.uint32)
+    return _launch(philox_kernel, 4, "normal", shape, dtype, seed, offset, float(mean), float(std), 0.0,
+                   dist="normal")
 
 
-def bits_reference(n: int, seed: int, offset: int = 0) -> np.ndarray:
-    """The first `n` words of stream (seed, offset), computed with NumPy."""
-    blocks = -(-n // 4)
-    index = np.arange(blocks, dtype=np.uint64) + np.uint64(offset & ((1 << 64) - 1))
-    counters = np.zeros((blocks, 4), np.uint32)
-    counters[:, 0] = (index & np.uint64(0xFFFFFFFF)).astype(np.uint32)
-    counters[:, 1] = (index >> np.uint64(32)).astype(np.uint32)
-    return philox4x32(counters, _split(seed)).reshape(-1)[:n]
+def randint(shape, seed: int, offset: int, low: int, high: int, dtype) -> np.ndarray:
+    """Integers uniform in [low, high) (high > low) as `dtype`.
+
+    Example:
+        >>> randint(4, seed=0, offset=0, low=-3, high=3, dtype=np.int32).dtype
+        dtype('int32')
+    """
+    if high <= low:
+        raise ValueError(f"randint: high ({high}) must be greater than low ({low})")
+    return _launch(randint_kernel, 2, "randint", shape, dtype, seed, offset, int(low), int(high - low))
