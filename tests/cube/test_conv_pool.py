@@ -95,3 +95,102 @@ def test_avg_pool(k, s, p, d, ceil_mode, count_include_pad):
         divisor = inside.sum(-1)
     np.testing.assert_allclose(avg_pool2d(x, k, s, p, ceil_mode, count_include_pad), total / divisor, rtol=1e-12)
     np.testing.assert_allclose(avg_pool2d(x, k, s, p, ceil_mode, divisor_override=3), total / 3, rtol=1e-12)
+
+
+# ---- GEMM convolutions (conv_gemm) and the Cube(cpu) conv rows ------------------------------------
+
+from ember.backend.cube import CubeBackend  # noqa: E402
+from ember.backend.numpy import NumpyBackend  # noqa: E402
+from ember.cube.kernels.conv_gemm import conv2d_gemm, conv_transpose2d, conv_weight_grad2d  # noqa: E402
+from ember.dtype import dtype_of  # noqa: E402
+from ember.errors import DTypeError, ShapeError  # noqa: E402
+from ember.ops import registry  # noqa: E402
+from ember.ops.primitive import Aval  # noqa: E402
+
+HALF = {np.dtype(np.float16): (1e-2, 5e-2), np.dtype(ml_dtypes.bfloat16): (5e-2, 2e-1)}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, ml_dtypes.bfloat16])
+def test_conv2d_gemm_against_direct_loops(dtype):
+    rtol, atol = HALF.get(np.dtype(dtype), (1e-4, 1e-4))
+    for xs, ws, s, p, d, g in CONV_CASES:
+        x = rng.standard_normal(xs).astype(dtype)
+        w = rng.standard_normal(ws).astype(dtype)
+        got = conv2d_gemm(x, w, s, p, d, g)
+        assert got.dtype == np.dtype(dtype)
+        want = conv_ref(x.astype(np.float64), w.astype(np.float64), s, p, d, g)
+        np.testing.assert_allclose(got.astype(np.float64), want, rtol=rtol, atol=atol, err_msg=str((xs, ws)))
+
+
+# (x shape, weight shape of conv, stride, padding, dilation, groups)
+ADJOINT_CASES = [((2, 3, 9, 8), (4, 3, 3, 3), (1, 1), (1, 1), (1, 1), 1),
+                 ((3, 4, 11, 7), (6, 2, 3, 2), (2, 3), (1, 0), (2, 1), 2),
+                 ((1, 2, 6, 6), (2, 1, 2, 2), (2, 2), (0, 1), (1, 2), 2)]
+
+
+@pytest.mark.parametrize("case", ADJOINT_CASES)
+def test_transpose_and_weight_grad_are_adjoints_of_conv(case):
+    # <conv(x, w), y> = <x, conv_transpose(y, w)> = <w, conv_weight_grad(x, y)>: an oracle of its own.
+    xs, ws, s, p, d, g = case
+    x, w = rng.standard_normal(xs), rng.standard_normal(ws)
+    y = conv_ref(x, w, s, p, d, g)
+    cot = rng.standard_normal(y.shape)
+    extra = tuple(n + 2 * pp - ((o - 1) * ss + dd * (k - 1) + 1)
+                  for n, o, k, ss, pp, dd in zip(xs[2:], y.shape[2:], ws[2:], s, p, d))
+    dx = conv_transpose2d(cot, w, s, p, extra, d, g)
+    dw = conv_weight_grad2d(x, cot, ws[2:], s, p, d, g)
+    assert dx.shape == x.shape and dw.shape == w.shape
+    np.testing.assert_allclose((x * dx).sum(), (y * cot).sum(), rtol=1e-9)
+    np.testing.assert_allclose((w * dw).sum(), (y * cot).sum(), rtol=1e-9)
+
+
+def run_both(name, *arrays, **params):
+    prim = registry[name]
+    out = prim.infer(*(Aval(a.shape, dtype_of(a.dtype)) for a in arrays), **params)
+    backend = CubeBackend()
+    got = backend.execute(prim, arrays, params, out)
+    want = NumpyBackend().execute(prim, arrays, params, out)
+    assert got.shape == want.shape == out.shape and got.dtype == want.dtype
+    assert name not in backend.fallbacks, f"{name} ran on the NumPy fallback"
+    return got, want
+
+
+PRIMITIVE_CASES = [  # (x, weight of conv, params): 2-D, 1-D, strided/dilated/grouped, empty batch
+    ((2, 4, 9, 8), (6, 2, 3, 2), dict(stride=(2, 1), padding=(1, 2), dilation=(2, 1), groups=2)),
+    ((3, 3, 7, 6), (4, 3, 1, 3), dict(stride=(1, 2), padding=(0, 1), dilation=(1, 1), groups=1)),
+    ((2, 4, 13), (4, 1, 3), dict(stride=(2,), padding=(1,), dilation=(2,), groups=4)),
+    ((0, 2, 5, 5), (2, 2, 3, 3), dict(stride=(1, 1), padding=(1, 1), dilation=(1, 1), groups=1)),
+]
+
+
+@pytest.mark.parametrize("case, dtype", [(case, dtype) for case in PRIMITIVE_CASES for dtype in ("f32", "f64")]
+                         + [(PRIMITIVE_CASES[0], "f16"), (PRIMITIVE_CASES[2], "bf16")])
+def test_conv_primitives_on_cube_cpu_match_numpy(case, dtype):
+    xs, ws, params = case
+    t = dtype_of(dtype).np
+    rtol, atol = HALF.get(t, (1e-5, 1e-5))
+    x = rng.standard_normal(xs).astype(t)
+    w = rng.standard_normal(ws[::-1]).astype(t).T  # a non-contiguous weight
+    got, want = run_both("conv", x, w, **params)
+    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol, atol=atol)
+    y = rng.standard_normal(want.shape).astype(t)
+    for extra in {(0,) * len(xs[2:]), tuple(s - 1 for s in params["stride"])}:
+        # conv's weight is also the weight of its adjoint conv_transpose (O in, C/groups out per group).
+        got, want = run_both("conv_transpose", y, w, output_padding=extra, **params)
+        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol, atol=atol)
+    got, want = run_both("conv_weight_grad", x, y, kernel=ws[2:], **params)
+    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol, atol=atol * 4)
+
+
+def test_conv_gemm_errors_name_the_problem():
+    x, w = np.ones((1, 4, 5, 5), np.float32), np.ones((6, 2, 3, 3), np.float32)
+    with pytest.raises(ShapeError, match="groups=3"):
+        conv2d_gemm(x, w, groups=3)
+    with pytest.raises(DTypeError, match="float operands of one dtype"):
+        conv2d_gemm(x, w.astype(np.float64), groups=2)
+    with pytest.raises(ShapeError, match="does not fit"):
+        conv2d_gemm(x, np.ones((6, 4, 7, 7), np.float32))
+    with pytest.raises(ShapeError, match="expects 6"):
+        conv_transpose2d(x, w)
+    with pytest.raises(ShapeError, match="does not fit input"):
+        conv_weight_grad2d(x, np.ones((1, 6, 9, 9), np.float32), (3, 3), groups=2)

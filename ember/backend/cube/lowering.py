@@ -25,6 +25,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from ...cube import kernels as lib
+from ...cube.kernels import conv_gemm
 from ...cube.kernels.elementwise import BINARY_OPS, FLOAT_BINARY, UNARY_OPS
 from ...cube.kernels.matmul import tuned_matmul
 from ...cube.kernels.sort import MAX_ROW
@@ -224,9 +225,29 @@ def _two_d(op: str, kernel_size) -> None:
         raise Unlowered(f"{op} over {len(kernel_size)} spatial dims: the kernel is 2-D")
 
 
-def _conv(out: Aval, x, w, *, stride, padding, dilation, groups):
-    _two_d("conv", stride)
-    return lib.conv2d(x, w, stride, padding, dilation, groups)
+def _spatial_2d(op: str, arrays: tuple, params: dict, kernel: Callable) -> np.ndarray:
+    """Run a 2-D conv kernel; 1-D convs run as 2-D ones over a height of 1 (3-D ones are not lowered)."""
+    nd = len(params["stride"])
+    if nd == 2:
+        return kernel(*arrays, **params)
+    if nd != 1:
+        raise Unlowered(f"{op} over {nd} spatial dims: the kernels are 2-D")
+    # The new leading dim: stride, dilation and kernel 1, padding and output_padding 0.
+    lifted = {k: (int(k in ("stride", "dilation", "kernel")),) + tuple(v) if isinstance(v, (tuple, list)) else v
+              for k, v in params.items()}
+    return kernel(*(a[:, :, None] for a in arrays), **lifted)[:, :, 0]
+
+
+def _conv(out: Aval, x, w, **params):
+    return _spatial_2d("conv", (x, w), params, conv_gemm.conv2d_gemm)
+
+
+def _conv_transpose(out: Aval, x, w, **params):
+    return _spatial_2d("conv_transpose", (x, w), params, conv_gemm.conv_transpose2d)
+
+
+def _conv_weight_grad(out: Aval, x, g, **params):
+    return _spatial_2d("conv_weight_grad", (x, g), params, conv_gemm.conv_weight_grad2d)
 
 
 def _max_pool(out: Aval, x, *, kernel, stride, padding, dilation, ceil_mode):
@@ -297,6 +318,8 @@ TABLE: dict[str, Lowering] = {
     "normal": _kernel(_normal),
     "randint": _kernel(_randint),
     "conv": _kernel(_conv),
+    "conv_transpose": _kernel(_conv_transpose),
+    "conv_weight_grad": _kernel(_conv_weight_grad),
     "max_pool": _kernel(_max_pool),
     "max_pool_indices": _kernel(_max_pool_indices),
     "avg_pool": _kernel(_avg_pool),

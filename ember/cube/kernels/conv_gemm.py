@@ -1,0 +1,241 @@
+"""2-D convolution, its transpose and its weight gradient as im2col/col2im kernels around the tuned matmul.
+
+The CPU's fastest convolution is a GEMM with the best matmul available (`tuned_matmul`: NumPy's BLAS or
+the cube kernel, whichever the autotuner picked), fed by a cube kernel that copies the input windows:
+
+    conv2d:            cols = im2col(x)            (N, G, Cg*KH*KW, OH*OW)
+                       y    = W (G, Og, Cg*KH*KW) @ cols              -> (N, O, OH, OW)
+    conv_transpose2d:  patches = W^T (G, Og*KH*KW, Cg) @ x (N, G, Cg, H*W)
+                       y = col2im(patches), cropped by `padding`        (a gather: no atomics)
+    conv_weight_grad2d: cols = im2col(x) laid out (G, Cg*KH*KW, N*OH*OW)
+                       dW = g (G, Og, N*OH*OW) @ cols^T                 (the batch folded into k)
+
+`im2col` writes each window element once (zero outside the input); a batch whose columns would exceed
+`COLUMN_BYTES` is done in slices. Layouts are PyTorch's (`ember/ops/conv.py` has the math); f16/bf16
+are accumulated in f32 by the matmul kernel.
+
+Example:
+    >>> conv2d_gemm(np.ones((1, 1, 3, 3), np.float32), np.ones((1, 1, 2, 2), np.float32))
+    array([[[[4., 4.],
+             [4., 4.]]]], dtype=float32)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ... import cube
+from ...errors import DTypeError, ShapeError
+from .common import check_size, cube_dtype, element_strides
+from .conv import _pair
+from .elementwise import cast
+from .matmul import tuned_matmul
+
+UNITS = 256
+COLUMN_BYTES = 256 << 20  # the most memory one im2col buffer may take
+# geometry layout: the host writes these i32 values in this order
+GEOMETRY = ("N", "C", "H", "W", "KH", "KW", "OH", "OW", "sh", "sw", "ph", "pw", "dh", "dw",
+            "sxn", "sxc", "sxh", "sxw", "s_n", "s_row")
+
+
+@cube.function
+def geo(g, name):
+    return g[GEOMETRY.index(name)]
+
+
+@cube.kernel
+def im2col_kernel(x: cube.Array, cols: cube.Array, g: cube.Array[cube.i32], units: cube.Comptime[int]):
+    """cols[n*s_n + ((c*KH + kh)*KW + kw)*s_row + p] = x[n, c, oh*sh - ph + kh*dh, ow*sw - pw + kw*dw]."""
+    row = cube.CUBE_POS_Y  # (n, c, kh, kw), uniform over the cube
+    kw = row % geo(g, "KW")
+    kh = (row // geo(g, "KW")) % geo(g, "KH")
+    c = (row // (geo(g, "KW") * geo(g, "KH"))) % geo(g, "C")
+    n = row // (geo(g, "KW") * geo(g, "KH") * geo(g, "C"))
+    p = cube.CUBE_POS_X * units + cube.UNIT_POS_X
+    positions = geo(g, "OH") * geo(g, "OW")
+    if p < positions:
+        ih = (p // geo(g, "OW")) * geo(g, "sh") - geo(g, "ph") + kh * geo(g, "dh")
+        iw = (p % geo(g, "OW")) * geo(g, "sw") - geo(g, "pw") + kw * geo(g, "dw")
+        inside = ih >= 0 and ih < geo(g, "H") and iw >= 0 and iw < geo(g, "W")
+        at = n * geo(g, "sxn") + c * geo(g, "sxc") + cube.select(inside, ih * geo(g, "sxh") + iw * geo(g, "sxw"), 0)
+        cols[n * geo(g, "s_n") + (row % (geo(g, "KW") * geo(g, "KH") * geo(g, "C"))) * geo(g, "s_row") + p] = \
+            cube.select(inside, x[at], cols.dtype(0))
+
+
+@cube.kernel
+def col2im_kernel(patches: cube.Array, out: cube.Array, g: cube.Array[cube.i32], units: cube.Comptime[int],
+                  T: cube.Comptime):
+    """out[n, o, y, x] = sum over (kh, kw) of patches[n, o, kh, kw, iy, ix] where
+    (y + ph) = iy*sh + kh*dh and (x + pw) = ix*sw + kw*dw; here C/H/W are the patches' O and input size
+    and OH/OW the output's."""
+    row = cube.CUBE_POS_Y  # (n, o)
+    p = cube.CUBE_POS_X * units + cube.UNIT_POS_X
+    if p < geo(g, "OH") * geo(g, "OW"):
+        yf = p // geo(g, "OW") + geo(g, "ph")
+        xf = p % geo(g, "OW") + geo(g, "pw")
+        pixels = geo(g, "H") * geo(g, "W")
+        base = row * geo(g, "KH") * geo(g, "KW") * pixels
+        acc = T(0)
+        for kh in range(geo(g, "KH")):
+            ty = yf - kh * geo(g, "dh")
+            iy = ty // geo(g, "sh")
+            ok_y = ty >= 0 and ty % geo(g, "sh") == 0 and iy < geo(g, "H")
+            for kw in range(geo(g, "KW")):
+                tx = xf - kw * geo(g, "dw")
+                ix = tx // geo(g, "sw")
+                ok = ok_y and tx >= 0 and tx % geo(g, "sw") == 0 and ix < geo(g, "W")
+                at = base + (kh * geo(g, "KW") + kw) * pixels + cube.select(ok, iy * geo(g, "W") + ix, 0)
+                acc += cube.select(ok, T(patches[at]), T(0))
+        out[row * geo(g, "OH") * geo(g, "OW") + p] = out.dtype(acc)
+
+
+def _geometry(**values) -> np.ndarray:
+    return np.asarray([values.get(k, 0) for k in GEOMETRY], np.int32)
+
+
+def _grid(positions: int, rows: int) -> tuple:
+    units = min(UNITS, 1 << max(0, positions - 1).bit_length())
+    return cube.CubeCount(-(-positions // units), rows), cube.CubeDim(units), units
+
+
+def im2col(x: np.ndarray, kernel: tuple, stride, padding, dilation, out_size: tuple,
+           batch_major: bool = True) -> np.ndarray:
+    """The windows of x (N, C, H, W) as columns: (N, C*KH*KW, OH*OW) when `batch_major`, else
+    (C*KH*KW, N, OH*OW) (the batch folded into the GEMM's k for the weight gradient).
+
+    Example:
+        >>> im2col(np.arange(4.0).reshape(1, 1, 2, 2), (2, 2), 1, 0, 1, (1, 1)).ravel()
+        array([0., 1., 2., 3.])
+    """
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel, _pair(stride), _pair(padding), _pair(dilation)
+    nb, c, h, wd = x.shape
+    oh, ow = out_size
+    rows, positions = c * kh * kw, oh * ow
+    shape = (nb, rows, positions) if batch_major else (rows, nb, positions)
+    cols = np.empty(shape, x.dtype)
+    check_size("im2col", x, cols)
+    if cols.size == 0:
+        return cols
+    s_n, s_row = (rows * positions, positions) if batch_major else (positions, nb * positions)
+    g = _geometry(N=nb, C=c, H=h, W=wd, KH=kh, KW=kw, OH=oh, OW=ow, sh=sh, sw=sw, ph=ph, pw=pw, dh=dh, dw=dw,
+                  **dict(zip(("sxn", "sxc", "sxh", "sxw"), element_strides(x))), s_n=s_n, s_row=s_row)
+    count, dim, units = _grid(positions, nb * rows)
+    im2col_kernel.launch(count, dim, x, cols, g, units=units)
+    return cols
+
+
+def _check(op: str, x, w, groups: int) -> None:
+    if x.ndim != 4 or w.ndim != 4:
+        raise ShapeError(op, f"needs 4-D input and weight (N, C, H, W), got {x.shape} and {w.shape}")
+    if x.dtype != w.dtype or not cube_dtype(x.dtype).is_float:
+        raise DTypeError(f"{op}: needs float operands of one dtype, got {x.dtype} and {w.dtype}")
+    if groups < 1 or x.shape[1] % groups:
+        raise ShapeError(op, f"groups={groups} must divide the input channels of {x.shape}")
+
+
+def _out_size(op: str, size, kernel, stride, padding, dilation) -> tuple:
+    out = tuple((n + 2 * p - d * (k - 1) - 1) // s + 1
+                for n, k, s, p, d in zip(size, kernel, _pair(stride), _pair(padding), _pair(dilation)))
+    if min(out) <= 0:
+        raise ShapeError(op, f"the kernel {tuple(kernel)} does not fit the padded input {tuple(size)}")
+    return out
+
+
+def conv2d_gemm(x: np.ndarray, w: np.ndarray, stride=1, padding=0, dilation=1, groups: int = 1) -> np.ndarray:
+    """PyTorch's conv2d (cross-correlation) of x (N, C, H, W) with w (O, C/groups, KH, KW), as im2col and
+    the tuned matmul. Output size per spatial dim: (n + 2p - d(k - 1) - 1) // s + 1.
+
+    Example:
+        >>> conv2d_gemm(np.ones((2, 4, 5, 5), np.float32), np.ones((6, 2, 3, 3), np.float32), groups=2).shape
+        (2, 6, 3, 3)
+    """
+    x, w = np.asarray(x), np.asarray(w)
+    _check("conv2d", x, w, groups)
+    nb, c = x.shape[:2]
+    o, cg = w.shape[:2]
+    if o % groups or cg * groups != c:
+        raise ShapeError("conv2d", f"input {x.shape} and weight {w.shape} do not fit groups={groups}")
+    oh, ow = _out_size("conv2d", x.shape[2:], w.shape[2:], stride, padding, dilation)
+    out = np.empty((nb, o, oh, ow), x.dtype)
+    check_size("conv2d", x, w, out)
+    if out.size == 0 or cg == 0:
+        out[...] = 0
+        return out
+    weights = w.reshape(groups, o // groups, -1)
+    y = out.reshape(nb, groups, o // groups, oh * ow)
+    per_sample = c * w.shape[2] * w.shape[3] * oh * ow * x.itemsize
+    step = max(1, COLUMN_BYTES // per_sample)
+    for n0 in range(0, nb, step):
+        cols = im2col(x[n0:n0 + step], w.shape[2:], stride, padding, dilation, (oh, ow))
+        y[n0:n0 + step] = tuned_matmul(weights, cols.reshape(cols.shape[0], groups, -1, oh * ow))
+    return out
+
+
+def conv_transpose2d(x: np.ndarray, w: np.ndarray, stride=1, padding=0, output_padding=0, dilation=1,
+                     groups: int = 1) -> np.ndarray:
+    """PyTorch's conv_transpose2d of x (N, C, H, W) with w (C, O/groups, KH, KW): the adjoint of conv2d.
+    Output size per spatial dim: (h - 1)s - 2p + d(k - 1) + 1 + output_padding (any output_padding that
+    leaves it positive, as the primitive allows).
+
+    Example:
+        >>> conv_transpose2d(np.ones((1, 1, 2, 2), np.float32), np.ones((1, 1, 2, 2), np.float32), 2).shape
+        (1, 1, 4, 4)
+    """
+    x, w = np.asarray(x), np.asarray(w)
+    _check("conv_transpose2d", x, w, groups)
+    nb, c, h, wd = x.shape
+    if w.shape[0] != c:
+        raise ShapeError("conv_transpose2d", f"input {x.shape} has {c} channels but weight {w.shape} expects "
+                                             f"{w.shape[0]}")
+    og, kh, kw = w.shape[1:]
+    o, cg = og * groups, c // groups
+    (sh, sw), (ph, pw), (eh, ew), (dh, dw) = (_pair(v) for v in (stride, padding, output_padding, dilation))
+    oh, ow = (h - 1) * sh - 2 * ph + dh * (kh - 1) + 1 + eh, (wd - 1) * sw - 2 * pw + dw * (kw - 1) + 1 + ew
+    if oh <= 0 or ow <= 0:
+        raise ShapeError("conv_transpose2d", f"input {x.shape} with weight {w.shape} gives an empty output "
+                                             f"{(oh, ow)}")
+    out = np.empty((nb, o, oh, ow), x.dtype)
+    check_size("conv_transpose2d", x, w, out)
+    if out.size == 0 or cg == 0 or h * wd == 0:
+        out[...] = 0
+        return out
+    weights_t = w.reshape(groups, cg, og * kh * kw).transpose(0, 2, 1)  # (G, Og*KH*KW, Cg), a view
+    pixels = x.reshape(nb, groups, cg, h * wd) if x.flags.c_contiguous else cast(x, x.dtype).reshape(
+        nb, groups, cg, h * wd)
+    patches = tuned_matmul(weights_t, pixels)  # (N, G, Og*KH*KW, H*W) = (N, O, KH, KW, H, W)
+    g = _geometry(N=nb, C=o, H=h, W=wd, KH=kh, KW=kw, OH=oh, OW=ow, sh=sh, sw=sw, ph=ph, pw=pw, dh=dh, dw=dw)
+    count, dim, units = _grid(oh * ow, nb * o)
+    t = cube_dtype(x.dtype)
+    col2im_kernel.launch(count, dim, patches, out, g, units=units, T=cube.f32 if t.itemsize < 4 else t)
+    return out
+
+
+def conv_weight_grad2d(x: np.ndarray, grad: np.ndarray, kernel, stride=1, padding=0, dilation=1,
+                       groups: int = 1) -> np.ndarray:
+    """The gradient of conv2d's weight: dW (O, C/groups, KH, KW) from the input x (N, C, H, W) and the
+    output gradient grad (N, O, GH, GW). grad may cover only the leading outputs (the rest count as
+    zero), as the primitive `conv_weight_grad` allows.
+
+    Example:
+        >>> conv_weight_grad2d(np.ones((1, 1, 3, 3), np.float32), np.ones((1, 1, 2, 2), np.float32), (2, 2))
+        array([[[[4., 4.],
+                 [4., 4.]]]], dtype=float32)
+    """
+    x, grad = np.asarray(x), np.asarray(grad)
+    _check("conv_weight_grad2d", x, grad, groups)
+    kh, kw = _pair(kernel)
+    nb, c = x.shape[:2]
+    o, gh, gw = grad.shape[1:]
+    full = _out_size("conv_weight_grad2d", x.shape[2:], (kh, kw), stride, padding, dilation)
+    if grad.shape[0] != nb or o % groups or gh > full[0] or gw > full[1]:
+        raise ShapeError("conv_weight_grad2d", f"output gradient {grad.shape} does not fit input {x.shape} "
+                                               f"(full output {full}, groups={groups})")
+    cg = c // groups
+    if o == 0 or cg == 0 or nb * gh * gw == 0:
+        return np.zeros((o, cg, kh, kw), x.dtype)
+    cols = im2col(x, (kh, kw), stride, padding, dilation, (gh, gw), batch_major=False)  # (C*KH*KW, N, P)
+    cols = cols.reshape(groups, cg * kh * kw, nb * gh * gw)
+    # (O, N, P) as one contiguous copy: the batch folded into the GEMM's k, like the columns.
+    grads = cast(grad.reshape(nb, o, gh * gw).transpose(1, 0, 2), grad.dtype).reshape(groups, o // groups, -1)
+    dw = tuned_matmul(grads, cols.transpose(0, 2, 1))  # (G, Og, Cg*KH*KW)
+    return dw.reshape(o, cg, kh, kw)
