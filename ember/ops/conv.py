@@ -62,14 +62,31 @@ def _conv_reference(x, w, *, stride, padding, dilation, groups):
     o, kernel, g = w.shape[0], w.shape[2:], groups
     out = tuple(conv_out_size("conv", *a) for a in zip(x.shape[2:], kernel, stride, padding, dilation))
     padded = pad_spatial(x.astype(acc, copy=False), padding, padding)
-    taps, pixels = (c // g) * math.prod(kernel), math.prod(out)
-    weights = w.astype(acc, copy=False).reshape(g, o // g, taps)
-    y = np.empty((n, g, o // g, pixels), dtype=acc)
-    for part in batch_slices(n, c * math.prod(kernel) * pixels):
-        # im2col (one copy of the windows), then per sample and group (O/G, C/G*kernel) @ (C/G*kernel, out).
-        windows = window_view(padded[part], kernel, stride, dilation, out)
-        np.matmul(weights, windows.reshape(windows.shape[0], g, taps, pixels), out=y[part])
+    weights = w.astype(acc, copy=False).reshape(g, o // g, (c // g) * math.prod(kernel))
+    y = np.empty((n, o, math.prod(out)), dtype=acc)
+    for part in batch_slices(n, c * math.prod(kernel) * math.prod(out)):
+        # im2col (one copy of the windows), then one GEMM per group over the whole batch slice:
+        # (O/G, C/G*kernel) @ (C/G*kernel, batch*out), the batch moved back in front by one copy.
+        cols = _columns(window_view(padded[part], kernel, stride, dilation, out), g)
+        y[part] = np.matmul(weights, cols).reshape(o, cols.shape[-1] // y.shape[2], y.shape[2]).transpose(1, 0, 2)
     return y.reshape((n, o) + out).astype(x.dtype, copy=False)
+
+
+def _columns(windows: np.ndarray, groups: int) -> np.ndarray:
+    """A (N, C, *kernel, *out) window view copied to (groups, C/G*kernel, N*out): GEMM operands in which
+    the whole batch is one matrix, so each convolution is one BLAS call per group, not one per sample."""
+    nb, c = windows.shape[:2]
+    nd = (windows.ndim - 2) // 2
+    taps = (c // groups) * math.prod(windows.shape[2:2 + nd])
+    order = (1,) + tuple(range(2, 2 + nd)) + (0,) + tuple(range(2 + nd, 2 + 2 * nd))
+    return np.ascontiguousarray(windows.transpose(order)).reshape(groups, taps, nb * math.prod(windows.shape[2 + nd:]))
+
+
+def _channels_first(a: np.ndarray, groups: int) -> np.ndarray:
+    """(N, C, *spatial) copied to (groups, C/G, N*spatial): the batch folded into GEMM columns."""
+    n, c = a.shape[:2]
+    pixels = math.prod(a.shape[2:])
+    return np.ascontiguousarray(a.reshape(n, c, pixels).transpose(1, 0, 2)).reshape(groups, c // groups, n * pixels)
 
 
 def _conv_vjp(ctx, g):
@@ -120,17 +137,19 @@ def _conv_transpose_reference(x, w, *, stride, padding, output_padding, dilation
     n, c = x.shape[:2]
     size, kernel, g = x.shape[2:], w.shape[2:], groups
     o = w.shape[1] * g
-    # Each input pixel times the weight gives an (O/G, *kernel) patch: per sample and group
-    # (O/G*kernel, C/G) @ (C/G, pixels); col2im then sums the patches into the full output...
+    # Each input pixel times the weight gives an (O/G, *kernel) patch: one GEMM per group over the whole
+    # batch slice, (O/G*kernel, C/G) @ (C/G, batch*pixels); col2im then sums the patches into the full
+    # output...
     weights = w.astype(acc, copy=False).reshape(g, c // g, (o // g) * math.prod(kernel)).transpose(0, 2, 1)
-    pixels = x.astype(acc, copy=False).reshape(n, g, c // g, math.prod(size))
     final = tuple(_transpose_size(*a) for a in zip(size, kernel, stride, padding, output_padding, dilation))
     full = tuple(max((h - 1) * s + d * (k - 1) + 1, p + f)
                  for h, k, s, d, p, f in zip(size, kernel, stride, dilation, padding, final))
     y = np.zeros((n, o) + full, dtype=acc)
+    nd = len(size)
     for part in batch_slices(n, o * math.prod(kernel) * math.prod(size)):
-        patches = np.matmul(weights, pixels[part])
-        col2im(patches.reshape((patches.shape[0], o) + kernel + size), full, stride, dilation, out=y[part])
+        patches = np.matmul(weights, _channels_first(x[part].astype(acc, copy=False), g))
+        patches = patches.reshape((o,) + kernel + (y[part].shape[0],) + size)  # (O, *kernel, batch, *pixels)
+        col2im(np.moveaxis(patches, 1 + nd, 0), full, stride, dilation, out=y[part])
     # ...which is cropped by `padding` at the start and to the output size at the end.
     return np.ascontiguousarray(crop(y, padding, final), dtype=x.dtype)
 
@@ -181,14 +200,11 @@ def _weight_grad_reference(x, g, *, kernel, stride, padding, dilation, groups):
     o, out, grp = g.shape[1], g.shape[2:], groups
     kernel = tuple(kernel)
     padded = pad_spatial(x.astype(acc, copy=False), padding, padding)
-    taps, pixels = (c // grp) * math.prod(kernel), math.prod(out)
-    grads = g.astype(acc, copy=False).reshape(n, grp, o // grp, pixels)
-    dw = np.zeros((grp, o // grp, taps), dtype=acc)
-    for part in batch_slices(n, c * math.prod(kernel) * pixels):
-        windows = window_view(padded[part], kernel, stride, dilation, out)
-        cols = windows.reshape(windows.shape[0], grp, taps, pixels)
-        # Per sample and group (O/G, out) @ (out, C/G*kernel), summed over the batch.
-        dw += np.matmul(grads[part], cols.transpose(0, 1, 3, 2)).sum(axis=0)
+    dw = np.zeros((grp, o // grp, (c // grp) * math.prod(kernel)), dtype=acc)
+    for part in batch_slices(n, c * math.prod(kernel) * math.prod(out)):
+        cols = _columns(window_view(padded[part], kernel, stride, dilation, out), grp)
+        # One GEMM per group, summing over batch and pixels: (O/G, batch*out) @ (batch*out, C/G*kernel).
+        dw += np.matmul(_channels_first(g[part].astype(acc, copy=False), grp), cols.transpose(0, 2, 1))
     return dw.reshape((o, c // grp) + kernel).astype(x.dtype, copy=False)
 
 
