@@ -84,7 +84,12 @@ def _max_vjp(ctx, g):
     (shape, _), = ctx.input_avals
     index = call("max_pool_indices", x, **ctx.params)
     flat = g.new_zeros(shape[:2] + (math.prod(shape[2:]),))
-    return (flat.scatter_add(2, index.flatten(2), g.flatten(2)).reshape(shape),)
+    p = ctx.params
+    # Windows that cannot overlap have distinct winners: a plain scatter then equals scatter_add, and
+    # costs a fancy assignment instead of NumPy's much slower unbuffered `add.at`.
+    disjoint = all(s >= d * (k - 1) + 1 for k, s, d in zip(p["kernel"], p["stride"], p["dilation"]))
+    scatter = flat.scatter if disjoint else flat.scatter_add
+    return (scatter(2, index.flatten(2), g.flatten(2)).reshape(shape),)
 
 
 primitive("max_pool", infer=_max_infer, vjp=_max_vjp, cost="compute")(_max_reference)
@@ -97,29 +102,40 @@ def _indices_infer(x: Aval, **params) -> Aval:
 
 
 def _indices_reference(x, *, kernel, stride, padding, dilation, ceil_mode):
-    nd = len(kernel)
-    size = x.shape[2:]
     out = _out_size("max_pool", x.shape[2:], kernel, stride, padding, dilation, ceil_mode)
     taps = _taps(_windows(x, kernel, stride, padding, dilation, out, _lowest(x.dtype)), kernel)
     best = next(taps).copy()
-    which = np.zeros(best.shape, dtype=np.int64)
+    which = np.zeros(best.shape, dtype=np.uint8 if math.prod(kernel) <= 256 else np.int64)
+    wins = np.empty(best.shape, dtype=np.bool_)
+    # A NaN wins too (PyTorch's rule); one check over the input spares a NaN test per tap.
+    nans = x.dtype.kind in "fV" and bool(np.isnan(x).any())
     for j, tap in enumerate(taps, start=1):
-        # PyTorch's rule: a strictly larger value wins (so ties keep the first), and so does any NaN.
-        wins = tap > best
-        if x.dtype.kind in "fV":
+        # PyTorch's rule: a strictly larger value wins (so ties keep the first).
+        np.greater(tap, best, out=wins)
+        if nans:
             wins |= np.isnan(tap)
         np.copyto(best, tap, where=wins)
         np.copyto(which, j, where=wins)
-    winners = np.unravel_index(which, kernel)
-    flat = np.zeros(x.shape[:2] + out, dtype=np.int64)
-    for axis, (k_index, n, s, p, d) in enumerate(zip(winners, size, stride, padding, dilation)):
-        start = (np.arange(out[axis]) * s - p).reshape((-1,) + (1,) * (nd - 1 - axis))
-        pos = start + k_index * d
-        # Only a window of -inf (or the dtype's minimum) ties with its padding; PyTorch then names the
-        # window's first position inside the input.
+    # The flat input index of tap j of output o depends on (o, j) only: gather it from a small table.
+    table = _index_table(x.shape[2:], out, kernel, stride, padding, dilation)
+    return table.take(which + np.arange(0, table.size, table.shape[-1]).reshape(out))
+
+
+def _index_table(size, out, kernel, stride, padding, dilation) -> np.ndarray:
+    """(*out, prod(kernel)) flat input indices of each window's taps, row-major over the kernel.
+
+    A tap in the padding (which wins only when its whole window is -inf or the dtype's minimum) names
+    the window's first position inside the input along that dim, as PyTorch does.
+    """
+    nd = len(kernel)
+    flat = np.zeros((1,) * (2 * nd), dtype=np.int64)
+    for axis, (n, o, k, s, p, d) in enumerate(zip(size, out, kernel, stride, padding, dilation)):
+        pos = (np.arange(o) * s - p)[:, None] + np.arange(k) * d
         pos = np.where(pos < 0, pos + d * ((d - 1 - pos) // d), pos)
-        flat = flat * n + pos
-    return flat
+        shape = [1] * (2 * nd)
+        shape[axis], shape[nd + axis] = o, k
+        flat = flat * n + pos.reshape(shape)
+    return flat.reshape(tuple(out) + (math.prod(kernel),))
 
 
 primitive("max_pool_indices", infer=_indices_infer, cost="compute")(_indices_reference)
