@@ -256,7 +256,10 @@ def _where_vjp(ctx, g):
     c = ctx.inputs[0]
     _, (sa, _), (sb, _) = ctx.input_avals
     zero = g.zeros_like()
-    return None, sum_to(g.where(c, zero), sa), sum_to(zero.where(c, g), sb)
+    # A constant branch (relu's and masked_fill's fill value) needs no gradient: skip its select.
+    ga = sum_to(g.where(c, zero), sa) if ctx.needs_grad(1) else None
+    gb = sum_to(zero.where(c, g), sb) if ctx.needs_grad(2) else None
+    return None, ga, gb
 
 
 primitive("where", infer=_where_infer, vjp=_where_vjp)(lambda c, a, b: np.where(c, a, b))
