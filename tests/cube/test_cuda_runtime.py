@@ -148,6 +148,9 @@ class FakeDriver:
     def cuDeviceGetAttribute(self, attribute, device):
         return 0, self.attributes[attribute]
 
+    def cuDeviceGetName(self, length, device):
+        return 0, b"Fake GPU\0\0"
+
     def cuDevicePrimaryCtxRetain(self, device):
         return 0, "context"
 

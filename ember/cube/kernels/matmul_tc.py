@@ -28,6 +28,7 @@ from ... import cube
 from ...dtype import bf16, f16, f32
 from ...errors import DTypeError, ShapeError
 from ..frontend import matrix as mx
+from ..runtime.autotune import Autotuner, anchor, device_cache
 from .common import cube_dtype
 
 PLANE = 32  # units per plane: matrix fragments are a warp's on the CUDA target
@@ -51,6 +52,7 @@ class Tile:
 
 # Candidates for autotuning; the first is the default (a 4-plane 128 x 128 tile, 3 stages).
 TILES = (Tile(), Tile(128, 256, 32, 64, 64, 3), Tile(256, 128, 32, 64, 64, 3), Tile(128, 128, 64, 64, 64, 2),
+         Tile(128, 128, 64, 64, 64, 3), Tile(128, 256, 64, 64, 64, 3), Tile(256, 128, 64, 64, 64, 3),
          Tile(64, 128, 32, 32, 64, 4))
 
 
@@ -188,3 +190,26 @@ def matmul_tc(runtime, a, b, tile: Tile = TILES[0], tf32: bool = True):
                    dict(T=cube_dtype(a.dtype), bm=tile.bm, bn=tile.bn, bk=tile.bk, wm=tile.wm, wn=tile.wn,
                         stages=tile.stages))
     return out
+
+
+def cuda_matmul_autotuner(runtime, level: str | None = None, tf32: bool = True) -> Autotuner:
+    """An autotuner over the tile variants of `matmul_tc` and cuBLAS (through CuPy, when it imports)
+    for operands `matmul_tc` supports; winners persist per GPU model. `tuner(a, b)` multiplies.
+
+    Example:
+        >>> tuner = cuda_matmul_autotuner(rt)
+        >>> c = tuner(a, b)          # times the candidates on the first call of this shape class
+    """
+    from ..runtime.cublas import cublas_available, cublas_matmul
+    candidates = {f"tc_{t.bm}x{t.bn}x{t.bk}_s{t.stages}": (lambda a, b, t=t: matmul_tc(runtime, a, b, t, tf32))
+                  for t in TILES}
+    if cublas_available()[0]:
+        candidates["cublas"] = lambda a, b: cublas_matmul(runtime, a, b, tf32)
+
+    def key(a, b) -> tuple:
+        batch = max(x.shape[0] if len(x.shape) == 3 else 1 for x in (a, b))
+        return (anchor(a.shape[-2]), anchor(b.shape[-1]), anchor(a.shape[-1]), anchor(batch), str(a.dtype), tf32)
+
+    cache = device_cache(f"cuda-{runtime.name}".replace(" ", "_"))
+    return Autotuner("matmul", candidates, key, cache=cache, level=level, sync=runtime.synchronize,
+                     worth=lambda a, b: a.shape[-2] * b.shape[-1] * a.shape[-1] >= 1 << 24)

@@ -247,6 +247,8 @@ class CudaRuntime(Specializing):
         minor = check(d, d.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, self.device),
                       "cuDeviceGetAttribute")[1]
         self.arch = 10 * major + minor
+        raw = check(d, d.cuDeviceGetName(256, self.device), "cuDeviceGetName")[1]
+        self.name = (raw.split(b"\0")[0].decode() if isinstance(raw, bytes) else str(raw)) or f"GPU {device}"
         self.limits = DeviceLimits.query(d, self.device)
         _, self.context = check(d, d.cuDevicePrimaryCtxRetain(self.device), "cuDevicePrimaryCtxRetain")
         self.activate()
@@ -348,6 +350,12 @@ class CudaRuntime(Specializing):
         check(self.driver, self.driver.cuMemcpyDtoDAsync(dst.ptr, src.ptr, src.nbytes, self.stream),
               "cuMemcpyDtoDAsync")
 
+    def write_zeros(self, a: CudaArray) -> None:
+        """Queue zeros over the bytes of `a` (a C-contiguous array this runtime made)."""
+        self.activate()
+        if a.nbytes:
+            check(self.driver, self.driver.cuMemsetD8Async(a.ptr, 0, a.nbytes, self.stream), "cuMemsetD8Async")
+
     def synchronize(self) -> None:
         """Wait for everything queued on this device's stream (kernel errors surface here)."""
         self.activate()
@@ -393,8 +401,7 @@ class CudaRuntime(Specializing):
             check(d, d.cuFuncSetAttribute(
                 function, d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared),
                 "cuFuncSetAttribute", f"for kernel {name} ({shared} bytes of shared memory)")
-        stored = {s.attr for s in ir.walk(optimized.body)
-                  if isinstance(s, ir.Instr) and (s.op == "store" or s.op in ir.ATOMIC)}
+        stored = {ir.written_array(s) for s in ir.walk(optimized.body) if isinstance(s, ir.Instr)}
         return CompiledCudaKernel(function, module, name, optimized.params,
                                   [p in stored for p in optimized.params], shared, source)
 

@@ -1,0 +1,243 @@
+"""GPU benchmarks: ember's CUDA kernels against PyTorch (and cuBLAS) on the same card, in one run.
+
+    python -m bench.gpu [cases...] [--json PATH] [--quick]
+
+Cases (default: all):
+- `matmul`: bf16 8192^3; the cube tensor-core kernel alone (default tile), every tile variant, the
+  autotuned choice (tiles + cuBLAS through CuPy) and torch.matmul (cuBLAS) -> TFLOP/s;
+- `gelu`: a user-written cube GELU (erf form) over 2^28 f32 against a device-to-device copy of the
+  same bytes (the bandwidth ceiling) and torch's GELU -> TB/s;
+- `softmax`, `layer_norm`: (8192, 8192) f32 over the last dim, ember's library against torch eager;
+- peak memory where measurable: ember's pool peak against torch.cuda.max_memory_allocated for the
+  same op.
+
+Every time is the median of CUDA-event timings (each over several back-to-back calls) after warm-up,
+ember's on its runtime's stream and torch's on torch's. Inputs are random (never zeros); outputs are
+checked against torch before timing. Prints a table last; `--json` writes the rows.
+
+Example:
+    >>> python -m bench.gpu matmul --json /tmp/gpu.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import numpy as np
+
+from ember import cube
+
+
+@cube.function
+def gelu_of(v):
+    return 0.5 * v * (1.0 + cube.erf(v * 0.7071067811865476))
+
+
+@cube.kernel
+def gelu_kernel(x: cube.Array, y: cube.Array):
+    """y = x * Phi(x), four consecutive elements per unit (one 16-byte access each way for f32)."""
+    base = cube.ABSOLUTE_POS * 4
+    if base + 3 < len(x):
+        for lane in cube.unroll(range(4)):
+            y[base + lane] = gelu_of(x[base + lane])
+    else:
+        for lane in cube.unroll(range(4)):
+            if base + lane < len(x):
+                y[base + lane] = gelu_of(x[base + lane])
+
+
+class Bench:
+    """Times ember (CUDA runtime stream) and torch callables with CUDA events; collects rows."""
+
+    def __init__(self, quick: bool) -> None:
+        import torch
+        from ember.cube.runtime.cuda import cuda_runtime
+        self.torch = torch
+        self.rt = cuda_runtime(0)
+        self.repeats = 3 if quick else 7
+        self.rows: list[dict] = []
+
+    def time_ember(self, fn, inner: int = 5) -> float:
+        fn()
+        self.rt.synchronize()
+        return statistics.median(self.rt.time(fn, repeat=inner, warmup=1) for _ in range(self.repeats))
+
+    def time_torch(self, fn, inner: int = 5) -> float:
+        torch = self.torch
+        fn()
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(self.repeats):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(inner):
+                fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / inner)
+        return statistics.median(times)
+
+    def row(self, case: str, impl: str, ms: float, unit: str, amount: float, **extra) -> None:
+        rate = amount / (ms * 1e-3) / 1e12
+        self.rows.append(dict(case=case, impl=impl, ms=round(ms, 4), rate=round(rate, 2), unit=unit, **extra))
+        print(f"{case:34s} {impl:28s} {ms:9.4f} ms {rate:8.2f} {unit}  "
+              + " ".join(f"{k}={v}" for k, v in extra.items()), flush=True)
+
+
+def to_torch(bench: Bench, x) -> "torch.Tensor":
+    """A torch copy of a device array (through the host; outside any timing)."""
+    import ml_dtypes
+    torch = bench.torch
+    host = x.numpy()
+    if host.dtype == ml_dtypes.bfloat16:
+        return torch.from_numpy(host.view(np.int16)).cuda().view(torch.bfloat16)
+    return torch.from_numpy(host).cuda()
+
+
+def rel_error(bench: Bench, got, want) -> float:
+    torch = bench.torch
+    got = to_torch(bench, got).double()
+    want = want.double()
+    return float(torch.linalg.vector_norm(got - want) / torch.linalg.vector_norm(want))
+
+
+def case_matmul(b: Bench) -> None:
+    import ml_dtypes
+    from ember.cube.kernels.matmul_tc import TILES, cuda_matmul_autotuner, matmul_tc
+    from ember.cube.runtime.cublas import cublas_available, cublas_matmul
+    torch = b.torch
+    n = 8192
+    flops = 2.0 * n ** 3
+    rng = np.random.default_rng(0)
+    A = rng.standard_normal((n, n), np.float32).astype(ml_dtypes.bfloat16)
+    B = rng.standard_normal((n, n), np.float32).astype(ml_dtypes.bfloat16)
+    a, bb = b.rt.to_device(A), b.rt.to_device(B)
+    ta, tb = to_torch(b, a), to_torch(b, bb)
+    want = ta @ tb
+    case = f"matmul bf16 {n}^3"
+    for i, tile in enumerate(TILES):
+        err = rel_error(b, matmul_tc(b.rt, a, bb, tile), want)
+        ms = b.time_ember(lambda: matmul_tc(b.rt, a, bb, tile), inner=3)
+        name = f"cube tc {tile.bm}x{tile.bn}x{tile.bk} s{tile.stages}" + (" (default)" if i == 0 else "")
+        b.row(case, name, ms, "TFLOP/s", flops, rel_error=f"{err:.1e}")
+    if cublas_available()[0]:
+        err = rel_error(b, cublas_matmul(b.rt, a, bb), want)
+        b.row(case, "cuBLAS via CuPy (ember stream)", b.time_ember(lambda: cublas_matmul(b.rt, a, bb), inner=3),
+              "TFLOP/s", flops, rel_error=f"{err:.1e}")
+    tuner = cuda_matmul_autotuner(b.rt, level="balanced")
+    start = time.perf_counter()
+    choice = tuner.choose(a, bb)
+    tune_s = time.perf_counter() - start
+    err = rel_error(b, tuner(a, bb), want)
+    b.row(case, "ember autotuned", b.time_ember(lambda: tuner(a, bb), inner=3), "TFLOP/s", flops,
+          choice=choice, tuning_s=round(tune_s, 1), rel_error=f"{err:.1e}")
+    b.row(case, "torch.matmul", b.time_torch(lambda: ta @ tb, inner=3), "TFLOP/s", flops)
+    del a, bb, ta, tb, want
+    torch.cuda.empty_cache()
+
+
+def case_gelu(b: Bench) -> None:
+    torch = b.torch
+    n = 1 << 28
+    moved = 2.0 * 4 * n  # read once, written once
+    x = b.rt.to_device(np.random.default_rng(1).standard_normal(n, np.float32))
+    y = b.rt.empty(n, np.float32)
+    count, dim = cube.CubeCount(-(-n // (4 * 256))), cube.CubeDim(256)
+    gelu = lambda: gelu_kernel.launch(count, dim, x, y)
+    tx = to_torch(b, x)
+    gelu()
+    err = rel_error(b, y, torch.nn.functional.gelu(tx))
+    case = "gelu f32 2^28"
+    b.row(case, "ember cube custom_gelu", b.time_ember(gelu), "TB/s", moved, rel_error=f"{err:.1e}")
+    b.row(case, "device-to-device copy (ember)", b.time_ember(lambda: b.rt.copy(x, y)), "TB/s", moved)
+    b.row(case, "torch gelu", b.time_torch(lambda: torch.nn.functional.gelu(tx)), "TB/s", moved)
+    b.row(case, "torch copy_", b.time_torch(lambda: torch.empty_like(tx).copy_(tx)), "TB/s", moved)
+    del x, y, tx
+
+
+def _rows_op(b: Bench, name: str, ember_fn, torch_fn) -> None:
+    from ember.cube.runtime.cuda import CudaRuntime
+    torch = b.torch
+    shape = (8192, 8192)
+    moved = 2.0 * 4 * shape[0] * shape[1]
+    host = np.random.default_rng(2).standard_normal(shape, np.float32)
+    x = b.rt.to_device(host)
+    tx = to_torch(b, x)
+    err = rel_error(b, ember_fn(x), torch_fn(tx))
+    case = f"{name} f32 8192x8192"
+    # Peak memory beyond the input for one call: a fresh runtime (its own pool) for ember, torch's
+    # max_memory_allocated for torch.
+    fresh = CudaRuntime(0)
+    fx = fresh.to_device(host)
+    before = fresh.pool.stats().in_use
+    out = ember_fn(fx)
+    fresh.synchronize()
+    ember_peak = fresh.pool.stats().peak_in_use - before
+    ember_reserved = fresh.pool.stats().peak_reserved
+    del out, fx
+    fresh.pool.cleanup()
+    b.row(case, "ember", b.time_ember(lambda: ember_fn(x)), "TB/s", moved, rel_error=f"{err:.1e}",
+          peak_extra_MiB=round(ember_peak / 2**20, 1), peak_reserved_MiB=round(ember_reserved / 2**20, 1))
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    torch_fn(tx)
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - base
+    b.row(case, "torch eager", b.time_torch(lambda: torch_fn(tx)), "TB/s", moved,
+          peak_extra_MiB=round(peak / 2**20, 1))
+    del x, tx
+
+
+def case_softmax(b: Bench) -> None:
+    from ember.cube.kernels.softmax import softmax
+    _rows_op(b, "softmax", lambda x: softmax(x), lambda t: b.torch.softmax(t, -1))
+
+
+def case_layer_norm(b: Bench) -> None:
+    from ember.cube.kernels.norm import layer_norm
+    torch = b.torch
+    w = b.rt.to_device(np.random.default_rng(3).standard_normal(8192, np.float32))
+    bias = b.rt.to_device(np.random.default_rng(4).standard_normal(8192, np.float32))
+    tw, tbias = to_torch(b, w), to_torch(b, bias)
+    _rows_op(b, "layer_norm", lambda x: layer_norm(x, w, bias),
+             lambda t: torch.nn.functional.layer_norm(t, (8192,), tw, tbias))
+
+
+CASES = {"matmul": case_matmul, "gelu": case_gelu, "softmax": case_softmax, "layer_norm": case_layer_norm}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.gpu", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("cases", nargs="*", help=f"cases to run (default: all of {list(CASES)})")
+    parser.add_argument("--json", help="write the rows here")
+    parser.add_argument("--quick", action="store_true", help="fewer repeats")
+    args = parser.parse_args(argv)
+    unknown = [c for c in args.cases if c not in CASES]
+    if unknown:
+        parser.error(f"unknown case(s) {unknown}; known: {list(CASES)}")
+    bench = Bench(args.quick)
+    failed = []
+    for name in args.cases or CASES:
+        try:
+            CASES[name](bench)
+        except Exception as e:  # one broken case must not hide the others' figures
+            failed.append(name)
+            print(f"{name}: FAILED {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+    print("\n| case | implementation | ms | rate | notes |\n|---|---|---|---|---|")
+    for r in bench.rows:
+        notes = ", ".join(f"{k}={v}" for k, v in r.items() if k not in ("case", "impl", "ms", "rate", "unit"))
+        print(f"| {r['case']} | {r['impl']} | {r['ms']} | {r['rate']} {r['unit']} | {notes} |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(rows=bench.rows, failed=failed), f, indent=1)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
