@@ -9,7 +9,7 @@
 #   1. environment: GPU, driver, Python and package versions;
 #   2. the CUDA tests (tests/cube/test_cuda_*.py): rendering, NVRTC, runtime, and on-GPU launches;
 #   3. the kernel-library tests of tests/cube run with every kernel launched on the GPU (NumPy in and
-#      out, compared with NumPy as the tests do): KernelFunction.launch is routed to the CUDA runtime;
+#      out, compared with NumPy as the tests do): `host_runtime(cuda_runtime())` sends them there;
 #   4. timings: elementwise bandwidth vs a device-to-device copy, a row reduction, matmul vs torch.
 # Results go to $OUT (else ./gpu-results): environment.txt, *.log, junit-*.xml, timings.json,
 # summary.txt. The exit status is non-zero when a step failed.
@@ -51,16 +51,15 @@ echo "== kernel-library tests on the GPU"
 "$PY" - "$RESULTS" <<'EOF' 2>&1 | tee "$RESULTS/library-on-gpu.log" || failed+=("library tests on the GPU")
 import sys
 import pytest
-from ember.cube.kernel import KernelFunction
+from ember.cube.kernel import host_runtime
 from ember.cube.runtime.cuda import cuda_runtime
 
-runtime = cuda_runtime()
-# Every @cube.kernel launch, including those inside the NumPy host functions, now runs on the GPU.
-KernelFunction.launch = lambda self, count, dim, /, *args, **comptime: runtime.launch(self, count, dim, args, comptime)
 tests = ["tests/cube/" + t for t in ("test_elementwise.py", "test_reduce.py", "test_matmul.py",
                                      "test_conv_pool.py", "test_indexing.py", "test_random.py", "test_sort.py",
                                      "test_frontend.py", "test_passes.py")]
-sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", f"--junitxml={sys.argv[1]}/junit-library.xml", *tests]))
+# Every @cube.kernel launch on NumPy arrays, including those inside the host functions, runs on the GPU.
+with host_runtime(cuda_runtime()):
+    sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", f"--junitxml={sys.argv[1]}/junit-library.xml", *tests]))
 EOF
 
 echo "== timings"

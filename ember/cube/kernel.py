@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import ast
 import inspect
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from ..dtype import DType
 from . import ir
 from .frontend import ArrayRef, Source, Tracer
+from .runtime.arguments import DeviceArray
 from .lang import ArraySpec, ComptimeSpec, KernelError, ScalarSpec, SpecFactory
 
 
@@ -153,13 +155,49 @@ class KernelFunction:
         return b.kernel
 
     def launch(self, count, dim, /, *args, **comptime) -> None:
-        """Run on NumPy arrays with the CPU runtime (the C target).
+        """Run on the runtime of the array arguments: a device array's runtime (`CudaArray`,
+        `WgpuArray`; NumPy arrays beside it are copied there for the launch), else the host runtime
+        (the CPU runtime, the C target; see `host_runtime`).
 
         Arrays are passed by pointer and written in place; scalars are converted to the parameter's
         dtype; `comptime` values select the specialization.
         """
+        for a in args:
+            if isinstance(a, DeviceArray):
+                a.runtime.launch(self, count, dim, args, comptime)
+                return
+        (_host or _cpu())().launch(self, count, dim, args, comptime)
+
+
+_host = None  # a function giving the runtime that launches on NumPy arrays, when not the CPU one
+
+
+def _cpu():
+    global _cpu_runtime
+    if _cpu_runtime is None:
         from .runtime.cpu import cpu_runtime
-        cpu_runtime().launch(self, count, dim, args, comptime)
+        _cpu_runtime = cpu_runtime
+    return _cpu_runtime
+
+
+_cpu_runtime = None
+
+
+@contextmanager
+def host_runtime(runtime):
+    """Within the block, kernels launched on NumPy arrays only run on `runtime` (which copies them to
+    its device and back), e.g. to run the library's NumPy tests on a GPU.
+
+    Example:
+        >>> with host_runtime(cuda_runtime()):
+        ...     elementwise.unary("exp", np.zeros(3, np.float32))     # runs on the GPU
+    """
+    global _host
+    before, _host = _host, (lambda: runtime)
+    try:
+        yield runtime
+    finally:
+        _host = before
 
 
 class CubeFunction:

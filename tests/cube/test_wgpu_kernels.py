@@ -1,7 +1,8 @@
 """The cube kernel library through WGSL on a wgpu adapter (Mesa's lavapipe in CI), against NumPy.
 
-Each host function runs unchanged with its launches sent to the wgpu runtime. What WGSL cannot hold
-yet (i64 outputs: argmax, sort, integer sums; bool outputs: comparisons) must be refused by name.
+Each host function runs unchanged on NumPy arrays with its launches sent to the wgpu runtime
+(`host_runtime`), and on WgpuArrays (device-resident, views included). What WGSL cannot hold (i64
+outputs: argmax, sort, integer sums) must be refused by name; bools are emulated as u32 words.
 Skipped, with the reason printed, where wgpu or an adapter is missing."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 
 from ember.cube import kernels as K
-from ember.cube.kernel import KernelFunction
+from ember.cube.kernel import host_runtime
 from ember.cube.kernels import random as rnd
 from ember.cube.runtime.wgpu import wgpu_available, wgpu_runtime
 from ember.cube.targets.wgsl import WgslTargetError
@@ -29,11 +30,8 @@ XI = rng.integers(-50, 50, (37, 53)).astype(np.int32)
 
 @pytest.fixture(scope="module")
 def wgpu():
-    """Every kernel launch of the library goes to the wgpu runtime while this fixture is active."""
-    rt = wgpu_runtime()
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(KernelFunction, "launch",
-                   lambda self, count, dim, /, *args, **comptime: rt.launch(self, count, dim, args, comptime))
+    """Every kernel launch on NumPy arrays goes to the wgpu runtime while this fixture is active."""
+    with host_runtime(wgpu_runtime()) as rt:
         yield rt
 
 
@@ -211,8 +209,34 @@ def test_conv2d_and_pooling(wgpu):
     ("argmax", lambda: K.reduce("argmax", X, 1)),        # i64 indices
     ("sort", lambda: K.sort(X)),                          # i64 indices
     ("integer sum", lambda: K.reduce("sum", XI, 1)),      # accumulates in i64
-    ("comparison", lambda: K.binary("lt", X, X)),         # bool output
 ])
 def test_what_wgsl_cannot_hold_yet_is_refused_by_name(wgpu, name, call):
-    with pytest.raises(WgslTargetError, match=r"of (i64|bool) cannot run on the WGSL target \(adapter"):
+    with pytest.raises(WgslTargetError, match=r"of i64 cannot run on the WGSL target \(adapter"):
         call()
+
+
+def test_bools_are_stored_as_words(wgpu):
+    """Comparisons write bools, `where` and logical ops read them: u32 words on the device."""
+    lt = K.binary("lt", X, X.T.T[::-1])
+    np.testing.assert_array_equal(lt, X < X[::-1])
+    np.testing.assert_array_equal(K.binary("logical_xor", lt, X > 0), np.logical_xor(lt, X > 0))
+    np.testing.assert_array_equal(K.ternary("where", lt[:, ::2], X[:, ::2], XI[:, ::2].astype(np.float32)),
+                                  np.where(lt[:, ::2], X[:, ::2], XI[:, ::2]))
+
+
+def test_device_arrays_and_their_views_stay_on_the_device():
+    """WgpuArrays in, WgpuArrays out: transposed, sliced and broadcast views read in place."""
+    rt = wgpu_runtime()
+    x, xi = rt.to_device(X), rt.to_device(XI)
+    y = K.binary("add", x.T, x[:, ::-2][:, :1].T)           # (53, 37) + a broadcast row
+    assert type(y) is type(x) and y.shape == (53, 37)
+    close(y.numpy(), X.T + X[:, ::-2][:, :1].T)
+    lt = K.binary("lt", x[3:9], x[:6])
+    assert lt.dtype == np.bool_ and type(lt) is type(x)
+    np.testing.assert_array_equal(lt.numpy(), X[3:9] < X[:6])
+    np.testing.assert_array_equal(K.cast(lt.T, np.int32).numpy(), (X[3:9] < X[:6]).T.astype(np.int32))
+    close(K.reduce("sum", x.T[::2], dims=0).numpy(), X.T[::2].sum(0), rtol=1e-5, atol=1e-5)
+    close(K.matmul(x, x.T).numpy(), X @ X.T, rtol=1e-4, atol=1e-4)
+    close(K.softmax(x[:, 1:]).numpy(), np.exp(X[:, 1:]) / np.exp(X[:, 1:]).sum(1, keepdims=True), rtol=1e-5)
+    np.testing.assert_array_equal(xi.reshape(53, 37).T.numpy(), XI.reshape(53, 37).T)
+    np.testing.assert_array_equal(xi.T.reshape(-1).numpy(), XI.T.reshape(-1))   # a copy on the device

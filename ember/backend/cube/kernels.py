@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ... import cube
-from ...cube.kernels.common import check_size, cube_dtype, grid
+from ...cube.kernels.common import check_size, cube_dtype, empty, grid
 
 
 @cube.kernel
@@ -31,7 +31,7 @@ def _host_scalar(value, dtype: np.dtype):
 
 def fill(shape: tuple, value, dtype: np.dtype) -> np.ndarray:
     """A new array of `shape` and `dtype` holding `value` everywhere."""
-    out = np.empty(shape, dtype)
+    out = empty(shape, dtype)
     check_size("full", out)
     count, dim = grid(out.size)
     fill_kernel.launch(count, dim, out.reshape(-1), _host_scalar(value, dtype), T=cube_dtype(dtype))

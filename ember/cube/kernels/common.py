@@ -1,4 +1,10 @@
-"""What the kernel library's host functions share: launch sizing and strided layouts.
+"""What the kernel library's host functions share: allocation, launch sizing and strided layouts.
+
+Host functions take NumPy arrays or a device runtime's arrays (`CudaArray`, `WgpuArray`, which carry
+NumPy's metadata) and allocate their outputs with `empty(shape, dtype, *like)`: on the runtime of the
+operands `like` (a NumPy array from the host pool when they are all NumPy), so a kernel launched on
+them runs where they live (`KernelFunction.launch` routes by its array arguments). `asarray` and
+`contiguous` are NumPy's, passing device arrays through.
 
 Arrays reach a kernel as a pointer to their first element; their shape and strides (in elements,
 any sign, 0 for a broadcast dimension) travel in a small i32 "layout" array so that one compiled
@@ -13,16 +19,92 @@ Example:
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from contextvars import ContextVar
+
 import numpy as np
 
 from ...dtype import dtype_of
 from ...errors import ShapeError
 from .. import ir
 from ..lang import CubeCount, CubeDim
+from ..runtime.arguments import DeviceArray
+from ..runtime.host import empty as host_empty
 from ... import cube
 
 MAX_ELEMENTS = 2**31 - 1
 UNITS = 256  # units per cube for one-element-per-unit kernels
+
+
+_creating_on: ContextVar = ContextVar("creating_on", default=None)
+
+
+def empty(shape, dtype, *like):
+    """An uninitialized C-contiguous array of `shape` and `dtype` on the runtime of the first device
+    array among `like` (or of `creating_on`), else a NumPy array from the host pool.
+
+    Example:
+        >>> empty((2, 3), np.float32, x).shape        # x a WgpuArray: a WgpuArray on x's adapter
+        (2, 3)
+    """
+    shape = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    for a in like:
+        if isinstance(a, DeviceArray):
+            return a.runtime.empty(shape, dtype)
+    runtime = _creating_on.get()
+    if runtime is not None:
+        return runtime.empty(shape, dtype)
+    return host_empty(shape, np.dtype(dtype))
+
+
+def zeros(shape, dtype, *like):
+    """`empty(shape, dtype, *like)` filled with zeros."""
+    out = empty(shape, dtype, *like)
+    if isinstance(out, DeviceArray):
+        out.runtime.write_zeros(out)
+    else:
+        out[...] = 0
+    return out
+
+
+@contextmanager
+def creating_on(runtime):
+    """Within the block, `empty` with no device operand allocates on `runtime` (None: the host), so
+    creation functions (`uniform`, `fill`, ...) make their outputs there.
+
+    Example:
+        >>> with creating_on(wgpu_runtime()):
+        ...     x = random.uniform((3,), seed=0)              # a WgpuArray
+    """
+    token = _creating_on.set(runtime)
+    try:
+        yield runtime
+    finally:
+        _creating_on.reset(token)
+
+
+def asarray(x):
+    """`x` unchanged when it is an array (NumPy or device), else `np.asarray(x)`."""
+    return x if isinstance(x, (np.ndarray, DeviceArray)) else np.asarray(x)
+
+
+def contiguous(x):
+    """`x` when C-contiguous, else a C-contiguous copy on its own device (`np.ascontiguousarray`)."""
+    if isinstance(x, DeviceArray):
+        return x if x.flags.c_contiguous else x.copy()
+    return np.ascontiguousarray(x)
+
+
+def copy_as(x, dtype):
+    """A new C-contiguous copy of `x` converted to `dtype`, on `x`'s device."""
+    if isinstance(x, DeviceArray):
+        return x.astype(dtype)
+    return np.array(x, dtype=dtype, order="C")
+
+
+def result_type(*arrays):
+    """NumPy's result dtype of `arrays` (NumPy or device arrays), from their dtypes alone."""
+    return np.result_type(*(a.dtype for a in arrays))
 
 
 def cube_dtype(np_dtype) -> ir.DType:

@@ -21,7 +21,7 @@ import numpy as np
 from ... import cube
 from ...dtype import f32
 from ...errors import DTypeError, ShapeError
-from .common import check_size, cube_dtype, element_strides
+from .common import asarray, check_size, contiguous, cube_dtype, element_strides, empty, zeros
 
 ROWS, UNITS = 8, 64
 # geometry layout: the host writes these i32 values in this order
@@ -78,7 +78,7 @@ def conv2d(x: np.ndarray, w: np.ndarray, stride=1, padding=0, dilation=1, groups
 
     Output size per spatial dim: (n + 2p - d(k - 1) - 1) // s + 1.
     """
-    x, w = np.asarray(x), np.asarray(w)
+    x, w = asarray(x), asarray(w)
     if x.ndim != 4 or w.ndim != 4:
         raise ShapeError("conv2d", f"needs x (N, C, H, W) and w (O, C/groups, KH, KW), got {x.shape}, {w.shape}")
     if x.dtype != w.dtype or not cube_dtype(x.dtype).is_float:
@@ -92,12 +92,11 @@ def conv2d(x: np.ndarray, w: np.ndarray, stride=1, padding=0, dilation=1, groups
     ow = (wd + 2 * pw - dw * (kw - 1) - 1) // sw + 1
     if oh <= 0 or ow <= 0:
         raise ShapeError("conv2d", f"the kernel {w.shape[2:]} does not fit the padded input {x.shape[2:]}")
-    out = np.empty((nb, o, oh, ow), x.dtype)
+    if cg == 0:
+        return zeros((nb, o, oh, ow), x.dtype, x, w)
+    out = empty((nb, o, oh, ow), x.dtype, x, w)
     check_size("conv2d", x, w, out)
     if out.size == 0:
-        return out
-    if cg == 0:
-        out[...] = 0
         return out
     geometry = dict(C=c, H=h, W=wd, O=o, KH=kh, KW=kw, OH=oh, OW=ow, sh=sh, sw=sw, ph=ph, pw=pw, dh=dh,
                     dw=dw, groups=groups)
@@ -106,6 +105,6 @@ def conv2d(x: np.ndarray, w: np.ndarray, stride=1, padding=0, dilation=1, groups
     t = cube_dtype(x.dtype)
     rows, units = min(ROWS, o // groups), min(UNITS, oh * ow)
     count = cube.CubeCount(-(-(oh * ow) // units), -(-(o // groups) // rows), nb * groups)
-    conv2d_kernel.launch(count, cube.CubeDim(units), x, np.ascontiguousarray(w), out, g,
+    conv2d_kernel.launch(count, cube.CubeDim(units), x, contiguous(w), out, g,
                          T=f32 if t.itemsize < 4 else t, rows=rows, units=units)
     return out

@@ -19,7 +19,7 @@ import numpy as np
 from ... import cube
 from ...dtype import bool_
 from ...errors import DTypeError
-from .common import broadcast_layout, check_size, cube_dtype, grid, is_dense, offset
+from .common import asarray, broadcast_layout, check_size, cube_dtype, empty, grid, is_dense, offset, result_type
 
 UNARY_OPS = ("neg", "abs", "sign", "reciprocal", "square", "exp", "exp2", "expm1", "log", "log2", "log10",
              "log1p", "sqrt", "rsqrt", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh",
@@ -259,7 +259,7 @@ def cast(x: np.ndarray, dtype) -> np.ndarray:
 
 def _unary(x: np.ndarray, op: str, t, out_t) -> np.ndarray:
     check_size(op, x)
-    out = np.empty(x.shape, out_t.np)
+    out = empty(x.shape, out_t.np, x)
     _launch(unary_kernel, out.size, x, out, broadcast_layout(x.shape, x), op=op, T=t, ndim=x.ndim,
             dense=is_dense(x.shape, x))
     return out
@@ -274,13 +274,13 @@ def binary(op: str, a: np.ndarray, b: np.ndarray, out_dtype=None) -> np.ndarray:
     """
     if op not in BINARY_OPS:
         raise ValueError(f"unknown binary op {op!r}; known: {', '.join(BINARY_OPS)}")
-    a, b = np.asarray(a), np.asarray(b)
-    t = cube_dtype(np.result_type(a, b))
+    a, b = asarray(a), asarray(b)
+    t = cube_dtype(result_type(a, b))
     if op in FLOAT_BINARY and not t.is_float:
         raise DTypeError(f"{op} needs float inputs, got {t.name}")
     shape = np.broadcast_shapes(a.shape, b.shape)
     out_t = bool_ if op in BOOL_OUT else cube_dtype(out_dtype) if out_dtype is not None else t
-    out = np.empty(shape, out_t.np)
+    out = empty(shape, out_t.np, a, b)
     check_size(op, a, b, out)
     _launch(binary_kernel, out.size, a, b, out, broadcast_layout(shape, a, b), op=op, T=t, ndim=len(shape),
             dense_a=is_dense(shape, a), dense_b=is_dense(shape, b))
@@ -296,10 +296,10 @@ def ternary(op: str, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     """
     if op not in TERNARY_OPS:
         raise ValueError(f"unknown ternary op {op!r}; known: {', '.join(TERNARY_OPS)}")
-    a, b, c = np.asarray(a), np.asarray(b), np.asarray(c)
-    t = cube_dtype(np.result_type(b, c) if op == "where" else np.result_type(a, b, c))
+    a, b, c = asarray(a), asarray(b), asarray(c)
+    t = cube_dtype(result_type(b, c) if op == "where" else result_type(a, b, c))
     shape = np.broadcast_shapes(a.shape, b.shape, c.shape)
-    out = np.empty(shape, t.np)
+    out = empty(shape, t.np, a, b, c)
     check_size(op, a, b, c, out)
     dense = tuple(is_dense(shape, x) for x in (a, b, c))
     _launch(ternary_kernel, out.size, a, b, c, out, broadcast_layout(shape, a, b, c), op=op, T=t,

@@ -20,7 +20,7 @@ import numpy as np
 
 from ... import cube
 from ...errors import ShapeError
-from .common import check_size, dot, element_strides, grid, unravel
+from .common import asarray, check_size, contiguous, copy_as, dot, element_strides, empty, grid, unravel
 
 ATOMIC_DTYPES = ("float32", "float64", "int32", "int64")
 
@@ -89,14 +89,14 @@ def _check_bounds(op: str, index: np.ndarray, size: int, dim: int) -> None:
 
 def gather(x: np.ndarray, index: np.ndarray, dim: int) -> np.ndarray:
     """out[i][j] = x[index[i][j]][j] (dim 0) / x[i][index[i][j]] (dim 1), for any rank."""
-    x, index = np.asarray(x), np.asarray(index)
+    x, index = asarray(x), asarray(index)
     dim = dim % max(x.ndim, 1)
     if index.ndim != x.ndim or any(i != dim and index.shape[i] > x.shape[i] for i in range(x.ndim)):
         raise ShapeError("gather", f"index of shape {index.shape} does not fit input {x.shape} at dim {dim}")
     if x.ndim == 0:
         return x.copy()
     _check_bounds("gather", index, x.shape[dim], dim)
-    out = np.empty(index.shape, x.dtype)
+    out = empty(index.shape, x.dtype, x, index)
     check_size("gather", x, index)
     _launch(gather_kernel, out.size, x, index, out, _layout(index.shape, x, index), dim=dim,
             ndim=x.ndim)
@@ -105,14 +105,14 @@ def gather(x: np.ndarray, index: np.ndarray, dim: int) -> np.ndarray:
 
 def index_select(x: np.ndarray, index: np.ndarray, dim: int) -> np.ndarray:
     """The slices of `x` along `dim` named by the 1-D `index`, in its order."""
-    x, index = np.asarray(x), np.asarray(index)
+    x, index = asarray(x), asarray(index)
     if index.ndim != 1:
         raise ShapeError("index_select", f"index must be 1-D, got shape {index.shape}")
     if x.ndim == 0:
         return np.broadcast_to(x, index.shape).copy()
     dim = dim % x.ndim
     _check_bounds("index_select", index, x.shape[dim], dim)
-    out = np.empty(x.shape[:dim] + index.shape + x.shape[dim + 1:], x.dtype)
+    out = empty(x.shape[:dim] + index.shape + x.shape[dim + 1:], x.dtype, x, index)
     check_size("index_select", x, out)
     _launch(index_select_kernel, out.size, x, index, out, _layout(out.shape, x), dim=dim, ndim=x.ndim)
     return out
@@ -120,7 +120,7 @@ def index_select(x: np.ndarray, index: np.ndarray, dim: int) -> np.ndarray:
 
 def scatter(x: np.ndarray, index: np.ndarray, src: np.ndarray, dim: int, reduce: str | None = None):
     """A copy of `x` with src[p] written (or added, `reduce="add"`) at index[p] along `dim`."""
-    x, index, src = np.asarray(x), np.asarray(index), np.asarray(src)
+    x, index, src = asarray(x), asarray(index), asarray(src)
     dim = dim % max(x.ndim, 1)
     if index.ndim != x.ndim or src.ndim != x.ndim or any(
             index.shape[i] > src.shape[i] or (i != dim and index.shape[i] > x.shape[i]) for i in range(x.ndim)):
@@ -134,7 +134,7 @@ def scatter(x: np.ndarray, index: np.ndarray, src: np.ndarray, dim: int, reduce:
 
 def index_add(x: np.ndarray, index: np.ndarray, src: np.ndarray, dim: int) -> np.ndarray:
     """A copy of `x` with src's slices added at the positions `index` names along `dim`."""
-    x, index, src = np.asarray(x), np.asarray(index), np.asarray(src)
+    x, index, src = asarray(x), asarray(index), asarray(src)
     if x.ndim == 0:
         return x + src.sum()
     dim = dim % x.ndim
@@ -149,13 +149,13 @@ def _scatter_into(x, index, src, dim, add, shape, select_mode):
     # Atomics exist for 32/64-bit types only: add others in f64 or i64 and convert back.
     wide = x.dtype if not add or x.dtype.name in ATOMIC_DTYPES else \
         np.dtype(np.float64 if x.dtype.kind in "fV" else np.int64)
-    out = np.array(x, dtype=wide, order="C")
+    out = copy_as(x, wide)
     src = src.astype(wide, copy=False)
     n = int(np.prod(shape, dtype=np.int64))
     check_size("scatter", out, src, index)
     if n:
         if select_mode:  # a 1-D index read at c[dim]: contiguous, and no strides in the layout
-            index = np.ascontiguousarray(index)
+            index = contiguous(index)
             layout = np.concatenate([_layout(shape, out), np.zeros(x.ndim, np.int32), _layout((), src)])
         else:
             layout = _layout(shape, out, index, src)

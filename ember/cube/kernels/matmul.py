@@ -31,7 +31,7 @@ from ... import cube
 from ...dtype import f32
 from ...errors import DTypeError, ShapeError
 from ..runtime.autotune import anchor
-from .common import check_size, cube_dtype, element_strides, offset
+from .common import asarray, check_size, cube_dtype, element_strides, empty, offset, zeros
 
 
 class Tile(NamedTuple):
@@ -91,7 +91,7 @@ def matmul(a: np.ndarray, b: np.ndarray, tile: Tile = DEFAULT_TILE) -> np.ndarra
         >>> matmul(np.eye(2, dtype=np.float32), np.arange(2, dtype=np.float32))
         array([0., 1.], dtype=float32)
     """
-    a, b = np.asarray(a), np.asarray(b)
+    a, b = asarray(a), asarray(b)
     if a.ndim == 0 or b.ndim == 0:
         raise ShapeError("matmul", f"needs at least 1-D operands, got {a.shape} and {b.shape}")
     if a.dtype != b.dtype:
@@ -108,13 +108,10 @@ def matmul(a: np.ndarray, b: np.ndarray, tile: Tile = DEFAULT_TILE) -> np.ndarra
         batch_shape = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
     except ValueError:
         raise ShapeError("matmul", f"batch dims do not broadcast: {a.shape} @ {b.shape}") from None
-    out = np.empty(batch_shape + (m, n), a.dtype)
+    out = (zeros if ka == 0 else empty)(batch_shape + (m, n), a.dtype, a, b)
     check_size("matmul", a, b, out)
-    if out.size:
-        if ka == 0:
-            out[...] = 0
-        else:
-            _launch(a2, b2, out, batch_shape, m, n, ka, t, tile)
+    if out.size and ka:
+        _launch(a2, b2, out, batch_shape, m, n, ka, t, tile)
     if a.ndim == 1:
         out = out[..., 0, :]
     if b.ndim == 1:

@@ -16,7 +16,7 @@ import numpy as np
 
 from ... import cube
 from ...errors import DTypeError, ShapeError
-from .common import check_size, cube_dtype
+from .common import check_size, contiguous, cube_dtype, empty
 from .reduce import accumulator, block_reduce
 from .softmax import _units
 
@@ -61,14 +61,14 @@ def _norm(x, weight, bias, eps: float, rms: bool) -> np.ndarray:
     for label, p in (("weight", weight), ("bias", bias)):
         if p is not None and np.shape(p) != (n,):
             raise ShapeError(name, f"{label} of shape {np.shape(p)} does not match the last dim {n} of {x.shape}")
-    x = np.ascontiguousarray(x)
-    out = np.empty_like(x)
+    x = contiguous(x)
+    out = empty(x.shape, x.dtype, x)
     check_size(name, x)
     if x.size == 0:
         return out
     units = _units(n)
-    w = np.ascontiguousarray(weight) if weight is not None else np.zeros(1, x.dtype)
-    b = np.ascontiguousarray(bias) if bias is not None else np.zeros(1, x.dtype)
+    w = contiguous(weight) if weight is not None else np.zeros(1, x.dtype)
+    b = contiguous(bias) if bias is not None else np.zeros(1, x.dtype)
     norm_kernel.launch(cube.CubeCount(x.size // n), cube.CubeDim(units), x, w, b, out, n, float(eps),
                        rms=rms, has_weight=weight is not None, has_bias=bias is not None,
                        T=accumulator("sum", t), units=units)

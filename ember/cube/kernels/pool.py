@@ -22,7 +22,7 @@ import numpy as np
 from ... import cube
 from ...dtype import f32, i64
 from ...errors import ShapeError
-from .common import check_size, cube_dtype, element_strides, grid
+from .common import asarray, check_size, cube_dtype, element_strides, empty, grid
 from .conv import _pair
 from .reduce import identity
 
@@ -85,7 +85,7 @@ def pool_out_size(n: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> in
 
 
 def _pool(mode, x, kernel, stride, padding, dilation, ceil_mode, count_include_pad=True, divisor_override=None):
-    x = np.asarray(x)
+    x = asarray(x)
     if x.ndim != 4:
         raise ShapeError(f"{mode}_pool2d", f"needs an (N, C, H, W) input, got {x.shape}")
     kernel = _pair(kernel)
@@ -98,7 +98,7 @@ def _pool(mode, x, kernel, stride, padding, dilation, ceil_mode, count_include_p
     if oh <= 0 or ow <= 0:
         raise ShapeError(f"{mode}_pool2d", f"kernel {kernel} does not fit the input {x.shape}")
     t = cube_dtype(x.dtype)
-    out = np.empty(x.shape[:2] + (oh, ow), i64.np if mode == "argmax" else x.dtype)
+    out = empty(x.shape[:2] + (oh, ow), i64.np if mode == "argmax" else x.dtype, x)
     check_size("pool2d", x, out)
     if out.size:
         g = np.asarray([x.shape[1], x.shape[2], x.shape[3], oh, ow, *element_strides(x)], np.int32)

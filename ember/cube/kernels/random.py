@@ -26,7 +26,7 @@ import numpy as np
 from ... import cube
 from ...dtype import f32
 from ...random import M0, M1, ROUNDS, W0, W1, philox4x32, split64, uniform_top, words
-from .common import check_size, cube_dtype, grid
+from .common import check_size, cube_dtype, empty, grid
 
 TWO_PI = 6.283185307179586
 __all__ = ["bits", "uniform", "normal", "randint", "philox4x32", "bits_reference"]
@@ -113,7 +113,7 @@ def uniform64_kernel(out: cube.Array[cube.f64], n: cube.i32, key0: cube.u32, key
 
 def _launch(kernel, per_block: int, op: str, shape, dtype, seed: int, offset: int, *args, **comptime) -> np.ndarray:
     """A new array of `shape` and `dtype` filled by `kernel`, one unit per Philox block."""
-    out = np.empty(shape, cube_dtype(dtype).np)
+    out = empty(shape, cube_dtype(dtype).np)
     check_size(op, out)
     if out.size:
         count, dim = grid(-(-out.size // per_block))

@@ -23,7 +23,8 @@ import numpy as np
 from ... import cube
 from ...dtype import bool_, f32, f64, i64
 from ...errors import DTypeError, ShapeError
-from .common import check_size, cube_dtype, element_strides, offset
+from .elementwise import binary
+from .common import asarray, check_size, contiguous, cube_dtype, element_strides, empty, offset
 
 OPS = ("sum", "mean", "prod", "amax", "amin", "argmax", "argmin", "var")
 _KERNEL_OP = {"amax": "max", "amin": "min"}  # the name `combine` and `identity` use
@@ -185,12 +186,12 @@ def reduce(op: str, x: np.ndarray, dims=None, keepdim: bool = False, correction:
     """
     if op not in OPS:
         raise ValueError(f"unknown reduction {op!r}; known: {', '.join(OPS)}")
-    x = np.asarray(x)
+    x = asarray(x)
     t = cube_dtype(x.dtype)
     if op in ("mean", "var") and not t.is_float:
         raise DTypeError(f"{op} needs a float input, got {t.name}")
     if op.startswith("arg") and dims is None:
-        return reduce(op, np.ascontiguousarray(x).reshape(-1), 0)
+        return reduce(op, contiguous(x).reshape(-1), 0)
     dims = tuple(range(x.ndim)) if dims is None else (dims,) if isinstance(dims, int) else tuple(dims)
     dims = tuple(sorted({d % x.ndim for d in dims})) if x.ndim else ()
     if op.startswith("arg") and len(dims) != 1:
@@ -200,7 +201,7 @@ def reduce(op: str, x: np.ndarray, dims=None, keepdim: bool = False, correction:
     out_shape = tuple(1 if d in dims else x.shape[d] for d in range(x.ndim)) if keepdim \
         else tuple(x.shape[d] for d in kept)
     out_t = i64 if op.startswith("arg") else accumulator(op, t) if not t.is_float else t
-    out = np.empty(out_shape, out_t.np)
+    out = empty(out_shape, out_t.np, x)
     if n == 0 and op in ("amax", "amin", "argmax", "argmin"):
         raise ShapeError(op, f"cannot reduce an empty dim of {x.shape} with {op}")
     check_size(op, x, out)
@@ -221,14 +222,13 @@ def reduce(op: str, x: np.ndarray, dims=None, keepdim: bool = False, correction:
                              units=units, correction=correction if op == "var" else 0)
         return out
     # Few outputs, long reductions: spread each over `splits` cubes, then reduce the partials.
-    partial = np.empty(out.size * splits, acc_t.np)
+    partial = empty(out.size * splits, acc_t.np, x)
     stage = "sum" if op == "mean" else op
     reduce_kernel.launch(cube.CubeCount(out.size, splits), cube.CubeDim(units), x, partial, *layouts,
                          op=_KERNEL_OP.get(stage, stage), T=acc_t, kdim=len(kept), rdim=len(dims),
                          dense=dense, units=units)
     total = reduce(stage, partial.reshape(out.size, splits), dims=1)
     if op == "mean":
-        total = total / total.dtype.type(n)
-    out[...] = total.reshape(out.shape).astype(out.dtype)
-    return out
+        total = binary("div", total, np.full(1, n, total.dtype))
+    return total.reshape(out.shape).astype(out.dtype, copy=False)
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from ... import cube
 from ...dtype import f32
-from .common import check_size, cube_dtype, element_strides, grid, offset
+from .common import asarray, check_size, cube_dtype, element_strides, empty, grid, offset
 
 OPS = ("cumsum", "cumprod")
 
@@ -38,12 +38,12 @@ def scan(op: str, x: np.ndarray, dim: int) -> np.ndarray:
     """Inclusive prefix sum or product of `x` along `dim`."""
     if op not in OPS:
         raise ValueError(f"unknown scan {op!r}; known: {', '.join(OPS)}")
-    x = np.asarray(x)
+    x = asarray(x)
     if x.ndim == 0:
         return x.copy()
     dim = dim % x.ndim
     moved = np.moveaxis(x, dim, -1)
-    out = np.empty(moved.shape, x.dtype)
+    out = empty(moved.shape, x.dtype, x)
     check_size(op, x)
     n = moved.shape[-1]
     n_rows = out.size // n if n else 0

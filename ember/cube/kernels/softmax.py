@@ -16,7 +16,7 @@ import numpy as np
 
 from ... import cube
 from ...errors import DTypeError
-from .common import check_size, cube_dtype
+from .common import check_size, contiguous, cube_dtype, empty
 from .reduce import MAX_UNITS, accumulator, block_reduce
 
 
@@ -58,8 +58,8 @@ def softmax(x: np.ndarray, log: bool = False) -> np.ndarray:
     t = cube_dtype(x.dtype)
     if not t.is_float:
         raise DTypeError(f"softmax needs a float input, got {t.name}")
-    x = np.ascontiguousarray(x)
-    out = np.empty_like(x)
+    x = contiguous(x)
+    out = empty(x.shape, x.dtype, x)
     check_size("softmax", x)
     if x.size == 0:
         return out

@@ -18,7 +18,7 @@ import numpy as np
 from ... import cube
 from ...dtype import i64
 from ...errors import ShapeError
-from .common import check_size, cube_dtype
+from .common import asarray, check_size, contiguous, cube_dtype, empty, zeros
 
 MAX_ROW = 16384
 MAX_UNITS = 256
@@ -81,16 +81,16 @@ def sort_kernel(x: cube.Array, values: cube.Array, index: cube.Array[cube.i64], 
 
 
 def _sorted_rows(x: np.ndarray, dim: int, k: int, descending: bool) -> tuple:
-    x = np.asarray(x)
+    x = asarray(x)
     if x.ndim == 0:
-        return x.copy(), np.zeros((), i64.np)
+        return x.copy(), zeros((), i64.np, x)
     dim = dim % x.ndim
     n = x.shape[dim]
     if n > MAX_ROW:
         raise ShapeError("sort", f"rows of {n} elements exceed the {MAX_ROW} one cube can sort")
-    rows = np.ascontiguousarray(np.moveaxis(x, dim, -1))
+    rows = contiguous(np.moveaxis(x, dim, -1))
     shape = rows.shape[:-1] + (k,)
-    values, index = np.empty(shape, x.dtype), np.empty(shape, i64.np)
+    values, index = empty(shape, x.dtype, x), empty(shape, i64.np, x)
     check_size("sort", rows)
     if values.size:
         size = 1 << max(1, (n - 1).bit_length())

@@ -8,6 +8,8 @@ Example:
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..ir import DTYPES
@@ -16,18 +18,281 @@ from ..lang import KernelError
 NP_TO_CUBE = {np.dtype(d.np): d for d in DTYPES.values()}
 
 
-class DeviceArray:
-    """An array on a device: its runtime, shape, NumPy dtype, element count and bytes.
+class Flags:
+    """The two NumPy flags the kernel library reads: `c_contiguous` and `writeable` (always True)."""
 
-    A runtime's array type (CudaArray, WgpuArray) adds the memory that holds the elements.
+    __slots__ = ("c_contiguous",)
+    writeable = True
+
+    def __init__(self, c_contiguous: bool) -> None:
+        self.c_contiguous = c_contiguous
+
+
+def c_strides(shape: tuple, itemsize: int) -> tuple:
+    """The byte strides of a C-contiguous array of `shape`."""
+    strides, step = [], itemsize
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(strides))
+
+
+class DeviceArray:
+    """An array on a device, with NumPy's metadata: a view over one allocation of its runtime.
+
+    `shape`, `dtype`, `itemsize`, `size`, `ndim`, `nbytes`, `strides` (bytes, any sign, 0 where
+    broadcast) and `flags.c_contiguous` mean what they mean in NumPy; `offset` is the byte offset of
+    element 0 from the start of the allocation (`memory`), which every view shares with its owner
+    (`owner` keeps it alive). reshape, transpose, permute, broadcast_to, indexing by ints, slices,
+    None and Ellipsis are views: they change metadata only. A runtime's array type (CudaArray,
+    WgpuArray) allocates `memory` and reads it back (`numpy()`).
+
+    Example:
+        >>> a = rt.to_device(np.arange(6, dtype=np.float32).reshape(2, 3))
+        >>> a.T.strides, a[:, ::2].shape, a.T.flags.c_contiguous
+        ((4, 12), (2, 2), False)
     """
 
-    def __init__(self, runtime, shape: tuple, dtype) -> None:
+    __array_priority__ = 100  # NumPy defers binary operators to us (which refuse: no host copies by accident)
+
+    def __init__(self, runtime, shape: tuple, dtype, strides: tuple | None = None, offset: int = 0) -> None:
         self.runtime = runtime
-        self.shape = tuple(int(s) for s in shape)
-        self.dtype = np.dtype(dtype)
-        self.size = int(np.prod(self.shape, dtype=np.int64))
-        self.nbytes = self.size * self.dtype.itemsize
+        self._set(tuple(int(s) for s in shape), np.dtype(dtype), strides, offset)
+        self.owner = None  # the array that owns the memory, for views
+
+    def _set(self, shape: tuple, dtype: np.dtype, strides: tuple | None, offset: int) -> None:
+        self._shape = shape
+        self.dtype = dtype
+        self.itemsize = dtype.itemsize
+        self.ndim = len(shape)
+        self.size = math.prod(shape)
+        self.nbytes = self.size * self.itemsize
+        self.strides = c_strides(shape, dtype.itemsize) if strides is None else tuple(int(s) for s in strides)
+        self.offset = offset
+        self.flags = Flags(self.size <= 1 or all(
+            s == c for s, c, n in zip(self.strides, c_strides(shape, dtype.itemsize), shape) if n != 1))
+
+    # ---- views -----------------------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple:
+        return self._shape
+
+    @shape.setter
+    def shape(self, shape) -> None:
+        """In place, as NumPy: AttributeError when the strides cannot express the new shape."""
+        strides = _reshape_strides(self, _shape_arg(shape, self.size))
+        if strides is None:
+            raise AttributeError(f"cannot reshape {self._shape} with strides {self.strides} to {shape} "
+                                 f"without copying")
+        self._set(_shape_arg(shape, self.size), self.dtype, strides, self.offset)
+
+    def strided(self, shape: tuple, strides: tuple, offset: int | None = None) -> "DeviceArray":
+        """A view of the same memory with `shape`, byte `strides` and byte `offset` (default: this one's)."""
+        v = object.__new__(type(self))
+        v.__dict__.update(self.__dict__)
+        v._set(tuple(int(n) for n in shape), self.dtype, tuple(strides), self.offset if offset is None else offset)
+        v.owner = self if self.owner is None else self.owner
+        v._finalizer = None
+        return v
+
+    def view(self) -> "DeviceArray":
+        """A new view of the same elements (its `shape` may then be set, as in NumPy)."""
+        return self.strided(self._shape, self.strides)
+
+    def reshape(self, *shape) -> "DeviceArray":
+        """`shape` (one -1 allowed): a view when the strides allow it, else a C-contiguous copy."""
+        shape = _shape_arg(shape[0] if len(shape) == 1 else shape, self.size)
+        strides = _reshape_strides(self, shape)
+        if strides is not None:
+            return self.strided(shape, strides)
+        return self.copy().strided(shape, c_strides(shape, self.itemsize))
+
+    def transpose(self, *axes) -> "DeviceArray":
+        """Dims permuted (reversed when `axes` is empty), as `np.transpose`."""
+        axes = tuple(axes[0]) if len(axes) == 1 and isinstance(axes[0], (tuple, list)) else axes
+        axes = tuple(reversed(range(self.ndim))) if not axes else tuple(a % max(self.ndim, 1) for a in axes)
+        if sorted(axes) != list(range(self.ndim)):
+            raise ValueError(f"axes {axes} do not permute the {self.ndim} dims of {self._shape}")
+        return self.strided([self._shape[a] for a in axes], [self.strides[a] for a in axes])
+
+    permute = transpose
+
+    @property
+    def T(self) -> "DeviceArray":
+        return self.transpose()
+
+    def broadcast_to(self, shape: tuple) -> "DeviceArray":
+        """A read-through view broadcast to `shape` (NumPy's rules; stride 0 on broadcast dims)."""
+        shape = tuple(int(n) for n in shape)
+        pad = len(shape) - self.ndim
+        if pad < 0:
+            raise ValueError(f"cannot broadcast {self._shape} to {shape}")
+        strides = [0] * pad
+        for n, have, s in zip(shape[pad:], self._shape, self.strides):
+            if have == n:
+                strides.append(s)
+            elif have == 1:
+                strides.append(0)
+            else:
+                raise ValueError(f"cannot broadcast {self._shape} to {shape}")
+        return self.strided(shape, strides)
+
+    def __getitem__(self, key) -> "DeviceArray":
+        """Basic indexing (ints, slices, None, Ellipsis) as a view; no fancy indexing on a device."""
+        key = key if isinstance(key, tuple) else (key,)
+        if any(k is Ellipsis for k in key):
+            i = next(j for j, k in enumerate(key) if k is Ellipsis)
+            fill = self.ndim - sum(1 for k in key if k is not None and k is not Ellipsis)
+            key = key[:i] + (slice(None),) * fill + key[i + 1:]
+        shape, strides, offset, d = [], [], self.offset, 0
+        for k in key:
+            if k is None:
+                shape.append(1)
+                strides.append(0)
+                continue
+            if d >= self.ndim:
+                raise IndexError(f"too many indices for an array of shape {self._shape}")
+            n, s = self._shape[d], self.strides[d]
+            if isinstance(k, slice):
+                start, stop, step = k.indices(n)
+                count = len(range(start, stop, step))
+                shape.append(count)
+                strides.append(s * step)
+                offset += start * s if count else 0
+            elif isinstance(k, (int, np.integer)):
+                i = int(k) + n if k < 0 else int(k)
+                if not 0 <= i < n:
+                    raise IndexError(f"index {int(k)} is out of bounds for dim {d} of size {n}")
+                offset += i * s
+            else:
+                raise IndexError(f"a device array takes ints, slices, None and ... as indices, got "
+                                 f"{type(k).__name__} (use the gather kernels)")
+            d += 1
+        shape += self._shape[d:]
+        strides += self.strides[d:]
+        return self.strided(shape, strides, offset)
+
+    # ---- copies ------------------------------------------------------------------------------------
+    def copy(self) -> "DeviceArray":
+        """A C-contiguous copy on the same device (the library's cast kernel reads any strides)."""
+        from ..kernels.elementwise import cast
+        return cast(self, self.dtype)
+
+    def astype(self, dtype, copy: bool = True) -> "DeviceArray":
+        """The elements converted to `dtype` on the device (this array when it has it and copy=False)."""
+        if np.dtype(dtype) == self.dtype and not copy:
+            return self
+        from ..kernels.elementwise import cast
+        return cast(self, dtype)
+
+    def numpy(self) -> np.ndarray:
+        """A host copy with this array's shape (waits for the queued work that writes it); each runtime's
+        array type reads its memory."""
+        raise NotImplementedError(f"{type(self).__name__} has no host copy")
+
+    def item(self):
+        """The one element as a Python number (a host copy)."""
+        return self.numpy().item()
+
+    def min(self):
+        """The smallest element (a host copy; for bounds checks of small index arrays)."""
+        return self.numpy().min()
+
+    def max(self):
+        """The largest element (a host copy; for bounds checks of small index arrays)."""
+        return self.numpy().max()
+
+    def __len__(self) -> int:
+        if not self._shape:
+            raise TypeError("len() of a 0-d array")
+        return self._shape[0]
+
+    def __array__(self, dtype=None, copy=None):
+        raise TypeError(f"{type(self).__name__} lives on {self.runtime!r}: copy it to the host with .numpy() "
+                        f"(NumPy does not convert device arrays implicitly)")
+
+    def __array_function__(self, func, types, args, kwargs):
+        impl = _ARRAY_FUNCTIONS.get(func)
+        if impl is None:
+            return NotImplemented
+        return impl(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(shape={self._shape}, dtype={self.dtype}, runtime={self.runtime!r})"
+
+
+def span(a) -> tuple[int, int]:
+    """(byte offset from `a`'s first element to the lowest byte it covers, bytes covered), for NumPy
+    and device arrays alike (a strided view covers the span of memory under it)."""
+    if a.size == 0:
+        return 0, 0
+    lo = sum(min(0, s * (n - 1)) for s, n in zip(a.strides, a.shape))
+    hi = sum(max(0, s * (n - 1)) for s, n in zip(a.strides, a.shape)) + a.itemsize
+    return lo, hi - lo
+
+
+def _shape_arg(shape, size: int) -> tuple:
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(int(n) for n in shape)
+    if shape.count(-1) > 1:
+        raise ValueError(f"only one -1 in a shape, got {shape}")
+    if -1 in shape:
+        known = math.prod(n for n in shape if n != -1)
+        if known == 0 or size % known:
+            raise ValueError(f"cannot reshape an array of size {size} into shape {shape}")
+        shape = tuple(size // known if n == -1 else n for n in shape)
+    if math.prod(shape) != size:
+        raise ValueError(f"cannot reshape an array of size {size} into shape {shape}")
+    return shape
+
+
+def _reshape_strides(a: DeviceArray, shape: tuple) -> tuple | None:
+    """Byte strides giving `a`'s elements in C order with `shape`, or None when a copy is needed
+    (NumPy's no-copy reshape)."""
+    if a.size <= 1 or a.flags.c_contiguous:
+        return c_strides(shape, a.itemsize)
+    old = [(n, s) for n, s in zip(a.shape, a.strides) if n != 1]
+    new = [0] * len(shape)
+    oi, oj, ni, nj = 0, 1, 0, 1
+    while ni < len(shape) and oi < len(old):
+        np_, op = shape[ni], old[oi][0]
+        while np_ != op:
+            if np_ < op:
+                np_ *= shape[nj]
+                nj += 1
+            else:
+                op *= old[oj][0]
+                oj += 1
+        if any(old[k][1] != old[k + 1][0] * old[k + 1][1] for k in range(oi, oj - 1)):
+            return None
+        new[nj - 1] = old[oj - 1][1]
+        for k in range(nj - 1, ni, -1):
+            new[k - 1] = new[k] * shape[k]
+        ni, nj, oi, oj = nj, nj + 1, oj, oj + 1
+    last = new[ni - 1] if ni >= 1 else a.itemsize
+    for k in range(ni, len(shape)):
+        new[k] = last
+    return tuple(new)
+
+
+def _moveaxis(a, source, destination):
+    src = [source] if isinstance(source, int) else list(source)
+    dst = [destination] if isinstance(destination, int) else list(destination)
+    src, dst = [s % a.ndim for s in src], [d % a.ndim for d in dst]
+    order = [n for n in range(a.ndim) if n not in src]
+    for d, s in sorted(zip(dst, src)):
+        order.insert(d, s)
+    return a.transpose(order)
+
+
+_ARRAY_FUNCTIONS = {
+    np.moveaxis: _moveaxis,
+    np.transpose: lambda a, axes=None: a.transpose(*(() if axes is None else (axes,))),
+    np.reshape: lambda a, shape=None, *args, **kw: a.reshape(shape if shape is not None else kw["newshape"]),
+    np.broadcast_to: lambda a, shape, subok=False: a.broadcast_to((shape,) if isinstance(shape, int) else shape),
+    np.shape: lambda a: a.shape,
+    np.ndim: lambda a: a.ndim,
+    np.size: lambda a, axis=None: a.size if axis is None else a.shape[axis],
+}
 
 
 def check_count(kfn, args: tuple) -> None:

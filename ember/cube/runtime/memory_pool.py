@@ -125,10 +125,13 @@ class MemoryPool:
         self.small_limit = small_limit
         self.fixed_page = page_size
         self.free_after_s = free_after_s
+        self.max_page = MAX_PAGE  # a device may cap it (wgpu: max_buffer_size)
         self._slabs: dict[int, list[Page]] = {}
         self._large: list[Page] = []
         self._recent: deque[int] = deque(maxlen=64)
         self._lock = threading.Lock()
+        self._pending: deque[Slice] = deque()  # freed by finalizers, given back under the lock
+        self._next_idle_check = 0.0
         self._in_use = self._reserved = self._peak_in_use = self._peak_reserved = self._slices = 0
 
     def reserve(self, nbytes: int) -> Slice:
@@ -136,43 +139,66 @@ class MemoryPool:
         if nbytes < 0:
             raise ValueError(f"cannot reserve {nbytes} bytes")
         with self._lock:
-            self._free_idle_pages()
+            if self._pending:
+                self._drain()
+            now = time.monotonic()
+            if now >= self._next_idle_check:
+                self._next_idle_check = now + min(1.0, self.free_after_s / 4)
+                self._free_idle_pages()
             if nbytes <= self.small_limit:
-                chunk = max(ALIGN, 1 << max(nbytes - 1, 0).bit_length())
-                pages = self._slabs.setdefault(chunk, [])
-                size, new_page = chunk, lambda: self._new_page(max(SLAB_PAGE, chunk), chunk)
+                size = ALIGN if nbytes <= ALIGN else 1 << (nbytes - 1).bit_length()
+                pages = self._slabs.get(size)
+                if pages is None:
+                    pages = self._slabs[size] = []
             else:
                 size = -(-nbytes // ALIGN) * ALIGN
                 self._recent.append(size)
-                pages, new_page = self._large, lambda: self._new_page(max(size, self._target()), 0)
+                pages = self._large
             for page in pages:
                 offset = page.take(size)
                 if offset is not None:
                     break
             else:
-                page = new_page()
+                page = self._new_page(max(SLAB_PAGE, size), size) if nbytes <= self.small_limit else \
+                    self._new_page(max(size, self._target()), 0)
                 pages.append(page)
                 offset = page.take(size)
             self._in_use += size
             self._slices += 1
-            self._peak_in_use = max(self._peak_in_use, self._in_use)
+            if self._in_use > self._peak_in_use:
+                self._peak_in_use = self._in_use
             return Slice(page, offset, size)
 
     def free(self, piece: Slice) -> None:
         """Give a slice back to its page (the page itself stays reserved until idle)."""
         with self._lock:
-            piece.page.give(piece.offset, piece.size)
-            self._in_use -= piece.size
-            self._slices -= 1
+            self._give(piece)
+
+    def free_later(self, piece: Slice) -> None:
+        """Give a slice back at the pool's next call: safe from a finalizer or `__del__`, which may run
+        in the middle of another pool call on the same thread (a lock would deadlock there)."""
+        self._pending.append(piece)  # deque.append is atomic
+
+    def _give(self, piece: Slice) -> None:
+        piece.page.give(piece.offset, piece.size)
+        self._in_use -= piece.size
+        self._slices -= 1
+
+    def _drain(self) -> None:
+        pending = self._pending
+        while pending:
+            self._give(pending.popleft())
 
     def cleanup(self) -> int:
         """Give every empty page back to the device now; returns the bytes released."""
         with self._lock:
+            self._drain()
             return self._free_pages(lambda page: True)
 
     def stats(self) -> MemoryStats:
         """Reserved and in-use bytes, their peaks, and the page and slice counts."""
         with self._lock:
+            self._drain()
             pages = len(self._large) + sum(len(p) for p in self._slabs.values())
             return MemoryStats(self._reserved, self._in_use, self._peak_reserved, self._peak_in_use,
                                pages, self._slices)
@@ -182,7 +208,7 @@ class MemoryPool:
         if self.fixed_page:
             return self.fixed_page
         typical = statistics.median(self._recent)
-        return min(MAX_PAGE, max(MIN_PAGE, 4 << (int(typical) - 1).bit_length()))
+        return min(self.max_page, max(MIN_PAGE, 4 << (int(typical) - 1).bit_length()))
 
     def _new_page(self, size: int, chunk: int) -> Page:
         page = Page(self._allocate(size), size, chunk)
@@ -207,3 +233,15 @@ class MemoryPool:
             pages[:] = keep
         self._reserved -= released
         return released
+
+
+def pool_from_settings(allocate: Callable[[int], Any], release: Callable[[Any], None]) -> MemoryPool:
+    """A pool with `[memory] page_size_mb` and `free_after_s` from `ember.toml` / `EMBER_*`.
+
+    Example:
+        >>> pool = pool_from_settings(lambda n: bytearray(n), lambda page: None)
+    """
+    from ...settings import settings
+    config = settings()
+    return MemoryPool(allocate, release, page_size=config.get("memory", "page_size_mb") << 20,
+                      free_after_s=config.get("memory", "free_after_s"))

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import weakref
 from time import perf_counter
 from dataclasses import dataclass
 
@@ -42,8 +43,8 @@ from ..ir import DTYPES
 from ..lang import CubeCount, CubeDim, KernelError
 from ..passes import optimize
 from ..targets import wgsl as wgsl_target
-from .arguments import NP_TO_CUBE, DeviceArray, Specializing, check_array, check_count
-from .host import host_span
+from .arguments import NP_TO_CUBE, DeviceArray, Specializing, check_array, check_count, span
+from .memory_pool import MemoryStats, pool_from_settings
 
 INSTALL = "pip install 'ember[wgpu]' (wgpu-py; on Linux without a GPU also apt-get install mesa-vulkan-drivers)"
 _TYPE_RANK = {"DiscreteGPU": 0, "IntegratedGPU": 1, "CPU": 2}
@@ -131,25 +132,39 @@ def wgpu_available() -> tuple[bool, str]:
 # Device arrays
 
 class WgpuArray(DeviceArray):
-    """An array in a device buffer (STORAGE | COPY_SRC | COPY_DST), freed when dropped.
+    """An array in a slice of the runtime's memory pool (storage buffers), given back when the array and
+    all its views are dropped. NumPy's metadata (see `DeviceArray`); bools are stored as u32 words.
 
     Example:
         >>> a = rt.to_device(np.ones((2, 3), np.float32))
-        >>> a.shape, a.numpy().sum()
+        >>> a.shape, a.T.numpy().sum()
         ((2, 3), 6.0)
     """
 
     def __init__(self, runtime: "WgpuRuntime", shape: tuple, dtype) -> None:
         super().__init__(runtime, shape, dtype)
-        self.buffer = runtime.buffer(self.nbytes)
+        word = storage_dtype(self.dtype).itemsize
+        self.memory = runtime.reserve(self.size * word, f"an array of {self.shape} {self.dtype}")
+        self._finalizer = weakref.finalize(self, runtime.pool.free_later, self.memory)
 
     def numpy(self) -> np.ndarray:
         """A host copy (waits for the queued work that writes it)."""
-        data = self.runtime.read(self.buffer, self.nbytes)
-        return np.frombuffer(data, self.dtype, self.size).reshape(self.shape).copy()
+        lo, n = span(self)
+        if n == 0:
+            return np.empty(self.shape, self.dtype)
+        word = storage_dtype(self.dtype)
+        scale = word.itemsize // self.itemsize
+        raw = self.runtime.read(self.memory.buffer, self.memory.offset + (self.offset + lo) * scale, n * scale)
+        flat = np.frombuffer(raw, word).astype(self.dtype) if word != self.dtype else np.frombuffer(raw, self.dtype)
+        return np.lib.stride_tricks.as_strided(flat[-lo // self.itemsize:], self.shape, self.strides).copy()
 
     def __repr__(self) -> str:
         return f"WgpuArray(shape={self.shape}, dtype={self.dtype}, adapter={self.runtime.adapter_name!r})"
+
+
+def storage_dtype(dtype: np.dtype) -> np.dtype:
+    """How elements of `dtype` sit in a buffer: bools as u32 words, the rest as themselves."""
+    return np.dtype(np.uint32) if dtype == np.bool_ else dtype
 
 
 @dataclass
@@ -196,40 +211,62 @@ class WgpuRuntime(Specializing):
         self._fence_source = self.device.create_buffer(size=4, usage=wgpu.BufferUsage.COPY_SRC)
         self._compiled: dict = {}
         self._lock = threading.RLock()
+        self.pool = pool_from_settings(self._allocate, lambda buffer: buffer.destroy())
+        self.pool.max_page = min(self.pool.max_page, self.limits.get("max-buffer-size", 1 << 28))
 
     # -- memory ---------------------------------------------------------------------------------
-    def buffer(self, nbytes: int, what: str = "an array"):
-        """A storage buffer for `nbytes` (at least 4, a multiple of 4: a binding must not be empty)."""
+    def _allocate(self, nbytes: int):
+        u = self.wgpu.BufferUsage
+        return self.device.create_buffer(size=nbytes, usage=u.STORAGE | u.COPY_SRC | u.COPY_DST)
+
+    def reserve(self, nbytes: int, what: str = "an array"):
+        """A pool slice of at least `nbytes` (at least 4: a binding must not be empty)."""
         most = self.limits["max-storage-buffer-binding-size"]
         if nbytes > most:
             raise WgpuLimitError(f"{what} of {nbytes} bytes exceeds the adapter's max_storage_buffer_binding_size "
                                  f"of {most} bytes ({self.adapter_name})")
-        u = self.wgpu.BufferUsage
-        return self.device.create_buffer(size=max(4, -(-nbytes // 4) * 4), usage=u.STORAGE | u.COPY_SRC | u.COPY_DST)
+        return self.pool.reserve(max(4, nbytes))
 
     def empty(self, shape, dtype) -> WgpuArray:
         """An uninitialized device array."""
-        return WgpuArray(self, (shape,) if isinstance(shape, int) else shape, dtype)
+        return WgpuArray(self, (shape,) if isinstance(shape, (int, np.integer)) else shape, dtype)
 
     def to_device(self, a: np.ndarray) -> WgpuArray:
         """A device copy of `a` (C-contiguous)."""
         a = np.ascontiguousarray(a)
         out = self.empty(a.shape, a.dtype)
-        self.write(out.buffer, a.view(np.uint8).reshape(-1))
+        self.write(out.memory.buffer, a.astype(storage_dtype(a.dtype), copy=False), out.memory.offset)
         return out
 
-    def write(self, buffer, data: np.ndarray) -> None:
-        """Queue a copy of the bytes of `data` to the start of `buffer` (padded to 4 bytes)."""
+    def write_zeros(self, a: WgpuArray) -> None:
+        """Queue zeros over the elements of `a` (a C-contiguous array this runtime made)."""
+        with self._lock:
+            encoder = self.device.create_command_encoder()
+            encoder.clear_buffer(a.memory.buffer, a.memory.offset, a.memory.size)
+            self.queue.submit([encoder.finish()])
+
+    def write(self, buffer, data: np.ndarray, offset: int = 0) -> None:
+        """Queue a copy of the bytes of `data` to `buffer` at `offset` (padded to 4 bytes)."""
         if data.nbytes % 4:
             data = np.concatenate([data.view(np.uint8).reshape(-1), np.zeros(4 - data.nbytes % 4, np.uint8)])
         if data.nbytes:
-            self.queue.write_buffer(buffer, 0, data)
+            self.queue.write_buffer(buffer, offset, data)
 
-    def read(self, buffer, nbytes: int) -> bytes:
-        """The first `nbytes` of `buffer`, after the work queued before this call (a readback map)."""
+    def read(self, buffer, offset: int, nbytes: int) -> bytes:
+        """`nbytes` of `buffer` from `offset`, after the work queued before this call (a readback map)."""
         if nbytes == 0:
             return b""
-        return bytes(self.queue.read_buffer(buffer, 0, -(-nbytes // 4) * 4))[:nbytes]
+        start = offset // 4 * 4
+        stop = -(-(offset + nbytes) // 4) * 4
+        return bytes(self.queue.read_buffer(buffer, start, stop - start))[offset - start:offset - start + nbytes]
+
+    def memory_stats(self) -> MemoryStats:
+        """The pool's reserved and in-use bytes and their peaks."""
+        return self.pool.stats()
+
+    def memory_cleanup(self) -> int:
+        """Give every empty pool page back to the device; returns the bytes released."""
+        return self.pool.cleanup()
 
     def synchronize(self) -> None:
         """Wait for everything queued so far.
@@ -275,7 +312,7 @@ class WgpuRuntime(Specializing):
             raise WgpuLimitError(f"kernel {kernel.name} binds {len(arrays)} arrays, the adapter allows {most} "
                                  f"storage buffers per shader ({self.adapter_name})")
         entries = [{"binding": i, "visibility": wgpu.ShaderStage.COMPUTE,
-                    "buffer": {"type": "storage" if p in written else "read-only-storage"}}
+                    "buffer": {"type": "storage"}}  # all read_write, as targets/wgsl.py declares them
                    for i, p in enumerate(arrays)]
         entries.append({"binding": len(arrays), "visibility": wgpu.ShaderStage.COMPUTE, "buffer": {"type": "uniform"}})
         try:
@@ -343,58 +380,54 @@ class WgpuRuntime(Specializing):
             return
         self.check_count(compiled.name, count)
         words = np.zeros(max(4, -(-compiled.info.words // 4) * 4), np.uint32)
-        buffers, writes, staged = [], [], []  # staged: (host array, its buffer, byte offset of its first element)
+        bindings, staged = [], []  # staged: (host array, its pool slice, whether the kernel writes it)
         for i, (p, a) in enumerate(zip(compiled.params, args)):
             if isinstance(p, ir.Array):
-                buf, base = self._argument(compiled, i, a, staged)
-                buffers.append(buf)
-                writes.append(compiled.written[i])
+                memory, base = self._argument(compiled, i, a, staged)
+                bindings.append(memory)
                 n, b = compiled.info.arrays[p]
                 words[n], words[b] = a.size, base
             else:
                 words[compiled.info.scalars[p]] = _bits(a, p.value.type.dtype)
         info = self.device.create_buffer_with_data(data=words, usage=self.wgpu.BufferUsage.UNIFORM)
+        # Every array is bound read_write (see targets/wgsl.py), so arguments may share a pool page.
+        entries = [{"binding": i, "resource": {"buffer": m.buffer, "offset": m.offset, "size": m.size}}
+                   for i, m in enumerate(bindings)]
+        entries.append({"binding": len(bindings), "resource": {"buffer": info, "offset": 0, "size": info.size}})
         with self._lock:
-            encoder = self.device.create_command_encoder()
-            # wgpu forbids one buffer bound read-only and writable in one dispatch: the read-only
-            # binding of a buffer this launch also writes reads a copy taken before the kernel.
-            written = {id(b) for b, w in zip(buffers, writes) if w}
-            for k, (b, w) in enumerate(zip(buffers, writes)):
-                if not w and id(b) in written:
-                    buffers[k] = self.device.create_buffer(size=b.size, usage=self.wgpu.BufferUsage.STORAGE
-                                                           | self.wgpu.BufferUsage.COPY_DST)
-                    encoder.copy_buffer_to_buffer(b, 0, buffers[k], 0, b.size)
-            entries = [{"binding": i, "resource": {"buffer": b, "offset": 0, "size": b.size}}
-                       for i, b in enumerate(buffers)]
-            entries.append({"binding": len(buffers), "resource": {"buffer": info, "offset": 0, "size": info.size}})
             group = self.device.create_bind_group(layout=compiled.layout, entries=entries)
+            encoder = self.device.create_command_encoder()
             compute = encoder.begin_compute_pass()
             compute.set_pipeline(compiled.pipeline)
             compute.set_bind_group(0, group)
             compute.dispatch_workgroups(count.x, count.y, count.z)
             compute.end()
             self.queue.submit([encoder.finish()])
-        for a, buf, lo in staged:
-            _, n = host_span(a)
-            span = np.frombuffer(self.read(buf, n), np.uint8)
-            _host_bytes(a, lo, n)[...] = span
+        for a, memory, written in staged:
+            if written:
+                lo, n = span(a)
+                word = storage_dtype(a.dtype)
+                raw = np.frombuffer(self.read(memory.buffer, memory.offset, n // a.itemsize * word.itemsize), word)
+                _host_bytes(a, lo, n)[...] = raw.astype(a.dtype, copy=False).view(np.uint8)
+            self.pool.free(memory)  # the queue runs this launch before any later use of the slice
 
     def _argument(self, compiled: CompiledWgslKernel, i: int, a, staged: list) -> tuple:
-        """(buffer, element offset of the first element) for array argument `i`, uploading NumPy arrays."""
+        """(pool slice to bind, element offset of the first element) for array argument `i`; NumPy
+        arrays are uploaded to a temporary slice (read back after the launch when the kernel writes them)."""
         p = compiled.params[i]
-        if isinstance(a, WgpuArray) and NP_TO_CUBE.get(a.dtype) is p.dtype:
-            return a.buffer, 0
+        if isinstance(a, WgpuArray) and a.runtime is self and NP_TO_CUBE.get(a.dtype) is p.dtype:
+            return a.memory, a.offset // a.itemsize
         if not isinstance(a, np.ndarray) or NP_TO_CUBE.get(a.dtype) is not p.dtype:
-            raise KernelError(f"{compiled.name}: argument {p.name!r} must be an array of {p.dtype.name}, "
-                              f"got {getattr(a, 'dtype', type(a).__name__)}")
+            raise KernelError(f"{compiled.name}: argument {p.name!r} must be an array of {p.dtype.name}, got "
+                              f"{getattr(a, 'dtype', type(a).__name__)} (a WgpuArray of this adapter or a NumPy array)")
         check_array(compiled.name, p, a, compiled.written[i])
-        lo, n = host_span(a)
-        buf = self.buffer(n, f"argument {p.name!r} of kernel {compiled.name}")
+        lo, n = span(a)
+        word = storage_dtype(a.dtype)
+        memory = self.reserve(n // a.itemsize * word.itemsize, f"argument {p.name!r} of kernel {compiled.name}")
         if n:
-            self.write(buf, _host_bytes(a, lo, n))
-        if compiled.written[i]:
-            staged.append((a, buf, lo))
-        return buf, -lo // a.itemsize
+            self.write(memory.buffer, _host_bytes(a, lo, n).view(a.dtype).astype(word, copy=False), memory.offset)
+        staged.append((a, memory, compiled.written[i]))
+        return memory, -lo // a.itemsize
 
 
 def _host_bytes(a: np.ndarray, lo: int, n: int) -> np.ndarray:

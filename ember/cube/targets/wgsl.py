@@ -6,8 +6,8 @@ How the launch model maps onto WebGPU:
   `CUBE_POS_X` is `workgroup_id.x`, `CUBE_COUNT_X` is `num_workgroups.x`; linear forms are x-fastest,
   as on every target. The cube shape is `@workgroup_size(DX, DY, DZ)`, so each CubeDim is its own
   pipeline;
-- **arrays** are storage buffers bound in parameter order (`@binding(i)` is the i-th array; read-only
-  when the kernel never writes it). The last binding is a uniform "info" buffer of u32 words: for each
+- **arrays** are storage buffers bound in parameter order (`@binding(i)` is the i-th array), all
+  read_write: one memory-pool page may hold several arguments of a launch. The last binding is a uniform "info" buffer of u32 words: for each
   array its length (`len()`) and the element offset of its first element in the buffer (a strided view
   with negative strides is uploaded as the span of memory under it), then each scalar parameter's
   32-bit pattern (`info_layout` says where each word is);
@@ -23,8 +23,8 @@ How the launch model maps onto WebGPU:
 - **types**: WGSL has f32, i32, u32 and bool (f16 with the `shader-f16` feature). f16 is stored as
   `f16` and computed in f32, rounded on store and on casts, like the C and CUDA targets. f64, i64,
   u64, i16, i8, u8, bf16 (and f16 without the feature) are refused with `WgslTargetError` naming the
-  dtype and the adapter; bool arrays too (WGSL cannot store bools in buffers). Emulating them is a
-  later step;
+  dtype and the adapter. Bool arrays are stored as u32 words holding 0 or 1 (WGSL cannot store bools
+  in buffers): the runtime converts on upload and readback;
 - math that WGSL lacks (`erf`, `expm1`, `log1p`, `log10`, `mulhi`, C-like `pow` of negative bases),
   or that Vulkan lets be very loose (`asin`, `acos`), is written here as small helper functions,
   emitted only when a kernel uses them.
@@ -50,7 +50,7 @@ from .clike import BINARY
 from .walker import Walker, builtin_table, identifier
 
 ENTRY = "main"
-VERSION = "wgsl-1"  # bump when the rendering changes, so cached pipelines are rebuilt
+VERSION = "wgsl-2"  # bump when the rendering changes, so cached pipelines are rebuilt
 
 # Helper functions by op: WGSL has no erf, expm1, log1p, log10 or 32x32->64-bit multiply.
 HELPERS = {
@@ -234,7 +234,7 @@ class Renderer(Walker):
         ok = {"f32", "i32", "u32", "bool"} | ({"f16"} if self.caps.f16 else set())
         for p in self.k.params:
             if isinstance(p, ir.Array):
-                if p.dtype.name not in ok or p.dtype is bool_:
+                if p.dtype.name not in ok:
                     self._refuse(p.dtype, f"array {p.name!r}")
             elif p.value.type.dtype.name not in ok:
                 self._refuse(p.value.type.dtype, f"scalar {p.name!r}")
@@ -265,7 +265,7 @@ class Renderer(Walker):
             return "atomic<u32>" if arr.dtype is f32 else f"atomic<{arr.dtype.name}>"
         if arr.kind == "shared":
             return self.wtype(ir.Type(arr.dtype))
-        return arr.dtype.name
+        return "u32" if arr.dtype is bool_ else arr.dtype.name  # bools are stored as u32 words (0 or 1)
 
     # -- top ------------------------------------------------------------------------------------
     def render(self) -> str:
@@ -275,7 +275,9 @@ class Renderer(Walker):
         binding = 0
         for p in self.k.params:
             if isinstance(p, ir.Array):
-                access = "read_write" if p in self.written else "read"
+                # Every array is read_write: one buffer (a memory-pool page) may hold a kernel's inputs and
+                # outputs, and wgpu refuses a buffer bound read-only and writable in one dispatch.
+                access = "read_write"
                 head.append(f"@group(0) @binding({binding}) var<storage, {access}> {self.names[p]}: "
                             f"array<{self.storage_type(p)}>;")
                 binding += 1
@@ -390,7 +392,9 @@ class Renderer(Walker):
         r = self.ref(arr, index, rendered, lane)
         if arr in self.atomic_arrays:
             return f"bitcast<f32>(atomicLoad(&{r}))" if arr.dtype is f32 else f"atomicLoad(&{r})"
-        return f"f32({r})" if arr.dtype is f16 and arr.kind != "shared" else r
+        if arr.kind == "shared":
+            return r
+        return f"f32({r})" if arr.dtype is f16 else f"({r} != 0u)" if arr.dtype is bool_ else r
 
     def store(self, s: Instr, a: list, depth: int) -> None:
         arr, index, value = s.attr, s.args[0], s.args[1]
@@ -402,6 +406,8 @@ class Renderer(Walker):
                 self.emit(f"atomicStore(&{r}, {f'bitcast<u32>({x})' if arr.dtype is f32 else x});", depth)
             elif arr.dtype is f16 and arr.kind != "shared":
                 self.emit(f"{r} = f16({x});", depth)
+            elif arr.dtype is bool_ and arr.kind != "shared":
+                self.emit(f"{r} = select(0u, 1u, {x});", depth)
             else:
                 self.emit(f"{r} = {x};", depth)
 
