@@ -31,7 +31,7 @@ from .conv import _pair
 from .elementwise import cast
 from .matmul import tuned_matmul
 
-UNITS = 256
+UNITS = 128
 COLUMN_BYTES = 256 << 20  # the most memory one im2col buffer may take
 # geometry layout: the host writes these i32 values in this order
 GEOMETRY = ("N", "C", "H", "W", "KH", "KW", "OH", "OW", "sh", "sw", "ph", "pw", "dh", "dw",
@@ -44,58 +44,80 @@ def geo(g, name):
 
 
 @cube.kernel
-def im2col_kernel(x: cube.Array, cols: cube.Array, g: cube.Array[cube.i32], units: cube.Comptime[int]):
-    """cols[n*s_n + ((c*KH + kh)*KW + kw)*s_row + p] = x[n, c, oh*sh - ph + kh*dh, ow*sw - pw + kw*dw]."""
-    row = cube.CUBE_POS_Y  # (n, c, kh, kw), uniform over the cube
+def im2col_kernel(x: cube.Array, cols: cube.Array, g: cube.Array[cube.i32], units: cube.Comptime[int],
+                  unit_w: cube.Comptime[bool], exact: cube.Comptime[bool]):
+    """cols[n*s_n + ((c*KH + kh)*KW + kw)*s_row + oh*OW + ow] = x[n, c, oh*sh + kh*dh, ow*sw + kw*dw] of an
+    already padded x. A cube copies the window plane of one (n, c, kh, kw) row by row: units walk `ow`, reading
+    contiguously when `unit_w` (stride 1 along a contiguous row)."""
+    taps = geo(g, "KW") * geo(g, "KH")
+    row = cube.CUBE_POS_Y  # (n, c, kh, kw)
     kw = row % geo(g, "KW")
     kh = (row // geo(g, "KW")) % geo(g, "KH")
-    c = (row // (geo(g, "KW") * geo(g, "KH"))) % geo(g, "C")
-    n = row // (geo(g, "KW") * geo(g, "KH") * geo(g, "C"))
-    p = cube.CUBE_POS_X * units + cube.UNIT_POS_X
-    positions = geo(g, "OH") * geo(g, "OW")
-    if p < positions:
-        ih = (p // geo(g, "OW")) * geo(g, "sh") - geo(g, "ph") + kh * geo(g, "dh")
-        iw = (p % geo(g, "OW")) * geo(g, "sw") - geo(g, "pw") + kw * geo(g, "dw")
-        inside = ih >= 0 and ih < geo(g, "H") and iw >= 0 and iw < geo(g, "W")
-        at = n * geo(g, "sxn") + c * geo(g, "sxc") + cube.select(inside, ih * geo(g, "sxh") + iw * geo(g, "sxw"), 0)
-        cols[n * geo(g, "s_n") + (row % (geo(g, "KW") * geo(g, "KH") * geo(g, "C"))) * geo(g, "s_row") + p] = \
-            cube.select(inside, x[at], cols.dtype(0))
+    c = (row // taps) % geo(g, "C")
+    n = row // (taps * geo(g, "C"))
+    src = n * geo(g, "sxn") + c * geo(g, "sxc") + kh * geo(g, "dh") * geo(g, "sxh") + kw * geo(g, "dw") * geo(g, "sxw")
+    dst = n * geo(g, "s_n") + (row % (taps * geo(g, "C"))) * geo(g, "s_row")
+    step = 1 if unit_w else geo(g, "sw") * geo(g, "sxw")
+    for oh in range(geo(g, "OH")):
+        if exact:
+            ow = cube.UNIT_POS_X
+            cols[dst + oh * geo(g, "OW") + ow] = x[src + oh * geo(g, "sh") * geo(g, "sxh") + ow * step]
+        else:
+            for ow0 in range(0, geo(g, "OW"), units):
+                ow = ow0 + cube.UNIT_POS_X
+                if ow < geo(g, "OW"):
+                    cols[dst + oh * geo(g, "OW") + ow] = x[src + oh * geo(g, "sh") * geo(g, "sxh") + ow * step]
+
+
+@cube.function
+def col2im_pixel(patches, g, base, pixels, yf, xf, T):
+    """The sum of the patch values that land on full-output pixel (yf, xf) (see `col2im_kernel`)."""
+    acc = T(0)
+    for kh in range(geo(g, "KH")):
+        ty = yf - kh * geo(g, "dh")
+        iy = ty // geo(g, "sh")
+        ok_y = ty >= 0 and ty % geo(g, "sh") == 0 and iy < geo(g, "H")
+        for kw in range(geo(g, "KW")):
+            tx = xf - kw * geo(g, "dw")
+            ix = tx // geo(g, "sw")
+            ok = ok_y and tx >= 0 and tx % geo(g, "sw") == 0 and ix < geo(g, "W")
+            at = base + (kh * geo(g, "KW") + kw) * pixels + cube.select(ok, iy * geo(g, "W") + ix, 0)
+            acc += cube.select(ok, T(patches[at]), T(0))
+    return acc
 
 
 @cube.kernel
 def col2im_kernel(patches: cube.Array, out: cube.Array, g: cube.Array[cube.i32], units: cube.Comptime[int],
-                  T: cube.Comptime):
+                  exact: cube.Comptime[bool], T: cube.Comptime):
     """out[n, o, y, x] = sum over (kh, kw) of patches[n, o, kh, kw, iy, ix] where
-    (y + ph) = iy*sh + kh*dh and (x + pw) = ix*sw + kw*dw; here C/H/W are the patches' O and input size
-    and OH/OW the output's."""
+    (y + ph) = iy*sh + kh*dh and (x + pw) = ix*sw + kw*dw; here H/W are the patches' input size and
+    OH/OW the output's. A cube computes the plane of one (n, o) row by row; units walk `x`."""
     row = cube.CUBE_POS_Y  # (n, o)
-    p = cube.CUBE_POS_X * units + cube.UNIT_POS_X
-    if p < geo(g, "OH") * geo(g, "OW"):
-        yf = p // geo(g, "OW") + geo(g, "ph")
-        xf = p % geo(g, "OW") + geo(g, "pw")
-        pixels = geo(g, "H") * geo(g, "W")
-        base = row * geo(g, "KH") * geo(g, "KW") * pixels
-        acc = T(0)
-        for kh in range(geo(g, "KH")):
-            ty = yf - kh * geo(g, "dh")
-            iy = ty // geo(g, "sh")
-            ok_y = ty >= 0 and ty % geo(g, "sh") == 0 and iy < geo(g, "H")
-            for kw in range(geo(g, "KW")):
-                tx = xf - kw * geo(g, "dw")
-                ix = tx // geo(g, "sw")
-                ok = ok_y and tx >= 0 and tx % geo(g, "sw") == 0 and ix < geo(g, "W")
-                at = base + (kh * geo(g, "KW") + kw) * pixels + cube.select(ok, iy * geo(g, "W") + ix, 0)
-                acc += cube.select(ok, T(patches[at]), T(0))
-        out[row * geo(g, "OH") * geo(g, "OW") + p] = out.dtype(acc)
+    pixels = geo(g, "H") * geo(g, "W")
+    base = row * geo(g, "KH") * geo(g, "KW") * pixels
+    for yo in range(geo(g, "OH")):
+        o_row = (row * geo(g, "OH") + yo) * geo(g, "OW")
+        if exact:
+            xo = cube.UNIT_POS_X
+            acc = col2im_pixel(patches, g, base, pixels, yo + geo(g, "ph"), xo + geo(g, "pw"), T)
+            out[o_row + xo] = out.dtype(acc)
+        else:
+            for x0 in range(0, geo(g, "OW"), units):
+                xo = x0 + cube.UNIT_POS_X
+                if xo < geo(g, "OW"):
+                    acc = col2im_pixel(patches, g, base, pixels, yo + geo(g, "ph"), xo + geo(g, "pw"), T)
+                    out[o_row + xo] = out.dtype(acc)
 
 
 def _geometry(**values) -> np.ndarray:
     return np.asarray([values.get(k, 0) for k in GEOMETRY], np.int32)
 
 
-def _grid(positions: int, rows: int) -> tuple:
-    units = min(UNITS, 1 << max(0, positions - 1).bit_length())
-    return cube.CubeCount(-(-positions // units), rows), cube.CubeDim(units), units
+def _grid(out_cols: int, planes: int) -> tuple:
+    """One cube per output plane; its units walk the columns, one unit per column when they fit in
+    `UNITS` (`exact`: no masked tail, masked stores are slow on some CPUs), else `UNITS` at a time."""
+    units = min(UNITS, out_cols)
+    return cube.CubeCount(1, planes), cube.CubeDim(units), units, units == out_cols
 
 
 def im2col(x: np.ndarray, kernel: tuple, stride, padding, dilation, out_size: tuple,
@@ -116,11 +138,16 @@ def im2col(x: np.ndarray, kernel: tuple, stride, padding, dilation, out_size: tu
     check_size("im2col", x, cols)
     if cols.size == 0:
         return cols
+    if ph or pw:  # one padded copy, so that the kernel reads without bounds checks
+        padded = np.zeros((nb, c, h + 2 * ph, wd + 2 * pw), x.dtype)
+        padded[:, :, ph:ph + h, pw:pw + wd] = x
+        x = padded
     s_n, s_row = (rows * positions, positions) if batch_major else (positions, nb * positions)
-    g = _geometry(N=nb, C=c, H=h, W=wd, KH=kh, KW=kw, OH=oh, OW=ow, sh=sh, sw=sw, ph=ph, pw=pw, dh=dh, dw=dw,
-                  **dict(zip(("sxn", "sxc", "sxh", "sxw"), element_strides(x))), s_n=s_n, s_row=s_row)
-    count, dim, units = _grid(positions, nb * rows)
-    im2col_kernel.launch(count, dim, x, cols, g, units=units)
+    sxn, sxc, sxh, sxw = element_strides(x)
+    g = _geometry(N=nb, C=c, KH=kh, KW=kw, OH=oh, OW=ow, sh=sh, sw=sw, dh=dh, dw=dw, sxn=sxn, sxc=sxc, sxh=sxh,
+                  sxw=sxw, s_n=s_n, s_row=s_row)
+    count, dim, units, exact = _grid(ow, nb * rows)
+    im2col_kernel.launch(count, dim, x, cols, g, units=units, unit_w=sw == 1 and sxw == 1, exact=exact)
     return cols
 
 
@@ -204,9 +231,9 @@ def conv_transpose2d(x: np.ndarray, w: np.ndarray, stride=1, padding=0, output_p
         nb, groups, cg, h * wd)
     patches = tuned_matmul(weights_t, pixels)  # (N, G, Og*KH*KW, H*W) = (N, O, KH, KW, H, W)
     g = _geometry(N=nb, C=o, H=h, W=wd, KH=kh, KW=kw, OH=oh, OW=ow, sh=sh, sw=sw, ph=ph, pw=pw, dh=dh, dw=dw)
-    count, dim, units = _grid(oh * ow, nb * o)
+    count, dim, units, exact = _grid(ow, nb * o)
     t = cube_dtype(x.dtype)
-    col2im_kernel.launch(count, dim, patches, out, g, units=units, T=cube.f32 if t.itemsize < 4 else t)
+    col2im_kernel.launch(count, dim, patches, out, g, units=units, exact=exact, T=cube.f32 if t.itemsize < 4 else t)
     return out
 
 
