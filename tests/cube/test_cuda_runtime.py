@@ -116,6 +116,36 @@ def test_out_of_memory_gives_back_cached_pages_retries_once_then_names_the_sizes
     kept.free(), big.free()
 
 
+def test_small_read_only_arrays_are_copied_once_and_kept_by_value(monkeypatch):
+    monkeypatch.setattr(rt_cuda, "compile_cuda", lambda source, name, arch, **kw: Binary("ptx", b"//", arch))
+    driver = FakeDriver()
+    copies = []
+    driver.cuMemcpyHtoDAsync = lambda dst, src, n, stream: copies.append(n) or driver._copy(dst, src, n, stream)
+    rt = CudaRuntime(0, driver=driver)
+    y = rt.empty(6, np.float32)
+    for x in (np.arange(6, dtype=np.float32), np.arange(6, dtype=np.float32), np.ones(6, np.float32)):
+        rt.launch(axpy, cube.CubeCount(1), cube.CubeDim(8), (x, y, 1.0), {})
+    assert copies == [24, 24]  # the second arange is the first one's device copy
+    first, second, third = (launch["args"][0] for launch in driver.launches)
+    assert first == second != third and driver.read_f32(third) == 1.0
+
+
+def test_views_share_memory_and_read_through_their_strides():
+    rt = CudaRuntime(0, driver=FakeDriver())
+    host = np.random.default_rng(0).standard_normal((4, 6)).astype(np.float32)
+    a = rt.to_device(host)
+    for view, want in ((a.T, host.T), (a[1:, ::-2], host[1:, ::-2]), (a[2], host[2]), (a[:, None, 1], host[:, None, 1]),
+                       (a[:0], host[:0])):
+        np.testing.assert_array_equal(view.numpy(), want)
+    assert a[1:].ptr == a.ptr + 24 and a.T.ptr == a.ptr and a[1:, ::-2].ptr == a.ptr + 4 * 11
+    view = a[1:]
+    del a
+    np.testing.assert_array_equal(view.numpy(), host[1:])  # the owner's memory lives while a view does
+    assert rt.memory_stats().in_use > 0
+    del view
+    assert rt.memory_stats().in_use == 0 and rt.memory_cleanup() > 0
+
+
 class FakeDriver:
     """Enough of cuda.bindings.driver for the runtime: host memory stands in for the GPU's."""
 

@@ -33,6 +33,7 @@ import os
 import sys
 import threading
 import weakref
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,13 +44,14 @@ from .. import ir
 from ..lang import CubeCount, CubeDim
 from ..passes import optimize
 from ..targets import cuda as cuda_target
-from .memory_pool import MemoryPool
+from .memory_pool import MemoryPool, MemoryStats
 from .nvrtc import INSTALL, compile_cuda
 from .arguments import DeviceArray, Specializing, check_array, check_count
 from .host import host_span
 
 OUT_OF_MEMORY = 2  # CUDA_ERROR_OUT_OF_MEMORY
-STAGING = 64 << 20  # bytes of pinned host memory used per step of a host <-> device copy
+STAGING = 64 << 20
+CONSTANT_BYTES, CONSTANTS = 1024, 4096  # small read-only NumPy arguments kept on the device, by value  # bytes of pinned host memory used per step of a host <-> device copy
 # Scalar parameters as targets/cuda.py declares them (PARAM): f16/bf16 as f32, bool as one byte.
 _SCALAR_CTYPES = {"f64": ctypes.c_double, "f32": ctypes.c_float, "f16": ctypes.c_float,
                   "bf16": ctypes.c_float, "i64": ctypes.c_int64, "i32": ctypes.c_int32,
@@ -165,28 +167,40 @@ def check_launch(name: str, count: CubeCount, dim: CubeDim, shared: int, limits:
 # Device arrays and argument packing
 
 class CudaArray(DeviceArray):
-    """An array in device memory: a slice of the runtime's memory pool, freed when dropped.
+    """An array in device memory: a slice of the runtime's memory pool, given back when the array and
+    all its views are dropped. NumPy's metadata (see `DeviceArray`); `ptr` is the address of element 0.
 
     Example:
         >>> a = rt.to_device(np.ones((2, 3), np.float32))
-        >>> a.shape, a.numpy().sum()
-        ((2, 3), 6.0)
+        >>> a.shape, a.numpy().sum(), a.T.ptr == a.ptr
+        ((2, 3), 6.0, True)
     """
 
     def __init__(self, runtime: "CudaRuntime", shape: tuple, dtype) -> None:
         super().__init__(runtime, shape, dtype)
-        self._slice = runtime.reserve(self.nbytes) if self.nbytes else None
-        self.ptr = int(self._slice.buffer) + self._slice.offset if self._slice else 0
-        # Returning the slice is safe while kernels may still use it: the stream runs in order.
-        self._finalizer = weakref.finalize(self, runtime.pool.free, self._slice) if self._slice else None
+        self.memory = runtime.reserve(self.nbytes) if self.nbytes else None
+        # Returning the slice is safe while kernels may still use it: the stream runs in order. From a
+        # finalizer the pool takes it back at its next call (a lock here could deadlock).
+        give = getattr(runtime.pool, "free_later", runtime.pool.free)
+        self._finalizer = weakref.finalize(self, give, self.memory) if self.memory else None
+
+    @property
+    def ptr(self) -> int:
+        """The device address of element 0 (views share their owner's memory)."""
+        base = int(self.memory.buffer) + self.memory.offset if self.memory is not None else 0
+        return base + getattr(self, "offset", 0)
 
     def numpy(self) -> np.ndarray:
-        """A host copy (waits for the queued work that writes it)."""
-        out = np.empty(self.shape, self.dtype)
-        self.runtime.copy_to_host(self.ptr, out.ctypes.data, self.nbytes)
-        return out
+        """A host copy (waits for the queued work that writes it); views are read through their strides."""
+        lo, n = host_span(self)
+        if not n:
+            return np.empty(self.shape, self.dtype)
+        raw = np.empty(n // self.itemsize, self.dtype)
+        self.runtime.copy_to_host(self.ptr + lo, raw.ctypes.data, n)
+        return np.lib.stride_tricks.as_strided(raw[-lo // self.itemsize:], self.shape, self.strides).copy()
 
     def free(self) -> None:
+        """Give the memory back now (only the owner does; a view's memory lives as long as its owner)."""
         if self._finalizer is not None:
             self._finalizer()
 
@@ -257,6 +271,7 @@ class CudaRuntime(Specializing):
         self.cache_dir = cache_dir
         self._staging, self._staging_size = 0, 0
         self._compiled: dict = {}
+        self._constants: OrderedDict = OrderedDict()
         self._lock = threading.RLock()
 
     # -- context, memory and copies -----------------------------------------------------------
@@ -350,6 +365,14 @@ class CudaRuntime(Specializing):
         check(self.driver, self.driver.cuMemcpyDtoDAsync(dst.ptr, src.ptr, src.nbytes, self.stream),
               "cuMemcpyDtoDAsync")
 
+    def memory_stats(self) -> MemoryStats:
+        """The pool's reserved and in-use bytes and their peaks."""
+        return self.pool.stats()
+
+    def memory_cleanup(self) -> int:
+        """Give every empty pool page back to the device (cuMemFree); returns the bytes released."""
+        return self.pool.cleanup()
+
     def write_zeros(self, a: CudaArray) -> None:
         """Queue zeros over the bytes of `a` (a C-contiguous array this runtime made)."""
         self.activate()
@@ -442,12 +465,29 @@ class CudaRuntime(Specializing):
         check_array(compiled.name, p, a, compiled.written[i])
         if isinstance(a, CudaArray):
             return a.ptr, a.size
+        if not compiled.written[i] and a.nbytes <= CONSTANT_BYTES and a.flags.c_contiguous:
+            return self._constant(a).ptr, a.size
         lo, n = host_span(a)
         dev = self.empty(n, np.uint8)
         staged.append((a, dev, i))
         if n:
             self.copy_to_device(a.ctypes.data + lo, dev.ptr, n)
         return (dev.ptr - lo if n else 0), a.size
+
+
+    def _constant(self, a: np.ndarray) -> CudaArray:
+        """A device copy of a small array a kernel only reads (the library's shape and stride layouts),
+        kept by value: a layout seen before costs no copy and no wait (the `CONSTANTS` most recent)."""
+        key = (a.dtype.str, a.shape, a.tobytes())
+        with self._lock:
+            found = self._constants.get(key)
+            if found is not None:
+                self._constants.move_to_end(key)
+                return found
+            found = self._constants[key] = self.to_device(a)
+            if len(self._constants) > CONSTANTS:
+                self._constants.popitem(last=False)  # freed once the stream is past its last use
+            return found
 
 
 _runtimes: dict = {}
