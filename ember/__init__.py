@@ -40,5 +40,6 @@ from .api.index import (
     s, slice_assign, scatter, scatter_add, index_select, index_add, masked_select, take, one_hot, nonzero,
 )
 from .api.linalg import matmul, outer, einsum
+from .extension import backend_extension
 
 __version__ = "0.1.0"

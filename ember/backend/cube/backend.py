@@ -1,9 +1,17 @@
-"""The Cube(cpu) backend: primitives run as cube kernels compiled to C (gcc/OpenMP) on NumPy arrays.
+"""The Cube backend: primitives run as cube kernels on one cube runtime (CPU, wgpu, CUDA).
 
-Handles are NumPy arrays owned by the backend (possibly strided views: reshape, permute, expand, slice
-and flip are metadata, as in CubeCL, and kernels read any strides). `execute` looks the primitive up
-in the lowering table (`lowering.TABLE`); a primitive without a row, or a case its row does not
-cover, runs the primitive's NumPy reference and is recorded in `fallbacks`, so the gap stays visible.
+`CubeBackend()` runs on the CPU runtime (kernels compiled to C with gcc/OpenMP); its handles are NumPy
+arrays, the library's outputs coming from the host memory pool. `CubeBackend(runtime)` runs on a device
+runtime (`wgpu_runtime()`, `cuda_runtime()`); its handles are that runtime's arrays (`WgpuArray`,
+`CudaArray`), `from_host`/`to_host` copy, and `sync` waits for the queue. Reshape, permute, expand, slice
+and flip are metadata on either kind of array (as in CubeCL), and kernels read any strides.
+
+`execute` looks the primitive up in the lowering table (`lowering.TABLE`); a primitive without a row, a
+case its row does not cover (`Unlowered`), or (on a device) a row that needs a host array, runs the
+primitive's NumPy reference (on a device: through host copies) and is recorded in `fallbacks`, so the
+gap stays visible. On a device, a primitive whose inputs or output have a dtype the runtime's kernels
+cannot hold (`runtime.dtypes`; WGSL has no f64, i64, ...) raises `UnsupportedDTypeError` naming the
+dtype and the adapter.
 
 Example:
     >>> backend = CubeBackend()
@@ -20,23 +28,47 @@ from typing import Sequence
 
 import numpy as np
 
-from ...dtype import ALL
+from ...cube.kernels.common import creating_on
+from ...cube.runtime.arguments import DeviceArray, HostCopyError
+from ...cube.runtime.host import host_pool
+from ...cube.runtime.memory_pool import MemoryStats
+from ...dtype import ALL, dtype_of
+from ...errors import DTypeError
 from ...ops.primitive import Aval, Primitive
 from ..base import Backend
 from .lowering import TABLE, Unlowered
 
 
-class CubeBackend(Backend):
-    """Runs primitives with the cube kernel library on the CPU (see the module docstring)."""
+class UnsupportedDTypeError(DTypeError):
+    """A dtype the backend's runtime cannot hold in its kernels; names the dtype, the primitive and the device."""
 
-    name = "cube-cpu"
+
+class CubeBackend(Backend):
+    """Runs primitives with the cube kernel library on one runtime (see the module docstring).
+
+    Example:
+        >>> CubeBackend(wgpu_runtime()).name
+        'cube-wgpu'
+    """
+
     dtypes = ALL
 
-    def __init__(self) -> None:
+    def __init__(self, runtime=None) -> None:
+        """`runtime`: a device runtime (wgpu, CUDA); None for the CPU runtime on NumPy arrays."""
+        self.runtime = runtime
+        self.cube_target = getattr(runtime, "target", "cpu")
+        """The cube target its kernels run on (`ember.extension.cube_target` reads it)."""
+        self.name = f"cube-{self.cube_target}"
+        if runtime is not None:
+            self.dtypes = tuple(d for d in ALL if d.name in runtime.dtypes)
+            self._held = frozenset(np.dtype(d.np) for d in self.dtypes)
+            self._where = getattr(runtime, "adapter_name", None) or repr(runtime)
         self.fallbacks: set[str] = set()
         """Names of primitives that ran on their NumPy reference at least once."""
 
-    def execute(self, prim: Primitive, inputs: Sequence[np.ndarray], params: dict, out: Aval) -> np.ndarray:
+    def execute(self, prim: Primitive, inputs: Sequence, params: dict, out: Aval):
+        if self.runtime is not None:
+            return self._execute_on_device(prim, inputs, params, out)
         row = TABLE.get(prim.name)
         if row is not None:
             try:
@@ -48,8 +80,47 @@ class CubeBackend(Backend):
         # NumPy returns scalars, not 0-d arrays, from some ops on 0-d inputs.
         return result if type(result) is np.ndarray else np.asarray(result)
 
-    def from_host(self, array: np.ndarray) -> np.ndarray:
-        return array
+    def _execute_on_device(self, prim: Primitive, inputs: Sequence, params: dict, out: Aval):
+        held = self._held
+        for dtype in [a.dtype for a in inputs] + [np.dtype(out.dtype.np)]:
+            if dtype not in held:
+                raise UnsupportedDTypeError(
+                    f"{prim.name}: {dtype_of(dtype).name} cannot be held by the cube kernels of {self._where} "
+                    f"(they hold {', '.join(d.name for d in self.dtypes)})")
+        row = TABLE.get(prim.name)
+        if row is not None and row.how != "copy":
+            try:
+                with creating_on(self.runtime):
+                    result = row.run(out, *inputs, **params)
+                if isinstance(result, DeviceArray):
+                    return result
+                return self.from_host(np.asarray(result))  # a row that answered on the host
+            except (Unlowered, HostCopyError):
+                pass
+        self.fallbacks.add(prim.name)
+        result = prim.reference(*[self.to_host(a) for a in inputs], **params)
+        return self.from_host(np.asarray(result))
 
-    def to_host(self, handle: np.ndarray) -> np.ndarray:
-        return handle
+    def from_host(self, array: np.ndarray):
+        if self.runtime is None:
+            return array
+        if array.dtype not in self._held:
+            raise UnsupportedDTypeError(f"a tensor of {dtype_of(array.dtype).name} cannot be held by the cube "
+                                        f"kernels of {self._where} (they hold "
+                                        f"{', '.join(d.name for d in self.dtypes)})")
+        return self.runtime.to_device(array)
+
+    def to_host(self, handle) -> np.ndarray:
+        return handle if self.runtime is None else handle.numpy()
+
+    def sync(self) -> None:
+        if self.runtime is not None:
+            self.runtime.synchronize()
+
+    def memory_stats(self) -> MemoryStats:
+        """Reserved and in-use bytes of the pool this backend's arrays come from, and their peaks."""
+        return (self.runtime.pool if self.runtime is not None else host_pool()).stats()
+
+    def memory_cleanup(self) -> int:
+        """Give the pool's empty pages back (to the device, or to the host allocator); bytes released."""
+        return (self.runtime.pool if self.runtime is not None else host_pool()).cleanup()

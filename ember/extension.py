@@ -1,0 +1,199 @@
+"""`@ember.backend_extension`: a custom op from a cube kernel, with its shape rule and gradient (Burn's
+backend extensions).
+
+The decorated function is the op's forward on the cube target: it takes the inputs' arrays and returns
+the output array, launching `@cube.kernel`s in the kernel library's host-function style (allocate the
+output, size the grid, `kernel.launch(...)`). The decorator registers a real primitive beside it:
+
+- `shape(*input_shapes, **params) -> output shape`: runs before anything is computed, on every device;
+  it raises `ember.ShapeError` naming the op and the shapes for inputs that do not fit. `dtype` (optional,
+  `(*input_dtypes, **params) -> DType`) gives the output dtype; by default the first input's.
+- `backward(grad, out, *inputs, **params) -> one gradient (a tensor or None) per input`, written with
+  ember ops (or other extension ops) on the inputs and output as tensors. Autodiff records the op like
+  any primitive, so `loss.backward()` goes through it. Without `backward`, reaching the op in a
+  backward pass raises an error naming it.
+- `reference(*arrays, **params) -> array` (optional): the same op in NumPy. Devices without a cube
+  target (`Device.numpy()`) run it, and tests use it as the oracle; without it, calling the op there
+  raises `DeviceError` naming the op and the device.
+
+Positional parameters of the forward are the op's tensor inputs; keyword-only ones are its params
+(hashable values: ints, floats, strings, tuples), passed to every rule.
+
+On a cube backend the op has a row in the lowering table (`how == "kernel"`), so it never shows as a
+NumPy fallback. The fusion decorator does not fuse it: it is a boundary where the stream before it is
+materialized (fusing a declared elementwise epilogue into it is not built yet).
+
+Example:
+    >>> @ember.backend_extension(shape=lambda x: x, reference=lambda x: np.maximum(x, 0),
+    ...                          backward=lambda g, out, x: (g.masked_fill(out <= 0, 0),))
+    ... def my_relu(x):
+    ...     out = np.empty_like(x)
+    ...     relu_kernel.launch(*grid(x.size), x.reshape(-1), out.reshape(-1))
+    ...     return out
+    >>> my_relu(ember.tensor([-1.0, 2.0])).tolist()
+    [0.0, 2.0]
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable
+
+import numpy as np
+
+from .dispatch import bind
+from .dtype import DType, dtype_of
+from .errors import DeviceError, EmberError
+from .ops.primitive import Aval, Primitive, VjpContext, registry
+from .tensor import Tensor
+
+
+def cube_target(device) -> str | None:
+    """The cube target that runs `device`'s kernels ("cpu" for the C target), or None (NumPy).
+
+    Found by walking the backend stack through its decorators (autodiff, fusion) to the backend that
+    declares a `cube_target`.
+
+    Example:
+        >>> cube_target(ember.Device.numpy()) is None
+        True
+    """
+    backend = device.inner.backend
+    while backend is not None:
+        target = getattr(backend, "cube_target", None)
+        if target is not None:
+            return target
+        backend = getattr(backend, "inner", None)
+    return None
+
+
+class Extension:
+    """A custom op made by `backend_extension`: call it on tensors (see the module docstring)."""
+
+    def __init__(self, forward: Callable, *, name: str, shape: Callable, dtype: Callable | None,
+                 backward: Callable | None, reference: Callable | None) -> None:
+        self.name = name
+        self.forward = forward
+        self.shape = shape
+        self.dtype = dtype
+        self.backward = backward
+        self.reference = reference
+        self.arity, self.param_names = _signature(name, forward)
+        self.__name__ = forward.__name__
+        self.__doc__ = forward.__doc__
+        if name in registry:
+            raise ValueError(f"backend_extension: an op named {name!r} is already registered; pass name=...")
+        self.primitive = registry[name] = Primitive(name, infer=self._infer, reference=self._reference,
+                                                    vjp=self._vjp, cost="compute")
+        _register_lowering(name, self._run)
+
+    def __repr__(self) -> str:
+        return f"<ember.backend_extension {self.name}>"
+
+    def __call__(self, *inputs: Tensor, **params: Any) -> Tensor:
+        if len(inputs) != self.arity:
+            raise TypeError(f"{self.name}: takes {self.arity} tensor inputs, got {len(inputs)}")
+        for i, t in enumerate(inputs):
+            if not isinstance(t, Tensor):
+                raise TypeError(f"{self.name}: input {i} must be an ember Tensor, got {type(t).__name__}")
+        unknown = set(params) - set(self.param_names)
+        if unknown:
+            raise TypeError(f"{self.name}: unknown param(s) {sorted(unknown)}; its params are "
+                            f"{sorted(self.param_names) or 'none'}")
+        try:
+            hash(tuple(params.items()))
+        except TypeError:
+            raise TypeError(f"{self.name}: params must be hashable (ints, floats, strings, tuples), "
+                            f"got {params!r}") from None
+        device = inputs[0].device
+        if self.reference is None and cube_target(device) is None:
+            raise DeviceError(f"{self.name}: {device!r} has no cube target and the op has no NumPy "
+                              f"reference; run it on a device with a cube target (Device.cpu()) or "
+                              f"pass reference= to @ember.backend_extension")
+        return bind(self.primitive, inputs, params)
+
+    # ---- the primitive's rules -----------------------------------------------------------------------
+    def _infer(self, *avals: Aval, **params) -> Aval:
+        shape = self.shape(*(a.shape for a in avals), **params)
+        try:
+            shape = tuple(int(n) for n in shape)
+        except TypeError:
+            raise EmberError(f"{self.name}: its shape rule must return a tuple of ints, got {shape!r}") from None
+        if any(n < 0 for n in shape):
+            raise EmberError(f"{self.name}: its shape rule gave a negative size, {shape}")
+        dtype = self.dtype(*(a.dtype for a in avals), **params) if self.dtype else avals[0].dtype
+        if not isinstance(dtype, DType):
+            raise EmberError(f"{self.name}: its dtype rule must return an ember DType, got {dtype!r}")
+        return Aval(shape, dtype)
+
+    def _run(self, out: Aval, *arrays: np.ndarray, **params) -> np.ndarray:
+        """The forward on a cube target, checked against the shape rule."""
+        return self._checked(self.forward(*arrays, **params), out, "forward")
+
+    def _reference(self, *arrays: np.ndarray, **params) -> np.ndarray:
+        if self.reference is None:
+            raise DeviceError(f"{self.name}: this device has no cube target and the op has no NumPy "
+                              f"reference (pass reference= to @ember.backend_extension)")
+        out = self._infer(*(Aval(a.shape, dtype_of(a.dtype)) for a in arrays), **params)
+        return self._checked(np.asarray(self.reference(*arrays, **params)), out, "reference")
+
+    def _checked(self, result, out: Aval, which: str):
+        if tuple(result.shape) != out.shape or np.dtype(result.dtype) != out.dtype.np:
+            raise EmberError(f"{self.name}: its {which} returned {tuple(result.shape)} {np.dtype(result.dtype)}, "
+                             f"but its shape rule says {out.shape} {out.dtype}")
+        return result
+
+    def _vjp(self, ctx: VjpContext, g: Tensor) -> tuple:
+        if self.backward is None:
+            raise EmberError(f"{self.name}: has no gradient; pass backward= to @ember.backend_extension")
+        inputs = ctx.inputs
+        grads = self.backward(g, ctx.output, *inputs, **ctx.params)
+        grads = tuple(grads) if isinstance(grads, (tuple, list)) else (grads,)
+        if len(grads) != len(inputs):
+            raise EmberError(f"{self.name}: backward returned {len(grads)} gradients for {len(inputs)} inputs")
+        for i, (gi, (shape, _)) in enumerate(zip(grads, ctx.input_avals)):
+            if gi is not None and tuple(gi.shape) != tuple(shape):
+                raise EmberError(f"{self.name}: backward gave input {i} a gradient of shape {tuple(gi.shape)}; "
+                                 f"the input has shape {tuple(shape)}")
+        return grads
+
+
+def _signature(name: str, forward: Callable) -> tuple[int, tuple[str, ...]]:
+    """(number of tensor inputs, names of keyword-only params) of a forward function."""
+    arity, params = 0, []
+    for p in inspect.signature(forward).parameters.values():
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            arity += 1
+        elif p.kind == p.KEYWORD_ONLY:
+            params.append(p.name)
+        else:
+            raise TypeError(f"backend_extension {name}: the forward takes tensor inputs as positional "
+                            f"parameters and params as keyword-only ones, not *{p.name}/**{p.name}")
+    if arity == 0:
+        raise TypeError(f"backend_extension {name}: the forward needs at least one tensor input")
+    return arity, tuple(params)
+
+
+def _register_lowering(name: str, run: Callable) -> None:
+    """The op's row in the Cube(cpu) lowering table: its forward is the kernel."""
+    from .backend.cube.lowering import TABLE, Lowering
+    TABLE[name] = Lowering(run, "kernel")
+
+
+def backend_extension(fn: Callable | None = None, *, shape: Callable, backward: Callable | None = None,
+                      reference: Callable | None = None, dtype: Callable | None = None,
+                      name: str | None = None):
+    """Decorator: a custom op from a forward that launches cube kernels (see the module docstring).
+
+    Example:
+        >>> @ember.backend_extension(shape=lambda x, w, b: x[:-1] + w[1:],
+        ...                          reference=lambda x, w, b: np.maximum(x @ w + b, 0))
+        ... def matmul_bias_relu(x, w, b):
+        ...     return launch_fused_kernel(x, w, b)
+        >>> matmul_bias_relu(x, w, b).shape
+        (8, 16)
+    """
+    def make(forward: Callable) -> Extension:
+        return Extension(forward, name=name or forward.__name__, shape=shape, dtype=dtype, backward=backward,
+                         reference=reference)
+    return make if fn is None else make(fn)
