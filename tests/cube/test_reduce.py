@@ -106,11 +106,11 @@ def test_softmax_half_and_noncontiguous():
     np.testing.assert_allclose(softmax(x).astype(np.float64), e / e.sum(-1, keepdims=True), atol=2e-3)
 
 
-@pytest.mark.parametrize("affine", [True, False])
-def test_layer_norm_and_rms_norm(affine):
-    x = rng.standard_normal((5, 3, 33)).astype(np.float64)
-    w = rng.standard_normal(33) if affine else None
-    b = rng.standard_normal(33) if affine else None
+@pytest.mark.parametrize("affine, n", [(True, 33), (False, 33), (True, 600)])  # 600: whole strides + a tail
+def test_layer_norm_and_rms_norm(affine, n):
+    x = rng.standard_normal((5, 3, n)).astype(np.float64)
+    w = rng.standard_normal(n) if affine else None
+    b = rng.standard_normal(n) if affine else None
     ln = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5)
     rn = x / np.sqrt((x ** 2).mean(-1, keepdims=True) + 1e-6)
     if affine:

@@ -4,6 +4,8 @@
     rms_norm(x)   = x / sqrt(mean(x**2) + eps) * weight
 
 `weight` and `bias` are optional (comptime flags choose the code); f16/bf16 rows are computed in f32.
+Two reading passes (mean, then the centred sum of squares: no cancellation) and one writing pass,
+each in unmasked strides of the cube's units then the tail (`softmax.row_fold`).
 
 Example:
     >>> layer_norm(np.array([[1.0, 3.0]], np.float32))
@@ -18,7 +20,17 @@ from ... import cube
 from ...errors import DTypeError, ShapeError
 from .common import check_size, contiguous, cube_dtype, empty
 from .reduce import accumulator, block_reduce
-from .softmax import _units
+from .softmax import _units, row_fold
+
+
+@cube.function
+def norm_at(x, weight, bias, out, row, j, mean, inv, has_weight, has_bias, T):
+    y = (T(x[row + j]) - mean) * inv
+    if has_weight:
+        y = y * T(weight[j])
+    if has_bias:
+        y = y + T(bias[j])
+    out[row + j] = out.dtype(y)
 
 
 @cube.kernel
@@ -28,28 +40,14 @@ def norm_kernel(x: cube.Array, weight: cube.Array, bias: cube.Array, out: cube.A
     row = cube.CUBE_POS * n
     mean = T(0)
     if not rms:
-        s = T(0)
-        for k in range(0, n, units):
-            j = k + cube.UNIT_POS
-            if j < n:
-                s += T(x[row + j])
-        mean = block_reduce("sum", s, units) / T(n)
-    sq = T(0)
-    for k in range(0, n, units):
-        j = k + cube.UNIT_POS
-        if j < n:
-            d = T(x[row + j]) - mean
-            sq += d * d
-    inv = cube.rsqrt(block_reduce("sum", sq, units) / T(n) + T(eps))
-    for k in range(0, n, units):
-        j = k + cube.UNIT_POS
-        if j < n:
-            y = (T(x[row + j]) - mean) * inv
-            if has_weight:
-                y = y * T(weight[j])
-            if has_bias:
-                y = y + T(bias[j])
-            out[row + j] = out.dtype(y)
+        mean = block_reduce("sum", row_fold("sum", T(0), x, row, n, T(0), T, units), units) / T(n)
+    inv = cube.rsqrt(block_reduce("sum", row_fold("sq", T(0), x, row, n, mean, T, units), units) / T(n) + T(eps))
+    main = n - n % units
+    for k in range(0, main, units):
+        norm_at(x, weight, bias, out, row, k + cube.UNIT_POS, mean, inv, has_weight, has_bias, T)
+    j = main + cube.UNIT_POS
+    if j < n:
+        norm_at(x, weight, bias, out, row, j, mean, inv, has_weight, has_bias, T)
 
 
 def _norm(x, weight, bias, eps: float, rms: bool) -> np.ndarray:

@@ -1,7 +1,10 @@
 """Softmax and log-softmax over the last dim: one cube per row, three passes over the row.
 
 Pass one finds the row max, pass two sums exp(x - max), pass three writes exp(x - max) / sum or
-x - max - log(sum). Reductions across the cube's units go through `reduce.block_reduce`.
+x - max - log(sum); a row of up to a few thousand elements stays in L1/L2 between the passes. Each
+pass walks the row in whole strides of the cube's units without bounds tests, then the tail
+(`row_fold`, shared with `norm.py`), so the C target's unit loop is a plain vector loop. Reductions
+across the cube's units go through `reduce.block_reduce`; rows are spread over the cores (OpenMP).
 f16/bf16 rows are computed in f32.
 
 Example:
@@ -20,28 +23,51 @@ from .common import check_size, contiguous, cube_dtype, empty
 from .reduce import MAX_UNITS, accumulator, block_reduce
 
 
+@cube.function
+def fold(kind, acc, v, m):
+    """Element `v` folded into a pass's accumulator: the max, the sum, the sum of exp(v - m) or of (v - m)**2."""
+    if kind == "max":
+        return cube.max(acc, v)
+    if kind == "sum":
+        return acc + v
+    if kind == "exp":
+        return acc + cube.exp(v - m)
+    d = v - m
+    return acc + d * d
+
+
+@cube.function
+def row_fold(kind, acc, x, row, n, m, T, units):
+    """Each unit's `fold` over its elements of x[row : row + n]: whole strides of `units` first, with no
+    bounds test (the unit loop stays unmasked: masked stores are slow on some CPUs), then the tail."""
+    main = n - n % units
+    for k in range(0, main, units):
+        acc = fold(kind, acc, T(x[row + k + cube.UNIT_POS]), m)
+    j = main + cube.UNIT_POS
+    if j < n:
+        acc = fold(kind, acc, T(x[row + j]), m)
+    return acc
+
+
+@cube.function
+def softmax_at(x, out, at, m, s, shift, log, T):
+    v = T(x[at])
+    out[at] = out.dtype(v - shift if log else cube.exp(v - m) / s)
+
+
 @cube.kernel
 def softmax_kernel(x: cube.Array, out: cube.Array, n: cube.i32, log: cube.Comptime[bool],
                    T: cube.Comptime, units: cube.Comptime[int]):
     row = cube.CUBE_POS * n
-    m = T(-np.inf)
-    for k in range(0, n, units):
-        j = k + cube.UNIT_POS
-        if j < n:
-            m = cube.max(m, T(x[row + j]))
-    m = block_reduce("max", m, units)
-    s = T(0)
-    for k in range(0, n, units):
-        j = k + cube.UNIT_POS
-        if j < n:
-            s += cube.exp(T(x[row + j]) - m)
-    s = block_reduce("sum", s, units)
+    m = block_reduce("max", row_fold("max", T(-np.inf), x, row, n, T(0), T, units), units)
+    s = block_reduce("sum", row_fold("exp", T(0), x, row, n, m, T, units), units)
     shift = m + cube.log(s)
-    for k in range(0, n, units):
-        j = k + cube.UNIT_POS
-        if j < n:
-            v = T(x[row + j])
-            out[row + j] = out.dtype(v - shift if log else cube.exp(v - m) / s)
+    main = n - n % units
+    for k in range(0, main, units):
+        softmax_at(x, out, row + k + cube.UNIT_POS, m, s, shift, log, T)
+    j = main + cube.UNIT_POS
+    if j < n:
+        softmax_at(x, out, row + j, m, s, shift, log, T)
 
 
 def _units(n: int) -> int:
