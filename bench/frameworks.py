@@ -13,7 +13,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -107,14 +107,25 @@ class Frameworks:
 
     def compare_op(self, bench: str, case: str, ops: Mapping[str, Callable | str], hosts: Sequence[np.ndarray],
                    settings: Settings) -> list[Row]:
-        """`compare` for a function of arrays: `ops[name](*hosts as that framework's tensors)`."""
+        """`compare` for a function of arrays: `ops[name](*hosts as that framework's tensors)`; an op wrapped
+        in `OnHost` gets copies of the NumPy arrays (ember's kernel library called directly)."""
         def setup(name: str, op: Callable) -> Setup:
             def build():
+                if isinstance(op, OnHost):
+                    arrays = [h.copy() for h in hosts]
+                    return lambda: op.fn(*arrays)
                 arrays = [self.array(name, h) for h in hosts]
                 return lambda: op(*arrays)
             return build
         return self.compare(bench, case, {name: op if isinstance(op, str) else setup(name, op)
                                           for name, op in ops.items()}, settings)
+
+
+class OnHost(NamedTuple):
+    """An op of `compare_op` that takes the host NumPy arrays as they are, e.g. a cube kernel called
+    directly: `ops["ember cube kernel"] = OnHost(kernels.softmax)`."""
+
+    fn: Callable
 
 
 def fixed(fn: Callable, *args, **kwargs) -> Setup:

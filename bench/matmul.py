@@ -1,11 +1,12 @@
 """Square f32 matrix products, alone and with the epilogue a fusing backend folds into the kernel
-(`relu(x @ w + b)`)."""
+(`relu(x @ w + b)`). The plain products also time the cube kernel alone and the autotuned matmul (BLAS
+or a cube tile, whichever the autotuner picked) on host arrays, whatever `--device` is."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from .frameworks import Frameworks, tensor_op
+from .frameworks import Frameworks, OnHost, tensor_op
 from .harness import Row, Settings
 
 
@@ -25,9 +26,23 @@ def matmul(fw: Frameworks, settings: Settings) -> list[Row]:
     rows = []
     for n in _sizes(settings):
         mul = lambda a, b: a @ b  # noqa: E731
-        rows += fw.compare_op("matmul", f"{n}x{n} @ {n}x{n} f32", tensor_op(mul, mul),
-                              _operands(n, (n, n), (n, n)), settings)
+        hosts = _operands(n, (n, n), (n, n))
+        rows += fw.compare_op("matmul", f"{n}x{n} @ {n}x{n} f32", {**tensor_op(mul, mul), **cube_rows(*hosts)},
+                              hosts, settings)
     return rows
+
+
+def cube_rows(a: np.ndarray, b: np.ndarray) -> dict:
+    """The cube kernel alone (default tile) and the autotuned matmul the Cube(cpu) backend runs, labelled
+    with the autotuner's choice for this shape (timed now if the cache has no decision yet); none without
+    a C compiler."""
+    from ember import cube
+    if not cube.cpu_available()[0]:
+        return {}
+    from ember.cube.kernels.matmul import matmul_tuner, tuned_matmul
+    from ember.cube.kernels.matmul import matmul as cube_matmul
+    choice = matmul_tuner().choose(a, b)
+    return {"ember cube kernel alone": OnHost(cube_matmul), f"ember autotuned ({choice})": OnHost(tuned_matmul)}
 
 
 def matmul_fused(fw: Frameworks, settings: Settings) -> list[Row]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .frameworks import Frameworks
+from .frameworks import Frameworks, OnHost
 from .harness import Row, Settings
 
 EPS = 1e-5
@@ -36,7 +36,8 @@ def numpy_softmax(a: np.ndarray) -> np.ndarray:
 def softmax(fw: Frameworks, settings: Settings) -> list[Row]:
     x = _matrix(settings)
     ops = {"numpy": numpy_softmax, "ember": lambda a: a.softmax(-1),
-           "torch": lambda a: fw.modules["torch"].softmax(a, -1), "tinygrad": lambda a: a.softmax(-1)}
+           "torch": lambda a: fw.modules["torch"].softmax(a, -1), "tinygrad": lambda a: a.softmax(-1),
+           **kernel_row("softmax", lambda kernels, a: kernels.softmax(a))}
     return fw.compare_op("softmax", f"last dim, {_label(x)}", ops, [x], settings)
 
 
@@ -61,9 +62,21 @@ def layer_norm(fw: Frameworks, settings: Settings) -> list[Row]:
 
     ops = {"numpy": numpy_layer_norm, "ember": ember_op,
            "torch": lambda a, w, b: fw.modules["torch"].nn.functional.layer_norm(a, shape, w, b, EPS),
-           "tinygrad": lambda a, w, b: a.layernorm(axis=-1, eps=EPS) * w + b}
+           "tinygrad": lambda a, w, b: a.layernorm(axis=-1, eps=EPS) * w + b,
+           **kernel_row("layer_norm", lambda kernels, a, w, b: kernels.layer_norm(a, w, b, EPS))}
     return fw.compare_op("layer_norm", f"last dim with weight and bias, {_label(x)}", ops, [x, weight, bias],
                          settings)
+
+
+def kernel_row(name: str, call) -> dict:
+    """{"ember cube kernel": the op as one kernel of the cube library on host arrays}, or {} without a C
+    compiler. ember's `softmax` and `layer_norm` compose primitives (max, exp, sum, ...), which a device
+    runs one kernel each unless a fusing backend merges them; this row is the one-kernel figure."""
+    from ember import cube
+    if not cube.cpu_available()[0]:
+        return {}
+    from ember.cube import kernels
+    return {"ember cube kernel": OnHost(lambda *arrays: call(kernels, *arrays))}
 
 
 BENCHMARKS = {"reduce": reduce, "softmax": softmax, "layer_norm": layer_norm}
