@@ -194,3 +194,10 @@ def test_conv_gemm_errors_name_the_problem():
         conv_transpose2d(x, w)
     with pytest.raises(ShapeError, match="does not fit input"):
         conv_weight_grad2d(x, np.ones((1, 6, 9, 9), np.float32), (3, 3), groups=2)
+
+
+def test_conv2d_gemm_in_batch_slices(monkeypatch):
+    import ember.cube.kernels.conv_gemm as conv_gemm
+    monkeypatch.setattr(conv_gemm, "COLUMN_BYTES", 1)  # one sample per im2col buffer
+    x, w = rng.standard_normal((3, 4, 6, 5)), rng.standard_normal((2, 4, 3, 3))
+    np.testing.assert_allclose(conv2d_gemm(x, w, 1, 1), conv_ref(x, w, (1, 1), (1, 1), (1, 1), 1), rtol=1e-10)

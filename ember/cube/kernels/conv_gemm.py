@@ -26,7 +26,7 @@ import numpy as np
 
 from ... import cube
 from ...errors import DTypeError, ShapeError
-from .common import check_size, cube_dtype, element_strides
+from .common import asarray, check_size, cube_dtype, element_strides, empty, zeros
 from .conv import _pair
 from .elementwise import cast
 from .matmul import tuned_matmul
@@ -134,12 +134,12 @@ def im2col(x: np.ndarray, kernel: tuple, stride, padding, dilation, out_size: tu
     oh, ow = out_size
     rows, positions = c * kh * kw, oh * ow
     shape = (nb, rows, positions) if batch_major else (rows, nb, positions)
-    cols = np.empty(shape, x.dtype)
+    cols = empty(shape, x.dtype, x)
     check_size("im2col", x, cols)
     if cols.size == 0:
         return cols
     if ph or pw:  # one padded copy, so that the kernel reads without bounds checks
-        padded = np.zeros((nb, c, h + 2 * ph, wd + 2 * pw), x.dtype)
+        padded = zeros((nb, c, h + 2 * ph, wd + 2 * pw), x.dtype, x)
         padded[:, :, ph:ph + h, pw:pw + wd] = x
         x = padded
     s_n, s_row = (rows * positions, positions) if batch_major else (positions, nb * positions)
@@ -176,26 +176,23 @@ def conv2d_gemm(x: np.ndarray, w: np.ndarray, stride=1, padding=0, dilation=1, g
         >>> conv2d_gemm(np.ones((2, 4, 5, 5), np.float32), np.ones((6, 2, 3, 3), np.float32), groups=2).shape
         (2, 6, 3, 3)
     """
-    x, w = np.asarray(x), np.asarray(w)
+    x, w = asarray(x), asarray(w)
     _check("conv2d", x, w, groups)
     nb, c = x.shape[:2]
     o, cg = w.shape[:2]
     if o % groups or cg * groups != c:
         raise ShapeError("conv2d", f"input {x.shape} and weight {w.shape} do not fit groups={groups}")
     oh, ow = _out_size("conv2d", x.shape[2:], w.shape[2:], stride, padding, dilation)
-    out = np.empty((nb, o, oh, ow), x.dtype)
-    check_size("conv2d", x, w, out)
-    if out.size == 0 or cg == 0:
-        out[...] = 0
-        return out
+    if cg == 0 or nb == 0 or o == 0:
+        return zeros((nb, o, oh, ow), x.dtype, x)
     weights = w.reshape(groups, o // groups, -1)
-    y = out.reshape(nb, groups, o // groups, oh * ow)
-    per_sample = c * w.shape[2] * w.shape[3] * oh * ow * x.itemsize
-    step = max(1, COLUMN_BYTES // per_sample)
-    for n0 in range(0, nb, step):
+    step = max(1, COLUMN_BYTES // (c * w.shape[2] * w.shape[3] * oh * ow * x.itemsize))
+    parts = []
+    for n0 in range(0, nb, step):  # one part, with no copy, unless the columns would be too large
         cols = im2col(x[n0:n0 + step], w.shape[2:], stride, padding, dilation, (oh, ow))
-        y[n0:n0 + step] = tuned_matmul(weights, cols.reshape(cols.shape[0], groups, -1, oh * ow))
-    return out
+        parts.append(tuned_matmul(weights, cols.reshape(cols.shape[0], groups, -1, oh * ow)))
+    out = parts[0] if len(parts) == 1 else np.concatenate(parts)
+    return out.reshape(nb, o, oh, ow)
 
 
 def conv_transpose2d(x: np.ndarray, w: np.ndarray, stride=1, padding=0, output_padding=0, dilation=1,
@@ -208,7 +205,7 @@ def conv_transpose2d(x: np.ndarray, w: np.ndarray, stride=1, padding=0, output_p
         >>> conv_transpose2d(np.ones((1, 1, 2, 2), np.float32), np.ones((1, 1, 2, 2), np.float32), 2).shape
         (1, 1, 4, 4)
     """
-    x, w = np.asarray(x), np.asarray(w)
+    x, w = asarray(x), asarray(w)
     _check("conv_transpose2d", x, w, groups)
     nb, c, h, wd = x.shape
     if w.shape[0] != c:
@@ -221,10 +218,11 @@ def conv_transpose2d(x: np.ndarray, w: np.ndarray, stride=1, padding=0, output_p
     if oh <= 0 or ow <= 0:
         raise ShapeError("conv_transpose2d", f"input {x.shape} with weight {w.shape} gives an empty output "
                                              f"{(oh, ow)}")
-    out = np.empty((nb, o, oh, ow), x.dtype)
+    if cg == 0 or h * wd == 0:
+        return zeros((nb, o, oh, ow), x.dtype, x)
+    out = empty((nb, o, oh, ow), x.dtype, x)
     check_size("conv_transpose2d", x, w, out)
-    if out.size == 0 or cg == 0 or h * wd == 0:
-        out[...] = 0
+    if out.size == 0:
         return out
     weights_t = w.reshape(groups, cg, og * kh * kw).transpose(0, 2, 1)  # (G, Og*KH*KW, Cg), a view
     pixels = x.reshape(nb, groups, cg, h * wd) if x.flags.c_contiguous else cast(x, x.dtype).reshape(
@@ -248,7 +246,7 @@ def conv_weight_grad2d(x: np.ndarray, grad: np.ndarray, kernel, stride=1, paddin
         array([[[[4., 4.],
                  [4., 4.]]]], dtype=float32)
     """
-    x, grad = np.asarray(x), np.asarray(grad)
+    x, grad = asarray(x), asarray(grad)
     _check("conv_weight_grad2d", x, grad, groups)
     kh, kw = _pair(kernel)
     nb, c = x.shape[:2]
@@ -259,7 +257,7 @@ def conv_weight_grad2d(x: np.ndarray, grad: np.ndarray, kernel, stride=1, paddin
                                                f"(full output {full}, groups={groups})")
     cg = c // groups
     if o == 0 or cg == 0 or nb * gh * gw == 0:
-        return np.zeros((o, cg, kh, kw), x.dtype)
+        return zeros((o, cg, kh, kw), x.dtype, x)
     cols = im2col(x, (kh, kw), stride, padding, dilation, (gh, gw), batch_major=False)  # (C*KH*KW, N, P)
     cols = cols.reshape(groups, cg * kh * kw, nb * gh * gw)
     # (O, N, P) as one contiguous copy: the batch folded into the GEMM's k, like the columns.
