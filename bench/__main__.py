@@ -9,13 +9,14 @@ import dataclasses
 import sys
 import time
 
-from . import autodiff, checkpointing, elementwise, matmul, overhead, reduce, spatial, store, training, transfer
+from . import (autodiff, checkpointing, elementwise, fusion, matmul, overhead, reduce, spatial, store, training,
+               transfer)
 from .frameworks import PEERS, Frameworks
 from .harness import Settings, machine, markdown, write_json
 
 # name -> run(frameworks, settings) -> rows; in the order they run and print.
 BENCHMARKS = {name: run for module in (elementwise, reduce, matmul, spatial, training, autodiff, overhead,
-                                       transfer, store, checkpointing)
+                                       transfer, store, checkpointing, fusion)
               for name, run in module.BENCHMARKS.items()}
 
 

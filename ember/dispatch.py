@@ -3,7 +3,8 @@
 `build_backend(device)` is the table of stacks:
 
     numpy            -> Numpy
-    cpu              -> Cube(cpu)        (kernels compiled to C; DeviceUnavailableError without a C compiler)
+    cpu              -> Fusion(Cube(cpu)) (kernels compiled to C; DeviceUnavailableError without a C
+                                          compiler; plain Cube(cpu) when [fusion] enabled is false)
     X.autodiff()     -> Autodiff(stack of X)
     cuda, wgpu       -> DeviceUnavailableError naming what is missing
 
@@ -34,8 +35,17 @@ def build_backend(device: Device):
         from .backend.numpy import NumpyBackend
         return NumpyBackend()
     if device.kind == "cpu":
-        return _cube_cpu(device)
+        return _fused(_cube_cpu(device))
     raise DeviceUnavailableError(_unavailable_reason(device))
+
+
+def _fused(backend):
+    """`backend` under the fusion decorator, unless `[fusion] enabled` / `EMBER_FUSION` says no."""
+    from .settings import settings
+    if not settings().get("fusion", "enabled"):
+        return backend
+    from .backend.fusion import Fusion
+    return Fusion(backend)
 
 
 def _cube_cpu(device: Device):

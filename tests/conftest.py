@@ -18,12 +18,17 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 import ember
+import ember.debug
 
 # The devices of the conformance suite (id, constructor). Add a backend here and it runs everything.
 DEVICES = [
     ("numpy", ember.Device.numpy),
     ("cpu", ember.Device.cpu),
+    ("cpu-unfused", ember.Device.cpu),  # the same device with fusion switched off (see UNFUSED)
 ]
+# Entries that run with `ember.debug.set_fusion(device, False)` for the test, so the suite checks
+# the fused and the unfused Cube(cpu) alike.
+UNFUSED = {"cpu-unfused"}
 
 # One hypothesis profile for the whole suite: modest example counts keep CI short on two cores, and no
 # deadline, since shared CI machines make timings meaningless. HYPOTHESIS_PROFILE picks another
@@ -34,10 +39,19 @@ settings.register_profile("ember", max_examples=40, deadline=None,
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ember"))
 
 
-@pytest.fixture(params=[make for _, make in DEVICES], ids=[name for name, _ in DEVICES])
+@pytest.fixture(params=DEVICES, ids=[name for name, _ in DEVICES])
 def device(request) -> ember.Device:
     """Each device of `DEVICES` in turn (without autodiff; use `device.autodiff()` for gradients)."""
-    return request.param()
+    name, make = request.param
+    device = make()
+    if name not in UNFUSED or ember.debug.fusion_backend(device) is None:
+        yield device
+        return
+    previous = ember.debug.set_fusion(device, False)
+    try:
+        yield device
+    finally:
+        ember.debug.set_fusion(device, previous)
 
 
 @pytest.fixture

@@ -1,0 +1,136 @@
+"""Recording: lazy handles and the stream of ops waiting to run.
+
+A `LazyHandle` is what the fusion backend gives out instead of data. It is either *concrete*
+(`value` holds the inner backend's array) or *pending* (`record` is the op that will compute it).
+A `Record` holds its inputs (earlier records of the same stream, or concrete arrays) and only a weak
+reference to its handle: a record whose handle nobody holds any more at a sync point is never
+written to memory, and is not computed at all unless a later op needs it.
+
+While it records, the stream also builds the op's part of the block's normalized key (relative ids,
+dtypes, shape classes), so a sync point can look a plan up without walking the graph again.
+
+Example:
+    >>> stream = Stream()
+    >>> h = stream.record(registry["exp"], (LazyHandle.concrete(x, aval),), {}, aval)
+    >>> h.record.index, len(stream.records)
+    (0, 1)
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any, Sequence
+
+from ...ops.primitive import Aval, Primitive
+
+
+class LazyHandle:
+    """A fusion backend handle: concrete (`value`) or pending (`record`)."""
+
+    __slots__ = ("aval", "value", "record", "__weakref__")
+
+    def __init__(self, aval: Aval, value: Any = None, record: "Record | None" = None) -> None:
+        self.aval = aval
+        self.value = value
+        self.record = record
+
+    @staticmethod
+    def concrete(value: Any, aval: Aval) -> "LazyHandle":
+        """A handle around data the inner backend already holds."""
+        return LazyHandle(aval, value)
+
+
+class Record:
+    """One recorded op: `inputs` are `Record`s of the same stream or concrete inner arrays."""
+
+    __slots__ = ("prim", "params", "inputs", "aval", "out", "index")
+
+    def __init__(self, prim: Primitive, params: dict, inputs: tuple, aval: Aval, index: int) -> None:
+        self.prim = prim
+        self.params = params
+        self.inputs = inputs
+        self.aval = aval
+        self.index = index
+        self.out: weakref.ref | None = None
+
+    def live(self) -> bool:
+        """Whether someone outside the stream still holds this op's handle."""
+        return self.out() is not None
+
+
+def shape_class(shape: tuple, sizes: dict) -> tuple:
+    """`shape` with every size other than 0 and 1 replaced by a symbol numbered by first appearance.
+
+    Two blocks with the same classes have the same broadcasting structure (equal sizes stay equal),
+    so a plan made for one is valid for the other: a new batch size replays the same plan.
+
+    Example:
+        >>> sizes = {}
+        >>> shape_class((128, 512), sizes), shape_class((1, 512), sizes), shape_class((64,), sizes)
+        ((2, 3), (1, 3), (4,))
+    """
+    out = []
+    for n in shape:
+        if n > 1:
+            symbol = sizes.get(n)
+            if symbol is None:
+                symbol = sizes[n] = len(sizes) + 2
+            n = symbol
+        out.append(n)
+    return tuple(out)
+
+
+class Stream:
+    """The ops recorded since the last sync point, with the block's normalized key built alongside.
+
+    `static_params(prim, params)` gives the part of an op's params that a plan depends on (params of
+    ops that run through the inner backend are read afresh at every replay, so they stay out).
+    """
+
+    def __init__(self, static_params) -> None:
+        self.static_params = static_params
+        self.records: list[Record] = []
+        self.externals: list = []        # concrete arrays read by the block, each once
+        self.external_avals: list[Aval] = []
+        self._slots: dict[int, int] = {}  # id(array) -> position in externals
+        self._sizes: dict[int, int] = {}
+        self._key: list = []
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def record(self, prim: Primitive, handles: Sequence[LazyHandle], params: dict, aval: Aval) -> LazyHandle:
+        """Append `prim(handles)` and return its pending handle."""
+        index = len(self.records)
+        inputs, refs = [], []
+        for h in handles:
+            rec = h.record
+            if rec is not None:
+                inputs.append(rec)
+                refs.append(rec.index - index)  # negative: how many ops back
+            else:
+                inputs.append(h.value)
+                refs.append(self._external(h.value, h.aval))
+        rec = Record(prim, params, tuple(inputs), aval, index)
+        self.records.append(rec)
+        self._key.append((prim.name, self.static_params(prim, params), tuple(refs), aval.dtype,
+                          shape_class(aval.shape, self._sizes)))
+        handle = LazyHandle(aval, None, rec)
+        rec.out = weakref.ref(handle)
+        return handle
+
+    def _external(self, array: Any, aval: Aval) -> tuple:
+        slot = self._slots.get(id(array))
+        if slot is None:
+            slot = self._slots[id(array)] = len(self.externals)
+            self.externals.append(array)
+            self.external_avals.append(aval)
+            self._key.append(("input", aval.dtype, shape_class(aval.shape, self._sizes)))
+        return ("x", slot)
+
+    def take(self) -> tuple[list[Record], list, list[Aval], tuple]:
+        """(records, externals, their avals, key without liveness) of the block; the stream is emptied."""
+        block = (self.records, self.externals, self.external_avals, tuple(self._key))
+        self.records, self.externals, self.external_avals, self._key = [], [], [], []
+        self._slots, self._sizes = {}, {}
+        return block

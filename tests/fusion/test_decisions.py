@@ -1,0 +1,95 @@
+"""Fusion decisions on small graphs: which kernels, how many, bytes saved, what is written."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import ember
+import ember.debug
+
+
+def kinds(report) -> list[str]:
+    return [k["kind"] for k in report.kernels]
+
+
+def test_chain_is_one_kernel_and_saves_its_intermediates(cpu, rng):
+    n = 1000
+    x = ember.tensor(rng.standard_normal(n).astype(np.float32), device=cpu)
+    report = ember.debug.explain(lambda t: (t * 2.0).exp().sin(), x)
+    assert kinds(report) == ["fused elementwise"]
+    assert len(report.kernels[0]["ops"]) == 3
+    # Unfused: mul reads x and the scalar, writes n; exp and sin read n and write n (4 bytes each).
+    unfused = (4 * n + 4 + 4 * n) + 2 * (8 * n)
+    fused = 4 * n + 4 + 4 * n  # x and the scalar read once, one output written
+    assert report.kernels[0]["bytes_saved"] == unfused - fused
+    assert "ember_kernel" in report.kernels[0]["sources"][0]
+
+
+def test_values_still_referenced_are_written_by_the_same_kernel(cpu, rng):
+    x = ember.tensor(rng.standard_normal((3, 4)).astype(np.float32), device=cpu)
+    a = x.exp()
+    b = a * 3.0
+    c = (b + a).tanh()
+    backend = ember.debug.fusion_backend(cpu)
+    before = backend.stats()
+    cpu.sync()
+    after = backend.stats()
+    assert after["kernels"] - before["kernels"] == 1
+    assert after["inner_ops"] == before["inner_ops"]
+    ref = np.exp(x.numpy())
+    np.testing.assert_allclose(a.numpy(), ref, rtol=1e-6)
+    np.testing.assert_allclose(b.numpy(), ref * 3, rtol=1e-6)
+    np.testing.assert_allclose(c.numpy(), np.tanh(ref * 4), rtol=1e-5)
+
+
+def test_dropped_values_are_never_written(cpu, rng):
+    x = ember.tensor(rng.standard_normal(64).astype(np.float32), device=cpu)
+    report = ember.debug.explain(lambda t: (t.exp() + 1.0).log(), x)
+    program = report.kernels[0]["program"]
+    assert program.splitlines()[-1] == "write %4"  # only the log, not the exp or the add
+    assert sum("[kept]" in op for op in report.ops) == 1
+
+
+def test_reduction_reads_the_fused_program(cpu, rng):
+    x = ember.tensor(rng.standard_normal((8, 32)).astype(np.float32), device=cpu)
+    report = ember.debug.explain(lambda t: ((t - 0.5) ** 2).sum(dim=1), x)
+    assert kinds(report) == ["fused reduction"]
+    assert report.kernels[0]["bytes_saved"] > 0
+
+
+def test_softmax_keeps_no_full_size_intermediate(cpu, rng):
+    x = ember.tensor(rng.standard_normal((16, 64)).astype(np.float32), device=cpu)
+    report = ember.debug.explain(lambda t: t.softmax(-1), x)
+    # amax runs alone; sum(exp(x - m)) and exp(x - m) / s each recompute exp(x - m) as they read x.
+    assert sorted(kinds(report)) == ["fused elementwise", "fused reduction"]
+    full = [op for op in report.ops if "[16, 64]" in op and "[kept]" in op]
+    assert len(full) == 1  # only the result is written
+
+
+def test_matmul_epilogue_reads_the_matmul_output_once(cpu, rng):
+    x = ember.tensor(rng.standard_normal((4, 8)).astype(np.float32), device=cpu)
+    w = ember.tensor(rng.standard_normal((8, 16)).astype(np.float32), device=cpu)
+    bias = ember.tensor(rng.standard_normal(16).astype(np.float32), device=cpu)
+    report = ember.debug.explain(lambda a: ((a @ w + bias).relu() * 0.5 + a.sum()), x)
+    epilogue = [k for k in report.kernels if any("add" in op for op in k["ops"])]
+    assert len(epilogue) == 1 and len(epilogue[0]["ops"]) >= 3
+
+
+def test_an_op_that_does_not_fuse_is_a_sync_point(cpu, rng):
+    x = ember.tensor(rng.standard_normal((4, 5)).astype(np.float32), device=cpu)
+    y = x.exp() * 2.0
+    backend = ember.debug.fusion_backend(cpu)
+    assert backend.stats()["pending"] >= 2
+    z = y @ x.T  # matmul needs y's data: the stream runs first
+    assert backend.stats()["pending"] == 0
+    np.testing.assert_allclose(z.numpy(), (np.exp(x.numpy()) * 2) @ x.numpy().T, rtol=1e-5)
+
+
+def test_max_ops_cuts_the_stream(cpu, rng):
+    backend = ember.debug.fusion_backend(cpu)
+    x = ember.tensor(rng.standard_normal(10).astype(np.float32), device=cpu)
+    y = x
+    for _ in range(backend.max_ops + 3):
+        y = y + 0.001
+    assert backend.stats()["pending"] == 3
+    np.testing.assert_allclose(y.numpy(), x.numpy() + 0.001 * (backend.max_ops + 3), rtol=1e-4)
