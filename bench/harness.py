@@ -108,12 +108,8 @@ def peer(name: str):
 
 def machine() -> dict:
     """What the figures were measured on."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    from ember.cube.runtime.autotune import cpu_model
+    cpu = cpu_model()
     versions = {}
     for name in ("numpy", "torch", "tinygrad", "ember"):
         try:  # the installed distribution's version: tinygrad has no __version__

@@ -114,15 +114,23 @@ _caches: dict[Path, AutotuneCache] = {}
 _caches_lock = threading.Lock()
 
 
-def device_fingerprint() -> str:
-    """A short name for this CPU (model and core count): a cache tuned here is not used elsewhere."""
-    model = platform.processor() or platform.machine()
+def cpu_model() -> str:
+    """This CPU's model name (`/proc/cpuinfo`), else what `platform` knows.
+
+    Example:
+        >>> cpu_model()
+        'AMD EPYC'
+    """
     try:
         with open("/proc/cpuinfo") as f:
-            model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
     except (OSError, StopIteration):
-        pass
-    return hashlib.sha256(f"{model}|{os.cpu_count()}".encode()).hexdigest()[:12]
+        return platform.processor() or platform.machine()
+
+
+def device_fingerprint() -> str:
+    """A short name for this CPU (model and core count): a cache tuned here is not used elsewhere."""
+    return hashlib.sha256(f"{cpu_model()}|{os.cpu_count()}".encode()).hexdigest()[:12]
 
 
 def device_cache(device: str) -> AutotuneCache:
