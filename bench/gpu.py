@@ -107,7 +107,7 @@ def rel_error(bench: Bench, got, want) -> float:
 
 def case_matmul(b: Bench) -> None:
     import ml_dtypes
-    from ember.cube.kernels.matmul_tc import TILES, cuda_matmul_autotuner, matmul_tc
+    from ember.cube.kernels.matmul_tc import TILES, Tile, cuda_matmul_autotuner, matmul_tc
     from ember.cube.runtime.cublas import cublas_available, cublas_matmul
     torch = b.torch
     n = 8192
@@ -119,10 +119,15 @@ def case_matmul(b: Bench) -> None:
     ta, tb = to_torch(b, a), to_torch(b, bb)
     want = ta @ tb
     case = f"matmul bf16 {n}^3"
-    for i, tile in enumerate(TILES):
+    # The library's candidates, then a few more shapes (more planes per cube, deeper pipelines).
+    sweep = TILES + tuple(Tile(*t) for t in ((128, 128, 32, 64, 32, 3), (128, 128, 32, 64, 32, 4),
+                                             (256, 128, 32, 64, 64, 4), (128, 256, 32, 64, 64, 4),
+                                             (256, 128, 64, 64, 64, 2)) if Tile(*t) not in TILES)
+    for i, tile in enumerate(sweep):
         err = rel_error(b, matmul_tc(b.rt, a, bb, tile), want)
         ms = b.time_ember(lambda: matmul_tc(b.rt, a, bb, tile), inner=3)
-        name = f"cube tc {tile.bm}x{tile.bn}x{tile.bk} s{tile.stages}" + (" (default)" if i == 0 else "")
+        name = f"cube tc {tile.bm}x{tile.bn}x{tile.bk} w{tile.wm}x{tile.wn} s{tile.stages}" + \
+            (" (default)" if i == 0 else "" if tile in TILES else " (sweep)")
         b.row(case, name, ms, "TFLOP/s", flops, rel_error=f"{err:.1e}")
     if cublas_available()[0]:
         err = rel_error(b, cublas_matmul(b.rt, a, bb), want)

@@ -16,6 +16,7 @@ unknown section or key, or a value of the wrong type, raises `ConfigError` namin
 | `[memory]`     | `free_after_s` | `EMBER_FREE_AFTER_S`  | `30.0`                     |
 | `[fusion]`     | `enabled`      | `EMBER_FUSION`        | `true`                     |
 | `[fusion]`     | `max_ops`      | `EMBER_FUSION_MAX_OPS`| `256`                      |
+| `[cuda]`       | `allow_tf32`   | `EMBER_ALLOW_TF32`    | `false` (f32 matmul in f32)|
 | `[logging]`    | `level`        | `EMBER_LOG`           | `warning`                  |
 | `[logging]`    | `debug_kernels`| `EMBER_DEBUG_KERNELS` | `false`                    |
 
@@ -62,6 +63,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "enabled": Key(bool, True, "EMBER_FUSION"),
         "max_ops": Key(int, 256, "EMBER_FUSION_MAX_OPS"),
     },
+    "cuda": {"allow_tf32": Key(bool, False, "EMBER_ALLOW_TF32")},
     "logging": {
         "level": Key(str, "warning", "EMBER_LOG", ("debug", "info", "warning", "error")),
         "debug_kernels": Key(bool, False, "EMBER_DEBUG_KERNELS"),

@@ -19,6 +19,8 @@ from hypothesis import HealthCheck, settings
 
 import ember
 import ember.debug
+from ember.backend.cube.backend import UnsupportedDTypeError
+from ember.cube.runtime.wgpu import wgpu_available
 
 # The devices of the conformance suite (id, constructor). Add a backend here and it runs everything.
 DEVICES = [
@@ -26,9 +28,24 @@ DEVICES = [
     ("cpu", ember.Device.cpu),
     ("cpu-unfused", ember.Device.cpu),  # the same device with fusion switched off (see UNFUSED)
 ]
+if os.environ.get("EMBER_TEST_WGPU", "1") != "0" and wgpu_available()[0]:
+    # Cube(wgpu) on the best adapter (lavapipe in CI). A test reaching a dtype its kernels cannot hold
+    # is skipped with the backend's reason (see pytest_pyfunc_call): counted as skipped, never passed.
+    DEVICES.append(("wgpu", ember.Device.wgpu))
 # Entries that run with `ember.debug.set_fusion(device, False)` for the test, so the suite checks
 # the fused and the unfused Cube(cpu) alike.
 UNFUSED = {"cpu-unfused"}
+
+
+def _gpu_here() -> bool:
+    """A CUDA GPU, its driver and NVRTC (scripts/gpu_check.sh runs the suite there with -k cuda)."""
+    from ember.cube.runtime.cuda import cuda_available
+    from ember.cube.runtime.nvrtc import nvrtc_available
+    return cuda_available()[0] and nvrtc_available()[0]
+
+
+if _gpu_here():
+    DEVICES.append(("cuda", lambda: ember.Device.cuda(0)))
 
 # One hypothesis profile for the whole suite: modest example counts keep CI short on two cores, and no
 # deadline, since shared CI machines make timings meaningless. HYPOTHESIS_PROFILE picks another
@@ -52,6 +69,16 @@ def device(request) -> ember.Device:
         yield device
     finally:
         ember.debug.set_fusion(device, previous)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_pyfunc_call(pyfuncitem):
+    """A test that reaches a dtype its device's kernels cannot hold (f64 on wgpu, ...) is skipped with
+    the backend's message, which names the dtype and the adapter."""
+    try:
+        return (yield)
+    except UnsupportedDTypeError as e:
+        pytest.skip(f"unsupported dtype: {e}")
 
 
 @pytest.fixture

@@ -1,15 +1,20 @@
 """The CUDA target without a GPU: every kernel of the library rendered to CUDA C and compiled by NVRTC.
 
-The kernel variants are collected by calling the library's host functions with the dtypes, layouts
-and comptime options the kernel tests use, with `KernelFunction.launch` replaced by a recorder (so
-nothing runs; outputs are garbage). Each distinct specialization is then optimized, rendered and
-compiled to PTX for sm_90. Needs `cuda-bindings` and `nvidia-cuda-nvrtc`; skipped without them.
+The kernel variants are collected by calling the library's host functions (and the cube backend's)
+with the dtypes, layouts and comptime options the kernel tests use, with `KernelFunction.launch`
+replaced by a recorder (so nothing runs; outputs are garbage). Each distinct specialization is then
+optimized, rendered and compiled to PTX for sm_90. The tensor-core matmul's tile variants, which only
+the CUDA runtime launches, are specialized directly and compiled to CUBIN, so that ptxas checks their
+inline PTX (wmma, cp.async) too. Every `@cube.kernel` of those modules must be covered. Needs
+`cuda-bindings` and `nvidia-cuda-nvrtc`; skipped without them.
 """
 
 from __future__ import annotations
 
+import importlib
 import multiprocessing
 import os
+import pkgutil
 from concurrent.futures import ProcessPoolExecutor
 
 import ml_dtypes
@@ -22,6 +27,15 @@ from ember.cube.kernels import elementwise as ew
 from ember.cube.kernels.conv import conv2d
 from ember.cube.kernels.indexing import gather, index_add, index_select, scatter
 from ember.cube.kernels.matmul import matmul
+from ember.cube.kernels import matmul_tc
+from ember.cube.kernels.conv_gemm import conv2d_gemm, conv_transpose2d
+try:  # unfold/fold are being added to the library as this is written
+    from ember.cube.kernels.unfold import fold, unfold
+except ImportError:
+    fold = unfold = None
+from ember.cube.kernels.scan import scan
+from ember.cube.kernels.random import randint
+from ember.backend.cube.kernels import fill
 from ember.cube.kernels.norm import layer_norm, rms_norm
 from ember.cube.kernels.pool import avg_pool2d, max_pool2d, max_pool2d_indices
 from ember.cube.kernels.random import bits, normal, uniform
@@ -103,7 +117,38 @@ def library_calls() -> list:
     calls += [lambda n=n: sort(rng.standard_normal((3, n)).astype(F32)) for n in (1, 5, 64, 1000, 16384)]
     calls += [lambda: sort(rng.integers(0, 4, (3, 50)).astype(np.int64), descending=True),
               lambda: topk(x, 3), lambda: topk(x, 2, largest=False), lambda: sort(x.astype(F16), 0)]
+    calls += [lambda op=op, t=t: scan(op, x3.astype(t), 1) for op in ("cumsum", "cumprod") for t in (F32, np.int64)]
+    calls += [lambda t=t: randint((4, 5), 1, 0, -3, 9, t) for t in (np.int32, np.int64)]
+    calls += [lambda t=t: fill((3, 4), 2, np.dtype(t)) for t in (F32, np.int64, np.bool_, BF16)]
+    calls += [lambda: conv2d_gemm(img, rng.standard_normal((4, 6, 3, 3)).astype(F32), 1, 1),
+              lambda: conv_transpose2d(img, rng.standard_normal((6, 2, 3, 3)).astype(F32), 2, 1)]
+    if unfold is not None:
+        calls += [lambda: unfold(img, (3, 2), (1, 1), (1, 1), (1, 1)),
+                  lambda: fold(rng.standard_normal((2, 12, 20)).astype(F32), (5, 6), (2, 2), (1, 1), (0, 0), (1, 1))]
     return calls
+
+
+def library_kernels() -> set:
+    """The names of every @cube.kernel in ember.cube.kernels.* and the cube backend's kernels."""
+    import ember.cube.kernels as package
+    modules = [importlib.import_module(f"{package.__name__}.{m.name}") for m in pkgutil.iter_modules(package.__path__)]
+    modules.append(importlib.import_module("ember.backend.cube.kernels"))
+    return {v.__name__ for m in modules for v in vars(m).values() if isinstance(v, KernelFunction)}
+
+
+def tensor_core_specializations() -> dict:
+    """Every tile variant of the tensor-core matmul for bf16, and the default tile for f16 and tf32 (the
+    dtypes change only the fragment instructions, which the default tile covers)."""
+    kfn = matmul_tc.matmul_tc_kernel
+    found = {}
+    for tile in matmul_tc.TILES:
+        for t in (cube.bf16,) + ((cube.f16, cube.f32) if tile == matmul_tc.TILES[0] else ()):
+            comptime = kfn.comptime_values(dict(T=t, bm=tile.bm, bn=tile.bn, bk=tile.bk, wm=tile.wm, wn=tile.wn,
+                                                stages=tile.stages))
+            dtypes = kfn.resolve_dtypes((t, t, t) + (None,) * 5, comptime)
+            key = (kfn.__name__, dtypes, tuple(sorted(comptime.items())), cube.CubeDim(tile.units))
+            found[key] = kfn.specialize(dtypes, comptime)
+    return found
 
 
 def collect_specializations() -> dict:
@@ -127,6 +172,7 @@ def collect_specializations() -> dict:
                 call()
     finally:
         KernelFunction.launch = saved
+    found.update(tensor_core_specializations())
     return found
 
 
@@ -136,9 +182,8 @@ CACHE = None  # where compile_one puts binaries (the test's tmp_path; forked wor
 
 def test_the_collection_covers_every_kernel_of_the_library():
     names = {key[0] for key in SPECIALIZATIONS}
-    assert names == {"unary_kernel", "binary_kernel", "ternary_kernel", "reduce_kernel", "arg_reduce_kernel",
-                     "softmax_kernel", "norm_kernel", "matmul_kernel", "conv2d_kernel", "pool_kernel",
-                     "gather_kernel", "scatter_kernel", "index_select_kernel", "philox_kernel", "sort_kernel"}
+    assert names == library_kernels()
+    assert {"matmul_tc_kernel", "softmax_kernel", "fill_kernel", "scan_kernel"} <= names
     dtypes = {d.name for key in SPECIALIZATIONS for d in key[1]}
     assert {"f32", "f16", "bf16", "f64", "i32", "i64", "u8", "bool", "u32"} <= dtypes
     assert len(SPECIALIZATIONS) > 200
@@ -150,10 +195,13 @@ def compile_one(i: int) -> str:
     name, dtypes, comptime, dim = key
     optimized = optimize(SPECIALIZATIONS[key])
     entry = cuda_target.entry_name(optimized)
+    kind = "cubin" if name == "matmul_tc_kernel" else "ptx"  # ptxas checks the inline PTX of a CUBIN
     try:
-        binary = compile_cuda(cuda_target.render(optimized, dim), entry, 90, kind="ptx", cache_dir=CACHE)
+        binary = compile_cuda(cuda_target.render(optimized, dim), entry, 90, kind=kind, cache_dir=CACHE)
     except CudaCompileError as e:
         return f"{name} {[d.name for d in dtypes]} {dict(comptime)}:\n{e}"
+    if kind == "cubin":
+        return "" if binary.data[:4] == b"\x7fELF" and entry.encode() in binary.data else f"{name}: no {entry} in the CUBIN"
     if b".target sm_90" not in binary.data or f".entry {entry}(".encode() not in binary.data:
         return f"{name}: the PTX lacks the sm_90 target or the entry {entry}"
     return ""

@@ -35,16 +35,20 @@ from .common import asarray, check_size, cube_dtype, element_strides, empty, off
 
 
 class Tile(NamedTuple):
-    """A tiling of the kernel: `rows` x `units` outputs per cube, `depth` k-steps unrolled per trip."""
+    """A tiling of the kernel: `rows` x `units` outputs per cube, `depth` k-steps unrolled per trip, and
+    k in launches of `kc` (0: all of k in one), which keeps B's panel of a cube column in L2. The
+    launches after the first add to the output, so they are used only where no tile overlaps (m and n
+    multiples of the tile) and the output holds the accumulator type."""
 
     rows: int
     units: int
     depth: int
+    kc: int = 0
 
 
 # The variants the autotuner times; the first is the default (the best of a sweep on 2 AVX2 cores).
-TILES = {"cube_8x128": Tile(8, 128, 8), "cube_8x64": Tile(8, 64, 8), "cube_8x256": Tile(8, 256, 8),
-         "cube_8x128_d16": Tile(8, 128, 16), "cube_4x256": Tile(4, 256, 8)}
+TILES = {"cube_8x128": Tile(8, 128, 8), "cube_8x128_k256": Tile(8, 128, 8, 256), "cube_8x64": Tile(8, 64, 8),
+         "cube_8x256": Tile(8, 256, 8), "cube_12x128": Tile(12, 128, 8), "cube_4x256": Tile(4, 256, 8)}
 DEFAULT_TILE = TILES["cube_8x128"]
 
 
@@ -57,26 +61,32 @@ def fma_step(a, b, acc, a_base, m0, b_col, kk, sam, sak, sbk, T, rows):
 
 @cube.kernel
 def matmul_kernel(a: cube.Array, b: cube.Array, out: cube.Array, batch: cube.Array[cube.i32],
-                  m: cube.i32, n: cube.i32, k: cube.i32, sam: cube.i32, sak: cube.i32, sbk: cube.i32,
-                  sbn: cube.i32, T: cube.Comptime, bdim: cube.Comptime[int], rows: cube.Comptime[int],
-                  units: cube.Comptime[int], b_unit_n: cube.Comptime[bool], depth: cube.Comptime[int]):
+                  m: cube.i32, n: cube.i32, k0: cube.i32, k1: cube.i32, sam: cube.i32, sak: cube.i32,
+                  sbk: cube.i32, sbn: cube.i32, T: cube.Comptime, bdim: cube.Comptime[int],
+                  rows: cube.Comptime[int], units: cube.Comptime[int], b_unit_n: cube.Comptime[bool],
+                  depth: cube.Comptime[int], accumulate: cube.Comptime[bool]):
+    """out (+)= a[..., k0:k1] @ b[..., k0:k1, :] (adding to out when `accumulate`)."""
     z = cube.CUBE_POS_Z
     a_base = offset(z, batch, bdim, 0)
     b_base = offset(z, batch, bdim, 1)
     # The last tile along each axis is shifted back to end at the edge (the host guarantees
     # m >= rows and n >= units), so no unit ever reads or writes out of range. Shifted tiles overlap
-    # their neighbours and write the same values twice, which is harmless.
+    # their neighbours and write the same values twice, which is harmless (the host accumulates
+    # only when no tile overlaps).
     m0 = cube.min(cube.CUBE_POS_X * rows, m - rows)
     col = cube.min(cube.CUBE_POS_Y * units, n - units) + cube.UNIT_POS_X
     b_col = b_base + col * (1 if b_unit_n else sbn)
-    acc = tuple(T(0) for _ in range(rows))
-    k_main = k - k % depth
-    for k0 in range(0, k_main, depth):  # `depth` k-steps per trip: accumulators stay in registers
-        for kk in cube.unroll(range(depth)):
-            acc = fma_step(a, b, acc, a_base, m0, b_col, k0 + kk, sam, sak, sbk, T, rows)
-    for kk in range(k_main, k):
-        acc = fma_step(a, b, acc, a_base, m0, b_col, kk, sam, sak, sbk, T, rows)
     o_base = z * m * n + m0 * n + col
+    if accumulate:
+        acc = tuple(T(out[o_base + r * n]) for r in range(rows))
+    else:
+        acc = tuple(T(0) for _ in range(rows))
+    k_main = k1 - (k1 - k0) % depth
+    for kb in range(k0, k_main, depth):  # `depth` k-steps per trip: accumulators stay in registers
+        for kk in cube.unroll(range(depth)):
+            acc = fma_step(a, b, acc, a_base, m0, b_col, kb + kk, sam, sak, sbk, T, rows)
+    for kk in range(k_main, k1):
+        acc = fma_step(a, b, acc, a_base, m0, b_col, kk, sam, sak, sbk, T, rows)
     for r in cube.unroll(range(rows)):
         out[o_base + r * n] = out.dtype(acc[r])
 
@@ -136,7 +146,9 @@ def tuned_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """
     if isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == b.dtype and a.dtype in BLAS_DTYPES:
         return matmul_tuner()(a, b)
-    return matmul(a, b)
+    from .matmul_tc import cuda_matmul  # CUDA arrays: tensor cores or cuBLAS where they apply
+    out = cuda_matmul(a, b)
+    return matmul(a, b) if out is None else out
 
 
 _tuner = None
@@ -186,9 +198,13 @@ def _launch(a, b, out, batch_shape, m, n, k, t, tile: Tile) -> None:
     nbatch = int(np.prod(batch_shape, dtype=np.int64))
     rows, units = min(tile.rows, m), min(tile.units, n)
     count = cube.CubeCount(-(-m // rows), -(-n // units), nbatch)
-    matmul_kernel.launch(count, cube.CubeDim(units), a, b, out, layout, m, n, k, sa[-2], sa[-1], sb[-2],
-                         sb[-1], T=f32 if t.itemsize < 4 and t.is_float else t, bdim=len(batch_shape),
-                         rows=rows, units=units, b_unit_n=sb[-1] == 1, depth=tile.depth)
+    acc_t = f32 if t.itemsize < 4 and t.is_float else t
+    chunked = tile.kc and k > tile.kc and m % rows == 0 and n % units == 0 and acc_t is t
+    step = tile.kc if chunked else k
+    for k0 in range(0, k, step):
+        matmul_kernel.launch(count, cube.CubeDim(units), a, b, out, layout, m, n, k0, min(k, k0 + step),
+                             sa[-2], sa[-1], sb[-2], sb[-1], T=acc_t, bdim=len(batch_shape), rows=rows, units=units,
+                             b_unit_n=sb[-1] == 1, depth=tile.depth, accumulate=k0 > 0)
 
 
 def _batch_strides(batch_shape: tuple, x: np.ndarray) -> list:

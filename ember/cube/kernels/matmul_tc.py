@@ -213,3 +213,37 @@ def cuda_matmul_autotuner(runtime, level: str | None = None, tf32: bool = True) 
     cache = device_cache(f"cuda-{runtime.name}".replace(" ", "_"))
     return Autotuner("matmul", candidates, key, cache=cache, level=level, sync=runtime.synchronize,
                      worth=lambda a, b: a.shape[-2] * b.shape[-1] * a.shape[-1] >= 1 << 24)
+
+
+_tuners: dict = {}
+
+
+def cuda_matmul(a, b):
+    """`a @ b` for CUDA arrays by the fastest of the tensor-core tiles and cuBLAS, or None when neither
+    applies (then the caller runs the generic cube kernel).
+
+    2-D and 3-D operands of one dtype: f16/bf16, and f32 when `[cuda] allow_tf32` is on, go through
+    `cuda_matmul_autotuner`; f32 without TF32 and f64 go to cuBLAS when CuPy is here. Strided operands
+    are made contiguous first (a copy: both candidates read rows).
+
+    Example:
+        >>> c = cuda_matmul(rt.to_device(a), rt.to_device(b))   # a CudaArray, or None
+    """
+    from ...settings import settings
+    from ..runtime.cublas import cublas_available, cublas_matmul
+    from ..runtime.cuda import CudaArray
+    if not (isinstance(a, CudaArray) and isinstance(b, CudaArray)) or a.dtype != b.dtype:
+        return None
+    if len(a.shape) not in (2, 3) or len(b.shape) not in (2, 3) or a.shape[-1] != b.shape[-2]:
+        return None
+    a, b = (x if x.flags.c_contiguous else x.copy() for x in (a, b))
+    tf32 = settings().get("cuda", "allow_tf32")
+    if supports(a.shape, b.shape, a.dtype, tf32) == "":
+        key = (id(a.runtime), tf32)
+        if key not in _tuners:
+            _tuners[key] = cuda_matmul_autotuner(a.runtime, tf32=tf32)
+        return _tuners[key](a, b)
+    batch_ok = len(a.shape) == 2 or len(b.shape) == 2 or a.shape[0] == b.shape[0] or 1 in (a.shape[0], b.shape[0])
+    if a.dtype.name in ("float32", "float64", "float16", "bfloat16") and batch_ok and cublas_available()[0]:
+        return cublas_matmul(a.runtime, a, b, tf32)
+    return None
