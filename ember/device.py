@@ -142,6 +142,35 @@ class Device:
         """Wait for all work queued on this device."""
         self.backend.sync()
 
+    def memory_stats(self):
+        """Bytes of this device's memory pool: reserved from the device, in use by tensors, and their
+        peaks (a `MemoryStats`). The NumPy device has no pool: it raises `DeviceError`.
+
+        Example:
+            >>> Device.cpu().memory_stats().in_use >= 0
+            True
+        """
+        return self._pooled("memory_stats")()
+
+    def memory_cleanup(self) -> int:
+        """Give the empty pages of this device's memory pool back; returns the bytes released.
+
+        Example:
+            >>> Device.cpu().memory_cleanup() >= 0
+            True
+        """
+        return self._pooled("memory_cleanup")()
+
+    def _pooled(self, method: str):
+        backend = self.inner.backend
+        while backend is not None:  # through the decorators (fusion) to the backend that owns memory
+            found = getattr(backend, method, None)
+            if found is not None:
+                return found
+            backend = getattr(backend, "inner", None)
+        raise DeviceError(f"{self!r} has no memory pool (NumPy allocates each array itself): "
+                          f"memory_stats and memory_cleanup need a cube device such as Device.cpu()")
+
     # ---- value behaviour -------------------------------------------------------------------------
     def __repr__(self) -> str:
         name = self.kind if self.kind not in _INDEXED else f"{self.kind}:{self.index}"

@@ -6,7 +6,8 @@
     cpu              -> Fusion(Cube(cpu)) (kernels compiled to C; DeviceUnavailableError without a C
                                           compiler; plain Cube(cpu) when [fusion] enabled is false)
     X.autodiff()     -> Autodiff(stack of X)
-    cuda, wgpu       -> DeviceUnavailableError naming what is missing
+    wgpu:i           -> Cube(wgpu) on adapter i (DeviceUnavailableError without wgpu-py or an adapter)
+    cuda             -> DeviceUnavailableError naming what is missing
 
 `bind(prim, inputs, params)` is the one path every tensor op takes: it checks that the inputs share a
 device (lifting a plain tensor onto the autodiff variant of its own device, so `w - lr * grad` works),
@@ -36,7 +37,28 @@ def build_backend(device: Device):
         return NumpyBackend()
     if device.kind == "cpu":
         return _fused(_cube_cpu(device))
+    if device.kind == "wgpu":
+        return _cube_wgpu(device)
     raise DeviceUnavailableError(_unavailable_reason(device))
+
+
+def _cube_wgpu(device: Device):
+    """Cube(wgpu) on adapter `device.index` of `ember.cube.runtime.wgpu.adapters()` (best first), or
+    `DeviceUnavailableError` naming the `wgpu` extra or the missing adapter."""
+    if importlib.util.find_spec("wgpu") is None:
+        from .cube.runtime.wgpu import INSTALL
+        raise DeviceUnavailableError(f"{device!r} is unavailable: the WGPU backend needs wgpu-py: {INSTALL}; "
+                                     f"available: {available_devices()}")
+    from .cube.runtime.wgpu import wgpu_available, wgpu_runtime
+    ok, why = wgpu_available()
+    if not ok:
+        raise DeviceUnavailableError(f"{device!r} is unavailable: {why}; available: {available_devices()}")
+    try:
+        runtime = wgpu_runtime(device.index)
+    except DeviceUnavailableError as e:
+        raise DeviceUnavailableError(f"{device!r} is unavailable: {e}; available: {available_devices()}") from None
+    from .backend.cube import CubeBackend
+    return CubeBackend(runtime)
 
 
 def _fused(backend):

@@ -7,7 +7,8 @@ runtime (`wgpu_runtime()`, `cuda_runtime()`); its handles are that runtime's arr
 and flip are metadata on either kind of array (as in CubeCL), and kernels read any strides.
 
 `execute` looks the primitive up in the lowering table (`lowering.TABLE`); a primitive without a row, a
-case its row does not cover (`Unlowered`), or (on a device) a row that needs a host array, runs the
+case its row does not cover (`Unlowered`), or (on a device) a row that needs a host array or a kernel
+the target cannot render (the runtime's `TARGET_ERRORS`), runs the
 primitive's NumPy reference (on a device: through host copies) and is recorded in `fallbacks`, so the
 gap stays visible. On a device, a primitive whose inputs or output have a dtype the runtime's kernels
 cannot hold (`runtime.dtypes`; WGSL has no f64, i64, ...) raises `UnsupportedDTypeError` naming the
@@ -63,6 +64,7 @@ class CubeBackend(Backend):
             self.dtypes = tuple(d for d in ALL if d.name in runtime.dtypes)
             self._held = frozenset(np.dtype(d.np) for d in self.dtypes)
             self._where = getattr(runtime, "adapter_name", None) or repr(runtime)
+            self._unrenderable = getattr(runtime, "TARGET_ERRORS", ())
         self.fallbacks: set[str] = set()
         """Names of primitives that ran on their NumPy reference at least once."""
 
@@ -95,8 +97,8 @@ class CubeBackend(Backend):
                 if isinstance(result, DeviceArray):
                     return result
                 return self.from_host(np.asarray(result))  # a row that answered on the host
-            except (Unlowered, HostCopyError):
-                pass
+            except (Unlowered, HostCopyError, *self._unrenderable):
+                pass  # a kernel this target cannot render (an i64 scalar on WGSL), a host-only row
         self.fallbacks.add(prim.name)
         result = prim.reference(*[self.to_host(a) for a in inputs], **params)
         return self.from_host(np.asarray(result))

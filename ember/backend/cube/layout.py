@@ -21,6 +21,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from ...cube.kernels.common import broadcast_strides, element_strides
+from ...cube.runtime.arguments import DeviceArray
 
 # Strided layouts of rank 2..4 are padded to 4 (leading size-1 dims), so they share one compiled kernel;
 # a padded dim costs a division per element, a new rank costs a compilation (~0.3 s of gcc).
@@ -51,6 +52,8 @@ def merge_dims(shape: Sequence[int], strides: Sequence[Sequence[int]]) -> tuple[
 
 def view(a: np.ndarray, shape: Sequence[int], strides: Sequence[int]) -> np.ndarray:
     """A read-only view of `a`'s memory with the given shape and element strides."""
+    if isinstance(a, DeviceArray):
+        return a.strided(shape, [s * a.itemsize for s in strides])
     return as_strided(a, tuple(shape), tuple(s * a.itemsize for s in strides), writeable=False)
 
 

@@ -18,6 +18,10 @@ from ..lang import KernelError
 NP_TO_CUBE = {np.dtype(d.np): d for d in DTYPES.values()}
 
 
+class HostCopyError(TypeError):
+    """NumPy was asked to convert a device array (np.asarray and friends): copy it with `.numpy()`."""
+
+
 class Flags:
     """The two NumPy flags the kernel library reads: `c_contiguous` and `writeable` (always True)."""
 
@@ -208,7 +212,7 @@ class DeviceArray:
         return self._shape[0]
 
     def __array__(self, dtype=None, copy=None):
-        raise TypeError(f"{type(self).__name__} lives on {self.runtime!r}: copy it to the host with .numpy() "
+        raise HostCopyError(f"{type(self).__name__} lives on {self.runtime!r}: copy it to the host with .numpy() "
                         f"(NumPy does not convert device arrays implicitly)")
 
     def __array_function__(self, func, types, args, kwargs):
@@ -284,11 +288,18 @@ def _moveaxis(a, source, destination):
     return a.transpose(order)
 
 
+def _flip(a, axis=None):
+    axes = range(a.ndim) if axis is None else [axis] if isinstance(axis, int) else axis
+    axes = {d % a.ndim for d in axes}
+    return a[tuple(slice(None, None, -1) if d in axes else slice(None) for d in range(a.ndim))]
+
+
 _ARRAY_FUNCTIONS = {
     np.moveaxis: _moveaxis,
     np.transpose: lambda a, axes=None: a.transpose(*(() if axes is None else (axes,))),
     np.reshape: lambda a, shape=None, *args, **kw: a.reshape(shape if shape is not None else kw["newshape"]),
     np.broadcast_to: lambda a, shape, subok=False: a.broadcast_to((shape,) if isinstance(shape, int) else shape),
+    np.flip: lambda a, axis=None: _flip(a, axis),
     np.shape: lambda a: a.shape,
     np.ndim: lambda a: a.ndim,
     np.size: lambda a, axis=None: a.size if axis is None else a.shape[axis],

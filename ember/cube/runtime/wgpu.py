@@ -187,6 +187,8 @@ class WgpuRuntime(Specializing):
     """Compiles cube kernels to WGSL and runs them on one wgpu adapter (see the module docstring)."""
 
     ARRAY = WgpuArray
+    target = "wgsl"
+    TARGET_ERRORS = (wgsl_target.WgslTargetError,)  # kernels WGSL cannot express (the backend runs them on the host)
 
     def __init__(self, which: int | str | None = None, features: tuple = FEATURES) -> None:
         """`which` as in `choose_adapter`; `features`: the optional ones to use where the adapter has them."""
@@ -204,6 +206,8 @@ class WgpuRuntime(Specializing):
         self.device = adapter.request_device_sync(required_features=features, required_limits=wanted)
         self.features = set(self.device.features)
         self.limits = dict(self.device.limits)  # what the device granted, which is what binds
+        self.dtypes = frozenset(("f32", "i32", "u32", "bool") + (("f16",) if "shader-f16" in self.features else ()))
+        """The dtypes its kernels hold (names): what the WGSL target renders on this adapter."""
         self.caps = wgsl_target.Capabilities(subgroups="subgroup" in self.features,
                                              f16="shader-f16" in self.features, adapter=self.adapter_name)
         self.queue = self.device.queue

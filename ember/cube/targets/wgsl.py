@@ -363,6 +363,10 @@ class Renderer(Walker):
             return f"({a[0]} {'<<' if op == 'shl' else '>>'} u32({a[1]}))"  # WGSL shifts by a u32
         if op == "xor" and src is bool_:
             return f"({a[0]} != {a[1]})"
+        if op == "ne" and src.is_float:  # naga's != is ordered (false for NaN); C's is not
+            return f"(!({a[0]} == {a[1]}))"
+        if op in ("lt", "le", "gt", "ge") and src is bool_:  # WGSL orders no bools: as 0/1 words
+            return f"(u32({a[0]}) {_BINARY[op]} u32({a[1]}))"
         if op in HELPERS:
             self.helpers.update(("asin", op) if op == "acos" else (op,))  # acos uses asin's polynomial
             return f"ember_{op}({', '.join(a)})"

@@ -1,0 +1,62 @@
+"""`device.memory_stats()` and `device.memory_cleanup()`: real numbers that follow tensor lifetimes.
+
+Cube(cpu) tensors made by kernels live in the host memory pool, Cube(wgpu) tensors in the adapter's
+pool of storage buffers; the NumPy device has no pool and says so.
+"""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+import ember
+from ember.cube.runtime.wgpu import wgpu_available
+from ember.errors import DeviceError
+
+POOLED = [pytest.param(ember.Device.cpu, id="cpu"),
+          pytest.param(ember.Device.wgpu, id="wgpu", marks=pytest.mark.skipif(
+              not wgpu_available()[0], reason=f"wgpu: {wgpu_available()[1]}"))]
+
+
+@pytest.mark.parametrize("make", POOLED)
+@pytest.mark.parametrize("rows", [1, 3, 300])
+def test_in_use_rises_with_live_tensors_and_falls_when_they_die(make, rows):
+    device = make()
+
+    def compute():
+        x = ember.tensor(np.random.default_rng(rows).standard_normal((rows, 1000)).astype(np.float32), device=device)
+        return x, (x.exp() * 2.0).sum(dim=1), x.exp()  # kernels: the outputs come from the pool
+
+    compute()  # the scalar 2.0 is cached per device: let it be made before counting
+    gc.collect()
+    device.sync()
+    before = device.memory_stats()
+    x, y, z = compute()
+    want = np.exp(x.numpy())
+    np.testing.assert_allclose(y.numpy(), 2 * want.sum(1), rtol=1e-5)
+    during = device.memory_stats()
+    assert during.in_use >= before.in_use + z.numpy().nbytes  # z at least (rounded up to the pool's sizes)
+    assert during.peak_in_use >= during.in_use and during.reserved >= during.in_use
+    assert during.peak_reserved >= during.reserved
+    del x, y, z
+    gc.collect()
+    after = device.memory_stats()
+    assert after.in_use <= before.in_use, "the tensors' memory did not go back to the pool"
+    assert after.peak_in_use >= during.in_use
+    released = device.memory_cleanup()
+    assert released >= 0 and device.memory_stats().reserved == after.reserved - released
+    assert device.memory_stats().in_use == after.in_use  # cleanup never touches live memory
+
+
+def test_autodiff_variants_share_the_pool_of_their_device():
+    device = ember.Device.cpu()
+    assert device.autodiff().memory_stats().reserved == device.memory_stats().reserved
+
+
+def test_the_numpy_device_has_no_pool():
+    with pytest.raises(DeviceError, match="no memory pool"):
+        ember.Device.numpy().memory_stats()
+    with pytest.raises(DeviceError, match="no memory pool"):
+        ember.Device.numpy().memory_cleanup()
