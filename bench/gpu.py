@@ -140,6 +140,11 @@ def case_matmul(b: Bench) -> None:
     err = rel_error(b, tuner(a, bb), want)
     b.row(case, "ember autotuned", b.time_ember(lambda: tuner(a, bb), inner=3), "TFLOP/s", flops,
           choice=choice, tuning_s=round(tune_s, 1), rel_error=f"{err:.1e}")
+    import ember
+    ea, eb = (ember.tensor(x, device=ember.Device.cuda(0)) for x in (A, B))
+    err = rel_error(b, ember.matmul(ea, eb)._handle, want)
+    b.row(case, "ember Device.cuda tensor matmul", b.time_ember(lambda: ember.matmul(ea, eb), inner=3), "TFLOP/s",
+          flops, rel_error=f"{err:.1e}")
     b.row(case, "torch.matmul", b.time_torch(lambda: ta @ tb, inner=3), "TFLOP/s", flops)
     del a, bb, ta, tb, want
     torch.cuda.empty_cache()
@@ -164,7 +169,7 @@ def case_gelu(b: Bench) -> None:
     del x, y, tx
 
 
-def _rows_op(b: Bench, name: str, ember_fn, torch_fn) -> None:
+def _rows_op(b: Bench, name: str, ember_fn, torch_fn, tensor_fn) -> None:
     from ember.cube.runtime.cuda import CudaRuntime
     torch = b.torch
     shape = (8192, 8192)
@@ -187,6 +192,10 @@ def _rows_op(b: Bench, name: str, ember_fn, torch_fn) -> None:
     fresh.pool.cleanup()
     b.row(case, "ember", b.time_ember(lambda: ember_fn(x)), "TB/s", moved, rel_error=f"{err:.1e}",
           peak_extra_MiB=round(ember_peak / 2**20, 1), peak_reserved_MiB=round(ember_reserved / 2**20, 1))
+    import ember
+    ex = ember.tensor(host, device=ember.Device.cuda(0))
+    b.row(case, "ember Device.cuda tensor op", b.time_ember(lambda: tensor_fn(ex)), "TB/s", moved,
+          rel_error=f"{rel_error(b, tensor_fn(ex)._handle, torch_fn(tx)):.1e}")
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated()
@@ -200,7 +209,9 @@ def _rows_op(b: Bench, name: str, ember_fn, torch_fn) -> None:
 
 def case_softmax(b: Bench) -> None:
     from ember.cube.kernels.softmax import softmax
-    _rows_op(b, "softmax", lambda x: softmax(x), lambda t: b.torch.softmax(t, -1))
+    import ember
+    _rows_op(b, "softmax", lambda x: softmax(x), lambda t: b.torch.softmax(t, -1),
+             lambda e: ember.activation.softmax(e, -1))
 
 
 def case_layer_norm(b: Bench) -> None:
@@ -209,8 +220,12 @@ def case_layer_norm(b: Bench) -> None:
     w = b.rt.to_device(np.random.default_rng(3).standard_normal(8192, np.float32))
     bias = b.rt.to_device(np.random.default_rng(4).standard_normal(8192, np.float32))
     tw, tbias = to_torch(b, w), to_torch(b, bias)
+    import ember
+    from ember.nn.norm import layer_norm as tensor_layer_norm
+    ew, eb = (ember.tensor(x.numpy(), device=ember.Device.cuda(0)) for x in (w, bias))
     _rows_op(b, "layer_norm", lambda x: layer_norm(x, w, bias),
-             lambda t: torch.nn.functional.layer_norm(t, (8192,), tw, tbias))
+             lambda t: torch.nn.functional.layer_norm(t, (8192,), tw, tbias),
+             lambda e: tensor_layer_norm(e, (8192,), ew, eb))
 
 
 CASES = {"matmul": case_matmul, "gelu": case_gelu, "softmax": case_softmax, "layer_norm": case_layer_norm}

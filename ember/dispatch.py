@@ -7,7 +7,7 @@
                                           compiler; plain Cube(cpu) when [fusion] enabled is false)
     X.autodiff()     -> Autodiff(stack of X)
     wgpu:i           -> Cube(wgpu) on adapter i (DeviceUnavailableError without wgpu-py or an adapter)
-    cuda             -> DeviceUnavailableError naming what is missing
+    cuda:i           -> Cube(cuda) on GPU i (DeviceUnavailableError without the `cuda` extra or a GPU)
 
 `bind(prim, inputs, params)` is the one path every tensor op takes: it checks that the inputs share a
 device (lifting a plain tensor onto the autodiff variant of its own device, so `w - lr * grad` works),
@@ -39,7 +39,27 @@ def build_backend(device: Device):
         return _fused(_cube_cpu(device))
     if device.kind == "wgpu":
         return _cube_wgpu(device)
+    if device.kind == "cuda":
+        return _cube_cuda(device)
     raise DeviceUnavailableError(_unavailable_reason(device))
+
+
+def _cube_cuda(device: Device):
+    """Cube(cuda) on GPU `device.index` (kernels rendered to CUDA C, compiled by NVRTC, run through the
+    driver API), or `DeviceUnavailableError` naming the `cuda` extra, the driver or the GPU missing.
+    Not under Fusion yet: fused kernels are compiled for the CPU runtime only."""
+    from .cube.runtime.cuda import CudaError, cuda_available, cuda_runtime
+    from .cube.runtime.nvrtc import nvrtc_available
+    for ok, why in (cuda_available(), nvrtc_available()):
+        if not ok:
+            raise DeviceUnavailableError(f"{device!r} is unavailable: {why} (the `cuda` extra: pip install "
+                                         f"'ember[cuda]', and an NVIDIA GPU); available: {available_devices()}")
+    try:
+        runtime = cuda_runtime(device.index)
+    except (CudaError, DeviceUnavailableError) as e:
+        raise DeviceUnavailableError(f"{device!r} is unavailable: {e}; available: {available_devices()}") from None
+    from .backend.cube import CubeBackend
+    return CubeBackend(runtime)
 
 
 def _cube_wgpu(device: Device):
@@ -98,9 +118,13 @@ def _unavailable_reason(device: Device) -> str:
 
 
 def available_devices() -> list[Device]:
-    """Devices whose backend runs on this machine, best first (cpu only when a C compiler builds kernels)."""
+    """Devices whose backend runs on this machine, best first (cuda:0 when a GPU, its driver and NVRTC
+    are here; cpu only when a C compiler builds kernels)."""
     from . import cube
-    return [Device.cpu(), Device.numpy()] if cube.cpu_available()[0] else [Device.numpy()]
+    from .cube.runtime.cuda import cuda_available
+    from .cube.runtime.nvrtc import nvrtc_available
+    gpu = [Device.cuda(0)] if cuda_available()[0] and nvrtc_available()[0] else []
+    return gpu + ([Device.cpu(), Device.numpy()] if cube.cpu_available()[0] else [Device.numpy()])
 
 
 def _unify(prim_name: str, inputs: tuple) -> tuple[Device, tuple]:

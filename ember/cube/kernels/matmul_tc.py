@@ -1,6 +1,7 @@
 """Matmul on matrix units (tensor cores): f16/bf16 inputs, or f32 computed as tf32, accumulated in f32.
 
-A cube computes a `bm x bn` tile of one batch entry with `(bm / wm) * (bn / wn)` planes (warps of 32
+A cube computes a `bm x bn` tile of one batch entry (tiles are handed out in groups of GROUP tile
+rows, column by column, so that the cubes running together share panels of A and B in L2) with `(bm / wm) * (bn / wn)` planes (warps of 32
 units); each plane owns a `wm x wn` block of it as 16 x 16 accumulator fragments. The k dimension is
 walked in steps of `bk`: each step's tiles of A (`bm x bk`) and B (`bk x bn`) are copied to shared
 memory with asynchronous 16-byte copies, `stages` steps ahead (a ring of `stages` buffers), so the
@@ -32,6 +33,7 @@ from ..runtime.autotune import Autotuner, anchor, device_cache
 from .common import cube_dtype
 
 PLANE = 32  # units per plane: matrix fragments are a warp's on the CUDA target
+GROUP = 8   # tile rows whose cubes run next to each other (L2 reuse of B's panels)
 
 
 @dataclass(frozen=True)
@@ -103,8 +105,14 @@ def matmul_tc_kernel(a: cube.Array, b: cube.Array, out: cube.Array, m: cube.i32,
     wy = warp // (bn // wn)
     wx = warp % (bn // wn)
     z = cube.CUBE_POS_Z
-    m0 = cube.CUBE_POS_Y * bm
-    n0 = cube.CUBE_POS_X * bn
+    # Cubes run in groups of GROUP tile rows, column by column within a group, so the cubes resident
+    # at once share a few panels of A and of B in L2 (row by row, every cube row would re-read all of B).
+    tiles_m = (m + bm - 1) // bm
+    width = GROUP * ((n + bn - 1) // bn)
+    first = (cube.CUBE_POS_X // width) * GROUP
+    rows_in_group = cube.min(tiles_m - first, GROUP)
+    m0 = (first + (cube.CUBE_POS_X % width) % rows_in_group) * bm
+    n0 = ((cube.CUBE_POS_X % width) // rows_in_group) * bn
     a_base = z * a_batch
     b_base = z * b_batch
     sa = cube.shared(T, stages * bm * lda)
@@ -185,7 +193,7 @@ def matmul_tc(runtime, a, b, tile: Tile = TILES[0], tf32: bool = True):
     # A batch stride of 0 broadcasts an operand; k == 0 stores the zero-filled accumulators.
     a_batch = m * k if len(a.shape) == 3 and a.shape[0] == batch else 0
     b_batch = k * n if len(b.shape) == 3 and b.shape[0] == batch else 0
-    count = cube.CubeCount(-(-n // tile.bn), -(-m // tile.bm), batch)
+    count = cube.CubeCount(-(-n // tile.bn) * -(-m // tile.bm), 1, batch)
     runtime.launch(matmul_tc_kernel, count, cube.CubeDim(tile.units), (a, b, out, m, n, k, a_batch, b_batch),
                    dict(T=cube_dtype(a.dtype), bm=tile.bm, bn=tile.bn, bk=tile.bk, wm=tile.wm, wn=tile.wn,
                         stages=tile.stages))

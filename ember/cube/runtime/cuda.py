@@ -248,6 +248,9 @@ class CudaRuntime(Specializing):
     """Compiles cube kernels to CUDA and runs them on GPU `device` (see the module docstring)."""
 
     ARRAY = CudaArray
+    target = "cuda"
+    dtypes = frozenset(("f64", "f32", "f16", "bf16", "i64", "i32", "i16", "i8", "u8", "bool"))
+    """The dtypes its kernels hold (names): all of ember's (f16/bf16 computed in f32)."""
 
     def __init__(self, device: int = 0, driver=None, cache_dir: Path | str | None = None) -> None:
         self.driver = driver if driver is not None else driver_module()
@@ -263,6 +266,7 @@ class CudaRuntime(Specializing):
         self.arch = 10 * major + minor
         raw = check(d, d.cuDeviceGetName(256, self.device), "cuDeviceGetName")[1]
         self.name = (raw.split(b"\0")[0].decode() if isinstance(raw, bytes) else str(raw)) or f"GPU {device}"
+        self.adapter_name = f"{self.name} (CUDA device {device}, sm_{self.arch})"
         self.limits = DeviceLimits.query(d, self.device)
         _, self.context = check(d, d.cuDevicePrimaryCtxRetain(self.device), "cuDevicePrimaryCtxRetain")
         self.activate()
