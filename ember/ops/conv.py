@@ -63,13 +63,15 @@ def _conv_reference(x, w, *, stride, padding, dilation, groups):
     out = tuple(conv_out_size("conv", *a) for a in zip(x.shape[2:], kernel, stride, padding, dilation))
     padded = pad_spatial(x.astype(acc, copy=False), padding, padding)
     weights = w.astype(acc, copy=False).reshape(g, o // g, (c // g) * math.prod(kernel))
-    y = np.empty((n, o, math.prod(out)), dtype=acc)
-    for part in batch_slices(n, c * math.prod(kernel) * math.prod(out)):
-        # im2col (one copy of the windows), then one GEMM per group over the whole batch slice:
-        # (O/G, C/G*kernel) @ (C/G*kernel, batch*out), the batch moved back in front by one copy.
+    pixels = math.prod(out)
+    y = np.empty((o, n, pixels), dtype=acc)
+    for part in batch_slices(n, c * math.prod(kernel) * pixels):
+        # im2col (one copy of the windows), then one GEMM per group over the whole batch slice,
+        # (O/G, C/G*kernel) @ (C/G*kernel, batch*out), written in place as (O, batch, out): the result is
+        # its (N, O, *out) transposed view (a copy back to batch-first would cost a pass and a temporary).
         cols = _columns(window_view(padded[part], kernel, stride, dilation, out), g)
-        y[part] = np.matmul(weights, cols).reshape(o, cols.shape[-1] // y.shape[2], y.shape[2]).transpose(1, 0, 2)
-    return y.reshape((n, o) + out).astype(x.dtype, copy=False)
+        np.matmul(weights, cols, out=y.reshape(g, o // g, n * pixels)[..., part.start * pixels:part.stop * pixels])
+    return y.transpose(1, 0, 2).reshape((n, o) + out).astype(x.dtype, copy=False)
 
 
 def _columns(windows: np.ndarray, groups: int) -> np.ndarray:

@@ -103,19 +103,20 @@ def _indices_infer(x: Aval, **params) -> Aval:
 
 def _indices_reference(x, *, kernel, stride, padding, dilation, ceil_mode):
     out = _out_size("max_pool", x.shape[2:], kernel, stride, padding, dilation, ceil_mode)
-    taps = _taps(_windows(x, kernel, stride, padding, dilation, out, _lowest(x.dtype)), kernel)
-    best = next(taps).copy()
-    which = np.zeros(best.shape, dtype=np.uint8 if math.prod(kernel) <= 256 else np.int64)
-    wins = np.empty(best.shape, dtype=np.bool_)
-    # A NaN wins too (PyTorch's rule); one check over the input spares a NaN test per tap.
-    nans = x.dtype.kind in "fV" and bool(np.isnan(x).any())
-    for j, tap in enumerate(taps, start=1):
-        # PyTorch's rule: a strictly larger value wins (so ties keep the first).
-        np.greater(tap, best, out=wins)
-        if nans:
-            wins |= np.isnan(tap)
-        np.copyto(best, tap, where=wins)
-        np.copyto(which, j, where=wins)
+    best = _max_reference(x, kernel=kernel, stride=stride, padding=padding, dilation=dilation, ceil_mode=ceil_mode)
+    taps = list(_taps(_windows(x, kernel, stride, padding, dilation, out, _lowest(x.dtype)), kernel))
+    # PyTorch's rule: a strictly larger value wins, so among taps equal to the maximum the first one does;
+    # walking the taps backwards, `which` takes j wherever tap j equals the maximum (branch-free
+    # arithmetic: NumPy's masked copies are several times slower).
+    which = np.full(best.shape, len(taps), dtype=np.uint8 if len(taps) < 255 else np.int64)
+    equal = np.empty(best.shape, dtype=np.bool_)
+    for j in range(len(taps) - 1, -1, -1):
+        np.equal(taps[j], best, out=equal)
+        which -= equal * (which - j)
+    if x.dtype.kind in "fV" and np.isnan(best).any():
+        # A NaN wins too, and so does every later NaN: the last NaN of a window is its winner.
+        for j, tap in enumerate(taps):
+            which = np.where(np.isnan(tap), j, which)
     # The flat input index of tap j of output o depends on (o, j) only: gather it from a small table.
     table = _index_table(x.shape[2:], out, kernel, stride, padding, dilation)
     return table.take(which + np.arange(0, table.size, table.shape[-1]).reshape(out))
