@@ -40,6 +40,7 @@ from .api.index import (
     s, slice_assign, scatter, scatter_add, index_select, index_add, masked_select, take, one_hot, nonzero,
 )
 from .api.linalg import matmul, outer, einsum
+from . import debug  # noqa: E402  (ember.debug.explain, fusion_stats, set_fusion)
 from .extension import backend_extension
 
 __version__ = "0.1.0"

@@ -15,12 +15,15 @@ import ember.debug
 from conformance.oracle import sample
 from tolerances import forward
 
-SHAPES = [((3, 4), (4,)), ((2, 1, 5), (3, 1)), ((0, 3), (3,)), ((), (5,)), ((1,), (0,)), ((7,), ())]
+# The last two run line by line (a last dim of at least codegen.MIN_ROW with a broadcast operand).
+SHAPES = [((3, 4), (4,)), ((2, 1, 5), (3, 1)), ((0, 3), (3,)), ((), (5,)), ((1,), (0,)), ((7,), ()),
+          ((6, 70), (6, 1)), ((70,), (2, 3, 1))]
 
 
 def float_expr(a, b):
     y = ((a * b + 1.0).tanh() - a).where(a > b, b.abs() * 0.5)
-    return y, (y * y).sum(dim=-1) if y.ndim else y, y.cast("f64") * 2
+    spread = ((a - b) * 0.5).exp().sum(dim=-1) if y.ndim else y  # fuse-on-read of a broadcast
+    return y, (y * y).sum(dim=-1) if y.ndim else y, y.cast("f64") * 2, spread
 
 
 def int_expr(a, b):

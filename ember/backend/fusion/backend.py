@@ -34,7 +34,7 @@ from ...ops.primitive import Aval, Primitive
 from ...settings import settings
 from ..base import Backend, Decorator
 from .graph import Block
-from .ops import elementwise, reduction, static_params
+from .ops import records, static_params
 from .plan import Plan, PlanCache
 from .stream import LazyHandle, Stream
 
@@ -59,8 +59,7 @@ class Fusion(Decorator):
 
     # ---- the protocol ----------------------------------------------------------------------------
     def execute(self, prim: Primitive, inputs: Sequence[LazyHandle], params: dict, out: Aval) -> LazyHandle:
-        if self.enabled and self.records_ops and (
-                reduction(prim) or elementwise(prim, [h.aval.dtype for h in inputs])):
+        if self.enabled and self.records_ops and records(prim, inputs):
             with self._lock:
                 handle = self._stream.record(prim, inputs, params, out)
                 self.counts["recorded"] += 1

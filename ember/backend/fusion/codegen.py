@@ -44,6 +44,7 @@ from ..cube.layout import merged_operands
 from .ops import emit
 
 UNITS = 256
+MIN_ROW = 64  # a domain whose last dim is at least this long runs line by line (see elementwise_kernel)
 
 
 @dataclass(frozen=True)
@@ -93,16 +94,9 @@ def _scalars(b: ir.Builder, arrays: list, modes: tuple) -> dict:
     return {j: b.load(arr, b.const(0, i32)) for j, arr in enumerate(arrays) if modes[j] == SCALAR}
 
 
-def _values(b: ir.Builder, program: Program, arrays: list, position, layout, rank: int, modes: tuple,
-            scalars: dict) -> list:
-    """Load every input at `position` and compute every step; the list of values by id."""
-    values = []
-    for j, arr in enumerate(arrays):
-        if modes[j] == SCALAR:
-            values.append(scalars[j])
-            continue
-        index = position if modes[j] == DENSE else offset.__cube_inline__(b, [position, layout, rank, j], {})
-        values.append(b.load(arr, index))
+def _values(b: ir.Builder, program: Program, arrays: list, index_of, scalars: dict) -> list:
+    """Load every input (array `j` at `index_of(j)`) and compute every step; the values by id."""
+    values = [scalars[j] if j in scalars else b.load(arr, index_of(j)) for j, arr in enumerate(arrays)]
     for name, params, args, dtype in program.steps:
         values.append(emit(b, name, params, [values[a] for a in args], dtype))
     return values
@@ -112,37 +106,77 @@ def _inputs(b: ir.Builder, program: Program) -> list:
     return [b.array_param(f"in{j}", d) for j, d in enumerate(program.inputs)]
 
 
-def elementwise_kernel(program: Program, rank: int, modes: tuple) -> ir.Kernel:
-    """The IR of `program` over `rank`-dim layouts, each input read as `modes[j]` says (DENSE, SCALAR, STRIDED)."""
+def _line(b: ir.Builder, layout, rank: int, modes: tuple, start) -> tuple:
+    """For a line of the domain starting at flat position `start` and running along its last dim:
+    each strided input's offset at `start` and its step along the line (values the same for every
+    unit of a cube, so the C target computes them once per cube, divisions included)."""
+    bases, steps = {}, {}
+    for j, mode in enumerate(modes):
+        if mode == STRIDED:
+            bases[j] = offset.__cube_inline__(b, [start, layout, rank, j], {})
+            steps[j] = b.load(layout.array, b.const(rank * (j + 1) + rank - 1, i32))
+    return bases, steps
+
+
+def _guarded(b: ir.Builder, whole, position, limit, body) -> None:
+    """`body()` unguarded where `whole` (a condition the same for all units) holds, else under
+    `position < limit`: gcc vectorizes the unguarded copy (it gives up on long bodies under a
+    per-unit guard), and only the last cube of a line pays for the check."""
+    branch = b.branch(whole)
+    with b.inside(branch.then):
+        body()
+    with b.inside(branch.orelse):
+        tail = b.branch(b.binary("lt", position, limit))
+        with b.inside(tail.then):
+            body()
+
+
+def elementwise_kernel(program: Program, rank: int, modes: tuple, rows: bool) -> ir.Kernel:
+    """The IR of `program` over `rank`-dim layouts, each input read as `modes[j]` says (DENSE, SCALAR,
+    STRIDED). With `rows`, cube (x, y) covers units x of line y of the domain's last dim, so strided
+    inputs cost one multiply-add per element; otherwise cubes cover flat positions."""
     b = ir.Builder("fused")
     arrays = _inputs(b, program)
     outs = [b.array_param(f"out{k}", program.dtype(v)) for k, v in enumerate(program.outputs)]
     layout = ArrayRef(b.array_param("layout", i32))
     n = b.scalar_param("n", i32)
     scalars = _scalars(b, arrays, modes)
-    i = b.builtin("absolute_pos")
+    one = b.const(1, i32)
+    if rows:
+        width = b.load(layout.array, b.const(rank - 1, i32))
+        start = b.binary("mul", b.builtin("cube_pos_y"), width)
+        col = b.binary("add", b.binary("mul", b.builtin("cube_pos_x"), b.builtin("cube_dim")), b.builtin("unit_pos"))
+        i = b.binary("add", start, col)
+        bases, steps = _line(b, layout, rank, modes, start)
+        end = b.binary("mul", b.binary("add", b.builtin("cube_pos_x"), one), b.builtin("cube_dim"))
+        position, limit = col, width
+    else:
+        i = b.builtin("absolute_pos")
+        end = b.binary("mul", b.binary("add", b.builtin("cube_pos"), one), b.builtin("cube_dim"))
+        position, limit = i, n
+
+    def index_of(j: int):
+        if modes[j] == DENSE:
+            return i
+        if rows:
+            return b.binary("add", bases[j], b.binary("mul", col, steps[j]))
+        return offset.__cube_inline__(b, [i, layout, rank, j], {})
 
     def body() -> None:
-        values = _values(b, program, arrays, i, layout, rank, modes, scalars)
+        values = _values(b, program, arrays, index_of, scalars)
         for out, v in zip(outs, program.outputs):
             b.store(out, i, values[v])
 
-    # A cube that is wholly inside runs the body unguarded: the condition is the same for all its
-    # units, so the C target lifts it out of the unit loop, which gcc then vectorizes (it gives up on
-    # long bodies under a per-unit guard). Only the last cube checks each position.
-    end = b.binary("mul", b.binary("add", b.builtin("cube_pos"), b.const(1, i32)), b.builtin("cube_dim"))
-    whole = b.branch(b.binary("le", end, n))
-    with b.inside(whole.then):
-        body()
-    with b.inside(whole.orelse):
-        tail = b.branch(b.binary("lt", i, n))
-        with b.inside(tail.then):
-            body()
+    _guarded(b, b.binary("le", end, limit), position, limit, body)
     return b.kernel
 
 
-def reduce_kernel(red: Reduction, acc: DType, rank: int, modes: tuple, units: int) -> ir.Kernel:
-    """The IR of a fused reduction: `red.program`'s value folded over `n` positions per output."""
+def reduce_kernel(red: Reduction, acc: DType, rank: int, modes: tuple, units: int, line: bool) -> ir.Kernel:
+    """The IR of a fused reduction: `red.program`'s value folded over `n` positions per output.
+
+    With `line`, the reduced positions of an output are the domain's (merged) last dim, so strided
+    inputs are read at a per-cube base plus a step; otherwise through the full layout.
+    """
     program = red.program
     op = _KERNEL_OP.get(red.op, red.op)
     b = ir.Builder("fused_reduce")
@@ -157,18 +191,39 @@ def reduce_kernel(red: Reduction, acc: DType, rank: int, modes: tuple, units: in
     stop = b.binary("min", n, b.binary("mul", b.binary("add", split, one), chunk))
     unit = b.builtin("unit_pos")
     scalars = _scalars(b, arrays, modes)
+    first = b.binary("mul", pos, n)
+    bases, steps = _line(b, layout, rank, modes, first) if line else ({}, {})
     total = b.local(ir.Type(acc), "acc")
     b.write(total, b.const(identity(op, acc), acc))
-    with b.loop(start, stop, b.const(units, i32)) as k:
-        r = b.binary("add", k, unit)
+    step = b.const(units, i32)
+
+    def fold(r) -> None:
+        position = b.binary("add", first, r)
+
+        def index_of(j: int):
+            if modes[j] == DENSE:
+                return position
+            if line:
+                return b.binary("add", bases[j], b.binary("mul", r, steps[j]))
+            return offset.__cube_inline__(b, [position, layout, rank, j], {})
+
+        v = b.cast(_values(b, program, arrays, index_of, scalars)[red.value], acc)
+        b.write(total, combine.__cube_inline__(b, [op, b.read(total), v], {}))
+
+    # Whole rounds of `units` positions run unguarded (vectorizable, as in the elementwise kernel);
+    # the last, partial round checks each position.
+    whole = b.binary("add", start, b.binary("mul", b.binary("div", b.binary("sub", stop, start), step), step))
+    with b.loop(start, whole, step) as k:
+        fold(b.binary("add", k, unit))
+    rest = b.branch(b.binary("lt", whole, stop))
+    with b.inside(rest.then):
+        r = b.binary("add", whole, unit)
         inside = b.branch(b.binary("lt", r, stop))
         with b.inside(inside.then):
-            position = b.binary("add", b.binary("mul", pos, n), r)
-            v = b.cast(_values(b, program, arrays, position, layout, rank, modes, scalars)[red.value], acc)
-            b.write(total, combine.__cube_inline__(b, [op, b.read(total), v], {}))
+            fold(r)
     result = block_reduce.__cube_inline__(b, [op, b.read(total), units], {})
-    first = b.branch(b.binary("eq", unit, b.const(0, i32)))
-    with b.inside(first.then):
+    first_unit = b.branch(b.binary("eq", unit, b.const(0, i32)))
+    with b.inside(first_unit.then):
         b.store(out, b.binary("add", b.binary("mul", pos, splits), split), result)
     return b.kernel
 
@@ -177,7 +232,7 @@ _compiled: dict = {}
 
 
 def _compiled_kernel(key: tuple, build, dim: cube.CubeDim):
-    """Compile once per (program, layout rank, modes inputs, ...): later launches are a dict lookup."""
+    """Compile once per (program, layout rank, input modes, ...): later launches are a dict lookup."""
     compiled = _compiled.get(key)
     if compiled is None:
         compiled = _compiled[key] = cpu_runtime().compile_ir(build(), dim)
@@ -201,10 +256,14 @@ def run_elementwise(program: Program, shape: tuple, arrays: list) -> list[np.nda
     merged, views = merged_operands(shape, *arrays)
     modes = _modes(views, merged)
     rank, layout = _layout(merged, views)
+    rows = rank > 1 and STRIDED in modes and merged[-1] >= MIN_ROW
     dim = cube.CubeDim(UNITS)
-    compiled = _compiled_kernel(("ew", program, rank, modes),
-                                lambda: elementwise_kernel(program, rank, modes), dim)
-    count, _ = grid(size, UNITS)
+    compiled = _compiled_kernel(("ew", program, rank, modes, rows),
+                                lambda: elementwise_kernel(program, rank, modes, rows), dim)
+    if rows:
+        count = cube.CubeCount(-(-merged[-1] // UNITS), size // merged[-1])
+    else:
+        count, _ = grid(size, UNITS)
     cpu_runtime().run(compiled, count, (*views, *(o.reshape(-1) for o in outs), layout, size))
     return outs
 
@@ -237,9 +296,10 @@ def run_reduction(red: Reduction, shape: tuple, arrays: list) -> np.ndarray:
     else:  # empty reduced dims: nothing is read, every output is the identity
         rank, layout, modes = 1, np.zeros(1 + len(views), np.int32), (SCALAR,) * len(views)
         views = [np.empty(1, a.dtype) for a in arrays]
+    line = STRIDED in modes and int(layout[rank - 1]) == n
     dim = cube.CubeDim(units)
-    compiled = _compiled_kernel(("red", red, acc, rank, modes, units),
-                                lambda: reduce_kernel(red, acc, rank, modes, units), dim)
+    compiled = _compiled_kernel(("red", red, acc, rank, modes, units, line),
+                                lambda: reduce_kernel(red, acc, rank, modes, units, line), dim)
     cpu_runtime().run(compiled, cube.CubeCount(out.size, splits), (*views, partial.reshape(-1), layout, n))
     if partial is out:
         return out

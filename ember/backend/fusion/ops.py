@@ -29,6 +29,16 @@ _OTHER = frozenset(("where", "cast", "isnan", "isinf"))
 _BOOL_OP = {"maximum": "logical_or", "minimum": "logical_and"}
 
 
+def records(prim: Primitive, inputs: Sequence) -> bool:
+    """Whether the fusion backend records `prim` on `inputs` (handles with an `aval`) instead of running
+    it: an elementwise op that fuses, or a reduction. Decided once per primitive where dtypes do not
+    matter (the dispatch hot path)."""
+    known = _RECORDS.get(prim)
+    if known is None:
+        return reduction(prim) or elementwise(prim, [h.aval.dtype for h in inputs])
+    return known
+
+
 def elementwise(prim: Primitive, dtypes: Sequence[DType]) -> bool:
     """Whether `prim` on inputs of `dtypes` fuses into an elementwise kernel."""
     name = prim.name
@@ -44,6 +54,20 @@ def elementwise(prim: Primitive, dtypes: Sequence[DType]) -> bool:
 def reduction(prim: Primitive) -> bool:
     """Whether `prim` is a reduction that can read a fused elementwise program."""
     return prim.name in REDUCTIONS
+
+
+_RECORDS: dict = {}  # primitive -> whether it is recorded, for those whose answer ignores dtypes
+
+
+def _settle() -> None:
+    from ...ops import registry
+    for prim in registry.values():
+        if prim.name in REDUCTIONS or prim.name in _UNARY or prim.name in _OTHER:
+            _RECORDS[prim] = True
+        elif prim.name not in _BINARY:
+            _RECORDS[prim] = False
+        elif prim.name not in FLOAT_BINARY and not prim.name.endswith("_shift"):
+            _RECORDS[prim] = True
 
 
 def static_params(prim: Primitive, params: dict) -> tuple:
@@ -78,3 +102,6 @@ def emit(b: ir.Builder, name: str, params: tuple, args: list, out: DType) -> ir.
         return unary_op.__cube_inline__(b, [name, x], {})
     op = _BOOL_OP.get(name, name) if t is bool_ else name
     return binary_op.__cube_inline__(b, [op, x, args[1]], {})
+
+
+_settle()

@@ -94,7 +94,11 @@ class Stream:
         self.external_avals: list[Aval] = []
         self._slots: dict[int, int] = {}  # id(array) -> position in externals
         self._sizes: dict[int, int] = {}
-        self._key: list = []
+        self._classes: dict[tuple, tuple] = {}  # shape -> shape class, in this block
+        self._key: list[int] = []
+        # Each distinct key part gets a small int once, so a block's key is a tuple of ints: hashing
+        # and comparing it at a sync point costs little more than its length.
+        self._parts: dict[tuple, int] = {}
 
     def __len__(self) -> int:
         return len(self.records)
@@ -113,8 +117,7 @@ class Stream:
                 refs.append(self._external(h.value, h.aval))
         rec = Record(prim, params, tuple(inputs), aval, index)
         self.records.append(rec)
-        self._key.append((prim.name, self.static_params(prim, params), tuple(refs), aval.dtype,
-                          shape_class(aval.shape, self._sizes)))
+        self._part((prim.name, self.static_params(prim, params), tuple(refs), aval.dtype, self._class(aval.shape)))
         handle = LazyHandle(aval, None, rec)
         rec.out = weakref.ref(handle)
         return handle
@@ -125,12 +128,24 @@ class Stream:
             slot = self._slots[id(array)] = len(self.externals)
             self.externals.append(array)
             self.external_avals.append(aval)
-            self._key.append(("input", aval.dtype, shape_class(aval.shape, self._sizes)))
+            self._part(("input", aval.dtype, self._class(aval.shape)))
         return ("x", slot)
+
+    def _class(self, shape: tuple) -> tuple:
+        found = self._classes.get(shape)
+        if found is None:
+            found = self._classes[shape] = shape_class(shape, self._sizes)
+        return found
+
+    def _part(self, part: tuple) -> None:
+        number = self._parts.get(part)
+        if number is None:
+            number = self._parts[part] = len(self._parts)
+        self._key.append(number)
 
     def take(self) -> tuple[list[Record], list, list[Aval], tuple]:
         """(records, externals, their avals, key without liveness) of the block; the stream is emptied."""
         block = (self.records, self.externals, self.external_avals, tuple(self._key))
         self.records, self.externals, self.external_avals, self._key = [], [], [], []
-        self._slots, self._sizes = {}, {}
+        self._slots, self._sizes, self._classes = {}, {}, {}
         return block
