@@ -120,13 +120,13 @@ def case_matmul(b: Bench) -> None:
     want = ta @ tb
     case = f"matmul bf16 {n}^3"
     # The library's candidates, then a few more shapes (more planes per cube, deeper pipelines).
-    sweep = TILES + tuple(Tile(*t) for t in ((128, 128, 32, 64, 32, 3), (128, 128, 32, 64, 32, 4),
-                                             (256, 128, 32, 64, 64, 4), (128, 256, 32, 64, 64, 4),
-                                             (256, 128, 64, 64, 64, 2)) if Tile(*t) not in TILES)
+    sweep = TILES + tuple(Tile(*t) for t in ((128, 128, 64, 64, 64, 3, 4), (128, 128, 64, 64, 64, 3, 16),
+                                             (128, 128, 64, 64, 64, 4), (256, 128, 64, 64, 64, 3, 16),
+                                             (128, 128, 64, 64, 32, 3)))
     for i, tile in enumerate(sweep):
         err = rel_error(b, matmul_tc(b.rt, a, bb, tile), want)
         ms = b.time_ember(lambda: matmul_tc(b.rt, a, bb, tile), inner=3)
-        name = f"cube tc {tile.bm}x{tile.bn}x{tile.bk} w{tile.wm}x{tile.wn} s{tile.stages}" + \
+        name = f"cube tc {tile.bm}x{tile.bn}x{tile.bk} w{tile.wm}x{tile.wn} s{tile.stages} g{tile.group}" + \
             (" (default)" if i == 0 else "" if tile in TILES else " (sweep)")
         b.row(case, name, ms, "TFLOP/s", flops, rel_error=f"{err:.1e}")
     if cublas_available()[0]:

@@ -1,6 +1,6 @@
 """Matmul on matrix units (tensor cores): f16/bf16 inputs, or f32 computed as tf32, accumulated in f32.
 
-A cube computes a `bm x bn` tile of one batch entry (tiles are handed out in groups of GROUP tile
+A cube computes a `bm x bn` tile of one batch entry (tiles are handed out in groups of `group` tile
 rows, column by column, so that the cubes running together share panels of A and B in L2) with `(bm / wm) * (bn / wn)` planes (warps of 32
 units); each plane owns a `wm x wn` block of it as 16 x 16 accumulator fragments. The k dimension is
 walked in steps of `bk`: each step's tiles of A (`bm x bk`) and B (`bk x bn`) are copied to shared
@@ -33,28 +33,30 @@ from ..runtime.autotune import Autotuner, anchor, device_cache
 from .common import cube_dtype
 
 PLANE = 32  # units per plane: matrix fragments are a warp's on the CUDA target
-GROUP = 8   # tile rows whose cubes run next to each other (L2 reuse of B's panels)
 
 
 @dataclass(frozen=True)
 class Tile:
-    """A cube's tile (bm x bn, bk deep), each plane's block (wm x wn) and the copy pipeline's depth."""
+    """A cube's tile (bm x bn, bk deep), each plane's block (wm x wn), the copy pipeline's depth, and
+    how many tile rows `group` run side by side (L2 reuse of B's panels)."""
 
     bm: int = 128
     bn: int = 128
-    bk: int = 32
+    bk: int = 64
     wm: int = 64
     wn: int = 64
     stages: int = 3
+    group: int = 8
 
     @property
     def units(self) -> int:
         return (self.bm // self.wm) * (self.bn // self.wn) * PLANE
 
 
-# Candidates for autotuning; the first is the default (a 4-plane 128 x 128 tile, 3 stages).
-TILES = (Tile(), Tile(128, 256, 32, 64, 64, 3), Tile(256, 128, 32, 64, 64, 3), Tile(128, 128, 64, 64, 64, 2),
-         Tile(128, 128, 64, 64, 64, 3), Tile(128, 256, 64, 64, 64, 3), Tile(256, 128, 64, 64, 64, 3),
+# Candidates for autotuning; the first is the default (4 planes on a 128 x 128 tile, 64 deep, 3 stages:
+# the fastest on an H200, see bench/RESULTS.md).
+TILES = (Tile(), Tile(128, 128, 32, 64, 64, 3), Tile(128, 256, 32, 64, 64, 3), Tile(256, 128, 64, 64, 64, 3),
+         Tile(128, 256, 64, 64, 64, 3), Tile(128, 128, 64, 64, 64, 2), Tile(128, 128, 32, 64, 32, 4),
          Tile(64, 128, 32, 32, 64, 4))
 
 
@@ -95,7 +97,7 @@ def multiply_stage(sa, sb, fa, fb, acc, stage, wy, wx, bm, bk, wm, wn, lda, ldb,
 def matmul_tc_kernel(a: cube.Array, b: cube.Array, out: cube.Array, m: cube.i32, n: cube.i32, k: cube.i32,
                      a_batch: cube.i32, b_batch: cube.i32, T: cube.Comptime, bm: cube.Comptime[int],
                      bn: cube.Comptime[int], bk: cube.Comptime[int], wm: cube.Comptime[int],
-                     wn: cube.Comptime[int], stages: cube.Comptime[int]):
+                     wn: cube.Comptime[int], stages: cube.Comptime[int], group: cube.Comptime[int]):
     units = (bm // wm) * (bn // wn) * 32
     chunk = 16 // T.itemsize            # elements per 16-byte copy
     fk = 8 if T.itemsize == 4 else 16   # tf32 fragments are 16 x 16 x 8
@@ -105,12 +107,12 @@ def matmul_tc_kernel(a: cube.Array, b: cube.Array, out: cube.Array, m: cube.i32,
     wy = warp // (bn // wn)
     wx = warp % (bn // wn)
     z = cube.CUBE_POS_Z
-    # Cubes run in groups of GROUP tile rows, column by column within a group, so the cubes resident
+    # Cubes run in groups of `group` tile rows, column by column within a group, so the cubes resident
     # at once share a few panels of A and of B in L2 (row by row, every cube row would re-read all of B).
     tiles_m = (m + bm - 1) // bm
-    width = GROUP * ((n + bn - 1) // bn)
-    first = (cube.CUBE_POS_X // width) * GROUP
-    rows_in_group = cube.min(tiles_m - first, GROUP)
+    width = group * ((n + bn - 1) // bn)
+    first = (cube.CUBE_POS_X // width) * group
+    rows_in_group = cube.min(tiles_m - first, group)
     m0 = (first + (cube.CUBE_POS_X % width) % rows_in_group) * bm
     n0 = ((cube.CUBE_POS_X % width) // rows_in_group) * bn
     a_base = z * a_batch
@@ -196,7 +198,7 @@ def matmul_tc(runtime, a, b, tile: Tile = TILES[0], tf32: bool = True):
     count = cube.CubeCount(-(-n // tile.bn) * -(-m // tile.bm), 1, batch)
     runtime.launch(matmul_tc_kernel, count, cube.CubeDim(tile.units), (a, b, out, m, n, k, a_batch, b_batch),
                    dict(T=cube_dtype(a.dtype), bm=tile.bm, bn=tile.bn, bk=tile.bk, wm=tile.wm, wn=tile.wn,
-                        stages=tile.stages))
+                        stages=tile.stages, group=tile.group))
     return out
 
 
@@ -209,10 +211,10 @@ def cuda_matmul_autotuner(runtime, level: str | None = None, tf32: bool = True) 
         >>> c = tuner(a, b)          # times the candidates on the first call of this shape class
     """
     from ..runtime.cublas import cublas_available, cublas_matmul
-    candidates = {f"tc_{t.bm}x{t.bn}x{t.bk}_s{t.stages}": (lambda a, b, t=t: matmul_tc(runtime, a, b, t, tf32))
-                  for t in TILES}
-    if cublas_available()[0]:
-        candidates["cublas"] = lambda a, b: cublas_matmul(runtime, a, b, tf32)
+    # cuBLAS first: the default where timing does not pay (small problems, `[autotune] level` minimal).
+    candidates = {"cublas": lambda a, b: cublas_matmul(runtime, a, b, tf32)} if cublas_available()[0] else {}
+    candidates.update({f"tc_{t.bm}x{t.bn}x{t.bk}_w{t.wm}x{t.wn}_s{t.stages}":
+                       (lambda a, b, t=t: matmul_tc(runtime, a, b, t, tf32)) for t in TILES})
 
     def key(a, b) -> tuple:
         batch = max(x.shape[0] if len(x.shape) == 3 else 1 for x in (a, b))
