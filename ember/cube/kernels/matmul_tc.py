@@ -30,6 +30,7 @@ from ...dtype import bf16, f16, f32
 from ...errors import DTypeError, ShapeError
 from ..frontend import matrix as mx
 from ..runtime.autotune import Autotuner, anchor, device_cache
+from ..runtime.cublas import product_output
 from .common import cube_dtype
 
 PLANE = 32  # units per plane: matrix fragments are a warp's on the CUDA target
@@ -61,21 +62,22 @@ TILES = (Tile(), Tile(128, 128, 32, 64, 64, 3), Tile(128, 256, 32, 64, 64, 3), T
 
 
 @cube.function
+def copy_tile(dst, dst_base, ld, src, src_base, src_ld, r0, c0, rows_valid, cols_valid, rows, cols, units, chunk):
+    """Start copying the `rows x cols` block at (r0, c0) of `src` (row stride `src_ld`, rows_valid x
+    cols_valid) to `dst` from `dst_base` (row stride `ld`), `chunk` elements per copy; zeros outside."""
+    for i in cube.unroll(range(rows * cols // chunk // units)):
+        c = cube.UNIT_POS + i * units
+        r = c // (cols // chunk)
+        col = (c % (cols // chunk)) * chunk
+        ok = (r0 + r < rows_valid) and (c0 + col < cols_valid)
+        mx.copy_async(dst, dst_base + r * ld + col, src, src_base + (r0 + r) * src_ld + c0 + col, chunk, ok)
+
+
+@cube.function
 def load_tiles(a, b, sa, sb, stage, kt, m0, n0, a_base, b_base, m, n, k, bm, bn, bk, lda, ldb, units, chunk):
     """Start the copies of step `kt`'s A and B tiles into ring buffer `stage` (zeros outside the matrices)."""
-    k0 = kt * bk
-    for i in cube.unroll(range(bm * bk // chunk // units)):
-        c = cube.UNIT_POS + i * units
-        r = c // (bk // chunk)
-        col = (c % (bk // chunk)) * chunk
-        ok = (m0 + r < m) and (k0 + col < k)
-        mx.copy_async(sa, stage * bm * lda + r * lda + col, a, a_base + (m0 + r) * k + k0 + col, chunk, ok)
-    for i in cube.unroll(range(bk * bn // chunk // units)):
-        c = cube.UNIT_POS + i * units
-        r = c // (bn // chunk)
-        col = (c % (bn // chunk)) * chunk
-        ok = (k0 + r < k) and (n0 + col < n)
-        mx.copy_async(sb, stage * bk * ldb + r * ldb + col, b, b_base + (k0 + r) * n + n0 + col, chunk, ok)
+    copy_tile(sa, stage * bm * lda, lda, a, a_base, k, m0, kt * bk, m, k, bm, bk, units, chunk)
+    copy_tile(sb, stage * bk * ldb, ldb, b, b_base, n, kt * bk, n0, k, n, bk, bn, units, chunk)
 
 
 @cube.function
@@ -185,16 +187,9 @@ def matmul_tc(runtime, a, b, tile: Tile = TILES[0], tf32: bool = True):
     why = supports(a.shape, b.shape, a.dtype, tf32)
     if why:
         raise DTypeError(f"matmul: {why}") if "takes f16" in why else ShapeError("matmul", why)
-    m, k = a.shape[-2:]
-    n = b.shape[-1]
-    batched = 3 in (len(a.shape), len(b.shape))
-    batch = max(x.shape[0] if len(x.shape) == 3 else 1 for x in (a, b))
-    out = runtime.empty((batch, m, n) if batched else (m, n), a.dtype)
+    out, (m, n, k, batch, a_batch, b_batch) = product_output(runtime, a, b)
     if out.size == 0:
-        return out
-    # A batch stride of 0 broadcasts an operand; k == 0 stores the zero-filled accumulators.
-    a_batch = m * k if len(a.shape) == 3 and a.shape[0] == batch else 0
-    b_batch = k * n if len(b.shape) == 3 and b.shape[0] == batch else 0
+        return out  # (k == 0 stores the zero-filled accumulators)
     count = cube.CubeCount(-(-n // tile.bn) * -(-m // tile.bm), 1, batch)
     runtime.launch(matmul_tc_kernel, count, cube.CubeDim(tile.units), (a, b, out, m, n, k, a_batch, b_batch),
                    dict(T=cube_dtype(a.dtype), bm=tile.bm, bn=tile.bn, bk=tile.bk, wm=tile.wm, wn=tile.wn,

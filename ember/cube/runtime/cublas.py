@@ -43,6 +43,22 @@ def _bindings():
     return cublas, device, stream
 
 
+def product_output(runtime, a, b) -> tuple:
+    """The output of a batched `a @ b` of C-contiguous 2-D/3-D operands (uninitialized, on `runtime`) and
+    (m, n, k, batch, a's batch stride, b's batch stride), a stride being 0 where the operand broadcasts.
+
+    Example:
+        >>> out, (m, n, k, batch, sa, sb) = product_output(rt, a, b)
+    """
+    m, k = a.shape[-2:]
+    n = b.shape[-1]
+    batch = max(x.shape[0] if len(x.shape) == 3 else 1 for x in (a, b))
+    out = runtime.empty((batch, m, n) if 3 in (len(a.shape), len(b.shape)) else (m, n), a.dtype)
+    sa = m * k if len(a.shape) == 3 and a.shape[0] == batch else 0
+    sb = k * n if len(b.shape) == 3 and b.shape[0] == batch else 0
+    return out, (m, n, k, batch, sa, sb)
+
+
 def cublas_matmul(runtime, a, b, tf32: bool = True):
     """`a @ b` by cuBLAS on `runtime`'s stream; a new device array of the inputs' dtype (see module)."""
     if a.dtype != b.dtype:
@@ -53,11 +69,7 @@ def cublas_matmul(runtime, a, b, tf32: bool = True):
         raise ShapeError("matmul", f"cuBLAS matmul takes 2-D or 3-D operands with matching inner dims, "
                                    f"got {a.shape} @ {b.shape}")
     cublas, device, stream = _bindings()
-    m, k = a.shape[-2:]
-    n = b.shape[-1]
-    batched = 3 in (len(a.shape), len(b.shape))
-    batch = max(x.shape[0] if len(x.shape) == 3 else 1 for x in (a, b))
-    out = runtime.empty((batch, m, n) if batched else (m, n), a.dtype)
+    out, (m, n, k, batch, sa, sb) = product_output(runtime, a, b)
     if out.size == 0:
         return out
     if k == 0:
@@ -70,8 +82,6 @@ def cublas_matmul(runtime, a, b, tf32: bool = True):
     scalar = np.float64 if data == 1 else np.float32
     one, zero = np.ones(1, scalar), np.zeros(1, scalar)
     # Row-major C = A @ B is column-major C^T = B^T @ A^T: swap the operands, no transposes.
-    sa = m * k if len(a.shape) == 3 and a.shape[0] == batch else 0
-    sb = k * n if len(b.shape) == 3 and b.shape[0] == batch else 0
     with stream.ExternalStream(int(runtime.stream)):  # CuPy sets the handle's stream from the current one
         cublas.gemmStridedBatchedEx(handle, _OP_N, _OP_N, n, m, k, one.ctypes.data, b.ptr, data, n, sb,
                                     a.ptr, data, k, sa, zero.ctypes.data, out.ptr, data, n, m * n, batch,
@@ -79,4 +89,4 @@ def cublas_matmul(runtime, a, b, tf32: bool = True):
     return out
 
 
-__all__ = ["cublas_available", "cublas_matmul"]
+__all__ = ["cublas_available", "cublas_matmul", "product_output"]
