@@ -67,11 +67,11 @@ def _conv_reference(x, w, *, stride, padding, dilation, groups):
     y = np.empty((o, n, pixels), dtype=acc)
     for part in batch_slices(n, c * math.prod(kernel) * pixels):
         # im2col (one copy of the windows), then one GEMM per group over the whole batch slice,
-        # (O/G, C/G*kernel) @ (C/G*kernel, batch*out), written in place as (O, batch, out): the result is
-        # its (N, O, *out) transposed view (a copy back to batch-first would cost a pass and a temporary).
+        # (O/G, C/G*kernel) @ (C/G*kernel, batch*out), written in place as (O, batch, out); one copy puts
+        # the batch back in front (a transposed view would leave later ops mixing layouts).
         cols = _columns(window_view(padded[part], kernel, stride, dilation, out), g)
         np.matmul(weights, cols, out=y.reshape(g, o // g, n * pixels)[..., part.start * pixels:part.stop * pixels])
-    return y.transpose(1, 0, 2).reshape((n, o) + out).astype(x.dtype, copy=False)
+    return np.ascontiguousarray(y.transpose(1, 0, 2).reshape((n, o) + out), dtype=x.dtype)
 
 
 def _columns(windows: np.ndarray, groups: int) -> np.ndarray:
