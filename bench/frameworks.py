@@ -114,7 +114,7 @@ class Frameworks:
                 if isinstance(op, OnHost):
                     arrays = [h.copy() for h in hosts]
                     return lambda: op.fn(*arrays)
-                arrays = [self.array(name, h) for h in hosts]
+                arrays = [self.array(framework_of(name), h) for h in hosts]
                 return lambda: op(*arrays)
             return build
         return self.compare(bench, case, {name: op if isinstance(op, str) else setup(name, op)

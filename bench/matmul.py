@@ -50,8 +50,15 @@ def matmul_fused(fw: Frameworks, settings: Settings) -> list[Row]:
     # itself is in `matmul`.
     n = settings.size(1024, 8)
     ops = tensor_op(lambda x, w, b: (x @ w + b).relu(), lambda x, w, b: np.maximum(x @ w + b, 0))
+    ops["ember custom_op"] = _custom_op  # the same op as one fused cube kernel (@ember.backend_extension)
     return fw.compare_op("matmul_fused", f"relu(x @ w + b), {n}x{n} f32", ops,
                          _operands(n, (n, n), (n, n), (n,)), settings)
+
+
+def _custom_op(x, w, b):
+    """`ember.examples.custom_op.matmul_bias_relu`: on a device without a cube target, its NumPy reference."""
+    from ember.examples.custom_op import matmul_bias_relu
+    return matmul_bias_relu(x, w, b)
 
 
 BENCHMARKS = {"matmul": matmul, "matmul_fused": matmul_fused}
