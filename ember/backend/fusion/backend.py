@@ -7,9 +7,10 @@ matmul's epilogue fuses). The other sync points are `to_host`, `sync` and `[fusi
 ops. At a sync point the block is looked up in the plan cache by its normalized key; a miss builds the
 plan (`fusers.select`), a hit replays it. Values whose handles nobody holds any more are never written.
 
-Thread safety: one stream per backend (that is, per device) behind a re-entrant lock, so threads that
-share a device share its stream and every record or flush is atomic. A stream per thread would let a
-handle recorded in one thread be read in another with nobody to flush it.
+Thread safety: one stream per device per thread, each behind its own lock. A thread's blocks are cut
+at its own sync points only, so what it computes (and which kernels run) does not depend on what other
+threads do at the same time. A value pending in another thread's stream is run by that stream's flush
+(under its lock) when this thread reads it or records an op on it; `sync` runs every thread's stream.
 
 `enabled` switches recording off at run time (each op then runs at once, handles stay `LazyHandle`s):
 `ember.debug.set_fusion(device, False)` is the public switch the test suite uses for "cpu-unfused".
@@ -25,6 +26,7 @@ Example:
 from __future__ import annotations
 
 import threading
+import weakref
 from typing import Sequence
 
 import numpy as np
@@ -54,17 +56,22 @@ class Fusion(Decorator):
         self.counts = dict.fromkeys(("recorded", "flushes", "kernels", "inner_ops", "bytes_saved", "fallbacks"), 0)
         self.observer = None
         """Called as `observer(plan, records)` at every flush (`ember.debug.explain` listens here)."""
-        self._stream = Stream(static_params)
-        self._lock = threading.RLock()
+        self._local = threading.local()
+        self._streams: weakref.WeakSet = weakref.WeakSet()
+        self._shared = threading.Lock()  # the plan cache, the counters and the set of streams
 
     # ---- the protocol ----------------------------------------------------------------------------
     def execute(self, prim: Primitive, inputs: Sequence[LazyHandle], params: dict, out: Aval) -> LazyHandle:
         if self.enabled and self.records_ops and records(prim, inputs):
-            with self._lock:
-                handle = self._stream.record(prim, inputs, params, out)
-                self.counts["recorded"] += 1
-                if len(self._stream) >= self.max_ops:
-                    self.flush()
+            stream = self._stream()
+            for h in inputs:
+                rec = h.record
+                if rec is not None and rec.stream is not stream:
+                    self._flush(rec.stream)  # another thread's pending value: run that stream first
+            with stream.lock:
+                handle = stream.record(prim, inputs, params, out)
+                if len(stream) >= self.max_ops:
+                    self._flush(stream)
             return handle
         arrays = [self.data(h) for h in inputs]
         return LazyHandle(out, self.inner.execute(prim, arrays, params, out))
@@ -81,36 +88,63 @@ class Fusion(Decorator):
 
     # ---- sync points -----------------------------------------------------------------------------
     def data(self, handle: LazyHandle):
-        """The inner backend's data of `handle`, running the stream first when it is pending."""
-        if handle.record is not None:
-            self.flush()
+        """The inner backend's data of `handle`, running its stream first when it is pending."""
+        rec = handle.record
+        if rec is not None:
+            self._flush(rec.stream)
         return handle.value
 
     def flush(self) -> None:
-        """Run every recorded op whose value is needed, and empty the stream."""
-        with self._lock:
-            if not len(self._stream):
+        """Run what every thread has recorded on this device."""
+        with self._shared:
+            streams = list(self._streams)
+        for stream in streams:
+            self._flush(stream)
+
+    def pending(self) -> int:
+        """How many ops the calling thread has recorded and not run yet."""
+        return len(self._stream())
+
+    def _stream(self) -> Stream:
+        stream = getattr(self._local, "stream", None)
+        if stream is None:
+            stream = self._local.stream = Stream(static_params)
+            with self._shared:
+                self._streams.add(stream)
+        return stream
+
+    def _flush(self, stream: Stream) -> None:
+        """Run every op of `stream` whose value is needed, and empty it."""
+        with stream.lock:
+            if not len(stream):
                 return
-            records, externals, external_avals, key = self._stream.take()
+            records, externals, external_avals, key = stream.take()
             live = tuple(r.live() for r in records)
-            plan = self.plans.get((key, live))
-            if plan is None:
-                plan = Plan(Block.of(records, externals, external_avals, live))
-                self.plans.put((key, live), plan)
+            with self._shared:
+                plan = self.plans.get((key, live))
+                if plan is None:
+                    plan = Plan(Block.of(records, externals, external_avals, live))
+                    self.plans.put((key, live), plan)
             if self.observer is not None:
                 self.observer(plan, records)
             try:
                 values = plan.run(records, externals, self.inner)
-                self.counts["kernels"] += plan.kernels
-                self.counts["inner_ops"] += len(plan.steps) - plan.kernels
-                self.counts["bytes_saved"] += plan.bytes_saved
+                failed = 0
             except Exception:
                 # A fused kernel that fails is a fusion bug: count it, and run the block op by op
                 # so the program's result does not depend on it. Errors of the ops themselves recur
                 # there and propagate.
-                self.counts["fallbacks"] += 1
+                failed = 1
                 values = self._run_unfused(records, externals, live)
-            self.counts["flushes"] += 1
+            with self._shared:
+                counts = self.counts
+                counts["recorded"] += len(records)
+                counts["flushes"] += 1
+                counts["fallbacks"] += failed
+                if not failed:
+                    counts["kernels"] += plan.kernels
+                    counts["inner_ops"] += len(plan.steps) - plan.kernels
+                    counts["bytes_saved"] += plan.bytes_saved
             for i in plan.live:
                 handle = records[i].out()
                 if handle is not None:
@@ -130,4 +164,4 @@ class Fusion(Decorator):
     def stats(self) -> dict:
         """Counters since creation: ops recorded, flushes, kernels and inner ops run, plan cache."""
         return {**self.counts, "plans": len(self.plans), "plan_hits": self.plans.hits,
-                "plan_misses": self.plans.misses, "pending": len(self._stream)}
+                "plan_misses": self.plans.misses, "pending": self.pending()}

@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import threading
 import weakref
 from typing import Any, Sequence
 
@@ -43,9 +44,11 @@ class LazyHandle:
 class Record:
     """One recorded op: `inputs` are `Record`s of the same stream or concrete inner arrays."""
 
-    __slots__ = ("prim", "params", "inputs", "aval", "out", "index")
+    __slots__ = ("prim", "params", "inputs", "aval", "out", "index", "stream")
 
-    def __init__(self, prim: Primitive, params: dict, inputs: tuple, aval: Aval, index: int) -> None:
+    def __init__(self, prim: Primitive, params: dict, inputs: tuple, aval: Aval, index: int,
+                 stream: "Stream") -> None:
+        self.stream = stream
         self.prim = prim
         self.params = params
         self.inputs = inputs
@@ -81,7 +84,8 @@ def shape_class(shape: tuple, sizes: dict) -> tuple:
 
 
 class Stream:
-    """The ops recorded since the last sync point, with the block's normalized key built alongside.
+    """The ops one thread recorded since its last sync point, with the block's normalized key built
+    alongside. Whoever records into or flushes a stream holds its `lock`.
 
     `static_params(prim, params)` gives the part of an op's params that a plan depends on (params of
     ops that run through the inner backend are read afresh at every replay, so they stay out).
@@ -89,6 +93,7 @@ class Stream:
 
     def __init__(self, static_params) -> None:
         self.static_params = static_params
+        self.lock = threading.RLock()
         self.records: list[Record] = []
         self.externals: list = []        # concrete arrays read by the block, each once
         self.external_avals: list[Aval] = []
@@ -115,7 +120,7 @@ class Stream:
             else:
                 inputs.append(h.value)
                 refs.append(self._external(h.value, h.aval))
-        rec = Record(prim, params, tuple(inputs), aval, index)
+        rec = Record(prim, params, tuple(inputs), aval, index, self)
         self.records.append(rec)
         self._part((prim.name, self.static_params(prim, params), tuple(refs), aval.dtype, self._class(aval.shape)))
         handle = LazyHandle(aval, None, rec)
