@@ -53,7 +53,9 @@ def test_concurrent_backward_matches_alone(device):
     problems = [([sample((8, 8), "f64", rng, -0.5, 0.5) for _ in range(6)], sample((5, 8), "f64", rng))
                 for _ in range(THREADS)]
     devices = [device.autodiff(), device.autodiff(checkpointing="balanced")] * 2
-    alone = [_train_step(w, x, devices[i], no_grad_part=False) for i, (w, x) in enumerate(problems)]
+    # Each thread alone runs the very program it runs together with the others: on a fusing device the
+    # no-grad side computation changes which kernels run (and so the last bits of the results).
+    alone = [_train_step(w, x, devices[i], no_grad_part=i % 2 == 0) for i, (w, x) in enumerate(problems)]
     for _ in range(3):
         together = _run_parallel(lambda i: _train_step(*problems[i], devices[i], no_grad_part=i % 2 == 0))
         for (loss, grads), (loss0, grads0) in zip(together, alone):
