@@ -29,7 +29,9 @@ def test_one_entry_point_with_bindings_in_argument_order():
     # info words: len/base of x, len/base of y, then the bits of the scalar a.
     assert "let len_a0_x = i32(ember_info[0][0]);" in src
     assert "bitcast<f32>(ember_info[1][0])" in src
-    assert "@builtin(workgroup_id) wid: vec3<u32>" in src and "@builtin(num_workgroups) nwg: vec3<u32>" in src
+    assert "@builtin(workgroup_id) wid_p: vec3<u32>" in src and "@builtin(num_workgroups) nwg_p: vec3<u32>" in src
+    # the logical cube position and count, from a dispatch the runtime may have folded
+    assert "let nwg = vec3<u32>(ember_info[" in src and "let wid = vec3<u32>(flat_wid % nwg.x" in src
     assert src.count("fn main(") == 1
 
 
@@ -136,10 +138,30 @@ def test_info_layout_and_written_arrays():
     k = axpy.specialize((cube.f32, cube.f32, cube.f32), {})
     layout = wgsl.info_layout(k)
     x, y, a = k.params
-    assert layout.arrays == {x: (0, 1), y: (2, 3)} and layout.scalars == {a: 4} and layout.words == 5
+    assert layout.arrays == {x: (0, 1), y: (2, 3)} and layout.scalars == {a: 4}
+    assert layout.count == 5 and layout.words == 8  # then the logical cube count (x, y, z)
     assert wgsl.written_arrays(k) == {y}
 
 
 def test_bool_arrays_are_u32_words():
     src = wgsl_of(copy, (cube.bool_, cube.bool_))
     assert "array<u32>" in src and "!= 0u" in src and "select(0u, 1u," in src
+
+
+def test_64_bit_types_with_the_int64_and_f64_features():
+    caps = Capabilities(subgroups=True, f16=True, adapter="llvmpipe (Vulkan)", int64=True, f64=True)
+    for dtype, name in ((cube.i64, "i64"), (cube.u64, "u64"), (cube.f64, "f64")):
+        src = wgsl_of(copy, (dtype, dtype), caps=caps)
+        assert f"array<{name}>" in src
+    src = wgsl_of(axpy_any, (cube.f64, cube.f64, cube.f64), caps=caps)
+    # a 64-bit scalar travels in two info words, joined low | high << 32
+    assert "bitcast<f64>((u64(ember_info[1][0]) | (u64(ember_info[1][1]) << 32u)))" in src
+    assert literal(0.5, cube.f64) == "0.5lf" and literal(-2, cube.i64) == "i64(-2)" and literal(3, cube.u64) == "3lu"
+    assert literal(float("inf"), cube.f64) == f"bitcast<f64>({0x7FF0000000000000}lu)"
+
+
+@cube.kernel
+def axpy_any(x: cube.Array, y: cube.Array, a: cube.Scalar["T"]):
+    i = cube.ABSOLUTE_POS
+    if i < len(x):
+        y[i] = a * x[i] + y[i]

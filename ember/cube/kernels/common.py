@@ -182,3 +182,28 @@ def dot(coords, layout, start):
     for d in cube.unroll(range(len(coords))):
         off = off + coords[d] * layout[start + d]
     return off
+
+
+@cube.kernel
+def assign_kernel(src: cube.Array, dst: cube.Array, layout: cube.Array[cube.i32], ndim: cube.Comptime[int]):
+    i = cube.ABSOLUTE_POS
+    if i < len(dst):
+        dst[offset(i, layout, ndim, 1)] = cube.cast(src[offset(i, layout, ndim, 0)], dst.dtype)
+
+
+def assign(dst, value) -> None:
+    """`dst[...] = value` (broadcast, converted to `dst`'s dtype) for NumPy and device arrays alike:
+    on a device, a kernel writes through `dst`'s strides (a view: `padded[:, 1:-1] = x`).
+
+    Example:
+        >>> assign(out[:, 1:], np.float32(0))
+    """
+    if not isinstance(dst, DeviceArray):
+        dst[...] = value.numpy() if isinstance(value, DeviceArray) else value
+        return
+    if not isinstance(value, (np.ndarray, DeviceArray)):
+        value = np.asarray(value, dst.dtype)
+    check_size("assign", dst)
+    if dst.size:
+        count, dim = grid(dst.size)
+        assign_kernel.launch(count, dim, value, dst, broadcast_layout(dst.shape, value, dst), ndim=dst.ndim)

@@ -176,6 +176,11 @@ class DeviceArray:
         strides += self.strides[d:]
         return self.strided(shape, strides, offset)
 
+    def __setitem__(self, key, value) -> None:
+        """`self[key] = value` on the device (basic indexing; `value` broadcast and converted)."""
+        from ..kernels.common import assign
+        assign(self[key], value)
+
     # ---- copies ------------------------------------------------------------------------------------
     def copy(self) -> "DeviceArray":
         """A C-contiguous copy on the same device (the library's cast kernel reads any strides)."""

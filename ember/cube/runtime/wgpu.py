@@ -49,7 +49,7 @@ from .memory_pool import MemoryStats, pool_from_settings
 INSTALL = "pip install 'ember[wgpu]' (wgpu-py; on Linux without a GPU also apt-get install mesa-vulkan-drivers)"
 _TYPE_RANK = {"DiscreteGPU": 0, "IntegratedGPU": 1, "CPU": 2}
 _BACKEND_RANK = {"Vulkan": 0, "Metal": 0, "D3D12": 0, "OpenGL": 1}
-FEATURES = ("subgroup", "shader-f16")  # the optional features the WGSL target can use
+FEATURES = ("subgroup", "shader-f16", "shader-int64", "shader-f64")  # the optional features the WGSL target uses
 
 
 class WgpuError(DeviceError):
@@ -206,10 +206,13 @@ class WgpuRuntime(Specializing):
         self.device = adapter.request_device_sync(required_features=features, required_limits=wanted)
         self.features = set(self.device.features)
         self.limits = dict(self.device.limits)  # what the device granted, which is what binds
-        self.dtypes = frozenset(("f32", "i32", "u32", "bool") + (("f16",) if "shader-f16" in self.features else ()))
+        self.dtypes = frozenset(("f32", "i32", "u32", "bool") + (("f16",) if "shader-f16" in self.features else ())
+                                + (("i64", "u64") if "shader-int64" in self.features else ())
+                                + (("f64",) if "shader-f64" in self.features else ()))
         """The dtypes its kernels hold (names): what the WGSL target renders on this adapter."""
         self.caps = wgsl_target.Capabilities(subgroups="subgroup" in self.features,
-                                             f16="shader-f16" in self.features, adapter=self.adapter_name)
+                                             f16="shader-f16" in self.features, adapter=self.adapter_name,
+                                             int64="shader-int64" in self.features, f64="shader-f64" in self.features)
         self.queue = self.device.queue
         self._fence = self.device.create_buffer(size=4, usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
         self._fence_source = self.device.create_buffer(size=4, usage=wgpu.BufferUsage.COPY_SRC)
@@ -356,14 +359,23 @@ class WgpuRuntime(Specializing):
             raise WgpuLimitError(f"cannot run kernel {name} with CubeDim({dim.x}, {dim.y}, {dim.z}) on "
                                  f"{self.adapter_name}: {'; '.join(problems)}")
 
-    def check_count(self, name: str, count: CubeCount) -> None:
-        """WgpuLimitError naming the kernel when `count` cubes exceed the workgroups per dimension."""
+    def dispatch_shape(self, name: str, count: CubeCount) -> tuple:
+        """The workgroups to dispatch for `count` cubes: `count` itself when each dim is within the
+        adapter's max_compute_workgroups_per_dimension, else the total folded over x, y, z (the kernel
+        recovers its logical position, see targets/wgsl.py); WgpuLimitError naming the kernel when even
+        that does not fit."""
         most = self.limits["max-compute-workgroups-per-dimension"]
-        problems = [f"CubeCount.{axis} = {size} exceeds {most}"
-                    for axis, size in zip("xyz", (count.x, count.y, count.z)) if size > most]
-        if problems:
+        if max(count.x, count.y, count.z) <= most:
+            return count.x, count.y, count.z
+        total = count.x * count.y * count.z
+        x = min(total, most)
+        y = -(-total // x)
+        z = -(-y // most) if y > most else 1
+        y = min(y, most)
+        if z > most:
             raise WgpuLimitError(f"cannot launch kernel {name} with CubeCount({count.x}, {count.y}, {count.z}) on "
-                                 f"{self.adapter_name}: {'; '.join(problems)}")
+                                 f"{self.adapter_name}: {total} cubes exceed {most}**3")
+        return x, y, z
 
     def launch(self, kfn, count: CubeCount, dim: CubeDim, args: tuple, comptime: dict) -> None:
         """Queue `kfn` over `count` cubes of shape `dim`.
@@ -382,7 +394,7 @@ class WgpuRuntime(Specializing):
             raise KernelError(f"{compiled.name} takes {len(compiled.params)} arguments, got {len(args)}")
         if count.total == 0:
             return
-        self.check_count(compiled.name, count)
+        shape = self.dispatch_shape(compiled.name, count)
         words = np.zeros(max(4, -(-compiled.info.words // 4) * 4), np.uint32)
         bindings, staged = [], []  # staged: (host array, its pool slice, whether the kernel writes it)
         for i, (p, a) in enumerate(zip(compiled.params, args)):
@@ -392,7 +404,11 @@ class WgpuRuntime(Specializing):
                 n, b = compiled.info.arrays[p]
                 words[n], words[b] = a.size, base
             else:
-                words[compiled.info.scalars[p]] = _bits(a, p.value.type.dtype)
+                k = compiled.info.scalars[p]
+                bits = _bits(a, p.value.type.dtype)
+                words[k:k + len(bits)] = bits
+        c = compiled.info.count
+        words[c:c + 3] = count.x, count.y, count.z
         info = self.device.create_buffer_with_data(data=words, usage=self.wgpu.BufferUsage.UNIFORM)
         # Every array is bound read_write (see targets/wgsl.py), so arguments may share a pool page.
         entries = [{"binding": i, "resource": {"buffer": m.buffer, "offset": m.offset, "size": m.size}}
@@ -404,7 +420,7 @@ class WgpuRuntime(Specializing):
             compute = encoder.begin_compute_pass()
             compute.set_pipeline(compiled.pipeline)
             compute.set_bind_group(0, group)
-            compute.dispatch_workgroups(count.x, count.y, count.z)
+            compute.dispatch_workgroups(*shape)
             compute.end()
             self.queue.submit([encoder.finish()])
         for a, memory, written in staged:
@@ -440,13 +456,17 @@ def _host_bytes(a: np.ndarray, lo: int, n: int) -> np.ndarray:
     return np.ctypeslib.as_array((np.ctypeslib.ctypes.c_uint8 * n).from_address(base)) if n else np.empty(0, np.uint8)
 
 
-def _bits(value, dtype) -> int:
-    """The 32-bit word a scalar parameter travels in (f16 as f32, as targets/wgsl.py reads it)."""
+def _bits(value, dtype) -> tuple:
+    """The 32-bit words a scalar parameter travels in, as targets/wgsl.py reads them: one (f16 as f32,
+    bools as 0/1), or the low and high words of a 64-bit scalar."""
+    if dtype.itemsize == 8:
+        bits = int(np.array(value, dtype.np).view(np.uint64)) if dtype.is_float else int(value) & (2**64 - 1)
+        return bits & 0xFFFFFFFF, bits >> 32
     if dtype.is_float:
-        return int(np.float32(value).view(np.uint32))
+        return (int(np.float32(value).view(np.uint32)),)
     if dtype is DTYPES["bool"]:
-        return int(bool(value))
-    return int(np.array(value).astype(np.int64)) & 0xFFFFFFFF
+        return (int(bool(value)),)
+    return (int(np.array(value).astype(np.int64)) & 0xFFFFFFFF,)
 
 
 _runtimes: dict = {}

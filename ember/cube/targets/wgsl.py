@@ -42,15 +42,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...dtype import bool_, f16, f32
+from ...dtype import bool_, f16, f32, f64, i64
 from .. import ir
-from ..ir import Instr, i32, u32
+from ..ir import Instr, i32, u32, u64
 from ..lang import CubeDim
 from .clike import BINARY
 from .walker import Walker, builtin_table, identifier
 
 ENTRY = "main"
-VERSION = "wgsl-2"  # bump when the rendering changes, so cached pipelines are rebuilt
+VERSION = "wgsl-4"  # bump when the rendering changes, so cached pipelines are rebuilt
 
 # Helper functions by op: WGSL has no erf, expm1, log1p, log10 or 32x32->64-bit multiply.
 HELPERS = {
@@ -129,11 +129,12 @@ fn ember_asin(x: f32) -> f32 {
 
 _BINARY = dict(BINARY, rem="%")  # C's operators; shifts are rendered apart (WGSL shifts by a u32)
 _MATH = {name: name for name in ("exp", "exp2", "log", "log2", "sqrt", "sin", "cos", "tan", "atan", "sinh", "cosh",
-                                 "tanh", "asinh", "acosh", "atanh", "floor", "ceil", "trunc", "atan2", "abs")}
-_MATH.update(round="round", rsqrt="inverseSqrt")  # WGSL's round is half-to-even, like C's rint
+                                 "tanh", "asinh", "acosh", "atanh", "floor", "ceil", "trunc", "abs")}
+_MATH.update(rsqrt="inverseSqrt")  # round and atan2 are rendered apart (see Renderer.scalar)
 _PLANE = {"plane_sum": "subgroupAdd", "plane_prod": "subgroupMul", "plane_max": "subgroupMax",
           "plane_min": "subgroupMin", "plane_all": "subgroupAll", "plane_any": "subgroupAny"}
 _ATOMIC_TYPES = ("i32", "u32", "f32")
+_F64_MATH = ("abs", "sqrt", "rsqrt", "floor", "ceil", "trunc")  # what Vulkan computes in 64 bits
 
 
 class WgslTargetError(ValueError):
@@ -151,14 +152,18 @@ class Capabilities:
     subgroups: bool = False
     f16: bool = False
     adapter: str = "any adapter"
+    int64: bool = False   # i64/u64 (wgpu-native's `shader-int64`)
+    f64: bool = False     # f64 arithmetic (`shader-f64`); Vulkan has no f64 exp, log, sin, ...: refused
 
 
 @dataclass
 class InfoLayout:
-    """Word positions in the info buffer: (length word, base word) per array, one word per scalar."""
+    """Word positions in the info buffer: (length word, base word) per array, one word per scalar (two
+    for 64-bit ones), then the three words of the logical cube count."""
 
     arrays: dict = field(default_factory=dict)    # Array -> (length word, base word)
     scalars: dict = field(default_factory=dict)   # ScalarParam -> word
+    count: int = 0                                # first of the x, y, z words of the cube count
     words: int = 0
 
 
@@ -171,7 +176,9 @@ def info_layout(kernel: ir.Kernel) -> InfoLayout:
             layout.words += 2
         else:
             layout.scalars[p] = layout.words
-            layout.words += 1
+            layout.words += 2 if p.value.type.dtype.itemsize == 8 else 1  # 64-bit scalars: low, high word
+    layout.count = layout.words
+    layout.words += 3
     return layout
 
 
@@ -182,11 +189,24 @@ def written_arrays(kernel: ir.Kernel) -> set:
 
 def shared_bytes(kernel: ir.Kernel) -> int:
     """Bytes of workgroup memory a kernel declares (4 per element: everything computes in 32 bits)."""
-    return sum(4 * s.attr.size for s in ir.walk(kernel.body) if isinstance(s, Instr) and s.op == "shared")
+    return sum(max(4, s.attr.dtype.itemsize) * s.attr.size for s in ir.walk(kernel.body)
+               if isinstance(s, Instr) and s.op == "shared")
 
 
 def literal(value, dtype) -> str:
     """A WGSL literal of `dtype`'s compute type (f16 computes in f32)."""
+    if dtype is f64:
+        value = float(value)
+        if math.isnan(value) or math.isinf(value):
+            bits = np.array(value, np.float64).view(np.uint64)
+            return f"bitcast<f64>({int(bits)}lu)"
+        return f"({value!r}lf)" if value < 0 or math.copysign(1, value) < 0 else f"{value!r}lf"
+    if dtype is i64:
+        if value == -2**63:  # -9223372036854775808 is a negated literal that does not fit
+            return "bitcast<i64>(9223372036854775808lu)"
+        return f"i64({int(value)})" if value < 0 else f"{int(value)}li"
+    if dtype is u64:
+        return f"{int(value)}lu"
     if dtype.is_float:
         value = float(np.float32(value))  # a suffixed literal must be an f32 value
         if math.isnan(value):
@@ -221,7 +241,9 @@ class Renderer(Walker):
         self.layout = info_layout(kernel)
         uses_planes = any(isinstance(s, Instr) and (s.op in ir.PLANE or s.op == "builtin" and s.attr in (
             "plane_dim", "unit_pos_plane")) for s in ir.walk(kernel.body))
-        self.subgroups = caps.subgroups and uses_planes and dim.total == dim.x
+        wide_planes = any(isinstance(s, Instr) and s.op in ir.PLANE and s.result.type.dtype.itemsize == 8
+                          for s in ir.walk(kernel.body))  # no 64-bit subgroup ops: a plane is one unit
+        self.subgroups = caps.subgroups and uses_planes and dim.total == dim.x and not wide_planes
         self._check_types()
 
     # -- types ----------------------------------------------------------------------------------
@@ -231,7 +253,8 @@ class Renderer(Walker):
                               f"(adapter {self.caps.adapter!r}): {why}; emulating it is not implemented yet")
 
     def _check_types(self) -> None:
-        ok = {"f32", "i32", "u32", "bool"} | ({"f16"} if self.caps.f16 else set())
+        ok = {"f32", "i32", "u32", "bool"} | ({"f16"} if self.caps.f16 else set()) | \
+            ({"i64", "u64"} if self.caps.int64 else set()) | ({"f64"} if self.caps.f64 else set())
         for p in self.k.params:
             if isinstance(p, ir.Array):
                 if p.dtype.name not in ok:
@@ -286,18 +309,26 @@ class Renderer(Walker):
         for arr in self.shared:
             head.append(f"var<workgroup> {self.names[arr]}: array<{self.storage_type(arr)}, {arr.size}>;")
         builtins = ["@builtin(local_invocation_id) lid: vec3<u32>", "@builtin(local_invocation_index) lidx: u32",
-                    "@builtin(workgroup_id) wid: vec3<u32>", "@builtin(num_workgroups) nwg: vec3<u32>"]
+                    "@builtin(workgroup_id) wid_p: vec3<u32>", "@builtin(num_workgroups) nwg_p: vec3<u32>"]
         if self.subgroups:
             builtins += ["@builtin(subgroup_size) sg_size: u32", "@builtin(subgroup_invocation_id) sg_id: u32"]
         self.emit(f"@compute @workgroup_size({d.x}, {d.y}, {d.z})", 0)
         self.emit(f"fn {ENTRY}({', '.join(builtins)}) {{", 0)
+        # The dispatch may fold a cube count beyond the adapter's per-dimension limit into more dims
+        # (the runtime's `dispatch_shape`): `wid`/`nwg` are the logical cube position and count.
+        c = self.layout.count
+        self.emit(f"let nwg = vec3<u32>({_word(c)}, {_word(c + 1)}, {_word(c + 2)});", 1)
+        self.emit("let flat_wid = (wid_p.z * nwg_p.y + wid_p.y) * nwg_p.x + wid_p.x;", 1)
+        self.emit("if (flat_wid >= nwg.x * nwg.y * nwg.z) { return; }", 1)
+        self.emit("let wid = vec3<u32>(flat_wid % nwg.x, (flat_wid / nwg.x) % nwg.y, flat_wid / (nwg.x * nwg.y));", 1)
         for p in self.k.params:
             if isinstance(p, ir.Array):
                 n, base = self.layout.arrays[p]
                 self.emit(f"let len_{self.names[p]} = i32({_word(n)});", 1)
                 self.emit(f"let base_{self.names[p]} = i32({_word(base)});", 1)
             else:
-                self.emit(f"let v{p.value.id} = {_from_bits(_word(self.layout.scalars[p]), p.value.type.dtype)};", 1)
+                w = self.layout.scalars[p]
+                self.emit(f"let v{p.value.id} = {_from_bits(_word(w), p.value.type.dtype, _word(w + 1))};", 1)
         self.block(self.k.body, 1)
         self.emit("}", 0)
         prelude = [HELPERS[h] for h in sorted(self.helpers)]
@@ -352,13 +383,13 @@ class Renderer(Walker):
         if op == "select":
             return f"select({a[2]}, {a[1]}, {a[0]})"
         if op == "neg":
-            return f"(0u - {a[0]})" if src is u32 else f"(-{a[0]})"  # WGSL has no unary minus on u32
+            return f"({literal(0, src)} - {a[0]})" if src in (u32, u64) else f"(-{a[0]})"  # no unary minus on u32
         if op == "not":
             return f"(!{a[0]})"
         if op == "bitnot":
             return f"(~{a[0]})"
         if op == "recip":
-            return f"(1.0f / {a[0]})"
+            return f"({literal(1, src)} / {a[0]})"
         if op in ("shl", "shr"):
             return f"({a[0]} {'<<' if op == 'shl' else '>>'} u32({a[1]}))"  # WGSL shifts by a u32
         if op == "xor" and src is bool_:
@@ -367,6 +398,20 @@ class Renderer(Walker):
             return f"(!({a[0]} == {a[1]}))"
         if op in ("lt", "le", "gt", "ge") and src is bool_:  # WGSL orders no bools: as 0/1 words
             return f"(u32({a[0]}) {_BINARY[op]} u32({a[1]}))"
+        if op == "round" and out is not f64:
+            # Half to even from floor (lavapipe's roundEven rounds -7.5 to -7): r = floor(x), d = x - r.
+            x, r = a[0], f"floor({a[0]})"
+            one, half = literal(1, out), literal(0.5, out)
+            return (f"select(select({r} + {one}, {r}, ({x} - {r}) < {half}), select({r} + {one}, {r}, "
+                    f"{r} * {half} == floor({r} * {half})), ({x} - {r}) == {half})")
+        if op == "atan2" and out is f32:  # Vulkan leaves atan2(0, 0) undefined; C gives +-0 or +-pi
+            y, x = a
+            zero = f"select({y}, select(3.14159274f, -3.14159274f, {y} < 0.0f || (bitcast<u32>({y}) >> 31u) == 1u), " \
+                   f"(bitcast<u32>({x}) >> 31u) == 1u)"
+            return f"select(atan2({y}, {x}), {zero}, {y} == 0.0f && {x} == 0.0f)"
+        if (src is f64 or out is f64) and (op in HELPERS or op in _MATH) and op not in _F64_MATH:
+            raise WgslTargetError(f"kernel {self.k.name}: {op} of f64 cannot run on the WGSL target (adapter "
+                                  f"{self.caps.adapter!r}): Vulkan has no 64-bit {op}")
         if op in HELPERS:
             self.helpers.update(("asin", op) if op == "acos" else (op,))  # acos uses asin's polynomial
             return f"ember_{op}({', '.join(a)})"
@@ -453,8 +498,12 @@ def _word(n: int) -> str:
     return f"ember_info[{n // 4}][{n % 4}]"
 
 
-def _from_bits(word: str, dtype) -> str:
-    """A scalar parameter from its 32-bit word (f16 scalars travel as f32, bools as 0/1)."""
+def _from_bits(word: str, dtype, high: str = "") -> str:
+    """A scalar parameter from its 32-bit word (f16 scalars travel as f32, bools as 0/1), or from its
+    low and `high` words (64-bit scalars)."""
+    if dtype.itemsize == 8:
+        joined = f"(u64({word}) | (u64({high}) << 32u))"
+        return joined if dtype is u64 else f"bitcast<{dtype.name}>({joined})"
     if dtype is bool_:
         return f"({word} != 0u)"
     if dtype is u32:
