@@ -141,19 +141,19 @@ def _conv_transpose_reference(x, w, *, stride, padding, output_padding, dilation
     o = w.shape[1] * g
     # Each input pixel times the weight gives an (O/G, *kernel) patch: one GEMM per group over the whole
     # batch slice, (O/G*kernel, C/G) @ (C/G, batch*pixels); col2im then sums the patches into the full
-    # output...
+    # output, kept channel-major (O, N, *full) so that each of its adds reads the patches contiguously...
     weights = w.astype(acc, copy=False).reshape(g, c // g, (o // g) * math.prod(kernel)).transpose(0, 2, 1)
     final = tuple(_transpose_size(*a) for a in zip(size, kernel, stride, padding, output_padding, dilation))
     full = tuple(max((h - 1) * s + d * (k - 1) + 1, p + f)
                  for h, k, s, d, p, f in zip(size, kernel, stride, dilation, padding, final))
-    y = np.zeros((n, o) + full, dtype=acc)
+    y = np.zeros((o, n) + full, dtype=acc)
     nd = len(size)
     for part in batch_slices(n, o * math.prod(kernel) * math.prod(size)):
         patches = np.matmul(weights, _channels_first(x[part].astype(acc, copy=False), g))
-        patches = patches.reshape((o,) + kernel + (y[part].shape[0],) + size)  # (O, *kernel, batch, *pixels)
-        col2im(np.moveaxis(patches, 1 + nd, 0), full, stride, dilation, out=y[part])
-    # ...which is cropped by `padding` at the start and to the output size at the end.
-    return np.ascontiguousarray(crop(y, padding, final), dtype=x.dtype)
+        patches = patches.reshape((o,) + kernel + (y[:, part].shape[1],) + size)  # (O, *kernel, batch, *pixels)
+        col2im(np.moveaxis(patches, 1 + nd, 1), full, stride, dilation, out=y[:, part])
+    # ...which is cropped by `padding` at the start and to the output size at the end, batch first again.
+    return np.ascontiguousarray(crop(y, padding, final).swapaxes(0, 1), dtype=x.dtype)
 
 
 def _conv_transpose_vjp(ctx, g):
