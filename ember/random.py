@@ -13,10 +13,11 @@ cube kernels of `ember/cube/kernels/random.py` compute the same):
 - 32-bit draws (`words`): element j is word j % 4 of block j // 4.
   uniform (f32, f16, bf16): f32(low) + (f32(high) - f32(low)) * (word >> 8) * 2**-24, computed in f32,
   rounded to the dtype, then clamped below `high`; normal: Box-Muller in f32 on word pairs (0, 1) and
-  (2, 3) of each block.
+  (2, 3) of each block (f16, bf16, f32).
 - 64-bit draws (`words64`): element j is words (2(j % 2), 2(j % 2) + 1) of block j // 2 joined into a
   u64 w. uniform f64: low + (high - low) * (w >> 11) * 2**-53 (53 random bits), clamped below `high`;
-  randint: low + w mod (high - low) (bias at most (high - low) / 2**64).
+  normal f64: Box-Muller in f64 on the two draws of each block; randint: low + w mod (high - low)
+  (bias at most (high - low) / 2**64).
 
 Bits, integers and uniform [0, 1) are equal bit for bit across backends. Other uniform ranges may
 differ in the last bit where a compiler fuses the multiply-add (FMA), and normal numbers by the few
@@ -224,8 +225,20 @@ def uniform(shape: tuple, dtype, low: float, high: float, seed: int, offset: int
 
 
 def normal(shape: tuple, dtype, mean: float, std: float, seed: int, offset: int) -> np.ndarray:
-    """Normal draws (Box-Muller in f32 on word pairs) with `mean` and `std`, in a float `dtype`."""
+    """Normal draws (Box-Muller on pairs of draws) with `mean` and `std`, in a float `dtype`.
+
+    Example:
+        >>> normal((2, 3), np.float64, 0.0, 1.0, seed=0, offset=0).shape
+        (2, 3)
+    """
     n = int(np.prod(shape, dtype=np.int64))
+    if np.dtype(dtype).itemsize == 8:
+        w = words64(2 * -(-n // 2), seed, offset).reshape(-1, 2)
+        unit = (w >> np.uint64(11)).astype(np.float64) * 2.0**-53
+        radius = np.sqrt(-2.0 * np.log(unit[:, 0] + 2.0**-53))
+        angle = 2 * np.pi * unit[:, 1]
+        z = np.stack([mean + std * radius * np.cos(angle), mean + std * radius * np.sin(angle)], axis=1)
+        return z.reshape(-1)[:n].reshape(shape)
     w = _blocks(-(-n // 4), seed, offset)
     unit = (w >> np.uint32(8)).astype(np.float32) * np.float32(2**-24)
     radius = np.sqrt(np.float32(-2.0) * np.log(unit[:, 0::2] + np.float32(2**-24)))

@@ -29,6 +29,7 @@ from ...cube.kernels import conv_gemm
 from ...cube.kernels.elementwise import BINARY_OPS, FLOAT_BINARY, UNARY_OPS
 from ...cube.kernels.matmul import tuned_matmul
 from ...cube.kernels.sort import MAX_ROW
+from ...dtype import bf16
 from ...ops import registry
 from ...ops.primitive import Aval
 from . import kernels as own
@@ -46,27 +47,43 @@ class Lowering(NamedTuple):
 
 # ---- elementwise ---------------------------------------------------------------------------------
 
-def _elementwise(kernel: Callable, out: Aval, *arrays: np.ndarray) -> np.ndarray:
-    """Run an elementwise library kernel on 1-D operands and give its result `out`'s shape.
+# Narrow dtypes run on the kernels of a wider one: f16/bf16 ops compute in f32 anyway, and i8/i16/u8
+# arithmetic done in i32 and stored back wraps exactly as it does in the narrow type. The operands are
+# widened by the copy `_flat` may make anyway and the result narrowed by the cast kernel, so every op
+# compiles for five dtypes instead of ten (a cold kernel cache is what CI pays for).
+_WIDE = {np.dtype(np.float16): np.dtype(np.float32), np.dtype(bf16.np): np.dtype(np.float32),
+         np.dtype(np.int8): np.dtype(np.int32), np.dtype(np.int16): np.dtype(np.int32),
+         np.dtype(np.uint8): np.dtype(np.int32)}
+
+
+def _elementwise(kernel: Callable, out: Aval, *arrays: np.ndarray, widen: bool = True) -> np.ndarray:
+    """Run an elementwise library kernel on 1-D operands and give its result `out`'s shape and dtype.
 
     Why 1-D: the library compiles one kernel per (op, dtype, rank, which operands are dense). Strided
     and broadcast operands are first copied to contiguous by the cast kernel (one compiled copy per
-    dtype, shared by every op), so each op compiles at most three times per dtype: all operands
-    dense, or one of two a single broadcast value. The copy costs memory traffic; compilations cost
-    ~0.3 s each, and the op set times the dtypes makes hundreds of them.
+    dtype pair, shared by every op), so each op compiles at most three times per dtype: all operands
+    dense, or one of two a single broadcast value. With `widen`, narrow dtypes run as wide ones
+    (`_WIDE`). Copies cost memory traffic; compilations cost ~0.1-0.3 s each, and the op set times the
+    dtypes makes hundreds of them.
     """
     if math.prod(out.shape) == 0:
         return kernel(*arrays).reshape(out.shape)
-    return kernel(*(_flat(a, out.shape) for a in arrays)).reshape(out.shape)
+    result = kernel(*(_flat(a, out.shape, _WIDE.get(a.dtype) if widen else None) for a in arrays))
+    if result.dtype != out.dtype.np:  # computed in a wider dtype: narrow it back
+        result = lib.cast(result, out.dtype.np)
+    return result.reshape(out.shape)
 
 
-def _flat(a: np.ndarray, shape: tuple) -> np.ndarray:
-    """`a` broadcast to `shape` as a contiguous 1-D array, or as one element when it holds one value."""
+def _flat(a: np.ndarray, shape: tuple, wide: np.dtype | None = None) -> np.ndarray:
+    """`a` broadcast to `shape` as a contiguous 1-D array, or as one element when it holds one value;
+    converted to `wide` when given."""
     if a.size == 1:
-        return a.reshape(1)
-    if a.shape == shape and a.flags.c_contiguous:
+        a = a.reshape(1)
+        return a if wide is None else lib.cast(a, wide)
+    if wide is None and a.shape == shape and a.flags.c_contiguous:
         return a.reshape(-1)
-    return _contiguous(a, shape).reshape(-1)
+    _, (v,) = merged_operands(shape, a)
+    return lib.cast(v, wide or a.dtype).reshape(-1)
 
 
 def _contiguous(a: np.ndarray, shape: tuple) -> np.ndarray:
@@ -115,7 +132,7 @@ def _where(out: Aval, c: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray
 
 
 def _cast(out: Aval, x: np.ndarray, *, dtype) -> np.ndarray:
-    return _elementwise(lambda v: lib.cast(v, dtype.np), out, x)
+    return _elementwise(lambda v: lib.cast(v, dtype.np), out, x, widen=False)
 
 
 def _isnan(out: Aval, x: np.ndarray) -> np.ndarray:
@@ -166,6 +183,12 @@ def _scan(op: str) -> Callable:
         scanned = lib.scan(op, v, dim=kdim).reshape([x.shape[d] for d in kept] + [x.shape[dim]])
         return np.moveaxis(scanned, -1, dim)
     return run
+
+
+def _cumextreme_index(out: Aval, x: np.ndarray, *, dim, largest) -> np.ndarray:
+    if x.dtype == np.bool_:  # the kernel compares with < and >, which bools lack: as u8 they order alike
+        x = lib.cast(x, np.uint8)
+    return lib.scan("cumargmax" if largest else "cumargmin", x, dim)
 
 
 def _argsort(out: Aval, x: np.ndarray, *, dim, descending) -> np.ndarray:
@@ -250,6 +273,14 @@ def _conv_weight_grad(out: Aval, x, g, **params):
     return _spatial_2d("conv_weight_grad", (x, g), params, conv_gemm.conv_weight_grad2d)
 
 
+def _unfold(out: Aval, x, *, kernel, stride, padding, dilation):
+    return lib.unfold(x, kernel, stride, padding, dilation)
+
+
+def _fold(out: Aval, x, *, output_size, kernel, stride, padding, dilation):
+    return lib.fold(x, output_size, kernel, stride, padding, dilation)
+
+
 def _max_pool(out: Aval, x, *, kernel, stride, padding, dilation, ceil_mode):
     _two_d("max_pool", kernel)
     return lib.max_pool2d(x, kernel, stride, padding, dilation, ceil_mode)
@@ -306,6 +337,7 @@ TABLE: dict[str, Lowering] = {
     **{name: _kernel(_reduce(name)) for name in ("sum", "prod", "amax", "amin")},
     **{name: _kernel(_arg_reduce(name)) for name in ("argmax", "argmin")},
     **{name: _kernel(_scan(name)) for name in ("cumsum", "cumprod")},
+    "cumextreme_index": _kernel(_cumextreme_index),
     "argsort": _kernel(_argsort),
     "matmul": _kernel(lambda out, a, b: tuned_matmul(a, b)),
     "gather": _kernel(_gather),
@@ -320,6 +352,8 @@ TABLE: dict[str, Lowering] = {
     "conv": _kernel(_conv),
     "conv_transpose": _kernel(_conv_transpose),
     "conv_weight_grad": _kernel(_conv_weight_grad),
+    "unfold": _kernel(_unfold),
+    "fold": _kernel(_fold),
     "max_pool": _kernel(_max_pool),
     "max_pool_indices": _kernel(_max_pool_indices),
     "avg_pool": _kernel(_avg_pool),

@@ -19,7 +19,8 @@ from .reduce import reduce
 from .scan import scan
 from .softmax import softmax
 from .sort import sort, topk
+from .unfold import fold, unfold
 
 __all__ = ["unary", "binary", "ternary", "cast", "reduce", "scan", "softmax", "layer_norm", "rms_norm", "matmul",
            "bits", "uniform", "normal", "randint", "gather", "scatter", "index_select", "index_add", "conv2d",
-           "max_pool2d", "max_pool2d_indices", "avg_pool2d", "sort", "topk"]
+           "max_pool2d", "max_pool2d_indices", "avg_pool2d", "sort", "topk", "unfold", "fold"]

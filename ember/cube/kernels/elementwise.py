@@ -23,7 +23,7 @@ from .common import asarray, broadcast_layout, check_size, cube_dtype, empty, gr
 
 UNARY_OPS = ("neg", "abs", "sign", "reciprocal", "square", "exp", "exp2", "expm1", "log", "log2", "log10",
              "log1p", "sqrt", "rsqrt", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh",
-             "asinh", "acosh", "atanh", "erf", "sigmoid", "relu", "gelu", "silu", "floor", "ceil", "round",
+             "asinh", "acosh", "atanh", "erf", "erfinv", "sigmoid", "relu", "gelu", "silu", "floor", "ceil", "round",
              "trunc", "logical_not", "bitwise_not")
 FLOAT_UNARY = frozenset(UNARY_OPS) - {"neg", "abs", "sign", "square", "relu", "logical_not", "bitwise_not"}
 BINARY_OPS = ("add", "sub", "mul", "div", "pow", "maximum", "minimum", "atan2", "remainder", "floor_divide",
@@ -110,6 +110,8 @@ def math_op(op, x):
         return cube.atanh(x)
     if op == "erf":
         return cube.erf(x)
+    if op == "erfinv":
+        return erfinv(x)
     if op == "floor":
         return cube.floor(x)
     if op == "ceil":
@@ -119,6 +121,29 @@ def math_op(op, x):
     if op == "trunc":
         return cube.trunc(x)
     assert False, f"unknown unary op {op}"
+
+
+@cube.function
+def erfinv(y):
+    """Inverse error function: Giles' single-precision start, then two Newton steps on erf (as the
+    reference, `ember/ops/elementwise.py`); +-inf at +-1, NaN outside [-1, 1]."""
+    t = y.dtype
+    w = -cube.log((t(1) - y) * (t(1) + y))
+    ws = w - t(2.5)
+    wl = cube.sqrt(cube.select(w < t(5), t(5), w)) - t(3)
+    small = t(2.81022636e-08)
+    for c in cube.unroll((3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087, -0.00125372503,
+                          -0.00417768164, 0.246640727, 1.50140941)):
+        small = t(c) + small * ws
+    large = t(-0.000200214257)
+    for c in cube.unroll((0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773, -0.0076224613,
+                          0.00943887047, 1.00167406, 2.83297682)):
+        large = t(c) + large * wl
+    x = cube.select(w < t(5), small, large) * y
+    for _ in cube.unroll(range(2)):
+        x = x - (cube.erf(x) - y) / (t(1.1283791670955126) * cube.exp(-x * x))
+    edge = cube.select(y > t(0), t(float("inf")), t(float("-inf")))
+    return cube.select(cube.abs(y) == t(1), edge, x)
 
 
 @cube.function

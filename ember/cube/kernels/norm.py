@@ -19,8 +19,8 @@ import numpy as np
 from ... import cube
 from ...errors import DTypeError, ShapeError
 from .common import check_size, contiguous, cube_dtype, empty
-from .reduce import accumulator, block_reduce
-from .softmax import _units, row_fold
+from .reduce import accumulator, block_reduce, units_for
+from .softmax import row_fold
 
 
 @cube.function
@@ -64,7 +64,7 @@ def _norm(x, weight, bias, eps: float, rms: bool) -> np.ndarray:
     check_size(name, x)
     if x.size == 0:
         return out
-    units = _units(n)
+    units = units_for(n)
     w = contiguous(weight) if weight is not None else np.zeros(1, x.dtype)
     b = contiguous(bias) if bias is not None else np.zeros(1, x.dtype)
     norm_kernel.launch(cube.CubeCount(x.size // n), cube.CubeDim(units), x, w, b, out, n, float(eps),

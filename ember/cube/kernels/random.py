@@ -10,7 +10,8 @@ Philox4x32-10 of counter (offset + b split in two u32, 0, 0) with key (seed spli
   [low, high); `normal`: Box-Muller in f32 on word pairs (0, 1) and (2, 3) of each block.
 - 64-bit draws, two per block (element j joins words 2(j % 2) and 2(j % 2) + 1 of block j // 2 into a
   u64 w): `uniform` in f64 with 53 random bits, low + (high - low) * (w >> 11) * 2**-53, clamped below
-  `high`; `randint`: low + w mod (high - low).
+  `high`; `normal` in f64: Box-Muller in f64 on the two draws of a block; `randint`: low + w mod
+  (high - low).
 
 A caller that drew n numbers advances `offset` by at least ceil(n / 2) blocks.
 
@@ -99,16 +100,28 @@ def randint_kernel(out: cube.Array, n: cube.i32, key0: cube.u32, key1: cube.u32,
                 out[i * 2 + j] = cube.cast(low + cube.i64(w[j] % span), out.dtype)
 
 
+@cube.function
+def unit_double(word):
+    """A u64 word as an f64 in [0, 1) from its top 53 bits."""
+    return cube.f64(word >> cube.u64(11)) * 1.1102230246251565e-16
+
+
 @cube.kernel
-def uniform64_kernel(out: cube.Array[cube.f64], n: cube.i32, key0: cube.u32, key1: cube.u32, ctr0: cube.u32,
-                     ctr1: cube.u32, low: cube.f64, high: cube.f64, top: cube.f64):
+def wide_kernel(out: cube.Array[cube.f64], n: cube.i32, key0: cube.u32, key1: cube.u32, ctr0: cube.u32,
+                ctr1: cube.u32, a: cube.f64, b: cube.f64, top: cube.f64, dist: cube.Comptime[str]):
+    """f64 draws from 64-bit words: uniform in [a, b) clamped to `top`, or normal (mean a, std b)."""
     i = cube.ABSOLUTE_POS
     if i * 2 < n:
         w = words64(i, key0, key1, ctr0, ctr1)
+        if dist == "uniform":
+            values = tuple(cube.min(a + (b - a) * unit_double(w[j]), top) for j in range(2))
+        else:
+            radius = cube.sqrt(-2.0 * cube.log(unit_double(w[0]) + 1.1102230246251565e-16))
+            angle = TWO_PI * unit_double(w[1])
+            values = (a + b * radius * cube.cos(angle), a + b * radius * cube.sin(angle))
         for j in cube.unroll(range(2)):
             if i * 2 + j < n:
-                u = cube.f64(w[j] >> cube.u64(11)) * 1.1102230246251565e-16  # 53 bits * 2**-53
-                out[i * 2 + j] = cube.min(low + (high - low) * u, top)
+                out[i * 2 + j] = values[j]
 
 
 def _launch(kernel, per_block: int, op: str, shape, dtype, seed: int, offset: int, *args, **comptime) -> np.ndarray:
@@ -141,18 +154,22 @@ def uniform(shape, seed: int, offset: int = 0, low: float = 0.0, high: float = 1
     t = cube_dtype(dtype)
     top = uniform_top(float(high), float(low), t.np)
     if t.itemsize == 8:
-        return _launch(uniform64_kernel, 2, "uniform", shape, t, seed, offset, float(low), float(high), top)
+        return _launch(wide_kernel, 2, "uniform", shape, t, seed, offset, float(low), float(high), top,
+                       dist="uniform")
     return _launch(philox_kernel, 4, "uniform", shape, t, seed, offset, float(low), float(high), top,
                    dist="uniform")
 
 
 def normal(shape, seed: int, offset: int = 0, mean: float = 0.0, std: float = 1.0, dtype=f32) -> np.ndarray:
-    """Normal numbers with the given mean and standard deviation (Box-Muller in f32).
+    """Normal numbers with the given mean and standard deviation (Box-Muller; in f64 for f64).
 
     Example:
         >>> normal((2, 3), seed=1).shape
         (2, 3)
     """
+    if cube_dtype(dtype).itemsize == 8:
+        return _launch(wide_kernel, 2, "normal", shape, dtype, seed, offset, float(mean), float(std), 0.0,
+                       dist="normal")
     return _launch(philox_kernel, 4, "normal", shape, dtype, seed, offset, float(mean), float(std), 0.0,
                    dist="normal")
 

@@ -34,6 +34,21 @@ MAX_UNITS = 256
 FEW_OUTPUTS, MAX_SPLITS, SPLIT_CHUNK = 64, 64, 16384
 
 
+# Units per cube come in three size classes rather than every power of two: each class is a kernel
+# specialization (a gcc run on a cold cache), and idle units cost a few SIMD lanes at most 8x over.
+UNIT_CLASSES = (4, 32, MAX_UNITS)
+
+
+def units_for(n: int) -> int:
+    """The units of a cube that reduces `n` elements: the smallest class holding n (at most MAX_UNITS).
+
+    Example:
+        >>> units_for(3), units_for(20), units_for(10**6)
+        (4, 32, 256)
+    """
+    return next((u for u in UNIT_CLASSES if u >= n), MAX_UNITS)
+
+
 def halvings(n: int) -> list:
     """n/2, n/4, ..., 1: the strides of a tree reduction over n (a power of two) slots."""
     return [n >> (k + 1) for k in range(n.bit_length() - 1)]
@@ -207,7 +222,7 @@ def reduce(op: str, x: np.ndarray, dims=None, keepdim: bool = False, correction:
     check_size(op, x, out)
     if out.size == 0:
         return out
-    units = min(MAX_UNITS, 1 << max(0, (n - 1).bit_length()))
+    units = units_for(n)
     dense = x.flags.c_contiguous and dims == tuple(range(len(kept), x.ndim))
     layouts = (_layout(x, kept), _layout(x, dims), n)
     acc_t = accumulator(op, t)

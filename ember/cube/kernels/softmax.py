@@ -20,7 +20,7 @@ import numpy as np
 from ... import cube
 from ...errors import DTypeError
 from .common import check_size, contiguous, cube_dtype, empty
-from .reduce import MAX_UNITS, accumulator, block_reduce
+from .reduce import accumulator, block_reduce, units_for
 
 
 @cube.function
@@ -70,10 +70,6 @@ def softmax_kernel(x: cube.Array, out: cube.Array, n: cube.i32, log: cube.Compti
         softmax_at(x, out, row + j, m, s, shift, log, T)
 
 
-def _units(n: int) -> int:
-    return min(MAX_UNITS, 1 << max(0, (n - 1).bit_length()))
-
-
 def softmax(x: np.ndarray, log: bool = False) -> np.ndarray:
     """exp(x) / sum(exp(x)) over the last dim (or its log, stably, when `log`).
 
@@ -90,7 +86,7 @@ def softmax(x: np.ndarray, log: bool = False) -> np.ndarray:
     if x.size == 0:
         return out
     n = x.shape[-1] if x.ndim else 1
-    units = _units(n)
+    units = units_for(n)
     softmax_kernel.launch(cube.CubeCount(x.size // n), cube.CubeDim(units), x, out, n, log=log,
                           T=accumulator("sum", t), units=units)
     return out
