@@ -74,10 +74,10 @@ class Fusion(Decorator):
                     self._flush(stream)
             return handle
         arrays = [self.data(h) for h in inputs]
-        return LazyHandle(out, self.inner.execute(prim, arrays, params, out))
+        return LazyHandle.concrete(self.inner.execute(prim, arrays, params, out), out)
 
     def from_host(self, array: np.ndarray) -> LazyHandle:
-        return LazyHandle(Aval(array.shape, dtype_of(array.dtype)), self.inner.from_host(array))
+        return LazyHandle.concrete(self.inner.from_host(array), Aval(array.shape, dtype_of(array.dtype)))
 
     def to_host(self, handle: LazyHandle) -> np.ndarray:
         return self.inner.to_host(self.data(handle))

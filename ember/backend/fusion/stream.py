@@ -10,7 +10,7 @@ While it records, the stream also builds the op's part of the block's normalized
 dtypes, shape classes), so a sync point can look a plan up without walking the graph again.
 
 Example:
-    >>> stream = Stream()
+    >>> stream = Stream(static_params)
     >>> h = stream.record(registry["exp"], (LazyHandle.concrete(x, aval),), {}, aval)
     >>> h.record.index, len(stream.records)
     (0, 1)
