@@ -8,6 +8,8 @@ Cases (default: all):
 - `gelu`: a user-written cube GELU (erf form) over 2^28 f32 against a device-to-device copy of the
   same bytes (the bandwidth ceiling) and torch's GELU -> TB/s;
 - `softmax`, `layer_norm`: (8192, 8192) f32 over the last dim, ember's library against torch eager;
+- `tiny_ops`: host time per op of 100 tiny adds: eager launches, the chain replayed as a CUDA graph
+  (`CudaRuntime.capture`), torch eager;
 - peak memory where measurable: ember's pool peak against torch.cuda.max_memory_allocated for the
   same op.
 
@@ -228,7 +230,50 @@ def case_layer_norm(b: Bench) -> None:
              lambda e: tensor_layer_norm(e, (8192,), ew, eb))
 
 
-CASES = {"matmul": case_matmul, "gelu": case_gelu, "softmax": case_softmax, "layer_norm": case_layer_norm}
+def case_tiny_ops(b: Bench) -> None:
+    """Host time per op of a chain of 100 tiny adds ((256,) f32): eager launches, the same chain
+    captured once as a CUDA graph and replayed, and torch eager."""
+    from ember.cube.kernels.elementwise import binary
+    torch = b.torch
+    ops = 100
+    x = b.rt.to_device(np.random.default_rng(5).standard_normal(256, np.float32))
+
+    def chain():
+        y = x
+        for _ in range(ops):
+            y = binary("add", y, x)
+        return y
+
+    tx = to_torch(b, x)
+
+    def torch_chain():
+        y = tx
+        for _ in range(ops):
+            y = torch.add(y, tx)
+        return y
+
+    graph = b.rt.capture(chain)
+    graph.replay()
+    err = rel_error(b, graph.result, torch_chain())
+    case = f"{ops} tiny adds (256,) f32, host time"
+    for impl, fn, sync in (("ember eager launches", chain, b.rt.synchronize),
+                           ("ember CUDA graph replay", graph.replay, b.rt.synchronize),
+                           ("torch eager", torch_chain, torch.cuda.synchronize)):
+        times = []
+        for _ in range(b.repeats * 3):
+            sync()
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        sync()
+        us = statistics.median(times) * 1e6 / ops
+        b.rows.append(dict(case=case, impl=impl, ms=round(us * ops / 1e3, 4), rate=round(us, 2), unit="us/op",
+                           **({"rel_error": f"{err:.1e}"} if "graph" in impl else {})))
+        print(f"{case:34s} {impl:28s} {us:9.2f} us/op (host)", flush=True)
+    graph.close()
+
+
+CASES = {"matmul": case_matmul, "tiny_ops": case_tiny_ops, "gelu": case_gelu, "softmax": case_softmax, "layer_norm": case_layer_norm}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -130,6 +130,41 @@ def test_small_read_only_arrays_are_copied_once_and_kept_by_value(monkeypatch):
     assert first == second != third and driver.read_f32(third) == 1.0
 
 
+def test_a_captured_graph_keeps_what_it_writes_and_replays(monkeypatch):
+    monkeypatch.setattr(rt_cuda, "compile_cuda", lambda source, name, arch, **kw: Binary("ptx", b"//", arch))
+    driver = FakeDriver()
+    rt = CudaRuntime(0, driver=driver)
+    x = rt.to_device(np.arange(6, dtype=np.float32))
+
+    def step():
+        y = rt.empty(6, np.float32)
+        rt.launch(axpy, cube.CubeCount(1), cube.CubeDim(8), (x, y, 2.0), {})
+        return y
+
+    graph = rt.capture(step)
+    assert driver.captured == 1 and len(driver.launches) == 2  # the warm-up, then the launch captured
+    pinned = rt.memory_stats().in_use
+    import gc
+    gc.collect()
+    assert rt.memory_stats().in_use == pinned  # the captured output stays while the graph does
+    graph.replay(), graph.replay()
+    assert driver.replays == 2 and graph.result.shape == (6,)
+    graph.close()
+    with pytest.raises(CudaError, match="closed"):
+        graph.replay()
+    del graph
+    gc.collect()
+    assert rt.memory_stats().in_use < pinned
+
+    def waits():
+        rt.launch(axpy, cube.CubeCount(1), cube.CubeDim(8), (x, np.zeros(6, np.float32), 2.0), {})
+
+    driver.fail_sync_while_capturing = True
+    with pytest.raises(CudaError, match="cuStreamSynchronize"):
+        rt.capture(waits)
+    assert not driver.capturing  # the stream left capture mode
+
+
 def test_views_share_memory_and_read_through_their_strides():
     rt = CudaRuntime(0, driver=FakeDriver())
     host = np.random.default_rng(0).standard_normal((4, 6)).astype(np.float32)
@@ -158,9 +193,12 @@ class FakeDriver:
         self.CUdevice_attribute = SimpleNamespace(**{f"CU_DEVICE_ATTRIBUTE_{n}": n for n in names})
         self.attributes = dict(zip(names, values))
         self.CUstream_flags = SimpleNamespace(CU_STREAM_NON_BLOCKING=1)
+        self.CUstreamCaptureMode = SimpleNamespace(CU_STREAM_CAPTURE_MODE_RELAXED=2)
         self.CUfunction_attribute = SimpleNamespace(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES=8)
         self.memory: dict = {}
         self.host: list = []
+        self.capturing = self.fail_sync_while_capturing = False
+        self.captured = self.replays = 0
         self.launches: list = []
 
     def cuGetErrorName(self, status):
@@ -191,7 +229,25 @@ class FakeDriver:
         return 0, "stream"
 
     def cuStreamSynchronize(self, stream):
+        return (900,) if self.capturing and self.fail_sync_while_capturing else (0,)
+
+    def cuStreamBeginCapture(self, stream, mode):
+        self.capturing = True
         return (0,)
+
+    def cuStreamEndCapture(self, stream):
+        self.capturing = False
+        self.captured += 1
+        return 0, "graph"
+
+    def cuGraphInstantiate(self, graph, flags):
+        return 0, "executable"
+
+    def cuGraphLaunch(self, executable, stream):
+        self.replays += 1
+        return (0,)
+
+    cuGraphExecDestroy = cuGraphDestroy = lambda self, handle: (0,)
 
     def _alloc(self, nbytes):
         if sum(len(b) for b in self.memory.values()) + nbytes > self.capacity:
@@ -356,3 +412,24 @@ def test_launch_errors_on_the_device(rt):
 @gpu
 def test_three_dimensional_launch_coordinates(rt):
     check_three_dimensional_coordinates(rt)
+
+
+@gpu
+def test_a_graph_replays_a_chain_of_launches_on_new_inputs(rt):
+    from ember.cube.kernels.elementwise import binary
+    rng = np.random.default_rng(0)
+    x = rt.to_device(rng.standard_normal(1000).astype(np.float32))
+
+    def chain():
+        y = x
+        for _ in range(10):
+            y = binary("add", y, x)
+        return y
+
+    graph = rt.capture(chain)
+    new = rng.standard_normal(1000).astype(np.float32)
+    rt.copy(rt.to_device(new), x)  # a new input, in place
+    graph.replay()
+    np.testing.assert_allclose(graph.result.numpy(), new * 11, rtol=1e-5)
+    graph.replay()  # replays read the input again: same result
+    np.testing.assert_allclose(graph.result.numpy(), new * 11, rtol=1e-5)

@@ -276,6 +276,7 @@ class CudaRuntime(Specializing):
         self._staging, self._staging_size = 0, 0
         self._compiled: dict = {}
         self._constants: OrderedDict = OrderedDict()
+        self._captured: list | None = None  # arrays allocated while a graph is captured
         self._lock = threading.RLock()
 
     # -- context, memory and copies -----------------------------------------------------------
@@ -319,7 +320,10 @@ class CudaRuntime(Specializing):
     def empty(self, shape, dtype) -> CudaArray:
         """An uninitialized device array."""
         self.activate()
-        return CudaArray(self, (shape,) if isinstance(shape, int) else shape, dtype)
+        out = CudaArray(self, (shape,) if isinstance(shape, int) else shape, dtype)
+        if self._captured is not None:  # a graph being captured writes here on every replay: keep it
+            self._captured.append(out)
+        return out
 
     def to_device(self, a: np.ndarray) -> CudaArray:
         """A device copy of `a` (C-contiguous)."""
@@ -408,6 +412,45 @@ class CudaRuntime(Specializing):
             d.cuEventDestroy(start)
             d.cuEventDestroy(end)
 
+    # -- graphs ---------------------------------------------------------------------------------
+    def capture(self, fn) -> "CudaGraph":
+        """A CUDA graph of what `fn()` queues on this runtime (launches, device copies), to `replay()`
+        with one call and almost no host time.
+
+        `fn` runs once first (compiling its kernels and keeping its layouts on the device), then again
+        under stream capture. Replays read the arrays `fn` reads as they are at replay time (write new
+        inputs into them, as with PyTorch's CUDA graphs) and write the arrays it allocated during the
+        capture, which the graph keeps alive (`graph.result` is what that second call returned). A host
+        copy or wait inside `fn` (a NumPy argument the kernel writes, a large NumPy input, `.numpy()`)
+        cannot be captured: CudaError says so.
+
+        Example:
+            >>> graph = rt.capture(lambda: elementwise.binary("add", x, y))
+            >>> graph.replay(); graph.result.numpy()
+        """
+        fn()
+        self.synchronize()
+        d = self.driver
+        self.activate()
+        self._captured = []
+        check(d, d.cuStreamBeginCapture(self.stream, d.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED),
+              "cuStreamBeginCapture")
+        try:
+            result = fn()
+        except BaseException:
+            d.cuStreamEndCapture(self.stream)  # leave the stream usable
+            raise
+        finally:
+            arrays, self._captured = self._captured, None
+        _, graph = check(d, d.cuStreamEndCapture(self.stream), "cuStreamEndCapture",
+                         "(the captured function waited on the host or copied from it: pass device arrays)")
+        try:
+            _, executable = check(d, d.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
+        except CudaError:
+            d.cuGraphDestroy(graph)
+            raise
+        return CudaGraph(self, graph, executable, arrays, result)
+
     # -- compiling ------------------------------------------------------------------------------
     def compile(self, kernel: ir.Kernel, dim: CubeDim) -> CompiledCudaKernel:
         """Optimize, render, compile (or load from the disk cache) and load one specialized kernel."""
@@ -492,6 +535,36 @@ class CudaRuntime(Specializing):
             if len(self._constants) > CONSTANTS:
                 self._constants.popitem(last=False)  # freed once the stream is past its last use
             return found
+
+
+class CudaGraph:
+    """A captured sequence of work on one runtime's stream (see `CudaRuntime.capture`)."""
+
+    def __init__(self, runtime: CudaRuntime, graph, executable, arrays: list, result) -> None:
+        self.runtime = runtime
+        self.result = result
+        self._arrays = arrays  # what the replays write: kept until the graph goes
+        self._executable = executable
+        self._finalizer = weakref.finalize(self, _destroy_graph, runtime.driver, graph, executable)
+
+    def replay(self) -> None:
+        """Queue the whole captured sequence again (asynchronous, like a launch)."""
+        rt = self.runtime
+        rt.activate()
+        if not self._finalizer.alive:
+            raise CudaError("this CUDA graph was closed")
+        check(rt.driver, rt.driver.cuGraphLaunch(self._executable, rt.stream), "cuGraphLaunch")
+
+    def close(self) -> None:
+        """Destroy the graph now (after the stream is past its last replay) and let its arrays go."""
+        self.runtime.synchronize()
+        self._finalizer()
+        self._arrays = []
+
+
+def _destroy_graph(driver, graph, executable) -> None:
+    driver.cuGraphExecDestroy(executable)
+    driver.cuGraphDestroy(graph)
 
 
 _runtimes: dict = {}
