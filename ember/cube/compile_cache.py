@@ -81,3 +81,46 @@ def _try_load(path: Path, symbol: str) -> ctypes.CDLL | None:
         return lib
     except (OSError, AttributeError):
         return None
+
+
+class SourceCache:
+    """Generated kernel source by key, as text files under the cache directory (`<cache_dir>/<kind>`).
+
+    Each file starts with a checksum line; a file that fails it (truncated, edited) is deleted and
+    reads as a miss, so the cache can only cost time. Writes are atomic (temporary file + rename).
+
+    Example:
+        >>> cache = SourceCache("wgsl")
+        >>> cache.write("3fa1...", source); cache.read("3fa1...") == source
+        True
+    """
+
+    def __init__(self, kind: str, directory: Path | str | None = None) -> None:
+        self.directory = (Path(directory) if directory is not None else default_cache_dir()) / kind
+        self.hits = 0
+
+    def read(self, key: str) -> str | None:
+        path = self.directory / f"{key}.txt"
+        try:
+            head, _, text = path.read_text().partition("\n")
+        except (OSError, UnicodeDecodeError):
+            return None
+        if head != _checksum(text):
+            path.unlink(missing_ok=True)
+            return None
+        self.hits += 1
+        return text
+
+    def write(self, key: str, text: str) -> None:
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{key}.", suffix=".txt", dir=self.directory)
+            with os.fdopen(fd, "w") as f:
+                f.write(f"{_checksum(text)}\n{text}")
+            os.replace(tmp, self.directory / f"{key}.txt")
+        except OSError:  # a read-only or full disk: the cache is an optimization only
+            pass
+
+
+def _checksum(text: str) -> str:
+    return "// sha256 " + hashlib.sha256(text.encode()).hexdigest()

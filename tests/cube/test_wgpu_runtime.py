@@ -11,7 +11,8 @@ from ember import cube
 from ember.cube.runtime import wgpu as rt_wgpu
 from ember.cube.runtime.wgpu import WgpuArray, WgpuLimitError, WgpuRuntime, wgpu_available, wgpu_runtime
 from ember.cube.lang import KernelError
-from ember.cube.targets.wgsl import WgslTargetError
+from ember.cube.passes import optimize
+from ember.cube.targets.wgsl import WgslTargetError, render
 from ember.errors import DeviceUnavailableError
 
 from .device_cases import axpy, check_atomics, check_three_dimensional_coordinates, planes, shifted_lines
@@ -272,3 +273,15 @@ def unary_exp(x: cube.Array, y: cube.Array):
     i = cube.ABSOLUTE_POS
     if i < len(x):
         y[i] = cube.exp(x[i])
+
+
+def test_wgsl_is_cached_on_disk_and_a_corrupt_entry_is_rebuilt(tmp_path):
+    from ember.cube.compile_cache import SourceCache
+    cache = SourceCache("wgsl", tmp_path)
+    source = render(optimize(axpy.specialize((cube.f32, cube.f32, cube.f32), {})), cube.CubeDim(64))
+    assert cache.read("k") is None
+    cache.write("k", source)
+    assert SourceCache("wgsl", tmp_path).read("k") == source  # a new process finds it
+    path = tmp_path / "wgsl" / "k.txt"
+    path.write_text(path.read_text()[:-20])  # truncated
+    assert cache.read("k") is None and not path.exists()

@@ -121,8 +121,12 @@ class CubeBackend(Backend):
 
     def memory_stats(self) -> MemoryStats:
         """Reserved and in-use bytes of the pool this backend's arrays come from, and their peaks."""
-        return (self.runtime.pool if self.runtime is not None else host_pool()).stats()
+        if self.runtime is None:
+            return host_pool().stats()
+        return getattr(self.runtime, "memory_stats", self.runtime.pool.stats)()
 
     def memory_cleanup(self) -> int:
         """Give the pool's empty pages back (to the device, or to the host allocator); bytes released."""
-        return (self.runtime.pool if self.runtime is not None else host_pool()).cleanup()
+        if self.runtime is None:
+            return host_pool().cleanup()
+        return getattr(self.runtime, "memory_cleanup", self.runtime.pool.cleanup)()

@@ -44,6 +44,7 @@ from ..lang import CubeCount, CubeDim, KernelError
 from ..passes import optimize
 from ..targets import wgsl as wgsl_target
 from .arguments import NP_TO_CUBE, DeviceArray, Specializing, check_array, check_count, span
+from ..compile_cache import SourceCache, cache_key
 from .memory_pool import MemoryStats, pool_from_settings
 
 INSTALL = "pip install 'ember[wgpu]' (wgpu-py; on Linux without a GPU also apt-get install mesa-vulkan-drivers)"
@@ -145,7 +146,7 @@ class WgpuArray(DeviceArray):
         super().__init__(runtime, shape, dtype)
         word = storage_dtype(self.dtype).itemsize
         self.memory = runtime.reserve(self.size * word, f"an array of {self.shape} {self.dtype}")
-        self._finalizer = weakref.finalize(self, runtime.pool.free_later, self.memory)
+        self._finalizer = weakref.finalize(self, runtime.retire, self.memory)
 
     def numpy(self) -> np.ndarray:
         """A host copy (waits for the queued work that writes it)."""
@@ -218,6 +219,8 @@ class WgpuRuntime(Specializing):
         self._fence_source = self.device.create_buffer(size=4, usage=wgpu.BufferUsage.COPY_SRC)
         self._compiled: dict = {}
         self._lock = threading.RLock()
+        self._encoder, self._recorded, self._retired = None, 0, []
+        self._source_cache = SourceCache("wgsl")
         self.pool = pool_from_settings(self._allocate, lambda buffer: buffer.destroy())
         self.pool.max_page = min(self.pool.max_page, self.limits.get("max-buffer-size", 1 << 28))
 
@@ -248,9 +251,33 @@ class WgpuRuntime(Specializing):
     def write_zeros(self, a: WgpuArray) -> None:
         """Queue zeros over the elements of `a` (a C-contiguous array this runtime made)."""
         with self._lock:
-            encoder = self.device.create_command_encoder()
-            encoder.clear_buffer(a.memory.buffer, a.memory.offset, a.memory.size)
-            self.queue.submit([encoder.finish()])
+            self._pending_encoder().clear_buffer(a.memory.buffer, a.memory.offset, a.memory.size)
+
+    # -- batching -------------------------------------------------------------------------------
+    # Launches are recorded into one command encoder and submitted together (a submit costs
+    # milliseconds on lavapipe): at a readback, a wait, or every BATCH launches. `queue.write_buffer`
+    # runs before the commands of the next submit, so a pool slice is not reused while a recorded
+    # command may still read it: freed slices are `retire`d and go back to the pool at the flush.
+    BATCH = 64
+
+    def _pending_encoder(self):
+        if self._encoder is None:
+            self._encoder = self.device.create_command_encoder()
+        return self._encoder
+
+    def retire(self, memory) -> None:
+        """Give a pool slice back once the work recorded so far is submitted (safe from finalizers)."""
+        self._retired.append(memory)  # list.append is atomic
+
+    def flush(self) -> None:
+        """Submit the recorded launches, then give the slices retired before them back to the pool."""
+        with self._lock:
+            retired, self._retired = self._retired, []
+            if self._encoder is not None:
+                encoder, self._encoder, self._recorded = self._encoder, None, 0
+                self.queue.submit([encoder.finish()])
+            for memory in retired:
+                self.pool.free_later(memory)
 
     def write(self, buffer, data: np.ndarray, offset: int = 0) -> None:
         """Queue a copy of the bytes of `data` to `buffer` at `offset` (padded to 4 bytes)."""
@@ -263,16 +290,19 @@ class WgpuRuntime(Specializing):
         """`nbytes` of `buffer` from `offset`, after the work queued before this call (a readback map)."""
         if nbytes == 0:
             return b""
+        self.flush()
         start = offset // 4 * 4
         stop = -(-(offset + nbytes) // 4) * 4
         return bytes(self.queue.read_buffer(buffer, start, stop - start))[offset - start:offset - start + nbytes]
 
     def memory_stats(self) -> MemoryStats:
-        """The pool's reserved and in-use bytes and their peaks."""
+        """The pool's reserved and in-use bytes and their peaks (after submitting what is recorded)."""
+        self.flush()
         return self.pool.stats()
 
     def memory_cleanup(self) -> int:
         """Give every empty pool page back to the device; returns the bytes released."""
+        self.flush()
         return self.pool.cleanup()
 
     def synchronize(self) -> None:
@@ -282,9 +312,8 @@ class WgpuRuntime(Specializing):
         completes only once the queue has run everything before the copy.
         """
         with self._lock:
-            encoder = self.device.create_command_encoder()
-            encoder.copy_buffer_to_buffer(self._fence_source, 0, self._fence, 0, 4)
-            self.queue.submit([encoder.finish()])
+            self._pending_encoder().copy_buffer_to_buffer(self._fence_source, 0, self._fence, 0, 4)
+            self.flush()
             self._fence.map_sync(self.wgpu.MapMode.READ)
             self._fence.unmap()
 
@@ -305,15 +334,24 @@ class WgpuRuntime(Specializing):
 
     # -- compiling ------------------------------------------------------------------------------
     def compile(self, kernel: ir.Kernel, dim: CubeDim) -> CompiledWgslKernel:
-        """Optimize, render and build the pipeline of one specialized kernel for cube shape `dim`."""
-        optimized = optimize(kernel)
-        source = wgsl_target.render(optimized, dim, self.caps)
-        self.check_cube(kernel.name, dim, wgsl_target.shared_bytes(optimized))
+        """Optimize, render and build the pipeline of one specialized kernel for cube shape `dim`.
+
+        The WGSL of a kernel is cached on disk (`[compilation] cache_dir`/wgsl) by the hash of its IR,
+        the cube shape, the target version and the adapter's capabilities, so a new process skips the
+        optimizer; the bindings and info words follow from the parameters, which optimizing keeps.
+        """
+        self.check_cube(kernel.name, dim, wgsl_target.shared_bytes(kernel))
+        key = cache_key(kernel.hash(), "wgsl", wgsl_target.VERSION, f"{dim.x},{dim.y},{dim.z}",
+                        repr((self.caps.subgroups, self.caps.f16, self.caps.int64, self.caps.f64)))
+        source = self._source_cache.read(key)
+        if source is None:
+            source = wgsl_target.render(optimize(kernel), dim, self.caps)
+            self._source_cache.write(key, source)
         if settings().get("logging", "debug_kernels"):
             print(f"// ---- cube kernel {kernel.name} (cube dim {dim}) ----\n{source}", file=sys.stderr)
         wgpu = self.wgpu
-        arrays = [p for p in optimized.params if isinstance(p, ir.Array)]
-        written = wgsl_target.written_arrays(optimized)
+        arrays = [p for p in kernel.params if isinstance(p, ir.Array)]
+        written = wgsl_target.written_arrays(kernel)
         most = self.limits["max-storage-buffers-per-shader-stage"]
         if len(arrays) > most:
             raise WgpuLimitError(f"kernel {kernel.name} binds {len(arrays)} arrays, the adapter allows {most} "
@@ -331,8 +369,8 @@ class WgpuRuntime(Specializing):
         except Exception as e:  # wgpu-py raises its own GPUValidationError and friends
             raise WgpuError(f"wgpu refused kernel {kernel.name} (cube dim {dim.x}x{dim.y}x{dim.z}) on "
                             f"{self.adapter_name}: {e}\n---- WGSL ----\n{source}") from None
-        return CompiledWgslKernel(pipeline, layout, kernel.name, optimized.params, wgsl_target.info_layout(optimized),
-                                  [p in written for p in optimized.params], source)
+        return CompiledWgslKernel(pipeline, layout, kernel.name, kernel.params, wgsl_target.info_layout(kernel),
+                                  [p in written for p in kernel.params], source)
 
     def compile_ir(self, kernel: ir.Kernel, dim: CubeDim) -> CompiledWgslKernel:
         """Compile IR built directly (a fused kernel from `ir.Builder`), remembered by its hash."""
@@ -416,20 +454,21 @@ class WgpuRuntime(Specializing):
         entries.append({"binding": len(bindings), "resource": {"buffer": info, "offset": 0, "size": info.size}})
         with self._lock:
             group = self.device.create_bind_group(layout=compiled.layout, entries=entries)
-            encoder = self.device.create_command_encoder()
-            compute = encoder.begin_compute_pass()
+            compute = self._pending_encoder().begin_compute_pass()
             compute.set_pipeline(compiled.pipeline)
             compute.set_bind_group(0, group)
             compute.dispatch_workgroups(*shape)
             compute.end()
-            self.queue.submit([encoder.finish()])
+            self._recorded += 1
+            if self._recorded >= self.BATCH or any(written for _, _, written in staged):
+                self.flush()  # a staged NumPy output is read back right below
         for a, memory, written in staged:
             if written:
                 lo, n = span(a)
                 word = storage_dtype(a.dtype)
                 raw = np.frombuffer(self.read(memory.buffer, memory.offset, n // a.itemsize * word.itemsize), word)
                 _host_bytes(a, lo, n)[...] = raw.astype(a.dtype, copy=False).view(np.uint8)
-            self.pool.free(memory)  # the queue runs this launch before any later use of the slice
+            self.retire(memory)
 
     def _argument(self, compiled: CompiledWgslKernel, i: int, a, staged: list) -> tuple:
         """(pool slice to bind, element offset of the first element) for array argument `i`; NumPy
