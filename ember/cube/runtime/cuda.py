@@ -147,7 +147,6 @@ class DeviceLimits:
 
 def check_launch(name: str, count: CubeCount, dim: CubeDim, shared: int, limits: DeviceLimits) -> None:
     """CudaLaunchError naming the kernel when `count` x `dim` with `shared` bytes cannot run."""
-    where = launch_context(name, count, dim, shared)
     problems = []
     if dim.total > limits.max_units:
         problems.append(f"a cube has {dim.total} units, the device allows {limits.max_units}")
@@ -160,7 +159,7 @@ def check_launch(name: str, count: CubeCount, dim: CubeDim, shared: int, limits:
     if shared > limits.max_shared:
         problems.append(f"it needs {shared} bytes of shared memory, the device has {limits.max_shared} per cube")
     if problems:
-        raise CudaLaunchError(f"cannot launch {where}: {'; '.join(problems)}")
+        raise CudaLaunchError(f"cannot launch {launch_context(name, count, dim, shared)}: {'; '.join(problems)}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -275,6 +274,7 @@ class CudaRuntime(Specializing):
         self.cache_dir = cache_dir
         self._staging, self._staging_size = 0, 0
         self._compiled: dict = {}
+        self._by_call: dict = {}
         self._constants: OrderedDict = OrderedDict()
         self._captured: list | None = None  # arrays allocated while a graph is captured
         self._lock = threading.RLock()
@@ -485,7 +485,7 @@ class CudaRuntime(Specializing):
         check_count(kfn, args)
         if count.total == 0:
             return
-        compiled = self.prepare(kfn, dim, args, comptime)
+        compiled = self._compiled_for(kfn, dim, args, comptime)
         check_launch(compiled.name, count, dim, compiled.shared, self.limits)
         values, staged = [], []  # staged: (host array, its device copy, parameter index)
         try:
@@ -504,6 +504,18 @@ class CudaRuntime(Specializing):
         finally:
             for _, dev, _ in staged:
                 dev.free()
+
+    def _compiled_for(self, kfn, dim: CubeDim, args: tuple, comptime: dict) -> CompiledCudaKernel:
+        """`prepare`, remembered by what the call site passes (its arrays' dtypes, its comptime values
+        in the order given), which skips re-deriving the specialization on every launch."""
+        try:
+            key = (kfn, dim, tuple(getattr(a, "dtype", None) for a in args), tuple(comptime.items()))
+            found = self._by_call.get(key)
+        except TypeError:  # an unhashable comptime value: the slow path
+            return self.prepare(kfn, dim, args, comptime)
+        if found is None:
+            found = self._by_call[key] = self.prepare(kfn, dim, args, comptime)
+        return found
 
     def _argument(self, compiled: CompiledCudaKernel, i: int, a, staged: list):
         p = compiled.params[i]
