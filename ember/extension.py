@@ -3,7 +3,8 @@ backend extensions).
 
 The decorated function is the op's forward on the cube target: it takes the inputs' arrays and returns
 the output array, launching `@cube.kernel`s in the kernel library's host-function style (allocate the
-output, size the grid, `kernel.launch(...)`). The decorator registers a real primitive beside it:
+output with `ember.cube.kernels.common.empty(shape, dtype, *inputs)`, which puts it on the inputs'
+runtime, size the grid, `kernel.launch(...)`). The decorator registers a real primitive beside it:
 
 - `shape(*input_shapes, **params) -> output shape`: runs before anything is computed, on every device;
   it raises `ember.ShapeError` naming the op and the shapes for inputs that do not fit. `dtype` (optional,
@@ -27,7 +28,8 @@ Example:
     >>> @ember.backend_extension(shape=lambda x: x, reference=lambda x: np.maximum(x, 0),
     ...                          backward=lambda g, out, x: (g.masked_fill(out <= 0, 0),))
     ... def my_relu(x):
-    ...     out = np.empty_like(x)
+    ...     x = contiguous(x)
+    ...     out = empty(x.shape, x.dtype, x)       # the kernel library's allocation: on x's runtime
     ...     relu_kernel.launch(*grid(x.size), x.reshape(-1), out.reshape(-1))
     ...     return out
     >>> my_relu(ember.tensor([-1.0, 2.0])).tolist()
@@ -132,7 +134,7 @@ class Extension:
 
     def _reference(self, *arrays: np.ndarray, **params) -> np.ndarray:
         if self.reference is None:
-            raise DeviceError(f"{self.name}: this device has no cube target and the op has no NumPy "
+            raise DeviceError(f"{self.name}: its cube kernel cannot run here and the op has no NumPy "
                               f"reference (pass reference= to @ember.backend_extension)")
         out = self._infer(*(Aval(a.shape, dtype_of(a.dtype)) for a in arrays), **params)
         return self._checked(np.asarray(self.reference(*arrays, **params)), out, "reference")

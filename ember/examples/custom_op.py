@@ -26,7 +26,7 @@ import numpy as np
 
 import ember
 from ember import cube
-from ember.cube.kernels.common import check_size, cube_dtype, element_strides
+from ember.cube.kernels.common import check_size, cube_dtype, element_strides, empty
 from ember.cube.kernels.matmul import DEFAULT_TILE, fma_step
 from ember.errors import DTypeError, ShapeError
 
@@ -86,7 +86,7 @@ def _backward(grad: ember.Tensor, out: ember.Tensor, x: ember.Tensor, w: ember.T
 
 @ember.backend_extension(shape=_shape, dtype=_dtype, backward=_backward, reference=_reference)
 def matmul_bias_relu(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """relu(x @ w + b) as one cube kernel (see the module docstring).
+    """relu(x @ w + b) as one cube kernel (see the module docstring), on the arrays of any cube runtime.
 
     Example:
         >>> matmul_bias_relu(x, w, b)          # x, w, b ember tensors on Device.cpu()
@@ -94,7 +94,7 @@ def matmul_bias_relu(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
     k, n = w.shape
     m = math.prod(x.shape[:-1])
     x2 = x.reshape(m, k)
-    out = np.empty((m, n), x.dtype)
+    out = empty((m, n), x.dtype, x, w, b)  # on the inputs' runtime (NumPy on the CPU, else device memory)
     check_size("matmul_bias_relu", x2, w, b, out)
     if out.size:
         t = cube_dtype(x.dtype)
