@@ -6,6 +6,9 @@
   one fused kernel launch, handles filled in).
 
 The last two exist only on a device with a fusion layer (`Device.cpu()`); elsewhere they say why not.
+
+`fusion_on_off`: the MLP training step of `mlp_train_step` on the device under test with its fusion
+layer on (`ember`) and switched off with `ember.debug.set_fusion` (`ember unfused`), in one run.
 """
 
 from __future__ import annotations
@@ -15,8 +18,10 @@ import time
 
 import numpy as np
 
+from . import models
 from .frameworks import Frameworks, tensor_op
 from .harness import Row, Settings
+from .training import _batch
 
 OPS = 100
 
@@ -58,4 +63,36 @@ def fusion_replay(fw: Frameworks, settings: Settings) -> list[Row]:
     return rows + _host_rows(fw, host, settings)
 
 
-BENCHMARKS = {"fusion_replay": fusion_replay}
+def fusion_on_off(fw: Frameworks, settings: Settings) -> list[Row]:
+    import ember
+    import ember.debug
+    sizes = settings.size((784, 512, 512, 10), (12, 8, 8, 10))
+    batch = settings.size(128, 4)
+    x, y = _batch(settings, (batch, sizes[0]), sizes[-1])
+    backend = ember.debug.fusion_backend(fw.device)
+
+    def setup(fused: bool):
+        def build():
+            device = fw.device.autodiff()
+            step = models.ember_step(models.ember_mlp(sizes, device), ember.tensor(x, device=device),
+                                     ember.tensor(y, device=device))
+
+            def run() -> None:
+                if backend is None:  # a device without fusion: the plain step
+                    step()
+                    return
+                previous = ember.debug.set_fusion(fw.device, fused)
+                try:
+                    step()
+                    fw.device.sync()
+                finally:
+                    ember.debug.set_fusion(fw.device, previous)
+            return run
+        return build
+
+    unfused = setup(False) if backend is not None else f"{fw.device!r} has no fusion layer"
+    case = f"MLP {'-'.join(map(str, sizes))}, batch {batch}, AdamW: fusion on / off"
+    return fw.compare("fusion_on_off", case, {"ember": setup(True), "ember unfused": unfused}, settings)
+
+
+BENCHMARKS = {"fusion_replay": fusion_replay, "fusion_on_off": fusion_on_off}
