@@ -4,6 +4,7 @@ Skipped, with the reason printed, where wgpu or an adapter is missing."""
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -205,7 +206,7 @@ def copy(x: cube.Array, y: cube.Array):
         y[i] = x[i]
 
 
-@pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.int16])
+@pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16])
 def test_dtypes_wgsl_lacks_are_refused_naming_the_adapter(rt, dtype):
     x = np.zeros(4, dtype)
     with pytest.raises(WgslTargetError, match=f"cannot run on the WGSL target \\(adapter '{rt.adapter_name[:8]}"):
@@ -285,3 +286,17 @@ def test_wgsl_is_cached_on_disk_and_a_corrupt_entry_is_rebuilt(tmp_path):
     path = tmp_path / "wgsl" / "k.txt"
     path.write_text(path.read_text()[:-20])  # truncated
     assert cache.read("k") is None and not path.exists()
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16, np.bool_])
+def test_narrow_types_are_emulated_in_32_bit_words(rt, dtype):
+    """One element per u32/i32 word on the device; values wrap to their width on every store."""
+    info = np.iinfo(dtype) if dtype != np.bool_ else None
+    x = (np.random.default_rng(5).integers(info.min, info.max + 1, 700) if info else
+         np.random.default_rng(5).integers(0, 2, 700)).astype(dtype)
+    y = np.zeros_like(x)
+    rt.launch(copy, cube.CubeCount(3), cube.CubeDim(256), (x, y), {})
+    np.testing.assert_array_equal(y, x)
+    d = rt.to_device(x[::-3])
+    np.testing.assert_array_equal(d.numpy(), x[::-3])
+    np.testing.assert_array_equal(d[1:4].numpy(), x[::-3][1:4])

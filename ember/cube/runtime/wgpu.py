@@ -164,8 +164,13 @@ class WgpuArray(DeviceArray):
 
 
 def storage_dtype(dtype: np.dtype) -> np.dtype:
-    """How elements of `dtype` sit in a buffer: bools as u32 words, the rest as themselves."""
-    return np.dtype(np.uint32) if dtype == np.bool_ else dtype
+    """How elements of `dtype` sit in a buffer: bools, u8 as u32 words, i8, i16 as i32 words (emulated,
+    see targets/wgsl.py), the rest as themselves."""
+    return _WORDS.get(dtype, dtype)
+
+
+_WORDS = {np.dtype(np.bool_): np.dtype(np.uint32), np.dtype(np.uint8): np.dtype(np.uint32),
+          np.dtype(np.int8): np.dtype(np.int32), np.dtype(np.int16): np.dtype(np.int32)}
 
 
 @dataclass
@@ -207,7 +212,7 @@ class WgpuRuntime(Specializing):
         self.device = adapter.request_device_sync(required_features=features, required_limits=wanted)
         self.features = set(self.device.features)
         self.limits = dict(self.device.limits)  # what the device granted, which is what binds
-        self.dtypes = frozenset(("f32", "i32", "u32", "bool") + (("f16",) if "shader-f16" in self.features else ())
+        self.dtypes = frozenset(("f32", "i32", "u32", "bool", "i8", "u8", "i16") + (("f16",) if "shader-f16" in self.features else ())
                                 + (("i64", "u64") if "shader-int64" in self.features else ())
                                 + (("f64",) if "shader-f64" in self.features else ()))
         """The dtypes its kernels hold (names): what the WGSL target renders on this adapter."""

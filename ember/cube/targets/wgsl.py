@@ -50,7 +50,7 @@ from .clike import BINARY
 from .walker import Walker, builtin_table, identifier
 
 ENTRY = "main"
-VERSION = "wgsl-4"  # bump when the rendering changes, so cached pipelines are rebuilt
+VERSION = "wgsl-6"  # bump when the rendering changes, so cached pipelines are rebuilt
 
 # Helper functions by op: WGSL has no erf, expm1, log1p, log10 or 32x32->64-bit multiply.
 HELPERS = {
@@ -134,6 +134,11 @@ _MATH.update(rsqrt="inverseSqrt")  # round and atan2 are rendered apart (see Ren
 _PLANE = {"plane_sum": "subgroupAdd", "plane_prod": "subgroupMul", "plane_max": "subgroupMax",
           "plane_min": "subgroupMin", "plane_all": "subgroupAll", "plane_any": "subgroupAny"}
 _ATOMIC_TYPES = ("i32", "u32", "f32")
+# i8, u8 and i16 are emulated: one 32-bit word per element in buffers (sign-extended or zero-extended),
+# 32-bit values in kernels, wrapped to their width on casts and stores. f16 computes in f32.
+_COMPUTE = {"f16": "f32", "i8": "i32", "i16": "i32", "u8": "u32"}
+_WORD = {"bool": "u32", "i8": "i32", "i16": "i32", "u8": "u32"}
+_WRAP = {"i8": "(({}) << 24u) >> 24u", "i16": "(({}) << 16u) >> 16u", "u8": "(({}) & 255u)"}
 _F64_MATH = ("abs", "sqrt", "rsqrt", "floor", "ceil", "trunc")  # what Vulkan computes in 64 bits
 
 
@@ -217,8 +222,8 @@ def literal(value, dtype) -> str:
         return f"({text})" if value < 0 else text
     if dtype is bool_:
         return "true" if value else "false"
-    if dtype is u32:
-        return f"{value}u"
+    if dtype is u32 or dtype.name == "u8":
+        return f"{int(value)}u"
     return f"i32({value})" if value < 0 else f"{value}i"  # i32(-2147483648) is valid, -2147483648i is not
 
 
@@ -253,7 +258,7 @@ class Renderer(Walker):
                               f"(adapter {self.caps.adapter!r}): {why}; emulating it is not implemented yet")
 
     def _check_types(self) -> None:
-        ok = {"f32", "i32", "u32", "bool"} | ({"f16"} if self.caps.f16 else set()) | \
+        ok = {"f32", "i32", "u32", "bool", "i8", "u8", "i16"} | ({"f16"} if self.caps.f16 else set()) | \
             ({"i64", "u64"} if self.caps.int64 else set()) | ({"f64"} if self.caps.f64 else set())
         for p in self.k.params:
             if isinstance(p, ir.Array):
@@ -280,7 +285,7 @@ class Renderer(Walker):
                                           f"(WGSL atomics cover {', '.join(_ATOMIC_TYPES)})")
 
     def wtype(self, t: ir.Type) -> str:
-        scalar = {"f16": "f32"}.get(t.dtype.name, t.dtype.name)
+        scalar = _COMPUTE.get(t.dtype.name, t.dtype.name)
         return scalar if t.lanes == 1 else f"vec{t.lanes}<{scalar}>"
 
     def storage_type(self, arr: ir.Array) -> str:
@@ -288,7 +293,7 @@ class Renderer(Walker):
             return "atomic<u32>" if arr.dtype is f32 else f"atomic<{arr.dtype.name}>"
         if arr.kind == "shared":
             return self.wtype(ir.Type(arr.dtype))
-        return "u32" if arr.dtype is bool_ else arr.dtype.name  # bools are stored as u32 words (0 or 1)
+        return _WORD.get(arr.dtype.name, arr.dtype.name)  # bools, i8, u8, i16: one 32-bit word each
 
     # -- top ------------------------------------------------------------------------------------
     def render(self) -> str:
@@ -375,6 +380,8 @@ class Renderer(Walker):
             if out is bool_:
                 return f"({a[0]} != {self.wtype(ir.Type(src))}())"
             e = f"{self.wtype(ir.Type(out))}({a[0]})"
+            if out.name in _WRAP:
+                return _WRAP[out.name].format(e)  # i8/u8/i16 values live in 32 bits, wrapped
             return f"f32(f16({e}))" if out is f16 else e  # f16 values live in f32, rounded
         if op == "min":
             return f"select({a[1]}, {a[0]}, {a[0]} < {a[1]})"  # as C's a < b ? a : b (NaN included)
@@ -383,7 +390,7 @@ class Renderer(Walker):
         if op == "select":
             return f"select({a[2]}, {a[1]}, {a[0]})"
         if op == "neg":
-            return f"({literal(0, src)} - {a[0]})" if src in (u32, u64) else f"(-{a[0]})"  # no unary minus on u32
+            return f"({literal(0, src)} - {a[0]})" if src.name in ("u8", "u32", "u64") else f"(-{a[0]})"  # no -u32
         if op == "not":
             return f"(!{a[0]})"
         if op == "bitnot":
@@ -455,6 +462,8 @@ class Renderer(Walker):
                 self.emit(f"atomicStore(&{r}, {f'bitcast<u32>({x})' if arr.dtype is f32 else x});", depth)
             elif arr.dtype is f16 and arr.kind != "shared":
                 self.emit(f"{r} = f16({x});", depth)
+            elif arr.dtype.name in _WRAP and arr.kind != "shared":
+                self.emit(f"{r} = {_WRAP[arr.dtype.name].format(x)};", depth)
             elif arr.dtype is bool_ and arr.kind != "shared":
                 self.emit(f"{r} = select(0u, 1u, {x});", depth)
             else:
@@ -506,7 +515,7 @@ def _from_bits(word: str, dtype, high: str = "") -> str:
         return joined if dtype is u64 else f"bitcast<{dtype.name}>({joined})"
     if dtype is bool_:
         return f"({word} != 0u)"
-    if dtype is u32:
+    if dtype is u32 or dtype.name == "u8":
         return word
     return f"bitcast<{'f32' if dtype.is_float else 'i32'}>({word})"
 
