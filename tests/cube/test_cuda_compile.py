@@ -4,8 +4,8 @@ The kernel variants are collected by calling the library's host functions (and t
 with the dtypes, layouts and comptime options the kernel tests use, with `KernelFunction.launch`
 replaced by a recorder (so nothing runs; outputs are garbage). Each distinct specialization is then
 optimized, rendered and compiled to PTX for sm_90. The tensor-core matmul's tile variants, which only
-the CUDA runtime launches, are specialized directly and compiled to CUBIN, so that ptxas checks their
-inline PTX (wmma, cp.async) too. Every `@cube.kernel` of those modules must be covered. Needs
+the CUDA runtime launches, and the slice-assignment kernel of device arrays, are specialized directly;
+the tensor-core ones are compiled to CUBIN, so that ptxas checks their inline PTX (wmma, cp.async) too. Every `@cube.kernel` of those modules must be covered. Needs
 `cuda-bindings` and `nvidia-cuda-nvrtc`; skipped without them.
 """
 
@@ -27,7 +27,7 @@ from ember.cube.kernels import elementwise as ew
 from ember.cube.kernels.conv import conv2d
 from ember.cube.kernels.indexing import gather, index_add, index_select, scatter
 from ember.cube.kernels.matmul import matmul
-from ember.cube.kernels import matmul_tc
+from ember.cube.kernels import common, matmul_tc
 from ember.cube.kernels.conv_gemm import conv2d_gemm, conv_transpose2d
 try:  # unfold/fold are being added to the library as this is written
     from ember.cube.kernels.unfold import fold, unfold
@@ -136,11 +136,18 @@ def library_kernels() -> set:
     return {v.__name__ for m in modules for v in vars(m).values() if isinstance(v, KernelFunction)}
 
 
-def tensor_core_specializations() -> dict:
-    """Every tile variant of the tensor-core matmul for bf16, and the default tile for f16 and tf32 (the
-    dtypes change only the fragment instructions, which the default tile covers)."""
-    kfn = matmul_tc.matmul_tc_kernel
+def device_only_specializations() -> dict:
+    """Kernels only device arrays launch, specialized directly: every tile variant of the tensor-core
+    matmul for bf16, the default tile for f16 and tf32 (the dtypes change only the fragment
+    instructions, which the default tile covers), and slice assignment into device arrays."""
     found = {}
+    kfn = common.assign_kernel
+    for src, dst, ndim in ((cube.f32, cube.f16, 2), (cube.bool_, cube.i64, 3), (cube.bf16, cube.bf16, 1)):
+        comptime = kfn.comptime_values(dict(ndim=ndim))
+        dtypes = kfn.resolve_dtypes((src, dst, cube.i32), comptime)
+        found[(kfn.__name__, dtypes, tuple(sorted(comptime.items())), cube.CubeDim(256))] = kfn.specialize(dtypes,
+                                                                                                        comptime)
+    kfn = matmul_tc.matmul_tc_kernel
     for tile in matmul_tc.TILES:
         for t in (cube.bf16,) + ((cube.f16, cube.f32) if tile == matmul_tc.TILES[0] else ()):
             comptime = kfn.comptime_values(dict(T=t, bm=tile.bm, bn=tile.bn, bk=tile.bk, wm=tile.wm, wn=tile.wn,
@@ -172,7 +179,7 @@ def collect_specializations() -> dict:
                 call()
     finally:
         KernelFunction.launch = saved
-    found.update(tensor_core_specializations())
+    found.update(device_only_specializations())
     return found
 
 
