@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import ember
 import ember.debug
@@ -93,3 +94,22 @@ def test_max_ops_cuts_the_stream(cpu, rng):
         y = y + 0.001
     assert backend.stats()["pending"] == 3
     np.testing.assert_allclose(y.numpy(), x.numpy() + 0.001 * (backend.max_ops + 3), rtol=1e-4)
+
+
+def test_a_block_that_raises_raises_again_where_its_values_are_read(cpu, rng, monkeypatch):
+    backend = ember.debug.fusion_backend(cpu)
+    x = ember.tensor(rng.standard_normal(8).astype(np.float32), device=cpu)
+    y = (x * 2.0).exp()
+    z = x + 1.0
+
+    def broken(*args, **kwargs):
+        raise ValueError("inner backend failed")
+
+    monkeypatch.setattr(backend.inner, "execute", broken)
+    monkeypatch.setattr("ember.backend.fusion.plan.run_elementwise", broken)
+    with pytest.raises(ValueError, match="inner backend failed"):
+        y.numpy()
+    monkeypatch.undo()
+    with pytest.raises(RuntimeError, match="not computed"):
+        z.numpy()
+    np.testing.assert_allclose((x + 1.0).numpy(), x.numpy() + 1, rtol=1e-6)

@@ -41,6 +41,15 @@ from .plan import Plan, PlanCache
 from .stream import LazyHandle, Stream
 
 
+class Failed:
+    """What a handle holds when the block that computes it raised (reading it raises again)."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
 class Fusion(Decorator):
     """Lazy recording and fused execution over `inner` (see the module docstring)."""
 
@@ -92,7 +101,10 @@ class Fusion(Decorator):
         rec = handle.record
         if rec is not None:
             self._flush(rec.stream)
-        return handle.value
+        value = handle.value
+        if type(value) is Failed:
+            raise RuntimeError(f"this value was not computed: its block raised {value.error!r}") from value.error
+        return value
 
     def flush(self) -> None:
         """Run what every thread has recorded on this device."""
@@ -135,7 +147,14 @@ class Fusion(Decorator):
                 # so the program's result does not depend on it. Errors of the ops themselves recur
                 # there and propagate.
                 failed = 1
-                values = self._run_unfused(records, externals, live)
+                try:
+                    values = self._run_unfused(records, externals, live)
+                except Exception as error:
+                    for rec in records:  # later reads of these values raise the same error
+                        handle = rec.out()
+                        if handle is not None:
+                            handle.value, handle.record = Failed(error), None
+                    raise
             with self._shared:
                 counts = self.counts
                 counts["recorded"] += len(records)
