@@ -230,16 +230,6 @@ class DeviceArray:
         return f"{type(self).__name__}(shape={self._shape}, dtype={self.dtype}, runtime={self.runtime!r})"
 
 
-def span(a) -> tuple[int, int]:
-    """(byte offset from `a`'s first element to the lowest byte it covers, bytes covered), for NumPy
-    and device arrays alike (a strided view covers the span of memory under it)."""
-    if a.size == 0:
-        return 0, 0
-    lo = sum(min(0, s * (n - 1)) for s, n in zip(a.strides, a.shape))
-    hi = sum(max(0, s * (n - 1)) for s, n in zip(a.strides, a.shape)) + a.itemsize
-    return lo, hi - lo
-
-
 def _shape_arg(shape, size: int) -> tuple:
     shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(int(n) for n in shape)
     if shape.count(-1) > 1:

@@ -43,7 +43,8 @@ from ..ir import DTYPES
 from ..lang import CubeCount, CubeDim, KernelError
 from ..passes import optimize
 from ..targets import wgsl as wgsl_target
-from .arguments import NP_TO_CUBE, DeviceArray, Specializing, check_array, check_count, span
+from .arguments import NP_TO_CUBE, DeviceArray, Specializing, check_array, check_count
+from .host import host_span
 from ..compile_cache import SourceCache, cache_key
 from .memory_pool import MemoryStats, pool_from_settings
 
@@ -150,7 +151,7 @@ class WgpuArray(DeviceArray):
 
     def numpy(self) -> np.ndarray:
         """A host copy (waits for the queued work that writes it)."""
-        lo, n = span(self)
+        lo, n = host_span(self)
         if n == 0:
             return np.empty(self.shape, self.dtype)
         word = storage_dtype(self.dtype)
@@ -469,7 +470,7 @@ class WgpuRuntime(Specializing):
                 self.flush()  # a staged NumPy output is read back right below
         for a, memory, written in staged:
             if written:
-                lo, n = span(a)
+                lo, n = host_span(a)
                 word = storage_dtype(a.dtype)
                 raw = np.frombuffer(self.read(memory.buffer, memory.offset, n // a.itemsize * word.itemsize), word)
                 _host_bytes(a, lo, n)[...] = raw.astype(a.dtype, copy=False).view(np.uint8)
@@ -485,7 +486,7 @@ class WgpuRuntime(Specializing):
             raise KernelError(f"{compiled.name}: argument {p.name!r} must be an array of {p.dtype.name}, got "
                               f"{getattr(a, 'dtype', type(a).__name__)} (a WgpuArray of this adapter or a NumPy array)")
         check_array(compiled.name, p, a, compiled.written[i])
-        lo, n = span(a)
+        lo, n = host_span(a)
         word = storage_dtype(a.dtype)
         memory = self.reserve(n // a.itemsize * word.itemsize, f"argument {p.name!r} of kernel {compiled.name}")
         if n:
