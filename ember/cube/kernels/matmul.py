@@ -155,7 +155,13 @@ _tuner = None
 
 
 def matmul_tuner():
-    """The process's matmul `Autotuner` on the CPU's persistent cache (built on first use)."""
+    """The process's matmul `Autotuner` on the CPU's persistent cache (built on first use).
+
+    Example:
+        >>> a = np.ones((256, 256), np.float32)
+        >>> matmul_tuner().choose(a, a)        # timed once per shape class, then cached
+        'blas'
+    """
     global _tuner
     if _tuner is None:
         from ..runtime.autotune import Autotuner, device_cache

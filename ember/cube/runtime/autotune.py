@@ -163,6 +163,11 @@ class Autotuner:
         worth: arguments -> False when the call should take the default without timing.
         sync: waits for queued work (a GPU's), called after each timed run.
         timer: `timer(name, run)` -> seconds of one run (tests inject a fake one).
+
+    Example:
+        >>> tuner = Autotuner("add", {"np": np.add, "ufunc": lambda a, b: a + b}, key=lambda a, b: (anchor(a.size),))
+        >>> tuner.choose(np.ones(1000), np.ones(1000)) in ("np", "ufunc")
+        True
     """
 
     def __init__(self, op: str, candidates: dict[str, Callable[..., Any]], key: Callable[..., tuple],
