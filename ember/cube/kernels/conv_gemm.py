@@ -10,8 +10,10 @@ the cube kernel, whichever the autotuner picked), fed by a cube kernel that copi
     conv_weight_grad2d: cols = im2col(x) laid out (G, Cg*KH*KW, N*OH*OW)
                        dW = g (G, Og, N*OH*OW) @ cols^T                 (the batch folded into k)
 
-`im2col` writes each window element once (zero outside the input); a batch whose columns would exceed
-`COLUMN_BYTES` is done in slices. Layouts are PyTorch's (`ember/ops/conv.py` has the math); f16/bf16
+`im2col` reads a zero-padded copy of the input (made once when there is padding, so its loads need
+no bounds tests) and writes each window element once; a batch whose columns would exceed
+`COLUMN_BYTES` is done in slices. On the C target a cube walks one plane with one unit per output
+column (no masked tail), which keeps the copy near memory speed. Layouts are PyTorch's (`ember/ops/conv.py` has the math); f16/bf16
 are accumulated in f32 by the matmul kernel.
 
 Example:
