@@ -118,6 +118,20 @@ def _line(b: ir.Builder, layout, rank: int, modes: tuple, start) -> tuple:
     return bases, steps
 
 
+def _reader(b: ir.Builder, layout, rank: int, modes: tuple, position, line: tuple | None):
+    """`index_of(j)`: where input `j` is read for flat `position`: the position itself when it is dense;
+    on a line (`line = (along, bases, steps)` from `_line`) its base plus `along` steps; else through
+    its layout."""
+    def index_of(j: int):
+        if modes[j] == DENSE:
+            return position
+        if line is not None:
+            along, bases, steps = line
+            return b.binary("add", bases[j], b.binary("mul", along, steps[j]))
+        return offset.__cube_inline__(b, [position, layout, rank, j], {})
+    return index_of
+
+
 def _guarded(b: ir.Builder, whole, position, limit, body) -> None:
     """`body()` unguarded where `whole` (a condition the same for all units) holds, else under
     `position < limit`: gcc vectorizes the unguarded copy (it gives up on long bodies under a
@@ -155,14 +169,8 @@ def elementwise_kernel(program: Program, rank: int, modes: tuple, rows: bool) ->
         end = b.binary("mul", b.binary("add", b.builtin("cube_pos"), one), b.builtin("cube_dim"))
         position, limit = i, n
 
-    def index_of(j: int):
-        if modes[j] == DENSE:
-            return i
-        if rows:
-            return b.binary("add", bases[j], b.binary("mul", col, steps[j]))
-        return offset.__cube_inline__(b, [i, layout, rank, j], {})
-
     def body() -> None:
+        index_of = _reader(b, layout, rank, modes, i, (col, bases, steps) if rows else None)
         values = _values(b, program, arrays, index_of, scalars)
         for out, v in zip(outs, program.outputs):
             b.store(out, i, values[v])
@@ -198,15 +206,7 @@ def reduce_kernel(red: Reduction, acc: DType, rank: int, modes: tuple, units: in
     step = b.const(units, i32)
 
     def fold(r) -> None:
-        position = b.binary("add", first, r)
-
-        def index_of(j: int):
-            if modes[j] == DENSE:
-                return position
-            if line:
-                return b.binary("add", bases[j], b.binary("mul", r, steps[j]))
-            return offset.__cube_inline__(b, [position, layout, rank, j], {})
-
+        index_of = _reader(b, layout, rank, modes, b.binary("add", first, r), (r, bases, steps) if line else None)
         v = b.cast(_values(b, program, arrays, index_of, scalars)[red.value], acc)
         b.write(total, combine.__cube_inline__(b, [op, b.read(total), v], {}))
 
