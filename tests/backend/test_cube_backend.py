@@ -393,6 +393,15 @@ def test_randint(backend, dtype):
 
 # ---- convolution and pooling ----------------------------------------------------------------------
 
+def test_pool1d_runs_as_2d(backend, rng):
+    x = sample((2, 3, 11), "f32", rng)
+    x[1, 2, 4] = np.nan
+    params = dict(kernel=(3,), stride=(2,), padding=(1,), ceil_mode=True)
+    assert check(backend, "max_pool", x, dilation=(2,), **params)
+    assert check(backend, "max_pool_indices", x, dilation=(2,), **params)
+    assert check(backend, "avg_pool", x, count_include_pad=False, divisor_override=None, **params)
+
+
 def test_conv2d(backend, rng):
     cases = [((2, 3, 7, 6), (4, 3, 3, 2), dict(stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1)),
              ((1, 4, 9, 9), (6, 2, 3, 3), dict(stride=(2, 1), padding=(1, 2), dilation=(2, 1), groups=2)),

@@ -243,13 +243,8 @@ def _randint(out: Aval, *, shape, dtype, low, high, seed, offset):
 
 # ---- convolution and pooling (the library has 2-D kernels) --------------------------------------
 
-def _two_d(op: str, kernel_size) -> None:
-    if len(kernel_size) != 2:
-        raise Unlowered(f"{op} over {len(kernel_size)} spatial dims: the kernel is 2-D")
-
-
 def _spatial_2d(op: str, arrays: tuple, params: dict, kernel: Callable) -> np.ndarray:
-    """Run a 2-D conv kernel; 1-D convs run as 2-D ones over a height of 1 (3-D ones are not lowered)."""
+    """Run a 2-D conv or pool kernel; 1-D ones run as 2-D over a height of 1 (3-D ones are not lowered)."""
     nd = len(params["stride"])
     if nd == 2:
         return kernel(*arrays, **params)
@@ -281,19 +276,21 @@ def _fold(out: Aval, x, *, output_size, kernel, stride, padding, dilation):
     return lib.fold(x, output_size, kernel, stride, padding, dilation)
 
 
-def _max_pool(out: Aval, x, *, kernel, stride, padding, dilation, ceil_mode):
-    _two_d("max_pool", kernel)
-    return lib.max_pool2d(x, kernel, stride, padding, dilation, ceil_mode)
+def _max_pool(out: Aval, x, **params):
+    return _spatial_2d("max_pool", (x,), params, lambda x, *, kernel, stride, padding, dilation, ceil_mode:
+                       lib.max_pool2d(x, kernel, stride, padding, dilation, ceil_mode))
 
 
-def _max_pool_indices(out: Aval, x, *, kernel, stride, padding, dilation, ceil_mode):
-    _two_d("max_pool_indices", kernel)
-    return lib.max_pool2d_indices(x, kernel, stride, padding, dilation, ceil_mode)
+def _max_pool_indices(out: Aval, x, **params):
+    # a 1-D pool run as 2-D over a height of 1: the flat index h * W + w is w
+    return _spatial_2d("max_pool_indices", (x,), params, lambda x, *, kernel, stride, padding, dilation, ceil_mode:
+                       lib.max_pool2d_indices(x, kernel, stride, padding, dilation, ceil_mode))
 
 
-def _avg_pool(out: Aval, x, *, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override):
-    _two_d("avg_pool", kernel)
-    return lib.avg_pool2d(x, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override)
+def _avg_pool(out: Aval, x, **params):
+    return _spatial_2d("avg_pool", (x,), params, lambda x, *, kernel, stride, padding, ceil_mode, count_include_pad,
+                       divisor_override: lib.avg_pool2d(x, kernel, stride, padding, ceil_mode, count_include_pad,
+                                                        divisor_override))
 
 
 # ---- movement: views, and copies for what a view cannot express ---------------------------------

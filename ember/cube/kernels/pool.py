@@ -4,7 +4,8 @@ One unit per output element; the window is a comptime-unrolled loop (its size is
 Output size per spatial dim: floor((n + 2p - d(k - 1) - 1) / s) + 1, or the ceiling with `ceil_mode`,
 where a last window must start inside the input or its left padding.
 
-- max: padding never wins, NaN propagates, ties go to the first position; `max_pool2d_indices`
+- max: padding never wins, NaN propagates (the last NaN of a window is its winner, as in PyTorch),
+  ties go to the first position; `max_pool2d_indices`
   gives the winner as a flat index h * W + w into the input's spatial dims.
 - avg: sum / divisor, the divisor being the window clipped to the padded input
   (`count_include_pad`), or to the input itself, or `divisor_override`.
@@ -54,7 +55,7 @@ def pool_kernel(x: cube.Array, out: cube.Array, g: cube.Array[cube.i32], divisor
                 if mode == "avg":
                     total = total + cube.select(inside, v, T(0))
                 else:
-                    take = inside and (v > best or (v != v and best == best) or best_at < 0)
+                    take = inside and (v > best or v != v or best_at < 0)  # the last NaN wins, as in PyTorch
                     best = cube.select(take, v, best)
                     best_at = cube.select(take, iy * w + ix, best_at)
         if mode == "max":
