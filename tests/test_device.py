@@ -87,6 +87,25 @@ def test_seed_and_sync(make):
         d.seed(-1)
 
 
+def test_without_a_c_compiler_cpu_is_unavailable_and_numpy_is_the_default(monkeypatch):
+    from ember.cube.runtime import cpu
+    from ember.dispatch import build_backend
+    from ember.settings import reload
+    monkeypatch.setattr(cpu, "_probe", (False, "no C compiler found (install gcc or clang, or set EMBER_CC)"))
+    monkeypatch.delenv("EMBER_DEVICE", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", "/nonexistent")  # no user ember.toml naming a device
+    monkeypatch.chdir("/")
+    reload()
+    try:
+        assert Device.enumerate() == [Device.numpy()]
+        assert Device.default() is Device.numpy()
+        with pytest.raises(ember.DeviceUnavailableError, match=r"(?s)gcc, clang.*no C compiler.*Device\.numpy\(\) works"):
+            build_backend(Device.cpu())
+    finally:
+        monkeypatch.undo()
+        reload()
+
+
 def test_one_seed_gives_the_same_numbers_on_numpy_and_cpu():
     """The random stream is defined once (ember/random.py): bits-exact draws agree exactly, transformed
     ones to the dtype's last bits (a fused multiply-add, libm's log/sin/cos)."""
