@@ -247,10 +247,13 @@ def test_scalars_travel_as_32_bit_words(rt):
     assert out.tolist() == [7, 15, 5]
 
 
-def test_compile_errors_name_the_kernel_and_show_the_source(rt, monkeypatch):
+def test_compile_errors_name_the_kernel_and_show_the_source(rt, monkeypatch, tmp_path):
+    from ember.cube.compile_cache import SourceCache
+    monkeypatch.setattr(rt, "_source_cache", SourceCache("wgsl", tmp_path))  # no cached good source
     monkeypatch.setattr(rt_wgpu.wgsl_target, "render", lambda k, dim, caps: "fn main( {")
     with pytest.raises(rt_wgpu.WgpuError, match="(?s)wgpu refused kernel copy .*---- WGSL ----\nfn main\\( \\{"):
         rt.compile(copy.specialize((cube.f32, cube.f32), {}), cube.CubeDim(8))
+    assert not list((tmp_path / "wgsl").glob("*.txt"))  # a source that failed is not cached
 
 
 def test_64_bit_types_where_the_adapter_has_them(rt):

@@ -119,8 +119,19 @@ def choose_adapter(which: int | str | None = None) -> AdapterInfo:
     raise DeviceUnavailableError(f"no wgpu adapter named like {which!r}; found {', '.join(a.name for a in listed)}")
 
 
+_availability: tuple | None = None
+
+
 def wgpu_available() -> tuple[bool, str]:
-    """(True, "") when wgpu-py and at least one adapter are here, else (False, why)."""
+    """(True, "") when wgpu-py and at least one adapter are here, else (False, why); found once per
+    process (listing adapters takes seconds on lavapipe)."""
+    global _availability
+    if _availability is None:
+        _availability = _probe()
+    return _availability
+
+
+def _probe() -> tuple[bool, str]:
     try:
         choose_adapter()
     except DeviceUnavailableError as e:
@@ -349,10 +360,9 @@ class WgpuRuntime(Specializing):
         self.check_cube(kernel.name, dim, wgsl_target.shared_bytes(kernel))
         key = cache_key(kernel.hash(), "wgsl", wgsl_target.VERSION, f"{dim.x},{dim.y},{dim.z}",
                         repr((self.caps.subgroups, self.caps.f16, self.caps.int64, self.caps.f64)))
-        source = self._source_cache.read(key)
+        source = cached = self._source_cache.read(key)
         if source is None:
             source = wgsl_target.render(optimize(kernel), dim, self.caps)
-            self._source_cache.write(key, source)
         if settings().get("logging", "debug_kernels"):
             print(f"// ---- cube kernel {kernel.name} (cube dim {dim}) ----\n{source}", file=sys.stderr)
         wgpu = self.wgpu
@@ -375,6 +385,8 @@ class WgpuRuntime(Specializing):
         except Exception as e:  # wgpu-py raises its own GPUValidationError and friends
             raise WgpuError(f"wgpu refused kernel {kernel.name} (cube dim {dim.x}x{dim.y}x{dim.z}) on "
                             f"{self.adapter_name}: {e}\n---- WGSL ----\n{source}") from None
+        if cached is None:
+            self._source_cache.write(key, source)  # only source that built a pipeline
         return CompiledWgslKernel(pipeline, layout, kernel.name, kernel.params, wgsl_target.info_layout(kernel),
                                   [p in written for p in kernel.params], source)
 
