@@ -1,4 +1,5 @@
 import pytest
+import numpy as np
 
 from ember import cube
 from ember.cube import ir
@@ -150,3 +151,22 @@ def test_scalar_dtype_from_a_comptime_parameter():
     out = np.zeros(5, np.int64)
     fill_scalar.launch(cube.CubeCount(1), cube.CubeDim(8), out, 7, T=cube.i64)
     np.testing.assert_array_equal(out, 7)
+
+
+@cube.kernel
+def _branch_names(x: cube.Array[cube.f32], y: cube.Array[cube.f32]):
+    i = cube.ABSOLUTE_POS
+    if i < 4:
+        v = x[i]
+        y[i] = v
+    else:
+        if i < 8:
+            v = x[i]  # a fresh name in this branch, not the then branch's value
+            y[i] = v * 2.0
+
+
+def test_a_name_bound_in_the_then_branch_is_unknown_to_the_else_branch():
+    x = np.arange(1, 11, dtype=np.float32)
+    y = np.zeros(10, np.float32)
+    _branch_names.launch(cube.CubeCount(1), cube.CubeDim(16), x, y)
+    np.testing.assert_array_equal(y, np.where(np.arange(10) < 4, x, np.where(np.arange(10) < 8, 2 * x, 0)))

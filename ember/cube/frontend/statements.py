@@ -142,8 +142,10 @@ class Statements:
         cond = self.truth(cond, node)
         with self.region(node, node.body + node.orelse):
             stmt = self.b.branch(cond)
+            before = dict(self.env)
             with self.b.inside(stmt.then):
                 self.exec_block(node.body)
+            self.forget_branch_values(before)  # the else branch must not see the then branch's values
             with self.b.inside(stmt.orelse):
                 self.exec_block(node.orelse)
         return False
@@ -228,18 +230,23 @@ class Statements:
             t.runtime_depth -= 1
             for name in self.new_pending:
                 t.pending.pop(name, None)
-            env = {}
-            for name, value in t.env.items():
-                if isinstance(value, (VarRef, VarTuple)):
-                    env[name] = value
-                elif name in self.saved:
-                    env[name] = self.saved[name]
-            t.env.clear()
-            t.env.update(env)
+            t.forget_branch_values(self.saved)
             return False
 
     def region(self, node, body) -> "_Region":
         return Statements._Region(self, node, body)
+
+    def forget_branch_values(self, saved: dict) -> None:
+        """Drop the SSA values that names took inside a runtime branch or loop body (they are not
+        defined outside it): names go back to `saved`, except variables (Locals), which live on."""
+        env = {}
+        for name, value in self.env.items():
+            if isinstance(value, (VarRef, VarTuple)):
+                env[name] = value
+            elif name in saved:
+                env[name] = saved[name]
+        self.env.clear()
+        self.env.update(env)
 
     def make_local(self, name: str, init: Value) -> VarRef:
         var = self.b.local(init.type, name)
