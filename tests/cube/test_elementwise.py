@@ -5,6 +5,7 @@ import math
 import ml_dtypes
 import numpy as np
 import pytest
+import torch
 
 from ember.cube.kernels import elementwise as ew
 from ember.errors import DTypeError
@@ -18,14 +19,14 @@ UNARY_REF = {
     "log1p": np.log1p, "sqrt": np.sqrt, "rsqrt": lambda x: 1 / np.sqrt(x), "sin": np.sin, "cos": np.cos,
     "tan": np.tan, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan, "sinh": np.sinh,
     "cosh": np.cosh, "tanh": np.tanh, "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh,
-    "erf": erf, "sigmoid": lambda x: 1 / (1 + np.exp(-x)), "relu": lambda x: np.maximum(x, 0),
+    "erf": erf, "erfinv": lambda x: torch.special.erfinv(torch.from_numpy(x)).numpy(), "sigmoid": lambda x: 1 / (1 + np.exp(-x)), "relu": lambda x: np.maximum(x, 0),
     "gelu": lambda x: 0.5 * x * (1 + erf(x / np.sqrt(2))), "silu": lambda x: x / (1 + np.exp(-x)),
     "floor": np.floor, "ceil": np.ceil, "round": np.round, "trunc": np.trunc,
     "logical_not": np.logical_not, "bitwise_not": np.invert,
 }
 DOMAIN = {"log": (0.1, 5), "log2": (0.1, 5), "log10": (0.1, 5), "log1p": (-0.5, 5), "sqrt": (0.1, 5),
           "rsqrt": (0.1, 5), "asin": (-0.9, 0.9), "acos": (-0.9, 0.9), "atanh": (-0.9, 0.9),
-          "acosh": (1.1, 5), "reciprocal": (0.5, 3)}
+          "acosh": (1.1, 5), "reciprocal": (0.5, 3), "erfinv": (-0.9, 0.9)}
 
 
 def test_every_unary_op_on_a_transposed_view(parallel):
