@@ -36,7 +36,8 @@ def _require(device: Device | None):
     if backend is None:
         device = device or Device.default()
         raise ValueError(f"{device!r} has no fusion layer (its backend is {device.inner.backend.name}); "
-                         f"fusion serves Device.cpu() unless EMBER_FUSION=0 or [fusion] enabled = false")
+                         f"fusion serves Device.cpu() and Device.wgpu() unless EMBER_FUSION=0 or "
+                         f"[fusion] enabled = false")
     return backend
 
 

@@ -6,7 +6,8 @@
     cpu              -> Fusion(Cube(cpu)) (kernels compiled to C; DeviceUnavailableError without a C
                                           compiler; plain Cube(cpu) when [fusion] enabled is false)
     X.autodiff()     -> Autodiff(stack of X)
-    wgpu:i           -> Cube(wgpu) on adapter i (DeviceUnavailableError without wgpu-py or an adapter)
+    wgpu:i           -> Fusion(Cube(wgpu)) on adapter i (DeviceUnavailableError without wgpu-py or an
+                                          adapter; plain Cube(wgpu) when [fusion] enabled is false)
     cuda:i           -> Cube(cuda) on GPU i (DeviceUnavailableError without the `cuda` extra or a GPU)
 
 `bind(prim, inputs, params)` is the one path every tensor op takes: it checks that the inputs share a
@@ -38,7 +39,7 @@ def build_backend(device: Device):
     if device.kind == "cpu":
         return _fused(_cube_cpu(device))
     if device.kind == "wgpu":
-        return _cube_wgpu(device)
+        return _fused(_cube_wgpu(device))
     if device.kind == "cuda":
         return _cube_cuda(device)
     raise DeviceUnavailableError(_unavailable_reason(device))

@@ -1,4 +1,5 @@
-"""Fixtures of the fusion tests: a fused CPU device, skipped (with the reason) where it cannot run."""
+"""Fixtures of the fusion tests: fused devices (CPU, and wgpu when an adapter is here), skipped with the
+reason where they cannot run."""
 
 from __future__ import annotations
 
@@ -6,13 +7,13 @@ import pytest
 
 import ember
 import ember.debug
+from conftest import DEVICES
 
 
-@pytest.fixture
-def cpu() -> ember.Device:
-    """`Device.cpu()` with its fusion layer on (restored after the test); pending work flushed."""
-    device = ember.Device.cpu()
+def _fused(make):
+    """The device `make()` with its fusion layer on (restored after), pending work flushed after."""
     try:
+        device = make()
         backend = ember.debug.fusion_backend(device)
     except ember.DeviceUnavailableError as e:
         pytest.skip(str(e))
@@ -22,3 +23,19 @@ def cpu() -> ember.Device:
     yield device
     backend.flush()
     ember.debug.set_fusion(device, previous)
+
+
+@pytest.fixture
+def cpu() -> ember.Device:
+    """`Device.cpu()` with its fusion layer on (restored after the test); pending work flushed."""
+    yield from _fused(ember.Device.cpu)
+
+
+# Every device whose backend stack has a fusion layer: fused kernels generated for its cube runtime.
+FUSED = [("cpu", ember.Device.cpu)] + [(name, make) for name, make in DEVICES if name == "wgpu"]
+
+
+@pytest.fixture(params=FUSED, ids=[name for name, _ in FUSED])
+def fused(request) -> ember.Device:
+    """Each fused device in turn (Fusion(Cube(cpu)), Fusion(Cube(wgpu)) where an adapter is here)."""
+    yield from _fused(request.param[1])

@@ -26,6 +26,7 @@ Example:
 from __future__ import annotations
 
 import threading
+import warnings
 import weakref
 from typing import Sequence
 
@@ -57,12 +58,19 @@ class Fusion(Decorator):
         super().__init__(inner)
         self.name = f"fusion({inner.name})"
         self.max_ops = max_ops or settings().get("fusion", "max_ops")
-        # Fused kernels are compiled for the CPU runtime and run on NumPy arrays; over a device
-        # runtime (Cube(wgpu), Cube(cuda)) nothing is recorded until codegen learns to launch there.
-        self.records_ops = getattr(inner, "runtime", None) is None
+        # Fused kernels compile for the inner backend's cube runtime (None: the CPU runtime) through
+        # its `compile_ir` and run through its `run`; an inner backend without them records nothing.
+        runtime = getattr(inner, "runtime", None)
+        self.records_ops = runtime is None or (hasattr(runtime, "compile_ir") and hasattr(runtime, "run"))
+        # What the runtime's target cannot express (a WGSL limit): the block then runs op by op.
+        self._unfusable = (*getattr(runtime, "TARGET_ERRORS", ()), *getattr(runtime, "LIMIT_ERRORS", ()))
+        # Ops of dtypes the inner backend cannot hold run at once (raising there); so do those whose
+        # fused values the target would compute differently (`UNFUSED_DTYPES`: WGSL's emulated i8, u8, i16).
+        self._held = frozenset(d for d in self.dtypes if d.name not in getattr(runtime, "UNFUSED_DTYPES", ()))
         self.enabled = True
         self.plans = PlanCache()
-        self.counts = dict.fromkeys(("recorded", "flushes", "kernels", "inner_ops", "bytes_saved", "fallbacks"), 0)
+        self.counts = dict.fromkeys(("recorded", "flushes", "kernels", "inner_ops", "bytes_saved", "fallbacks",
+                                     "unfusable"), 0)
         self.observer = None
         """Called as `observer(plan, records)` at every flush (`ember.debug.explain` listens here)."""
         self._local = threading.local()
@@ -71,7 +79,7 @@ class Fusion(Decorator):
 
     # ---- the protocol ----------------------------------------------------------------------------
     def execute(self, prim: Primitive, inputs: Sequence[LazyHandle], params: dict, out: Aval) -> LazyHandle:
-        if self.enabled and self.records_ops and records(prim, inputs):
+        if self.enabled and self.records_ops and out.dtype in self._held and records(prim, inputs):
             stream = self._stream()
             for h in inputs:
                 rec = h.record
@@ -139,14 +147,18 @@ class Fusion(Decorator):
                     self.plans.put((key, live), plan)
             if self.observer is not None:
                 self.observer(plan, records)
-            try:
-                values = plan.run(records, externals, self.inner)
-                failed = 0
-            except Exception:
-                # A fused kernel that fails is a fusion bug: count it, and run the block op by op
-                # so the program's result does not depend on it. Errors of the ops themselves recur
-                # there and propagate.
-                failed = 1
+            failed = unfusable = 0
+            cause = plan.unfused
+            if cause is None:
+                try:
+                    values = plan.run(records, externals, self.inner)
+                except Exception as error:
+                    cause = error
+            if cause is not None:
+                # A kernel the target cannot express (`_unfusable`) is expected; any other failure
+                # of a fused kernel is a fusion bug. Either way the block runs op by op, so the
+                # program's result does not depend on it; errors of the ops themselves recur there
+                # and propagate. The plan remembers the failure: its replays go op by op at once.
                 try:
                     values = self._run_unfused(records, externals, live)
                 except Exception as error:
@@ -155,12 +167,21 @@ class Fusion(Decorator):
                         if handle is not None:
                             handle.value, handle.record = Failed(error), None
                     raise
+                if isinstance(cause, self._unfusable):
+                    unfusable = 1
+                else:
+                    failed = 1
+                    if not plan.unfused:
+                        warnings.warn(f"{self.name}: a fused kernel failed and its block ran op by op "
+                                      f"(a fusion bug): {cause!r}", RuntimeWarning, stacklevel=2)
+                plan.unfused = cause
             with self._shared:
                 counts = self.counts
                 counts["recorded"] += len(records)
                 counts["flushes"] += 1
                 counts["fallbacks"] += failed
-                if not failed:
+                counts["unfusable"] += unfusable
+                if not failed and not unfusable:
                     counts["kernels"] += plan.kernels
                     counts["inner_ops"] += len(plan.steps) - plan.kernels
                     counts["bytes_saved"] += plan.bytes_saved

@@ -35,7 +35,7 @@ import numpy as np
 from ... import cube
 from ...cube import ir
 from ...cube.frontend import ArrayRef
-from ...cube.kernels.common import element_strides, grid, offset
+from ...cube.kernels.common import element_strides, empty, grid, offset
 from ...cube.kernels.reduce import (FEW_OUTPUTS, MAX_SPLITS, MAX_UNITS, SPLIT_CHUNK, _KERNEL_OP, accumulator,
                                     block_reduce, combine, identity, reduce as library_reduce)
 from ...cube.runtime.cpu import cpu_runtime
@@ -231,11 +231,14 @@ def reduce_kernel(red: Reduction, acc: DType, rank: int, modes: tuple, units: in
 _compiled: dict = {}
 
 
-def _compiled_kernel(key: tuple, build, dim: cube.CubeDim):
-    """Compile once per (program, layout rank, input modes, ...): later launches are a dict lookup."""
+def _compiled_kernel(key: tuple, build, dim: cube.CubeDim, runtime):
+    """Compile once per (program, layout rank, input modes, ..., runtime): later launches are a dict
+    lookup. A kernel the runtime's target cannot express raises there (the fusion backend then runs
+    the block op by op)."""
+    key += (runtime,)
     compiled = _compiled.get(key)
     if compiled is None:
-        compiled = _compiled[key] = cpu_runtime().compile_ir(build(), dim)
+        compiled = _compiled[key] = runtime.compile_ir(build(), dim)
     return compiled
 
 
@@ -247,9 +250,15 @@ def _layout(shape: tuple, views: list) -> tuple:
     return rank, np.asarray(parts, np.int32)
 
 
-def run_elementwise(program: Program, shape: tuple, arrays: list) -> list[np.ndarray]:
-    """Run `program` over the broadcast `shape` on input `arrays`; the output arrays."""
-    outs = [np.empty(shape, program.dtype(v).np) for v in program.outputs]
+def run_elementwise(program: Program, shape: tuple, arrays: list, runtime=None) -> list:
+    """Run `program` over the broadcast `shape` on input `arrays`; the output arrays.
+
+    `runtime` is the cube runtime the kernel compiles for and runs on (`compile_ir` and `run`); None
+    is the CPU runtime on NumPy arrays. The outputs are allocated beside the inputs (`common.empty`):
+    on a device runtime they are its arrays.
+    """
+    runtime = runtime or cpu_runtime()
+    outs = [empty(shape, program.dtype(v).np, *arrays) for v in program.outputs]
     size = math.prod(shape)
     if size == 0:
         return outs
@@ -259,50 +268,56 @@ def run_elementwise(program: Program, shape: tuple, arrays: list) -> list[np.nda
     rows = rank > 1 and STRIDED in modes and merged[-1] >= MIN_ROW
     dim = cube.CubeDim(UNITS)
     compiled = _compiled_kernel(("ew", program, rank, modes, rows),
-                                lambda: elementwise_kernel(program, rank, modes, rows), dim)
+                                lambda: elementwise_kernel(program, rank, modes, rows), dim, runtime)
     if rows:
         count = cube.CubeCount(-(-merged[-1] // UNITS), size // merged[-1])
     else:
         count, _ = grid(size, UNITS)
-    cpu_runtime().run(compiled, count, (*views, *(o.reshape(-1) for o in outs), layout, size))
+    runtime.run(compiled, count, (*views, *(o.reshape(-1) for o in outs), layout, size))
     return outs
 
 
 def source_of(program: Program, reduction: Reduction | None = None) -> list[str]:
-    """The C sources compiled so far for `program` (or for `reduction`), one per layout variant."""
+    """The sources (C, WGSL, CUDA C) compiled so far for `program` (or for `reduction`), one per layout
+    variant and runtime."""
     kind, target = ("red", reduction) if reduction is not None else ("ew", program)
     return [c.source for key, c in _compiled.items() if key[0] == kind and key[1] == target]
 
 
-def run_reduction(red: Reduction, shape: tuple, arrays: list) -> np.ndarray:
-    """The fused reduction of `red.program`'s value over `red.dims` of the domain `shape`."""
+def run_reduction(red: Reduction, shape: tuple, arrays: list, runtime=None):
+    """The fused reduction of `red.program`'s value over `red.dims` of the domain `shape`, on `runtime`
+    (None: the CPU runtime), the output allocated beside `arrays`."""
+    runtime = runtime or cpu_runtime()
     kept = tuple(d for d in range(len(shape)) if d not in red.dims)
     out_shape = tuple(shape[d] for d in kept)
     n = math.prod(shape[d] for d in red.dims)
-    out = np.empty(out_shape, red.dtype.np)
-    if out.size == 0:
-        return out
+    size = math.prod(out_shape)
     acc = accumulator(red.op, red.program.dtype(red.value))
+    splits = max(1, min(MAX_SPLITS, n // SPLIT_CHUNK)) if size < FEW_OUTPUTS else 1
+    direct = splits == 1 and acc is red.dtype  # the kernel writes the result itself, else partials
+    if size == 0 or direct:
+        out = empty(out_shape, red.dtype.np, *arrays)
+        if size == 0:
+            return out
+    else:
+        out = empty(size * splits, acc.np, *arrays)
     perm = kept + red.dims
     permuted = tuple(shape[d] for d in perm)
     views = [np.broadcast_to(a, shape).transpose(perm) for a in arrays]
     units = min(MAX_UNITS, 1 << max(0, (n - 1).bit_length()))
-    splits = max(1, min(MAX_SPLITS, n // SPLIT_CHUNK)) if out.size < FEW_OUTPUTS else 1
-    partial = out if splits == 1 and acc is red.dtype else np.empty(out.size * splits, acc.np)
     if math.prod(permuted):
         merged, views = merged_operands(permuted, *views)
         modes = _modes(views, merged)
         rank, layout = _layout(merged, views)
     else:  # empty reduced dims: nothing is read, every output is the identity
         rank, layout, modes = 1, np.zeros(1 + len(views), np.int32), (SCALAR,) * len(views)
-        views = [np.empty(1, a.dtype) for a in arrays]
+        views = [empty(1, a.dtype, *arrays) for a in arrays]
     line = STRIDED in modes and int(layout[rank - 1]) == n
     dim = cube.CubeDim(units)
     compiled = _compiled_kernel(("red", red, acc, rank, modes, units, line),
-                                lambda: reduce_kernel(red, acc, rank, modes, units, line), dim)
-    cpu_runtime().run(compiled, cube.CubeCount(out.size, splits), (*views, partial.reshape(-1), layout, n))
-    if partial is out:
+                                lambda: reduce_kernel(red, acc, rank, modes, units, line), dim, runtime)
+    runtime.run(compiled, cube.CubeCount(size, splits), (*views, out.reshape(-1), layout, n))
+    if direct:
         return out
-    stage = library_reduce(red.op, partial.reshape(out.size, splits), dims=1)
-    out[...] = stage.reshape(out_shape).astype(red.dtype.np)
-    return out
+    stage = library_reduce(red.op, out.reshape(size, splits), dims=1).reshape(out_shape)
+    return stage if stage.dtype == red.dtype.np else stage.astype(red.dtype.np)

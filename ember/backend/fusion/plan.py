@@ -45,6 +45,8 @@ class Plan:
         self.ops = len(block.nodes)
         self.kernels = sum(type(s) is not Inner for s in self.steps)
         self.bytes_saved = sum(getattr(s, "bytes_saved", 0) for s in self.steps)
+        self.unfused: Exception | None = None
+        """Why a fused kernel of this plan failed (the fusion backend then runs its blocks op by op)."""
 
     @staticmethod
     def _source_node(block: Block, step) -> int | None:
@@ -56,6 +58,7 @@ class Plan:
     def run(self, records: list, externals: list, inner) -> dict[int, Any]:
         """Compute the block; the values of the live nodes, by node index."""
         env: dict[int, Any] = {}
+        runtime = getattr(inner, "runtime", None)  # fused kernels run where the inner backend's do
 
         def value(ref: tuple):
             kind, i = ref
@@ -68,10 +71,11 @@ class Plan:
                 env[step.index] = inner.execute(rec.prim, [value(r) for r in refs], rec.params, rec.aval)
             elif kind is Fused:
                 shape = records[step.outputs[0]].aval.shape
-                for o, array in zip(step.outputs, run_elementwise(step.program, shape, [value(r) for r in refs])):
+                for o, array in zip(step.outputs, run_elementwise(step.program, shape, [value(r) for r in refs], runtime)):
                     env[o] = array
             else:
-                out = run_reduction(step.reduction, records[source].aval.shape, [value(r) for r in refs])
+                out = run_reduction(step.reduction, records[source].aval.shape, [value(r) for r in refs],
+                                    runtime)
                 env[step.index] = out.reshape(records[step.index].aval.shape)
             for i in frees:
                 del env[i]

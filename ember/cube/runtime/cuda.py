@@ -41,7 +41,7 @@ import numpy as np
 
 from ...errors import DeviceError, DeviceUnavailableError
 from .. import ir
-from ..lang import CubeCount, CubeDim
+from ..lang import CubeCount, CubeDim, KernelError
 from ..passes import optimize
 from ..targets import cuda as cuda_target
 from .memory_pool import MemoryPool, MemoryStats
@@ -238,6 +238,7 @@ class CompiledCudaKernel:
     written: list       # per parameter: does the kernel store to (or atomically update) it?
     shared: int         # bytes of dynamic shared memory per cube
     source: str
+    dim: CubeDim        # the cube shape it was compiled for
 
 
 # ----------------------------------------------------------------------------------------------
@@ -473,7 +474,19 @@ class CudaRuntime(Specializing):
                 "cuFuncSetAttribute", f"for kernel {name} ({shared} bytes of shared memory)")
         stored = {ir.written_array(s) for s in ir.walk(optimized.body) if isinstance(s, ir.Instr)}
         return CompiledCudaKernel(function, module, name, optimized.params,
-                                  [p in stored for p in optimized.params], shared, source)
+                                  [p in stored for p in optimized.params], shared, source, dim)
+
+    def compile_ir(self, kernel: ir.Kernel, dim: CubeDim) -> CompiledCudaKernel:
+        """Compile IR built directly (a fused kernel from `ir.Builder`), remembered by its hash.
+
+        Example:
+            >>> rt.run(rt.compile_ir(builder.kernel, CubeDim(256)), CubeCount(4), (x, y))
+        """
+        key = ("ir", kernel.hash(), dim)
+        with self._lock:
+            if key not in self._compiled:
+                self._compiled[key] = self.compile(kernel, dim)
+            return self._compiled[key]
 
     # -- launching ------------------------------------------------------------------------------
     def launch(self, kfn, count: CubeCount, dim: CubeDim, args: tuple, comptime: dict) -> None:
@@ -485,7 +498,15 @@ class CudaRuntime(Specializing):
         check_count(kfn, args)
         if count.total == 0:
             return
-        compiled = self._compiled_for(kfn, dim, args, comptime)
+        self.run(self._compiled_for(kfn, dim, args, comptime), count, args)
+
+    def run(self, compiled: CompiledCudaKernel, count: CubeCount, args: tuple) -> None:
+        """Queue a compiled kernel on CudaArrays, NumPy arrays and scalars, in parameter order."""
+        if len(args) != len(compiled.params):
+            raise KernelError(f"{compiled.name} takes {len(compiled.params)} arguments, got {len(args)}")
+        if count.total == 0:
+            return
+        dim = compiled.dim
         check_launch(compiled.name, count, dim, compiled.shared, self.limits)
         values, staged = [], []  # staged: (host array, its device copy, parameter index)
         try:

@@ -207,6 +207,10 @@ class WgpuRuntime(Specializing):
     ARRAY = WgpuArray
     target = "wgsl"
     TARGET_ERRORS = (wgsl_target.WgslTargetError,)  # kernels WGSL cannot express (the backend runs them on the host)
+    LIMIT_ERRORS = (WgpuLimitError,)  # kernels this adapter cannot run (the fusion backend runs such blocks op by op)
+    # Emulated in 32-bit words and wrapped to their width only at casts and stores (targets/wgsl.py): a
+    # fused chain, which keeps intermediates in registers, would skip the wraps. Fusion runs such ops at once.
+    UNFUSED_DTYPES = frozenset({"i8", "u8", "i16"})
 
     def __init__(self, which: int | str | None = None, features: tuple = FEATURES) -> None:
         """`which` as in `choose_adapter`; `features`: the optional ones to use where the adapter has them."""
@@ -259,9 +263,9 @@ class WgpuRuntime(Specializing):
         return WgpuArray(self, (shape,) if isinstance(shape, (int, np.integer)) else shape, dtype)
 
     def to_device(self, a: np.ndarray) -> WgpuArray:
-        """A device copy of `a` (C-contiguous)."""
-        a = np.ascontiguousarray(a)
-        out = self.empty(a.shape, a.dtype)
+        """A device copy of `a` (C-contiguous, of `a`'s shape: a 0-d array stays 0-d)."""
+        shape, a = np.shape(a), np.ascontiguousarray(a)  # ascontiguousarray makes 0-d arrays 1-d
+        out = self.empty(shape, a.dtype)
         self.write(out.memory.buffer, a.astype(storage_dtype(a.dtype), copy=False), out.memory.offset)
         return out
 

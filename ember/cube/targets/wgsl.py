@@ -298,8 +298,11 @@ class Renderer(Walker):
     # -- top ------------------------------------------------------------------------------------
     def render(self) -> str:
         d = self.dim
-        head = ["enable f16;"] if self.caps.f16 and any(
-            isinstance(p, ir.Array) and p.dtype is f16 for p in self.k.params) else []
+        # f16 arrays, or f16 values alone (a fused kernel rounding through f16 between f32 arrays)
+        head = ["enable f16;"] if self.caps.f16 and (
+            any(isinstance(p, ir.Array) and p.dtype is f16 for p in self.k.params)
+            or any(isinstance(s, ir.Instr) and s.result is not None and s.result.type.dtype is f16
+                   for s in ir.walk(self.k.body))) else []
         binding = 0
         for p in self.k.params:
             if isinstance(p, ir.Array):

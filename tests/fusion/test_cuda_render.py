@@ -1,0 +1,64 @@
+"""The fused kernels of the fusion tests rendered to CUDA C and compiled to PTX for sm_90 by NVRTC,
+without a GPU (as tests/cube/test_cuda_compile.py does for the kernel library).
+
+The kernels are collected by running the expressions of `test_equality` on the fused CPU device with
+the codegen's default runtime replaced by a recorder that keeps each IR kernel it is asked to compile
+(and still runs it on the CPU runtime, so the blocks complete). Needs `cuda-bindings` and
+`nvidia-cuda-nvrtc`; skipped (with the reason) without them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ember
+from conformance.oracle import sample
+from ember.backend.fusion import codegen
+from ember.cube.passes import optimize
+from ember.cube.runtime.cpu import cpu_runtime
+from ember.cube.runtime.nvrtc import CudaCompileError, compile_cuda, nvrtc_available
+from ember.cube.targets import cuda as cuda_target
+
+from .test_equality import EXPRS, SHAPES, run
+
+
+class Recorder:
+    """A cube runtime for the codegen that records every IR kernel and runs it on the CPU runtime."""
+
+    def __init__(self) -> None:
+        self.kernels: dict = {}
+
+    def compile_ir(self, kernel, dim):
+        self.kernels[(kernel.hash(), dim)] = (kernel, dim)
+        return cpu_runtime().compile_ir(kernel, dim)
+
+    def run(self, compiled, count, args) -> None:
+        cpu_runtime().run(compiled, count, args)
+
+
+def test_fused_kernels_compile_to_ptx_for_sm90(cpu, monkeypatch, tmp_path):
+    ok, why = nvrtc_available()
+    if not ok:
+        pytest.skip(why)
+    recorder = Recorder()
+    monkeypatch.setattr(codegen, "cpu_runtime", lambda: recorder)
+    rng = np.random.default_rng(0)
+    for dtype, expr in EXPRS.items():
+        for shapes in SHAPES[:2] + SHAPES[-2:]:  # flat and line-by-line kernels, broadcast and strided reads
+            run(cpu, expr, [sample(s, dtype, rng) for s in shapes])
+    kinds = {kernel.name for kernel, _ in recorder.kernels.values()}
+    assert kinds == {"fused", "fused_reduce"} and len(recorder.kernels) >= 20
+    failures = []
+    for kernel, dim in recorder.kernels.values():
+        optimized = optimize(kernel)
+        entry = cuda_target.entry_name(optimized)
+        try:
+            binary = compile_cuda(cuda_target.render(optimized, dim), entry, 90, kind="ptx", cache_dir=tmp_path)
+        except CudaCompileError as e:
+            failures.append(str(e))
+            continue
+        if f".entry {entry}(".encode() not in binary.data:
+            failures.append(f"{entry}: not in the PTX")
+    assert not failures, f"{len(failures)} of {len(recorder.kernels)} fused kernels do not compile:\n" + \
+        "\n".join(failures[:3])
