@@ -3,9 +3,9 @@
 The CPU's fastest convolution is a GEMM with the best matmul available (`tuned_matmul`: NumPy's BLAS or
 the cube kernel, whichever the autotuner picked), fed by a cube kernel that copies the input windows:
 
-    conv2d:            cols = im2col(x)            (N, G, Cg*KH*KW, OH*OW)
-                       y    = W (G, Og, Cg*KH*KW) @ cols              -> (N, O, OH, OW)
-    conv_transpose2d:  patches = W^T (G, Og*KH*KW, Cg) @ x (N, G, Cg, H*W)
+    conv2d:            cols = im2col(x)            (G, Cg*KH*KW, N*OH*OW)  (the batch folded into n)
+                       y    = W (G, Og, Cg*KH*KW) @ cols -> (O, N, OH*OW), copied batch first
+    conv_transpose2d:  patches = W^T (G, Og*KH*KW, Cg) @ x (G, Cg, N*H*W), copied batch first
                        y = col2im(patches), cropped by `padding`        (a gather: no atomics)
     conv_weight_grad2d: cols = im2col(x) laid out (G, Cg*KH*KW, N*OH*OW)
                        dW = g (G, Og, N*OH*OW) @ cols^T                 (the batch folded into k)
@@ -190,9 +190,13 @@ def conv2d_gemm(x: np.ndarray, w: np.ndarray, stride=1, padding=0, dilation=1, g
     weights = w.reshape(groups, o // groups, -1)
     step = max(1, COLUMN_BYTES // (c * w.shape[2] * w.shape[3] * oh * ow * x.itemsize))
     parts = []
-    for n0 in range(0, nb, step):  # one part, with no copy, unless the columns would be too large
-        cols = im2col(x[n0:n0 + step], w.shape[2:], stride, padding, dilation, (oh, ow))
-        parts.append(tuned_matmul(weights, cols.reshape(cols.shape[0], groups, -1, oh * ow)))
+    for n0 in range(0, nb, step):  # one part unless the columns would be too large
+        cols = im2col(x[n0:n0 + step], w.shape[2:], stride, padding, dilation, (oh, ow), batch_major=False)
+        n = cols.shape[1]
+        # One GEMM per group over the whole batch slice: (G, Og, Cg*KH*KW) @ (G, Cg*KH*KW, n*OH*OW). A
+        # batched product of per-sample GEMMs is many small BLAS calls, several times slower.
+        y = tuned_matmul(weights, cols.reshape(groups, -1, n * oh * ow))  # (O, n, OH*OW)
+        parts.append(cast(y.reshape(o, n, oh * ow).transpose(1, 0, 2), y.dtype))  # batch first, one copy
     out = parts[0] if len(parts) == 1 else np.concatenate(parts)
     return out.reshape(nb, o, oh, ow)
 
@@ -227,9 +231,12 @@ def conv_transpose2d(x: np.ndarray, w: np.ndarray, stride=1, padding=0, output_p
     if out.size == 0:
         return out
     weights_t = w.reshape(groups, cg, og * kh * kw).transpose(0, 2, 1)  # (G, Og*KH*KW, Cg), a view
-    pixels = x.reshape(nb, groups, cg, h * wd) if x.flags.c_contiguous else cast(x, x.dtype).reshape(
-        nb, groups, cg, h * wd)
-    patches = tuned_matmul(weights_t, pixels)  # (N, G, Og*KH*KW, H*W) = (N, O, KH, KW, H, W)
+    # One GEMM per group over the whole batch (the batch folded into n), then the patches put batch
+    # first for col2im: two copies, far cheaper than a per-sample batched product of small GEMMs.
+    pixels = cast(x.reshape(nb, groups, cg, h * wd).transpose(1, 2, 0, 3), x.dtype)  # (G, Cg, N, H*W)
+    patches = tuned_matmul(weights_t, pixels.reshape(groups, cg, nb * h * wd))  # (G, Og*KH*KW, N*H*W)
+    patches = cast(patches.reshape(groups, og * kh * kw, nb, h * wd).transpose(2, 0, 1, 3), patches.dtype)
+    # patches: (N, G, Og*KH*KW, H*W) = (N, O, KH, KW, H, W)
     g = _geometry(N=nb, C=o, H=h, W=wd, KH=kh, KW=kw, OH=oh, OW=ow, sh=sh, sw=sw, ph=ph, pw=pw, dh=dh, dw=dw)
     count, dim, units, exact = _grid(ow, nb * o)
     t = cube_dtype(x.dtype)
