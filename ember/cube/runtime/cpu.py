@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 import ctypes
+import os
 import shutil
 import subprocess
 import sys
@@ -150,6 +151,11 @@ class CpuRuntime:
         ok, why = cpu_available()
         if not ok:
             raise RuntimeError(f"the CPU cube runtime is unavailable: {why}")
+        # OpenMP's idle threads spin by default; beside NumPy's BLAS threads (and on a shared machine)
+        # the spinning takes the cores that the next kernel or GEMM needs: 5x slower MNIST steps on two
+        # cores. Passive waiting costs a futex wake per parallel launch instead. libgomp reads this once,
+        # when the first kernel library loads it; a value the user set is kept.
+        os.environ.setdefault("OMP_WAIT_POLICY", "passive")
         self.cc = find_compiler()
         self.cc_version = _compiler_version(self.cc)
         self.extra_flags = vector_math_flags(self.cc)

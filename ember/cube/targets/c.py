@@ -36,6 +36,7 @@ from .phases import Phase, PhaseError, Schedule
 from .walker import Walker, builtin_table
 
 ENTRY = "ember_kernel"
+PARALLEL_MIN = 32768  # elements in a launch's largest array below which its cubes run on one thread
 VERSION = "c-5"  # bump when the rendering changes, so cached binaries are rebuilt
 
 PRELUDE = r"""#include <stdint.h>
@@ -55,6 +56,7 @@ static inline uint16_t ember_bf16_store(float f) {
   return (uint16_t)(u >> 16);
 }
 static inline float ember_bf16_round(float f) { return ember_bf16_load(ember_bf16_store(f)); }
+static inline int64_t ember_max64(int64_t a, int64_t b) { return a > b ? a : b; }
 typedef _Float16 ember_f16;
 static inline float ember_f16_load(ember_f16 h) { return (float)h; }
 static inline ember_f16 ember_f16_store(float f) { return (ember_f16)f; }
@@ -191,7 +193,13 @@ class Renderer(CFamily, Walker):
                 t = self.ctype(p.value.type)
                 self.emit(f"const {t} v{p.value.id} = *(const {t} *)args[{i}];", 1)
         self.emit("const int64_t ncubes = (int64_t)cx * cy * cz;", 1)
-        self.emit("#pragma omp parallel for schedule(static) if(ncubes > 1)", 1)
+        # Threads only pay off on enough data: waking them costs microseconds (far more on a busy
+        # machine), so a launch whose largest array is small runs its cubes on the calling thread.
+        sizes = [f"launch[{3 + k}]" for k in range(n_arrays)]
+        largest = "0" if not sizes else sizes[0] if len(sizes) == 1 else \
+            "ember_max64(" + ", ember_max64(".join(sizes[:-1]) + ", " + sizes[-1] + ")" * (len(sizes) - 1)
+        self.emit(f"const int64_t largest = {largest};", 1)
+        self.emit(f"#pragma omp parallel for schedule(static) if(ncubes > 1 && largest >= {PARALLEL_MIN})", 1)
         self.emit("for (int64_t cube_l = 0; cube_l < ncubes; ++cube_l) {", 1)
         self.emit("const int32_t cube = (int32_t)cube_l;", 2)
         for arr in self.sched.shared:
