@@ -8,7 +8,8 @@
     X.autodiff()     -> Autodiff(stack of X)
     wgpu:i           -> Fusion(Cube(wgpu)) on adapter i (DeviceUnavailableError without wgpu-py or an
                                           adapter; plain Cube(wgpu) when [fusion] enabled is false)
-    cuda:i           -> Cube(cuda) on GPU i (DeviceUnavailableError without the `cuda` extra or a GPU)
+    cuda:i           -> Fusion(Cube(cuda)) on GPU i (DeviceUnavailableError without the `cuda` extra or a
+                                          GPU; plain Cube(cuda) when [fusion] enabled is false)
 
 `bind(prim, inputs, params)` is the one path every tensor op takes: it checks that the inputs share a
 device (lifting a plain tensor onto the autodiff variant of its own device, so `w - lr * grad` works),
@@ -24,7 +25,7 @@ import importlib.util
 
 from .device import Device
 from .errors import DeviceError, DeviceUnavailableError
-from .ops.primitive import Aval, Primitive
+from .ops.primitive import Primitive
 
 
 def build_backend(device: Device):
@@ -40,15 +41,12 @@ def build_backend(device: Device):
         return _fused(_cube_cpu(device))
     if device.kind == "wgpu":
         return _fused(_cube_wgpu(device))
-    if device.kind == "cuda":
-        return _cube_cuda(device)
-    raise DeviceUnavailableError(_unavailable_reason(device))
+    return _fused(_cube_cuda(device))  # cuda, the last of device.KINDS
 
 
 def _cube_cuda(device: Device):
     """Cube(cuda) on GPU `device.index` (kernels rendered to CUDA C, compiled by NVRTC, run through the
-    driver API), or `DeviceUnavailableError` naming the `cuda` extra, the driver or the GPU missing.
-    Not under Fusion yet: fused kernels are compiled for the CPU runtime only."""
+    driver API), or `DeviceUnavailableError` naming the `cuda` extra, the driver or the GPU missing."""
     from .cube.runtime.cuda import CudaError, cuda_available, cuda_runtime
     from .cube.runtime.nvrtc import nvrtc_available
     for ok, why in (cuda_available(), nvrtc_available()):
@@ -102,20 +100,6 @@ def _cube_cpu(device: Device):
             f"Device.numpy() works everywhere; available: {available_devices()}")
     from .backend.cube import CubeBackend
     return CubeBackend()
-
-
-def _unavailable_reason(device: Device) -> str:
-    if device.kind == "cuda":
-        have = importlib.util.find_spec("cuda") is not None
-        missing = ("the CUDA backend is not part of this version of ember" if have else
-                   "the CUDA backend needs the `cuda` extra (pip install 'ember[cuda]') and an NVIDIA "
-                   "GPU, and is not part of this version of ember")
-        return f"{device!r} is unavailable: {missing}; available: {available_devices()}"
-    have = importlib.util.find_spec("wgpu") is not None
-    missing = ("the WGPU backend is not part of this version of ember" if have else
-               "the WGPU backend needs the `wgpu` extra (pip install 'ember[wgpu]') and is not part of "
-               "this version of ember")
-    return f"{device!r} is unavailable: {missing}; available: {available_devices()}"
 
 
 def available_devices() -> list[Device]:

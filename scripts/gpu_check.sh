@@ -12,8 +12,8 @@
 #   tests        the CUDA tests (tests/cube/test_cuda_*.py): rendering, NVRTC, runtime, tensor cores;
 #   library      the kernel-library tests of tests/cube with every kernel launched on the GPU (NumPy in
 #                and out, compared by the tests themselves): `host_runtime(cuda_runtime())`;
-#   conformance  the conformance suite (tests/conformance) on Device.cuda(0) (Cube(cuda); not under
-#                Fusion until fused kernels launch on device runtimes);
+#   conformance  the conformance suite (tests/conformance) on Device.cuda(0), fused (Fusion(Cube(cuda)))
+#                and unfused (EMBER_FUSION=0), then the fusion tests (tests/fusion) on it;
 #   bench        python -m bench.gpu: matmul bf16 8192^3, custom GELU vs copy, softmax, layer_norm
 #                against torch on the same card (gpu-bench.json, and a table at the end of bench.log).
 # Each step writes <step>.log (and junit-<step>.xml for tests); summary.txt says what passed. The exit
@@ -80,11 +80,20 @@ EOF
 fi
 
 if has conformance; then
-  echo "== conformance suite on Device.cuda(0)"
   # -k picks the parametrizations on this device; tests/conftest.py lists it when a GPU is here.
-  "$PY" -m pytest -q -p no:cacheprovider $(xdist) tests/conformance -k cuda --junitxml="$RESULTS/junit-conformance.xml" \
-    > "$RESULTS/conformance.log" 2>&1 || failed+=("conformance")
-  tail -n 3 "$RESULTS/conformance.log"
+  # Fused (Fusion(Cube(cuda)), the default) and unfused (EMBER_FUSION=0: plain Cube(cuda)).
+  for mode in fused unfused; do
+    echo "== conformance suite on Device.cuda(0), $mode"
+    fusion=$([ $mode = fused ] && echo 1 || echo 0)
+    EMBER_FUSION=$fusion "$PY" -m pytest -q -p no:cacheprovider $(xdist) tests/conformance -k cuda \
+      --junitxml="$RESULTS/junit-conformance-$mode.xml" > "$RESULTS/conformance-$mode.log" 2>&1 \
+      || failed+=("conformance-$mode")
+    tail -n 3 "$RESULTS/conformance-$mode.log"
+  done
+  echo "== fusion tests on Device.cuda(0)"
+  "$PY" -m pytest -q -p no:cacheprovider tests/fusion -k cuda --junitxml="$RESULTS/junit-fusion.xml" \
+    > "$RESULTS/fusion.log" 2>&1 || failed+=("fusion")
+  tail -n 3 "$RESULTS/fusion.log"
 fi
 
 if has bench; then
@@ -95,7 +104,7 @@ fi
 
 {
   echo "gpu_check $(date -u +%FT%TZ) steps: $STEPS"
-  for log in "$RESULTS"/tests.log "$RESULTS"/library.log "$RESULTS"/conformance.log; do
+  for log in "$RESULTS"/tests.log "$RESULTS"/library.log "$RESULTS"/conformance-*.log "$RESULTS"/fusion.log; do
     [ -f "$log" ] && echo "$(basename "$log"): $(grep -E '(passed|failed|error)' "$log" | tail -n 1)"
   done
   [ -f "$RESULTS/bench.log" ] && sed -n '/^| case/,$p' "$RESULTS/bench.log"

@@ -1,5 +1,5 @@
-"""Fixtures of the fusion tests: fused devices (CPU, and wgpu when an adapter is here), skipped with the
-reason where they cannot run."""
+"""Fixtures of the fusion tests: fused devices (CPU, and wgpu and cuda where they are here), skipped with
+the reason where they cannot run."""
 
 from __future__ import annotations
 
@@ -32,10 +32,10 @@ def cpu() -> ember.Device:
 
 
 # Every device whose backend stack has a fusion layer: fused kernels generated for its cube runtime.
-FUSED = [("cpu", ember.Device.cpu)] + [(name, make) for name, make in DEVICES if name == "wgpu"]
+FUSED = [("cpu", ember.Device.cpu)] + [(name, make) for name, make in DEVICES if name in ("wgpu", "cuda")]
 
 
 @pytest.fixture(params=FUSED, ids=[name for name, _ in FUSED])
 def fused(request) -> ember.Device:
-    """Each fused device in turn (Fusion(Cube(cpu)), Fusion(Cube(wgpu)) where an adapter is here)."""
+    """Each fused device in turn: Fusion(Cube(cpu)), and Fusion(Cube(wgpu)) / Fusion(Cube(cuda)) where here."""
     yield from _fused(request.param[1])

@@ -327,9 +327,9 @@ class CudaRuntime(Specializing):
         return out
 
     def to_device(self, a: np.ndarray) -> CudaArray:
-        """A device copy of `a` (C-contiguous)."""
-        a = np.ascontiguousarray(a)
-        out = self.empty(a.shape, a.dtype)
+        """A device copy of `a` (C-contiguous, of `a`'s shape: a 0-d array stays 0-d)."""
+        shape, a = np.shape(a), np.ascontiguousarray(a)  # ascontiguousarray makes 0-d arrays 1-d
+        out = self.empty(shape, a.dtype)
         self.copy_to_device(a.ctypes.data, out.ptr, a.nbytes)
         return out
 
