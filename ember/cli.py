@@ -62,6 +62,10 @@ def devices() -> list[dict[str, Any]]:
     usable = Device.enumerate()
     rows = [{"device": _name(d), "available": True, "backend": d.backend.name, "default": d is Device.default()}
             for d in usable]
+    for row, d in zip(rows, usable):
+        if d.kind == "wgpu":  # which adapter, and through which API (Vulkan, Metal, D3D12, OpenGL)
+            from .cube.runtime.wgpu import listed_adapters
+            row["adapter"] = listed_adapters()[d.index].name
     for candidate in (Device.cuda(0), Device.wgpu(0)):
         if candidate in usable:
             continue
@@ -108,7 +112,8 @@ def format_info(data: dict[str, Any]) -> str:
     for d in data["devices"]:
         if d["available"]:
             mark = "  (default)" if d["default"] else ""
-            lines.append(f"  {d['device']:<8} backend {d['backend']}{mark}")
+            adapter = f" on {d['adapter']}" if "adapter" in d else ""
+            lines.append(f"  {d['device']:<8} backend {d['backend']}{adapter}{mark}")
         else:
             lines.append(f"  {d['device']:<8} unavailable: {d['reason']}")
     lines += ["", "settings:"]

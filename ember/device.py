@@ -86,25 +86,38 @@ class Device:
     @classmethod
     def default(cls) -> "Device":
         """`EMBER_DEVICE` if set (e.g. `cuda:0`, `numpy`), else `[device] default` of `ember.toml`, else
-        the best available device (`Device.cpu()`, or `Device.numpy()` when no C compiler is found)."""
+        the best of cuda:0, cpu and numpy that runs here. A wgpu adapter is never picked by default
+        (listing adapters takes seconds, and a software adapter is slower than `cpu`): name it.
+
+        Example:
+            >>> Device.default()
+            Device("cpu")
+        """
+        from .dispatch import available_devices
         from .settings import settings
         spec = os.environ.get("EMBER_DEVICE") or settings().get("device", "default")
         if spec:
             return cls(spec)
-        for device in cls.enumerate():
-            return device
-        return cls.numpy()
+        return available_devices()[0]
 
     @classmethod
     def enumerate(cls) -> list["Device"]:
-        """The devices usable on this machine, best first (cuda > wgpu > cpu > numpy).
+        """The devices usable on this machine, best first: cuda:0, the wgpu hardware adapters, cpu, the
+        wgpu software adapters, numpy. `Device.wgpu(i)` is adapter i of
+        `ember.cube.runtime.wgpu.adapters()`, which gives each adapter's name, kind and backend (Vulkan,
+        Metal, D3D12, OpenGL); they are listed once per process.
 
         Example:
             >>> Device.enumerate()
-            [Device("cpu"), Device("numpy")]
+            [Device("cpu"), Device("wgpu:0"), Device("wgpu:1"), Device("numpy")]
         """
-        from .dispatch import available_devices
-        return available_devices()
+        from .dispatch import available_devices, wgpu_devices
+        hardware, software = wgpu_devices()
+        found = available_devices()
+        at_cpu = next((i for i, d in enumerate(found) if d.kind in ("cpu", "numpy")), len(found))
+        found[at_cpu:at_cpu] = hardware
+        found[-1:-1] = software  # numpy is always last
+        return found
 
     # ---- variants --------------------------------------------------------------------------------
     def autodiff(self, checkpointing: str | None = None) -> "Device":

@@ -112,6 +112,17 @@ def available_devices() -> list[Device]:
     return gpu + ([Device.cpu(), Device.numpy()] if cube.cpu_available()[0] else [Device.numpy()])
 
 
+def wgpu_devices() -> tuple[list[Device], list[Device]]:
+    """(hardware, software) wgpu devices, one per adapter of `ember.cube.runtime.wgpu.adapters()`; both
+    empty without wgpu-py or an adapter."""
+    from .cube.runtime.wgpu import listed_adapters, wgpu_available
+    if importlib.util.find_spec("wgpu") is None or not wgpu_available()[0]:
+        return [], []
+    found = listed_adapters()
+    return ([Device.wgpu(a.index) for a in found if a.kind != "CPU"],
+            [Device.wgpu(a.index) for a in found if a.kind == "CPU"])
+
+
 def _unify(prim_name: str, inputs: tuple) -> tuple[Device, tuple]:
     """The one device `inputs` can meet on, and the inputs on it.
 

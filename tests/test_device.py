@@ -97,7 +97,7 @@ def test_without_a_c_compiler_cpu_is_unavailable_and_numpy_is_the_default(monkey
     monkeypatch.chdir("/")
     reload()
     try:
-        assert Device.enumerate() == [Device.numpy()]
+        assert Device.cpu() not in Device.enumerate() and Device.enumerate()[-1] is Device.numpy()
         assert Device.default() is Device.numpy()
         with pytest.raises(ember.DeviceUnavailableError, match=r"(?s)gcc, clang.*no C compiler.*Device\.numpy\(\) works"):
             build_backend(Device.cpu())
@@ -179,3 +179,18 @@ def test_bad_device_strings(bad):
 def test_bad_device_index(index):
     with pytest.raises(ember.DeviceError, match="index"):
         Device.cuda(index)
+
+
+def test_enumerate_lists_each_wgpu_adapter_by_kind():
+    from ember.cube.runtime.wgpu import listed_adapters, wgpu_available
+    if not wgpu_available()[0]:
+        pytest.skip(f"no wgpu adapter: {wgpu_available()[1]}")
+    found = Device.enumerate()
+    adapters = listed_adapters()
+    assert [d for d in found if d.kind == "wgpu"] == sorted(
+        (Device.wgpu(a.index) for a in adapters), key=lambda d: [a.kind for a in adapters][d.index] == "CPU")
+    assert found[-1] is Device.numpy() and Device.default() in (Device.cpu(), Device.numpy())
+    for d in found:  # hardware adapters before cpu, software adapters after it
+        if d.kind == "wgpu" and Device.cpu() in found:
+            cpu_first = found.index(Device.cpu()) < found.index(d)
+            assert cpu_first == (adapters[d.index].kind == "CPU")

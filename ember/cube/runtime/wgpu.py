@@ -100,6 +100,22 @@ def adapters() -> list[AdapterInfo]:
     return [AdapterInfo(i, name, kind, backend, a) for i, (_, _, name, kind, backend, a) in enumerate(found)]
 
 
+_listed: list[AdapterInfo] | None = None
+
+
+def listed_adapters() -> list[AdapterInfo]:
+    """`adapters()` listed once per process (listing takes seconds on lavapipe).
+
+    Example:
+        >>> [(a.index, a.kind, a.backend) for a in listed_adapters()]
+        [(0, 'CPU', 'Vulkan'), (1, 'CPU', 'OpenGL')]
+    """
+    global _listed
+    if _listed is None:
+        _listed = adapters()
+    return _listed
+
+
 def choose_adapter(which: int | str | None = None) -> AdapterInfo:
     """The adapter at index `which`, the first whose name contains `which`, or the best (None)."""
     listed = adapters()
