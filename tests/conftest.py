@@ -32,9 +32,10 @@ if os.environ.get("EMBER_TEST_WGPU", "1") != "0" and wgpu_available()[0]:
     # Cube(wgpu) on the best adapter (lavapipe in CI). A test reaching a dtype its kernels cannot hold
     # is skipped with the backend's reason (see pytest_pyfunc_call): counted as skipped, never passed.
     DEVICES.append(("wgpu", ember.Device.wgpu))
+    DEVICES.append(("wgpu-unfused", ember.Device.wgpu))
 # Entries that run with `ember.debug.set_fusion(device, False)` for the test, so the suite checks
-# the fused and the unfused Cube(cpu) alike.
-UNFUSED = {"cpu-unfused"}
+# the fused and the unfused Cube backends alike.
+UNFUSED = {"cpu-unfused", "wgpu-unfused"}
 
 
 def _gpu_here() -> bool:
