@@ -117,8 +117,9 @@ def listed_adapters() -> list[AdapterInfo]:
 
 
 def choose_adapter(which: int | str | None = None) -> AdapterInfo:
-    """The adapter at index `which`, the first whose name contains `which`, or the best (None)."""
-    listed = adapters()
+    """The adapter at index `which`, the first whose name contains `which`, or the best (None), of the
+    adapters listed once per process (`listed_adapters`): the same indices as `Device.wgpu(i)`."""
+    listed = listed_adapters()
     if not listed:
         raise DeviceUnavailableError("wgpu sees no adapter (no GPU driver, and no software Vulkan such as "
                                      "Mesa's lavapipe: apt-get install mesa-vulkan-drivers)")
