@@ -10,8 +10,9 @@ layout of batch strides (0 where an operand is broadcast). The k loop has unifor
 C target puts the unit loop innermost (B's row is read across units: a vector load when B's n-stride
 is 1, a comptime fast path), `depth` k-steps unrolled per trip (FMA on vectors of units).
 
-`tuned_matmul` is what backends call: an `Autotuner` (per-device cache) over NumPy's BLAS and the
-kernel's tile variants (`TILES`) for f32/f64; other dtypes always run the kernel.
+`tuned_matmul` is what backends call: an `Autotuner` (per-device cache) over NumPy's BLAS (driven on
+the kernels' OpenMP threads, runtime/blas.py) and the kernel's tile variants (`TILES`) for f32/f64;
+other dtypes always run the kernel.
 
 Example:
     >>> matmul(np.ones((2, 3), np.float32), np.ones((3, 4), np.float32))
@@ -165,25 +166,40 @@ def matmul_tuner():
     global _tuner
     if _tuner is None:
         from ..runtime.autotune import Autotuner, device_cache
-        candidates = {"blas": np.matmul, **{name: partial(matmul, tile=tile) for name, tile in TILES.items()}}
+        candidates = {"blas": _blas_matmul(), **{name: partial(matmul, tile=tile) for name, tile in TILES.items()}}
         tiers = {name: "extensive" for name in TILES if TILES[name] != DEFAULT_TILE}
         _tuner = Autotuner("matmul", candidates, key=matmul_key, cache=device_cache("cpu"), tiers=tiers,
                            worth=lambda a, b: _flops(a, b) >= TUNE_MIN_FLOPS)
     return _tuner
 
 
+def _blas_matmul():
+    """NumPy's OpenBLAS on the kernels' thread pool (runtime/blas.py), else plain `np.matmul`."""
+    from ..runtime.blas import host_blas
+    blas = host_blas()
+    return np.matmul if blas is None else blas.matmul
+
+
+def _blas_name() -> str:
+    from ..runtime.blas import host_blas
+    blas = host_blas()
+    return "numpy" if blas is None else blas.name
+
+
 def matmul_key(a: np.ndarray, b: np.ndarray) -> tuple:
-    """The shape class of `a @ b`: batch, m, n, k anchored to powers of two, the dtype, and how each
-    operand is laid out (rows contiguous, columns contiguous, or strided).
+    """The shape class of `a @ b`: batch, m, n, k anchored to powers of two, the dtype, how each
+    operand is laid out (rows contiguous, columns contiguous, or strided), and how BLAS runs (a
+    decision timed against OpenBLAS's own threads does not hold for the OpenMP-driven one).
 
     Example:
         >>> matmul_key(np.ones((1000, 64), np.float32), np.ones((64, 3), np.float32).T.T)
-        (1, 1024, 4, 64, 'float32', 'rows', 'rows')
+        (1, 1024, 4, 64, 'float32', 'rows', 'rows', 'libscipy_openblas64_+openmp')
     """
     m = a.shape[-2] if a.ndim > 1 else 1
     n = b.shape[-1] if b.ndim > 1 else 1
     batch = math.prod(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
-    return (anchor(batch), anchor(m), anchor(n), anchor(a.shape[-1]), str(a.dtype), _layout(a), _layout(b))
+    return (anchor(batch), anchor(m), anchor(n), anchor(a.shape[-1]), str(a.dtype), _layout(a), _layout(b),
+            _blas_name())
 
 
 def _layout(x: np.ndarray) -> str:

@@ -1,0 +1,258 @@
+"""The CPU's GEMM: NumPy's own OpenBLAS, driven from the kernels' OpenMP thread pool.
+
+Why: OpenBLAS (as NumPy ships it) has its own pthread pool whose workers spin for about 0.1 s after
+every GEMM, waiting for more. The cube kernels run on libgomp's pool right after, so on a machine with
+few cores the two pools take turns on the same cores: a parallel kernel waits for a thread that the
+scheduler parked behind a spinning BLAS worker. An MLP training step on two cores took 91 ms that
+way against 25 ms with either pool at one thread (measured with bench/training.py's mlp step).
+
+So ember never lets OpenBLAS start its own threads for its GEMMs: `HostBlas.matmul` sets OpenBLAS to
+one thread for the length of the call (restoring the user's setting after; the setter costs about
+2 us and wakes nobody) and splits the GEMM itself, in a small C shim built like a kernel, over the
+OpenMP threads: by batch when there are enough matrices, else by rows (or columns when the
+output is wide), each piece one single-threaded BLAS call. One pool serves kernels and GEMMs alike.
+
+Which BLAS: the OpenBLAS library that NumPy loaded (found in this process's memory map), by the
+symbol names of the SciPy build (`scipy_cblas_sgemm64_`, 64-bit ints), of a plain ILP64 build
+(`cblas_sgemm64_`) or of an LP64 build (`cblas_sgemm`). With any other BLAS (MKL, Accelerate) or on a
+system without /proc, `host_blas()` is None and matmul keeps calling `np.matmul`.
+
+Example:
+    >>> blas = host_blas()
+    >>> blas.matmul(np.ones((2, 3), np.float32), np.ones((3, 4), np.float32))[0, 0] if blas else 3.0
+    3.0
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+from pathlib import Path
+
+import numpy as np
+
+ENTRY = "ember_gemm"
+SERIAL_FLOPS = 1 << 21  # below this a GEMM runs on the calling thread (a parallel region costs more)
+MIN_PIECE = 16  # rows or columns per piece: narrower pieces waste BLAS's packing
+
+# Symbol sets tried in order: (gemm prefix, gemm suffix, get threads, set threads, 64-bit ints).
+_FLAVOURS = (("scipy_cblas_", "gemm64_", "scipy_openblas_get_num_threads64_", "scipy_openblas_set_num_threads64_", 1),
+             ("cblas_", "gemm64_", "openblas_get_num_threads64_", "openblas_set_num_threads64_", 1),
+             ("cblas_", "gemm", "openblas_get_num_threads", "openblas_set_num_threads", 0))
+
+# One entry point for both dtypes and both int widths; p = [batch, m, n, k, a_batch_stride, lda, trans_a,
+# b_batch_stride, ldb, trans_b, c_batch_stride, ldc, f64, ilp64] (strides and leading dims in elements).
+SHIM = r"""
+#include <stdint.h>
+#include <omp.h>
+typedef void (*s64_t)(int, int, int, int64_t, int64_t, int64_t, float, const float *, int64_t,
+                      const float *, int64_t, float, float *, int64_t);
+typedef void (*d64_t)(int, int, int, int64_t, int64_t, int64_t, double, const double *, int64_t,
+                      const double *, int64_t, double, double *, int64_t);
+typedef void (*s32_t)(int, int, int, int, int, int, float, const float *, int,
+                      const float *, int, float, float *, int);
+typedef void (*d32_t)(int, int, int, int, int, int, double, const double *, int,
+                      const double *, int, double, double *, int);
+typedef int64_t (*get64_t)(void);
+typedef void (*set64_t)(int64_t);
+typedef int (*get32_t)(void);
+typedef void (*set32_t)(int);
+
+enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112 };
+
+/* One piece: rows [r0, r1) and columns [c0, c1) of matrix `i` of the batch. */
+static void piece(void *fn, const int64_t *p, const char *a, const char *b, char *c, int64_t i,
+                  int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+  const int64_t k = p[3], lda = p[5], ldb = p[8], ldc = p[11];
+  const int ta = (int)p[6], tb = (int)p[9], f64 = (int)p[12], ilp64 = (int)p[13];
+  const int64_t size = f64 ? 8 : 4;
+  const char *ai = a + (i * p[4] + (ta == NO_TRANS ? r0 * lda : r0)) * size;
+  const char *bi = b + (i * p[7] + (tb == NO_TRANS ? c0 : c0 * ldb)) * size;
+  char *ci = c + (i * p[10] + r0 * ldc + c0) * size;
+  const int64_t m = r1 - r0, n = c1 - c0;
+  if (f64 && ilp64)
+    ((d64_t)fn)(ROW_MAJOR, ta, tb, m, n, k, 1.0, (const double *)ai, lda, (const double *)bi, ldb, 0.0, (double *)ci, ldc);
+  else if (f64)
+    ((d32_t)fn)(ROW_MAJOR, ta, tb, (int)m, (int)n, (int)k, 1.0, (const double *)ai, (int)lda, (const double *)bi,
+                (int)ldb, 0.0, (double *)ci, (int)ldc);
+  else if (ilp64)
+    ((s64_t)fn)(ROW_MAJOR, ta, tb, m, n, k, 1.0f, (const float *)ai, lda, (const float *)bi, ldb, 0.0f, (float *)ci, ldc);
+  else
+    ((s32_t)fn)(ROW_MAJOR, ta, tb, (int)m, (int)n, (int)k, 1.0f, (const float *)ai, (int)lda, (const float *)bi,
+                (int)ldb, 0.0f, (float *)ci, (int)ldc);
+}
+
+void ember_gemm(void *fn, void *get, void *set, const int64_t *p, const void *a, const void *b, void *c,
+                int64_t serial_flops, int64_t min_piece) {
+  const int64_t batch = p[0], m = p[1], n = p[2], k = p[3];
+  const int ilp64 = (int)p[13];
+  const int64_t old = ilp64 ? ((get64_t)get)() : ((get32_t)get)();
+  if (old != 1) { if (ilp64) ((set64_t)set)(1); else ((set32_t)set)(1); }
+  const int threads = omp_get_max_threads();
+  const double flops = 2.0 * batch * m * n * k;
+  if (threads == 1 || flops < (double)serial_flops) {
+    for (int64_t i = 0; i < batch; ++i) piece(fn, p, a, b, c, i, 0, m, 0, n);
+  } else {
+    /* Enough matrices: one per task. Else split each over rows (or columns when wider), two pieces
+       per thread so that a thread slowed by another process does not hold the others back. */
+    const int by_rows = m >= n;
+    const int64_t extent = by_rows ? m : n;
+    int64_t split = batch >= 2 * threads ? 1 : (2 * threads + batch - 1) / batch;
+    if (split > extent / min_piece) split = extent / min_piece > 1 ? extent / min_piece : 1;
+    const int64_t tasks = batch * split;
+    #pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t t = 0; t < tasks; ++t) {
+      const int64_t i = t / split, s = t % split;
+      const int64_t lo = extent * s / split, hi = extent * (s + 1) / split;
+      if (by_rows) piece(fn, p, a, b, c, i, lo, hi, 0, n);
+      else piece(fn, p, a, b, c, i, 0, m, lo, hi);
+    }
+  }
+  if (old != 1) { if (ilp64) ((set64_t)set)(old); else ((set32_t)set)((int)old); }
+}
+"""
+
+
+class HostBlas:
+    """Single-threaded OpenBLAS GEMMs split over OpenMP threads (see the module docs).
+
+    Example:
+        >>> host_blas().matmul(a, b)   # a @ b for f32/f64 a, b with NumPy's matmul rules
+    """
+
+    def __init__(self, library: str, symbols: tuple, shim) -> None:
+        prefix, suffix, get, set_, ilp64 = symbols
+        lib = ctypes.CDLL(library)
+        address = lambda name: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value  # noqa: E731
+        self.library = library
+        self.name = f"{Path(library).name.split('-')[0]}+openmp"
+        self.gemm = {np.dtype(np.float32): address(f"{prefix}s{suffix}"),
+                     np.dtype(np.float64): address(f"{prefix}d{suffix}")}
+        self.get, self.set, self.ilp64 = address(get), address(set_), ilp64
+        self.shim = shim
+
+    def matmul(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """`a @ b` (NumPy's rules) for f32 or f64 operands of one dtype.
+
+        Example:
+            >>> host_blas().matmul(np.eye(2), np.arange(4.0).reshape(2, 2))
+            array([[0., 1.],
+                   [2., 3.]])
+        """
+        if (a.ndim < 2 or b.ndim < 2 or a.dtype != b.dtype or a.dtype not in self.gemm
+                or not self.ilp64 and max(a.size, b.size) >= 2**31):
+            return np.matmul(a, b)
+        batch_shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        (m, k), n = a.shape[-2:], b.shape[-1]
+        if k != b.shape[-2]:
+            raise ValueError(f"matmul: inner dims differ: {a.shape} @ {b.shape}")
+        out = np.empty(batch_shape + (m, n), a.dtype)
+        if out.size == 0:
+            return out
+        if k == 0:
+            out[...] = 0
+            return out
+        a, ta, lda, a_step = _operand(a, batch_shape)
+        b, tb, ldb, b_step = _operand(b, batch_shape)
+        batch = math.prod(batch_shape)
+        p = (ctypes.c_int64 * 14)(batch, m, n, k, a_step, lda, ta, b_step, ldb, tb, m * n, n,
+                                  int(a.dtype == np.float64), self.ilp64)
+        self.shim(self.gemm[a.dtype], self.get, self.set, p, a.ctypes.data, b.ctypes.data, out.ctypes.data,
+                  SERIAL_FLOPS, MIN_PIECE)
+        return out
+
+
+def _operand(x: np.ndarray, batch_shape: tuple) -> tuple[np.ndarray, int, int, int]:
+    """(array, CBLAS transpose flag, leading dim, batch stride) for one operand, all in elements.
+
+    BLAS needs a unit stride in one of the last two dims, a leading dim that does not overlap rows,
+    and one stride across the batch; anything else (a broadcast row, a negative or odd stride, a batch
+    broadcast that does not flatten to one stride) is copied to a contiguous array first.
+    """
+    item = x.itemsize
+    if all(s >= 0 and s % item == 0 for s in x.strides):
+        rows, cols = x.shape[-2:]
+        row_stride, col_stride = x.strides[-2] // item, x.strides[-1] // item
+        step = _batch_step(x, batch_shape)
+        if step is not None and (col_stride == 1 or cols == 1) and (rows == 1 or row_stride >= cols):
+            return x, 111, row_stride if rows > 1 else cols, step
+        if step is not None and (row_stride == 1 or rows == 1) and (cols == 1 or col_stride >= rows):
+            return x, 112, col_stride if cols > 1 else rows, step
+    return _operand(np.ascontiguousarray(np.broadcast_to(x, batch_shape + x.shape[-2:])), batch_shape)
+
+
+def _batch_step(x: np.ndarray, batch_shape: tuple) -> int | None:
+    """The one element stride that walks `x`'s matrices in the broadcast batch order, or None."""
+    dims = batch_shape
+    lead = len(dims) - (x.ndim - 2)
+    strides = [0] * lead + [s // x.itemsize if size > 1 else 0 for size, s in zip(x.shape[:-2], x.strides[:-2])]
+    pairs = [(d, s) for d, s in zip(dims, strides) if d > 1]
+    if not pairs:
+        return 0
+    step = pairs[-1][1]
+    expected = step
+    for d, s in reversed(pairs):
+        if s != expected:
+            return None
+        expected = s * d
+    return step
+
+
+_host: HostBlas | None = None
+_searched = False
+
+
+def host_blas() -> HostBlas | None:
+    """The process's `HostBlas`, or None when NumPy's BLAS is not an OpenBLAS this can drive.
+
+    Example:
+        >>> host_blas() is None or host_blas().name.startswith("lib")
+        True
+    """
+    global _host, _searched
+    if not _searched:
+        _searched = True
+        library, symbols = _find_openblas()
+        if library is not None:
+            _host = HostBlas(library, symbols, _build_shim())
+    return _host
+
+
+def _find_openblas() -> tuple[str | None, tuple | None]:
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = sorted({line.split()[-1] for line in maps if "openblas" in line.rsplit("/", 1)[-1].lower()})
+    except OSError:
+        return None, None
+    for path in paths:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for flavour in _FLAVOURS:
+            prefix, suffix, get, set_, _ = flavour
+            names = (f"{prefix}s{suffix}", f"{prefix}d{suffix}", get, set_)
+            if all(hasattr(lib, name) for name in names):
+                return path, flavour
+    return None, None
+
+
+def _build_shim():
+    from . import cpu
+    from ..compile_cache import cache_key
+    rt = cpu.cpu_runtime()
+
+    def build(path: Path) -> None:
+        src = path.with_suffix(".c")
+        src.write_text(SHIM)
+        try:
+            cpu._compile(rt.cc, src, path)
+        finally:
+            src.unlink(missing_ok=True)
+
+    key = cache_key("blas-shim", SHIM, rt.cc_version, " ".join(cpu.FLAGS))
+    fn = getattr(rt.cache.load_or_build(key, build, ENTRY), ENTRY)
+    fn.restype = None
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64),
+                   ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
+    return fn

@@ -1,0 +1,74 @@
+"""The OpenMP-driven OpenBLAS GEMM (runtime/blas.py) against float64 NumPy: layouts, broadcast batches,
+empty and degenerate shapes, pieces split over threads; and that OpenBLAS's own thread setting is
+left as it was."""
+
+import ctypes
+
+import numpy as np
+import pytest
+
+from ember.cube.runtime.blas import host_blas
+
+pytestmark = pytest.mark.skipif(host_blas() is None, reason="NumPy's BLAS here is not an OpenBLAS ember drives")
+rng = np.random.default_rng(11)
+
+
+def check(a: np.ndarray, b: np.ndarray) -> None:
+    got = host_blas().matmul(a, b)
+    want = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    assert got.shape == want.shape and got.dtype == a.dtype
+    tol = 1e-4 if a.dtype == np.float32 else 1e-10
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * max(1, a.shape[-1]))
+
+
+def normal(*shape, dtype=np.float32):
+    return rng.standard_normal(shape).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("m, k, n", [(1, 1, 1), (3, 5, 7), (200, 70, 90), (20, 30, 700), (1, 300, 1),
+                                     (300, 1, 300), (0, 3, 4), (3, 0, 4), (4, 3, 0)])
+def test_layouts(dtype, m, k, n):
+    a, b = normal(m, k, dtype=dtype), normal(k, n, dtype=dtype)
+    check(a, b)
+    check(np.asfortranarray(a), b)  # a transposed for BLAS
+    check(a, np.asfortranarray(b))
+    check(np.asfortranarray(a), np.asfortranarray(b))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_batches_and_broadcasting(dtype):
+    a, b = normal(6, 40, 30, dtype=dtype), normal(6, 30, 50, dtype=dtype)
+    check(a, b)                                       # enough matrices for one task each
+    check(a[::2], b[::2].transpose(0, 2, 1).copy().transpose(0, 2, 1))  # batch stride, transposed b
+    check(np.broadcast_to(a[0], (2, 3, 40, 30)), b[0])  # a batch of one shared matrix
+    check(a[:2, None], b[None, :3])                   # (2,1) x (1,3): does not flatten, copied
+    check(normal(1, 40, 30, dtype=dtype), normal(5, 30, 20, dtype=dtype))
+
+
+def test_views_blas_cannot_take_are_copied():
+    x = normal(50, 60)
+    check(x[::-1], normal(60, 30))                    # negative stride
+    check(x[:, ::2], normal(30, 30))                  # no unit stride
+    check(np.broadcast_to(normal(1, 60), (50, 60)), normal(60, 8))  # rows overlap (stride 0)
+    check(normal(30, 40), np.broadcast_to(normal(40, 1), (40, 9)))  # columns of stride 0
+
+
+def test_pieces_cover_every_output():
+    # Shapes just over the serial threshold, split by rows and by columns into uneven pieces.
+    for m, k, n in [(97, 200, 61), (17, 150, 901), (3, 64, 4097)]:
+        check(normal(m, k), normal(k, n))
+
+
+def test_openblas_thread_setting_is_restored():
+    get = ctypes.CFUNCTYPE(ctypes.c_int64 if host_blas().ilp64 else ctypes.c_int)(host_blas().get)
+    before = get()
+    host_blas().matmul(normal(300, 300), normal(300, 300))
+    assert get() == before
+
+
+def test_other_dtypes_go_to_numpy():
+    a = rng.integers(-5, 5, (4, 6)).astype(np.int32)
+    np.testing.assert_array_equal(host_blas().matmul(a, a.T), a @ a.T)
+    with pytest.raises(ValueError, match="inner dims"):
+        host_blas().matmul(normal(2, 3), normal(4, 2))
