@@ -8,6 +8,11 @@ that block: nothing is re-optimized, and a fused kernel compiled for one batch s
 The key of a block is its normalized graph (`Stream` builds it while recording: op names, static
 params, relative input ids, dtypes, shape classes) plus which values are still referenced.
 
+On a runtime that can capture its launches (the CPU runtime's `capture`/`bind`), a fused elementwise
+step's first run for one layout of its inputs (shapes, strides, dtypes) is captured as a marshalled
+launch (`StepReplay`); the next runs with the same layout allocate the outputs and call the kernel with
+the new data pointers, skipping the views, layout and argument checks codegen made the first time.
+
 Example:
     >>> cache = PlanCache(capacity=2)
     >>> cache.get(key) is None, cache.misses
@@ -19,9 +24,14 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
+import numpy as np
+
+from ...cube.kernels.common import empty
+from ...cube.runtime.cpu import cpu_runtime
 from .codegen import run_elementwise, run_reduction
 from .fusers import Fused, FusedReduce, Inner, select
 from .graph import Block
+from .graphs import replays_for
 
 
 class Plan:
@@ -47,6 +57,8 @@ class Plan:
         self.bytes_saved = sum(getattr(s, "bytes_saved", 0) for s in self.steps)
         self.unfused: Exception | None = None
         """Why a fused kernel of this plan failed (the fusion backend then runs its blocks op by op)."""
+        self.replays: list = [None] * len(self.steps)
+        """Per fused elementwise step, its launch captured for the last layout of its inputs."""
 
     @staticmethod
     def _source_node(block: Block, step) -> int | None:
@@ -55,8 +67,12 @@ class Plan:
             return block.nodes[step.index].inputs[0][1]
         return None
 
-    def run(self, records: list, externals: list, inner) -> dict[int, Any]:
-        """Compute the block; the values of the live nodes, by node index."""
+    def run(self, records: list, externals: list, inner, graphs: bool = True) -> dict[int, Any]:
+        """Compute the block; the values of the live nodes, by node index. On a runtime with CUDA
+        graphs, `graphs.py` decides (it runs the plan here with `graphs=False` or replays a graph)."""
+        replays = replays_for(inner) if graphs else None
+        if replays is not None:
+            return replays.run(self, records, externals, inner)
         env: dict[int, Any] = {}
         runtime = getattr(inner, "runtime", None)  # fused kernels run where the inner backend's do
 
@@ -64,14 +80,14 @@ class Plan:
             kind, i = ref
             return env[i] if kind == "r" else externals[i]
 
-        for step, refs, source, frees in zip(self.steps, self.refs, self.sources, self.frees):
+        for k, (step, refs, source, frees) in enumerate(zip(self.steps, self.refs, self.sources, self.frees)):
             kind = type(step)
             if kind is Inner:
                 rec = records[step.index]
                 env[step.index] = inner.execute(rec.prim, [value(r) for r in refs], rec.params, rec.aval)
             elif kind is Fused:
                 shape = records[step.outputs[0]].aval.shape
-                for o, array in zip(step.outputs, run_elementwise(step.program, shape, [value(r) for r in refs], runtime)):
+                for o, array in zip(step.outputs, self._elementwise(k, step, shape, [value(r) for r in refs], runtime)):
                     env[o] = array
             else:
                 out = run_reduction(step.reduction, records[source].aval.shape, [value(r) for r in refs],
@@ -80,6 +96,55 @@ class Plan:
             for i in frees:
                 del env[i]
         return env
+
+    def _elementwise(self, k: int, step: Fused, shape: tuple, arrays: list, runtime) -> list:
+        """The outputs of fused step `k`: replayed when its inputs have the layout last captured."""
+        capture = getattr(runtime or cpu_runtime(), "capture", None)
+        if capture is None:
+            return run_elementwise(step.program, shape, arrays, runtime)
+        layout = (shape, *[(a.shape, a.strides, a.dtype) for a in arrays])
+        replay = self.replays[k]
+        if replay is not None and replay.layout == layout:
+            return replay(arrays)
+        with capture() as launches:
+            outs = run_elementwise(step.program, shape, arrays, runtime)
+        self.replays[k] = StepReplay.of(layout, launches, arrays, outs, runtime or cpu_runtime())
+        return outs
+
+
+class StepReplay:
+    """A fused elementwise step's one launch, bound for replay on inputs of one layout (see the module
+    docstring): its open slots are the inputs, then the outputs (allocated afresh at each replay)."""
+
+    __slots__ = ("layout", "launch", "outputs")
+
+    def __init__(self, layout: tuple, launch, outputs: list) -> None:
+        self.layout = layout
+        self.launch = launch
+        self.outputs = outputs  # (shape, dtype) of each output
+
+    @staticmethod
+    def of(layout: tuple, launches: list, arrays: list, outs: list, runtime) -> "StepReplay | None":
+        """The replay of a step whose run made `launches` on `arrays` giving `outs`, or None when that
+        run is not one launch whose first arguments are the inputs and the outputs, in order (read
+        from their data pointers: codegen passes views of them)."""
+        if len(launches) != 1:
+            return None
+        args = launches[0].args
+        ends = [*arrays, *outs]
+        if len(args) < len(ends):
+            return None
+        for i, (arg, a) in enumerate(zip(args, ends)):
+            if not (isinstance(arg, np.ndarray) and isinstance(a, np.ndarray)) or \
+                    arg.ctypes.data != a.ctypes.data or (i >= len(arrays) and arg.size != a.size):
+                return None
+        bound = runtime.bind(launches[0], range(len(ends)))
+        return StepReplay(layout, bound, [(o.shape, o.dtype) for o in outs])
+
+    def __call__(self, arrays: list) -> list:
+        outs = [empty(shape, dtype) for shape, dtype in self.outputs]
+        self.launch.replay([*arrays, *outs])
+        return outs
 
 
 class PlanCache:
