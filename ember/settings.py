@@ -17,6 +17,8 @@ unknown section or key, or a value of the wrong type, raises `ConfigError` namin
 | `[fusion]`     | `enabled`      | `EMBER_FUSION`        | `true`                     |
 | `[fusion]`     | `max_ops`      | `EMBER_FUSION_MAX_OPS`| `256`                      |
 | `[cuda]`       | `allow_tf32`   | `EMBER_ALLOW_TF32`    | `false` (f32 matmul in f32)|
+| `[cuda]`       | `graphs`       | `EMBER_CUDA_GRAPHS`   | `true` (plan replay as graphs)|
+| `[cuda]`       | `graph_max_mb` | `EMBER_CUDA_GRAPH_MAX_MB` | `64` (larger plans: no graph)|
 | `[logging]`    | `level`        | `EMBER_LOG`           | `warning`                  |
 | `[logging]`    | `debug_kernels`| `EMBER_DEBUG_KERNELS` | `false`                    |
 
@@ -63,7 +65,11 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "enabled": Key(bool, True, "EMBER_FUSION"),
         "max_ops": Key(int, 256, "EMBER_FUSION_MAX_OPS"),
     },
-    "cuda": {"allow_tf32": Key(bool, False, "EMBER_ALLOW_TF32")},
+    "cuda": {
+        "allow_tf32": Key(bool, False, "EMBER_ALLOW_TF32"),
+        "graphs": Key(bool, True, "EMBER_CUDA_GRAPHS"),
+        "graph_max_mb": Key(int, 64, "EMBER_CUDA_GRAPH_MAX_MB"),
+    },
     "logging": {
         "level": Key(str, "warning", "EMBER_LOG", ("debug", "info", "warning", "error")),
         "debug_kernels": Key(bool, False, "EMBER_DEBUG_KERNELS"),

@@ -99,7 +99,8 @@ class Plan:
 
     def _elementwise(self, k: int, step: Fused, shape: tuple, arrays: list, runtime) -> list:
         """The outputs of fused step `k`: replayed when its inputs have the layout last captured."""
-        capture = getattr(runtime or cpu_runtime(), "capture", None)
+        target = runtime or cpu_runtime()  # a launch recorder (`bind`): CudaRuntime.capture makes CUDA graphs
+        capture = getattr(target, "capture", None) if hasattr(target, "bind") else None
         if capture is None:
             return run_elementwise(step.program, shape, arrays, runtime)
         layout = (shape, *[(a.shape, a.strides, a.dtype) for a in arrays])

@@ -277,8 +277,11 @@ class CudaRuntime(Specializing):
         self._compiled: dict = {}
         self._by_call: dict = {}
         self._constants: OrderedDict = OrderedDict()
-        self._captured: list | None = None  # arrays allocated while a graph is captured
+        self._captured: list | None = None  # arrays allocated (or layouts used) while a graph is captured
         self._lock = threading.RLock()
+        self.lock = self._lock
+        """Held while a graph is captured; launches, copies and `CudaGraph.replay` take it too, so another
+        thread's work never lands in a graph being captured (graphs.py holds it across a replay)."""
 
     # -- context, memory and copies -----------------------------------------------------------
     def activate(self) -> None:
@@ -346,6 +349,7 @@ class CudaRuntime(Specializing):
         """Copy `nbytes` from host address `host` to device address `device` (through pinned memory)."""
         self.activate()
         with self._lock:
+            self._refuse_in_capture("a copy from the host")
             staging = self._staging_buffer(nbytes)
             for start in range(0, nbytes, self._staging_size):
                 n = min(self._staging_size, nbytes - start)
@@ -358,6 +362,7 @@ class CudaRuntime(Specializing):
         """Copy `nbytes` from device address `device` to host address `host` (waits for the stream)."""
         self.activate()
         with self._lock:
+            self._refuse_in_capture("a copy to the host")
             staging = self._staging_buffer(nbytes)
             for start in range(0, nbytes, self._staging_size):
                 n = min(self._staging_size, nbytes - start)
@@ -371,8 +376,37 @@ class CudaRuntime(Specializing):
         if src.nbytes != dst.nbytes:
             raise ValueError(f"cannot copy {src.nbytes} bytes into {dst.nbytes}")
         self.activate()
-        check(self.driver, self.driver.cuMemcpyDtoDAsync(dst.ptr, src.ptr, src.nbytes, self.stream),
-              "cuMemcpyDtoDAsync")
+        with self._lock:
+            check(self.driver, self.driver.cuMemcpyDtoDAsync(dst.ptr, src.ptr, src.nbytes, self.stream),
+                  "cuMemcpyDtoDAsync")
+
+    def like(self, a: CudaArray) -> CudaArray:
+        """An uninitialized array with `a`'s shape, dtype and strides (broadcast, transposed and negative
+        strides kept): the memory span under `a`, laid out the same way, so `copy_span` is one copy.
+
+        Example:
+            >>> b = rt.like(a.T); b.strides == a.T.strides
+            True
+        """
+        lo, n = host_span(a)
+        base = self.empty(max(n, a.itemsize) // a.itemsize, a.dtype)
+        return base.strided(a.shape, a.strides, -lo)
+
+    def copy_span(self, src: CudaArray, dst: CudaArray) -> None:
+        """Queue a copy of the memory span under `src` into `dst`, an array of `src`'s layout (`like(src)`).
+
+        Example:
+            >>> b = rt.like(a); rt.copy_span(a, b)
+        """
+        if (src.shape, src.strides, src.dtype) != (dst.shape, dst.strides, dst.dtype):
+            raise ValueError(f"copy_span needs equal layouts: {src.shape} {src.strides} {src.dtype} into "
+                             f"{dst.shape} {dst.strides} {dst.dtype}")
+        lo, n = host_span(src)
+        if n:
+            self.activate()
+            with self._lock:
+                check(self.driver, self.driver.cuMemcpyDtoDAsync(dst.ptr + lo, src.ptr + lo, n, self.stream),
+                      "cuMemcpyDtoDAsync")
 
     def memory_stats(self) -> MemoryStats:
         """The pool's reserved and in-use bytes and their peaks."""
@@ -386,7 +420,9 @@ class CudaRuntime(Specializing):
         """Queue zeros over the bytes of `a` (a C-contiguous array this runtime made)."""
         self.activate()
         if a.nbytes:
-            check(self.driver, self.driver.cuMemsetD8Async(a.ptr, 0, a.nbytes, self.stream), "cuMemsetD8Async")
+            with self._lock:
+                check(self.driver, self.driver.cuMemsetD8Async(a.ptr, 0, a.nbytes, self.stream),
+                      "cuMemsetD8Async")
 
     def synchronize(self) -> None:
         """Wait for everything queued on this device's stream (kernel errors surface here)."""
@@ -414,43 +450,51 @@ class CudaRuntime(Specializing):
             d.cuEventDestroy(end)
 
     # -- graphs ---------------------------------------------------------------------------------
-    def capture(self, fn) -> "CudaGraph":
+    def capture(self, fn, warmup: bool = True) -> "CudaGraph":
         """A CUDA graph of what `fn()` queues on this runtime (launches, device copies), to `replay()`
         with one call and almost no host time.
 
-        `fn` runs once first (compiling its kernels and keeping its layouts on the device), then again
-        under stream capture. Replays read the arrays `fn` reads as they are at replay time (write new
-        inputs into them, as with PyTorch's CUDA graphs) and write the arrays it allocated during the
-        capture, which the graph keeps alive (`graph.result` is what that second call returned). A host
-        copy or wait inside `fn` (a NumPy argument the kernel writes, a large NumPy input, `.numpy()`)
-        cannot be captured: CudaError says so.
+        With `warmup`, `fn` runs once first (compiling its kernels and keeping its layouts on the
+        device); then it runs under stream capture, holding `lock`. Replays read the arrays `fn` reads as
+        they are at replay time (write new inputs into them, as with PyTorch's CUDA graphs) and write the
+        arrays it allocated during the capture, which the graph keeps alive with the layouts it reads
+        (`graph.result` is what the captured call returned; `graph.nbytes` what it pins). A host copy or
+        wait inside `fn` (a NumPy argument the kernel writes, a new NumPy input, `.numpy()`) cannot be
+        captured: CudaError says so, and the stream leaves capture mode.
 
         Example:
             >>> graph = rt.capture(lambda: elementwise.binary("add", x, y))
             >>> graph.replay(); graph.result.numpy()
         """
-        fn()
-        self.synchronize()
+        if warmup:
+            fn()
+            self.synchronize()
         d = self.driver
         self.activate()
-        self._captured = []
-        check(d, d.cuStreamBeginCapture(self.stream, d.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED),
-              "cuStreamBeginCapture")
-        try:
-            result = fn()
-        except BaseException:
-            d.cuStreamEndCapture(self.stream)  # leave the stream usable
-            raise
-        finally:
-            arrays, self._captured = self._captured, None
-        _, graph = check(d, d.cuStreamEndCapture(self.stream), "cuStreamEndCapture",
-                         "(the captured function waited on the host or copied from it: pass device arrays)")
+        with self._lock:
+            self._captured = []
+            check(d, d.cuStreamBeginCapture(self.stream, d.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED),
+                  "cuStreamBeginCapture")
+            try:
+                result = fn()
+            except BaseException:
+                d.cuStreamEndCapture(self.stream)  # leave the stream usable
+                raise
+            finally:
+                arrays, self._captured = self._captured, None
+            _, graph = check(d, d.cuStreamEndCapture(self.stream), "cuStreamEndCapture",
+                             "(the captured function waited on the host or copied from it: pass device arrays)")
         try:
             _, executable = check(d, d.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
         except CudaError:
             d.cuGraphDestroy(graph)
             raise
         return CudaGraph(self, graph, executable, arrays, result)
+
+    def _refuse_in_capture(self, what: str) -> None:
+        if self._captured is not None:  # the copy would be recorded, not done: the data would never arrive
+            raise CudaError(f"{what} cannot be captured in a CUDA graph (a new NumPy argument, or a read of "
+                            f"a device value, inside the captured function)")
 
     # -- compiling ------------------------------------------------------------------------------
     def compile(self, kernel: ir.Kernel, dim: CubeDim) -> CompiledCudaKernel:
@@ -514,10 +558,11 @@ class CudaRuntime(Specializing):
                 values.append(self._argument(compiled, i, a, staged))
             params, boxes = pack_arguments(compiled.params, values)
             self.activate()
-            check(self.driver, self.driver.cuLaunchKernel(
-                compiled.function, count.x, count.y, count.z, dim.x, dim.y, dim.z, compiled.shared,
-                self.stream, ctypes.addressof(params), 0),
-                "cuLaunchKernel", launch_context(compiled.name, count, dim, compiled.shared))
+            with self._lock:
+                check(self.driver, self.driver.cuLaunchKernel(
+                    compiled.function, count.x, count.y, count.z, dim.x, dim.y, dim.z, compiled.shared,
+                    self.stream, ctypes.addressof(params), 0),
+                    "cuLaunchKernel", launch_context(compiled.name, count, dim, compiled.shared))
             for a, dev, i in staged:
                 if compiled.written[i]:
                     lo, n = host_span(a)
@@ -563,10 +608,12 @@ class CudaRuntime(Specializing):
             found = self._constants.get(key)
             if found is not None:
                 self._constants.move_to_end(key)
-                return found
-            found = self._constants[key] = self.to_device(a)
-            if len(self._constants) > CONSTANTS:
-                self._constants.popitem(last=False)  # freed once the stream is past its last use
+            else:
+                found = self._constants[key] = self.to_device(a)
+                if len(self._constants) > CONSTANTS:
+                    self._constants.popitem(last=False)  # freed once the stream is past its last use
+            if self._captured is not None:  # a graph reads it on every replay: keep it past an eviction
+                self._captured.append(found)
             return found
 
 
@@ -576,7 +623,9 @@ class CudaGraph:
     def __init__(self, runtime: CudaRuntime, graph, executable, arrays: list, result) -> None:
         self.runtime = runtime
         self.result = result
-        self._arrays = arrays  # what the replays write: kept until the graph goes
+        self._arrays = arrays  # what the replays write and the layouts they read: kept until the graph goes
+        self.nbytes = sum(a.nbytes for a in {id(a): a for a in arrays}.values())
+        """Bytes of device memory the graph pins (the arrays allocated while it was captured)."""
         self._executable = executable
         self._finalizer = weakref.finalize(self, _destroy_graph, runtime.driver, graph, executable)
 
@@ -586,7 +635,8 @@ class CudaGraph:
         rt.activate()
         if not self._finalizer.alive:
             raise CudaError("this CUDA graph was closed")
-        check(rt.driver, rt.driver.cuGraphLaunch(self._executable, rt.stream), "cuGraphLaunch")
+        with rt.lock:
+            check(rt.driver, rt.driver.cuGraphLaunch(self._executable, rt.stream), "cuGraphLaunch")
 
     def close(self) -> None:
         """Destroy the graph now (after the stream is past its last replay) and let its arrays go."""
