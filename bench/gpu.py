@@ -10,6 +10,12 @@ Cases (default: all):
 - `softmax`, `layer_norm`: (8192, 8192) f32 over the last dim, ember's library against torch eager;
 - `tiny_ops`: host time per op of 100 tiny adds: eager launches, the chain replayed as a CUDA graph
   (`CudaRuntime.capture`), torch eager;
+- `plan_replay`: host time per op of a 100-op elementwise chain on a 4x4 tensor through Device.cuda(0)
+  (recorded, then its cached fusion plan run at the sync) with the plan's CUDA graph on and off, and
+  torch eager;
+- `encoder`, `gpt`: training steps of bench/gpt.py (transformer_encoder fwd+bwd; a GPT-2-small step with
+  AdamW, tf32) in ember, torch eager and torch.compile, each in its own process -> ms/step and peak
+  memory (ember's pool peaks; torch's max_memory_allocated / reserved);
 - peak memory where measurable: ember's pool peak against torch.cuda.max_memory_allocated for the
   same op.
 
@@ -279,7 +285,108 @@ def case_tiny_ops(b: Bench) -> None:
     graph.close()
 
 
-CASES = {"matmul": case_matmul, "tiny_ops": case_tiny_ops, "gelu": case_gelu, "softmax": case_softmax, "layer_norm": case_layer_norm}
+def case_plan_replay(b: Bench) -> None:
+    """Host time per op of bench/fusion.py's 100-op elementwise chain on a 4x4 f32 tensor through
+    `Device.cuda(0)` (Fusion(Cube(cuda))): recording the ops, and the sync that runs the cached plan,
+    with CUDA graphs on (the plan's graph replayed) and off (the plan's kernels launched), against torch
+    eager doing the same 100 ops. Host time: perf_counter around the Python calls, the device idle at
+    the start of each (synchronized before)."""
+    import ember
+    import ember.debug
+    from ember.backend.fusion.graphs import replays_for
+    from .fusion import OPS, chain
+    torch = b.torch
+    device = ember.Device.cuda(0)
+    fusion = ember.debug.fusion_backend(device)
+    if fusion is None:
+        raise RuntimeError("Device.cuda(0) has no fusion layer (EMBER_FUSION=0)")
+    replays = replays_for(fusion.inner)
+    host = np.random.default_rng(6).standard_normal((4, 4)).astype(np.float32)
+    want = chain(host.astype(np.float64))
+    x = ember.tensor(host, device=device)
+    case = f"replayed {OPS}-op plan, 4x4 f32, host time"
+    modes = [("graphs on", True), ("graphs off", False)] if replays is not None else [("no graphs", False)]
+    for label, enabled in modes:
+        if replays is not None:
+            replays.enabled = enabled
+        before = dict(replays.counts) if replays is not None else {}
+        record, flush, total = [], [], []
+        for i in range(30 + b.repeats * 30):
+            b.rt.synchronize()
+            t0 = time.perf_counter()
+            y = chain(x)
+            t1 = time.perf_counter()
+            fusion.flush()
+            t2 = time.perf_counter()
+            if i == 0:
+                err = float(np.abs(y.numpy() - want).max() / np.abs(want).max())
+            if i >= 30:  # after warm-up: the plan cached, its graph captured
+                record.append((t1 - t0) / OPS * 1e6)
+                flush.append((t2 - t1) / OPS * 1e6)
+                total.append((t2 - t0) / OPS * 1e6)
+            del y
+        graphs = {k: replays.counts[k] - before[k] for k in before} if replays is not None else {}
+        for impl, values in ((f"ember record + sync ({label})", total), (f"ember sync alone ({label})", flush),
+                             (f"ember record alone ({label})", record)):
+            us = statistics.median(values)
+            b.rows.append(dict(case=case, impl=impl, ms=round(us * OPS / 1e3, 4), rate=round(us, 2), unit="us/op",
+                               rel_error=f"{err:.1e}", **({"graphs": graphs} if "sync" in impl else {})))
+            print(f"{case:34s} {impl:40s} {us:9.2f} us/op (host) {graphs}", flush=True)
+    if replays is not None:
+        replays.enabled = True
+    tx = torch.from_numpy(host).cuda()
+    times = []
+    for i in range(30 + b.repeats * 30):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        chain(tx)
+        times.append((time.perf_counter() - t0) / OPS * 1e6)
+    us = statistics.median(times[30:])
+    b.rows.append(dict(case=case, impl="torch eager", ms=round(us * OPS / 1e3, 4), rate=round(us, 2), unit="us/op"))
+    print(f"{case:34s} {'torch eager':40s} {us:9.2f} us/op (host)", flush=True)
+
+
+def _training(b: Bench, workload: str, args: list[str], timeout_s: float) -> None:
+    """Rows of `python -m bench.gpt workload impl args` for ember, torch and torch.compile, each in its
+    own process (its own peak memory), each stopped after `timeout_s` (a row then says so)."""
+    import os
+    import subprocess
+    case = {"gpt": "GPT step (12 layers, d 768, 12 heads, seq 1024, batch 8, vocab 50257, AdamW, tf32)",
+            "encoder": "transformer_encoder fwd+bwd (d 256, 4 heads, d_ff 1024, seq 128, batch 8, 2 layers, tf32)"}
+    name = case[workload] if not args else f"{workload} {' '.join(args)} (tf32)"
+    for impl in ("torch", "ember", "torch.compile"):
+        command = [sys.executable, "-m", "bench.gpt", workload, impl, *args]
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, env=os.environ.copy())
+        except subprocess.TimeoutExpired as e:
+            b.rows.append(dict(case=name, impl=impl, ms=None, rate=None, unit="ms/step",
+                               note=f"stopped after {timeout_s:.0f} s"))
+            print(f"{name}: {impl} stopped after {timeout_s:.0f} s; stderr tail: {(e.stderr or '')[-600:]}",
+                  flush=True)
+            continue
+        line = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+        if done.returncode != 0 or not line.startswith("{"):
+            b.rows.append(dict(case=name, impl=impl, ms=None, rate=None, unit="ms/step", note="failed"))
+            print(f"{name}: {impl} failed (rc {done.returncode}): {done.stderr[-1500:]}", flush=True)
+            continue
+        row = json.loads(line)
+        extra = {k: v for k, v in row.items() if k not in ("workload", "impl", "step_ms")}
+        b.rows.append(dict(case=name, impl=impl, ms=row["step_ms"], rate=round(1e3 / row["step_ms"], 3),
+                           unit="steps/s", **extra))
+        print(f"{name}: {impl} {row['step_ms']} ms/step {extra}", flush=True)
+
+
+def case_encoder(b: Bench) -> None:
+    _training(b, "encoder", [], timeout_s=240)
+
+
+def case_gpt(b: Bench) -> None:
+    import os
+    _training(b, "gpt", [], timeout_s=float(os.environ.get("BENCH_GPT_TIMEOUT_S", 300)))
+
+
+CASES = {"matmul": case_matmul, "tiny_ops": case_tiny_ops, "plan_replay": case_plan_replay, "gelu": case_gelu,
+         "softmax": case_softmax, "layer_norm": case_layer_norm, "encoder": case_encoder, "gpt": case_gpt}
 
 
 def main(argv: list[str] | None = None) -> int:

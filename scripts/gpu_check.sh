@@ -3,19 +3,25 @@
 #
 #   scripts/gpu_check.sh                     # from anywhere; runs ember from this checkout (PYTHONPATH)
 #   OUT=/some/dir scripts/gpu_check.sh       # results there (default ./gpu-results)
-#   STEPS="tests bench" scripts/gpu_check.sh # a subset of: env tests library conformance bench
+#   STEPS="tests bench" scripts/gpu_check.sh # a subset of: env tests library conformance fusion bench
+#   BENCH_CASES="gpt plan_replay" ...          # bench.gpu cases (default: all)
+#   CUDA_TESTS="tests/cube/test_cuda_graphs.py" ... # the tests step's files (default: tests/cube/test_cuda_*.py)
 #
 # Needs python with numpy, ml_dtypes, pytest, hypothesis, cuda-bindings and nvidia-cuda-nvrtc, and
 # torch (CUDA) for the conformance oracle and the benchmarks; cupy adds cuBLAS as a matmul candidate;
 # pytest-xdist spreads the conformance suite over JOBS workers (default 8). No network. Steps:
 #   env          GPU, driver, Python and package versions (environment.txt);
-#   tests        the CUDA tests (tests/cube/test_cuda_*.py): rendering, NVRTC, runtime, tensor cores;
+#   tests        the CUDA tests (tests/cube/test_cuda_*.py): rendering, NVRTC, runtime, tensor cores,
+#                fusion plans replayed as CUDA graphs;
 #   library      the kernel-library tests of tests/cube with every kernel launched on the GPU (NumPy in
 #                and out, compared by the tests themselves): `host_runtime(cuda_runtime())`;
 #   conformance  the conformance suite (tests/conformance) on Device.cuda(0), fused (Fusion(Cube(cuda)))
-#                and unfused (EMBER_FUSION=0), then the fusion tests (tests/fusion) on it;
-#   bench        python -m bench.gpu: matmul bf16 8192^3, custom GELU vs copy, softmax, layer_norm
-#                against torch on the same card (gpu-bench.json, and a table at the end of bench.log).
+#                and unfused (EMBER_FUSION=0);
+#   fusion       the fusion tests (tests/fusion) on Device.cuda(0);
+#   bench        python -m bench.gpu: matmul bf16 8192^3, custom GELU vs copy, softmax, layer_norm, host
+#                time of tiny ops and of a replayed 100-op plan, transformer_encoder and GPT training steps
+#                against torch eager and torch.compile on the same card (gpu-bench.json, and a table at the
+#                end of bench.log).
 # Each step writes <step>.log (and junit-<step>.xml for tests); summary.txt says what passed. The exit
 # status is non-zero when a step failed.
 set -uo pipefail
@@ -25,7 +31,8 @@ RESULTS="${OUT:-./gpu-results}"
 mkdir -p "$RESULTS"
 RESULTS="$(cd "$RESULTS" && pwd)"
 PY="${PYTHON:-python3}"
-STEPS="${STEPS:-env tests library conformance bench}"
+STEPS="${STEPS:-env tests library conformance fusion bench}"
+BENCH_CASES="${BENCH_CASES:-}"
 JOBS="${JOBS:-8}"
 # A fresh kernel and autotune cache: every kernel is compiled, and every choice timed, by this run.
 SCRATCH="$(mktemp -d "${TMPDIR:-/tmp}/ember-gpu-check.XXXXXX")"
@@ -57,7 +64,7 @@ fi
 
 if has tests; then
   echo "== CUDA tests"
-  "$PY" -m pytest -q -p no:cacheprovider tests/cube/test_cuda_*.py --junitxml="$RESULTS/junit-tests.xml" \
+  "$PY" -m pytest -q -p no:cacheprovider ${CUDA_TESTS:-tests/cube/test_cuda_*.py} --junitxml="$RESULTS/junit-tests.xml" \
     > "$RESULTS/tests.log" 2>&1 || failed+=("tests")
   tail -n 3 "$RESULTS/tests.log"
 fi
@@ -90,6 +97,9 @@ if has conformance; then
       || failed+=("conformance-$mode")
     tail -n 3 "$RESULTS/conformance-$mode.log"
   done
+fi
+
+if has fusion; then
   echo "== fusion tests on Device.cuda(0)"
   "$PY" -m pytest -q -p no:cacheprovider tests/fusion -k cuda --junitxml="$RESULTS/junit-fusion.xml" \
     > "$RESULTS/fusion.log" 2>&1 || failed+=("fusion")
@@ -98,7 +108,7 @@ fi
 
 if has bench; then
   echo "== benchmarks (bench.gpu)"
-  "$PY" -m bench.gpu --json "$RESULTS/gpu-bench.json" > "$RESULTS/bench.log" 2>&1 || failed+=("bench")
+  "$PY" -m bench.gpu $BENCH_CASES --json "$RESULTS/gpu-bench.json" > "$RESULTS/bench.log" 2>&1 || failed+=("bench")
   sed -n '/^| case/,$p' "$RESULTS/bench.log"
 fi
 
