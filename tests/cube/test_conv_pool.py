@@ -77,6 +77,24 @@ def test_max_pool_and_indices(k, s, p, d, ceil_mode):
                                   taps.max(-1))
 
 
+@pytest.mark.parametrize("width, k", [(70, (2, 2)), (9, (3, 2)), (5, (1, 1))])
+def test_max_pool_nan_and_ties_in_wide_and_narrow_rows(width, k):
+    # Windows inside the input (no padding) of rows wider than a cube (70 // 2 = 35 outputs: the last
+    # chunk overlaps the one before) and narrower; ties take the first position, the last NaN wins.
+    x = rng.integers(-3, 3, (2, 3, 6, width)).astype(np.float32)
+    x[rng.random(x.shape) < 0.05] = np.nan
+    taps = windows(x, k, k, (0, 0), (1, 1), False, -np.inf)
+    positions = windows(np.arange(x.shape[2] * width, dtype=np.float64).reshape(1, 1, x.shape[2], width)
+                        .repeat(2, 0).repeat(3, 1), k, k, (0, 0), (1, 1), False, -1)
+    nan = np.isnan(taps)
+    last_nan = taps.shape[-1] - 1 - np.argmax(nan[..., ::-1], -1)
+    first_max = np.argmax(np.where(nan, -np.inf, taps), -1)
+    which = np.where(nan.any(-1), last_nan, first_max)
+    want = np.take_along_axis(positions, which[..., None], -1)[..., 0]
+    np.testing.assert_array_equal(max_pool2d(x, k), taps.max(-1))
+    np.testing.assert_array_equal(max_pool2d_indices(x, k), want.astype(np.int64))
+
+
 @pytest.mark.parametrize("k, s, p, d, ceil_mode", POOL_CASES[:2])
 @pytest.mark.parametrize("count_include_pad", [True, False])
 def test_avg_pool(k, s, p, d, ceil_mode, count_include_pad):

@@ -140,6 +140,24 @@ def test_cast(parallel):
     parallel(check, targets)
 
 
+def test_strided_copies_run_row_by_row(parallel):
+    # Views whose merged innermost dim is long enough run a cube per row (`unary_rows_kernel`): rows read
+    # contiguously or with a stride, rows that are whole chunks or not, 1-D to 5-D, negative strides.
+    base = rng.standard_normal((6, 5, 4, 70)).astype(np.float32)
+    views = [base.transpose(1, 0, 2, 3), base[:, ::2, :, ::-1], base[0, 0, :, ::3], base[..., :64].transpose(2, 1, 0, 3),
+             base.reshape(3, 2, 5, 4, 70).transpose(1, 0, 3, 2, 4), base[1, 1, 1, 2:60:2], base[0].reshape(20, 70).T]
+
+    def check(case):
+        x, dtype = case
+        assert ew.row_layout(x, ew.ROW_MIN, ew.ROW_OUTER_RANK) is not None and not x.flags.c_contiguous
+        got = ew.cast(x, dtype)
+        assert got.shape == x.shape and got.flags.c_contiguous
+        np.testing.assert_array_equal(got, x.astype(dtype))
+        np.testing.assert_allclose(ew.unary("exp", x), np.exp(x.astype(np.float64)), rtol=3e-6)
+
+    parallel(check, [(v, t) for v in views for t in (np.float32, np.float64)])
+
+
 def test_float_only_ops_reject_ints():
     with pytest.raises(DTypeError):
         ew.unary("exp", np.arange(3))

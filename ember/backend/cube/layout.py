@@ -20,34 +20,12 @@ from typing import Sequence
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from ...cube.kernels.common import broadcast_strides, element_strides
+from ...cube.kernels.common import broadcast_strides, element_strides, merge_dims
 from ...cube.runtime.arguments import DeviceArray
 
 # Strided layouts of rank 2..4 are padded to 4 (leading size-1 dims), so they share one compiled kernel;
 # a padded dim costs a division per element, a new rank costs a compilation (~0.3 s of gcc).
 PADDED_RANK = 4
-
-
-def merge_dims(shape: Sequence[int], strides: Sequence[Sequence[int]]) -> tuple[list, list]:
-    """(shape, strides per operand) with adjacent dims merged where every operand allows it.
-
-    `strides` are element strides, one sequence per operand, 0 where an operand is broadcast.
-    Size-1 dims are dropped; the result may be empty (a single element).
-    """
-    out_shape: list[int] = []
-    out_strides: list[list[int]] = [[] for _ in strides]
-    for d, n in enumerate(shape):
-        if n == 1:
-            continue
-        if out_shape and all(s[d] * n == o[-1] for s, o in zip(strides, out_strides)):
-            out_shape[-1] *= n
-            for s, o in zip(strides, out_strides):
-                o[-1] = s[d]
-        else:
-            out_shape.append(n)
-            for s, o in zip(strides, out_strides):
-                o.append(s[d])
-    return out_shape, out_strides
 
 
 def view(a: np.ndarray, shape: Sequence[int], strides: Sequence[int]) -> np.ndarray:

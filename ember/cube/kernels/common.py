@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from contextvars import ContextVar
+from typing import Sequence
 
 import numpy as np
 
@@ -137,6 +138,52 @@ def broadcast_strides(shape: tuple, a: np.ndarray) -> list:
     for size, dim, stride in zip(shape[pad:], a.shape, element_strides(a)):
         strides.append(0 if dim == 1 and size != 1 else stride)
     return strides
+
+
+def merge_dims(shape: Sequence[int], strides: Sequence[Sequence[int]]) -> tuple[list, list]:
+    """(shape, strides per operand) with adjacent dims merged where every operand allows it.
+
+    `strides` are element strides, one sequence per operand, 0 where an operand is broadcast.
+    Size-1 dims are dropped; the result may be empty (a single element).
+    """
+    out_shape: list[int] = []
+    out_strides: list[list[int]] = [[] for _ in strides]
+    for d, n in enumerate(shape):
+        if n == 1:
+            continue
+        if out_shape and all(s[d] * n == o[-1] for s, o in zip(strides, out_strides)):
+            out_shape[-1] *= n
+            for s, o in zip(strides, out_strides):
+                o[-1] = s[d]
+        else:
+            out_shape.append(n)
+            for s, o in zip(strides, out_strides):
+                o.append(s[d])
+    return out_shape, out_strides
+
+
+def row_layout(x, min_row: int, outer_rank: int):
+    """How to read `x` (any strides) as rows of a C-ordered copy: None when its merged innermost dim is
+    shorter than `min_row`, else (rows, layout) with layout = [outer sizes, outer strides, row length,
+    row stride] (i32; the outer dims padded to at least `outer_rank` with size-1 dims, as `offset` reads
+    them), so that a kernel finds each row's start once instead of decoding every element's coordinates.
+
+    Example:
+        >>> row_layout(np.ones((3, 40)).T, 16, 1)      # 40 rows of 3: too short
+        >>> row_layout(np.ones((40, 3)).T, 2, 1)[1].tolist()
+        [3, 1, 40, 3]
+    """
+    c_strides, step = [], 1
+    for n in reversed(x.shape):
+        c_strides.insert(0, step)
+        step *= n
+    shape, (strides, _) = merge_dims(x.shape, [element_strides(x), c_strides])
+    if not shape or shape[-1] < min_row:
+        return None
+    pad = max(0, outer_rank - (len(shape) - 1))
+    outer, outer_strides = [1] * pad + shape[:-1], [0] * pad + strides[:-1]
+    layout = np.asarray(outer + outer_strides + [shape[-1], strides[-1]], np.int32)
+    return x.size // shape[-1], layout
 
 
 def broadcast_layout(shape: tuple, *arrays) -> np.ndarray:

@@ -28,7 +28,7 @@ import numpy as np
 
 from ... import cube
 from ...errors import DTypeError, ShapeError
-from .common import asarray, check_size, cube_dtype, element_strides, empty, zeros
+from .common import asarray, check_size, contiguous, cube_dtype, element_strides, empty, zeros
 from .conv import _pair
 from .elementwise import cast
 from .matmul import tuned_matmul
@@ -72,42 +72,45 @@ def im2col_kernel(x: cube.Array, cols: cube.Array, g: cube.Array[cube.i32], unit
 
 
 @cube.function
-def col2im_pixel(patches, g, base, pixels, yf, xf, T):
-    """The sum of the patch values that land on full-output pixel (yf, xf) (see `col2im_kernel`)."""
+def col2im_pixel(patches, g, base, yf, xf, T, unit_stride):
+    """The sum of the patch values that land on full-output pixel (yf, xf) (see `col2im_kernel`);
+    `unit_stride` (comptime: sh == sw == 1) drops the divisibility tests."""
     acc = T(0)
     for kh in range(geo(g, "KH")):
         ty = yf - kh * geo(g, "dh")
-        iy = ty // geo(g, "sh")
-        ok_y = ty >= 0 and ty % geo(g, "sh") == 0 and iy < geo(g, "H")
+        iy = ty if unit_stride else ty // geo(g, "sh")
+        ok_y = ty >= 0 and iy < geo(g, "H") if unit_stride else ty >= 0 and ty % geo(g, "sh") == 0 and iy < geo(g, "H")
         for kw in range(geo(g, "KW")):
             tx = xf - kw * geo(g, "dw")
-            ix = tx // geo(g, "sw")
-            ok = ok_y and tx >= 0 and tx % geo(g, "sw") == 0 and ix < geo(g, "W")
-            at = base + (kh * geo(g, "KW") + kw) * pixels + cube.select(ok, iy * geo(g, "W") + ix, 0)
+            ix = tx if unit_stride else tx // geo(g, "sw")
+            ok_x = tx >= 0 and ix < geo(g, "W") if unit_stride else tx >= 0 and tx % geo(g, "sw") == 0 and ix < geo(g, "W")
+            ok = ok_y and ok_x
+            at = base + (kh * geo(g, "KW") + kw) * geo(g, "s_row") + cube.select(ok, iy * geo(g, "W") + ix, 0)
             acc += cube.select(ok, T(patches[at]), T(0))
     return acc
 
 
 @cube.kernel
 def col2im_kernel(patches: cube.Array, out: cube.Array, g: cube.Array[cube.i32], units: cube.Comptime[int],
-                  exact: cube.Comptime[bool], T: cube.Comptime):
+                  exact: cube.Comptime[bool], T: cube.Comptime, unit_stride: cube.Comptime[bool]):
     """out[n, o, y, x] = sum over (kh, kw) of patches[n, o, kh, kw, iy, ix] where
     (y + ph) = iy*sh + kh*dh and (x + pw) = ix*sw + kw*dw; here H/W are the patches' input size and
-    OH/OW the output's. A cube computes the plane of one (n, o) row by row; units walk `x`."""
+    OH/OW the output's, C the output channels. The (n, o, kh, kw) plane of H*W patch values starts at
+    n*s_n + ((o*KH + kh)*KW + kw)*s_row, so the GEMM's (O*KH*KW, N, H*W) result is read in place. A cube
+    computes the plane of one (n, o) row by row; units walk `x`."""
     row = cube.CUBE_POS_Y  # (n, o)
-    pixels = geo(g, "H") * geo(g, "W")
-    base = row * geo(g, "KH") * geo(g, "KW") * pixels
+    base = (row // geo(g, "C")) * geo(g, "s_n") + (row % geo(g, "C")) * geo(g, "KH") * geo(g, "KW") * geo(g, "s_row")
     for yo in range(geo(g, "OH")):
         o_row = (row * geo(g, "OH") + yo) * geo(g, "OW")
         if exact:
             xo = cube.UNIT_POS_X
-            acc = col2im_pixel(patches, g, base, pixels, yo + geo(g, "ph"), xo + geo(g, "pw"), T)
+            acc = col2im_pixel(patches, g, base, yo + geo(g, "ph"), xo + geo(g, "pw"), T, unit_stride)
             out[o_row + xo] = out.dtype(acc)
         else:
             for x0 in range(0, geo(g, "OW"), units):
                 xo = x0 + cube.UNIT_POS_X
                 if xo < geo(g, "OW"):
-                    acc = col2im_pixel(patches, g, base, pixels, yo + geo(g, "ph"), xo + geo(g, "pw"), T)
+                    acc = col2im_pixel(patches, g, base, yo + geo(g, "ph"), xo + geo(g, "pw"), T, unit_stride)
                     out[o_row + xo] = out.dtype(acc)
 
 
@@ -235,12 +238,13 @@ def conv_transpose2d(x: np.ndarray, w: np.ndarray, stride=1, padding=0, output_p
     # first for col2im: two copies, far cheaper than a per-sample batched product of small GEMMs.
     pixels = cast(x.reshape(nb, groups, cg, h * wd).transpose(1, 2, 0, 3), x.dtype)  # (G, Cg, N, H*W)
     patches = tuned_matmul(weights_t, pixels.reshape(groups, cg, nb * h * wd))  # (G, Og*KH*KW, N*H*W)
-    patches = cast(patches.reshape(groups, og * kh * kw, nb, h * wd).transpose(2, 0, 1, 3), patches.dtype)
-    # patches: (N, G, Og*KH*KW, H*W) = (N, O, KH, KW, H, W)
-    g = _geometry(N=nb, C=o, H=h, W=wd, KH=kh, KW=kw, OH=oh, OW=ow, sh=sh, sw=sw, ph=ph, pw=pw, dh=dh, dw=dw)
+    # patches: (O*KH*KW, N, H*W) in memory, read in place by col2im (s_row and s_n)
+    g = _geometry(N=nb, C=o, H=h, W=wd, KH=kh, KW=kw, OH=oh, OW=ow, sh=sh, sw=sw, ph=ph, pw=pw, dh=dh, dw=dw,
+                  s_n=h * wd, s_row=nb * h * wd)
     count, dim, units, exact = _grid(ow, nb * o)
     t = cube_dtype(x.dtype)
-    col2im_kernel.launch(count, dim, patches, out, g, units=units, exact=exact, T=cube.f32 if t.itemsize < 4 else t)
+    col2im_kernel.launch(count, dim, contiguous(patches), out, g, units=units, exact=exact,
+                         T=cube.f32 if t.itemsize < 4 else t, unit_stride=sh == 1 and sw == 1)
     return out
 
 

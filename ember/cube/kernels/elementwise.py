@@ -19,7 +19,8 @@ import numpy as np
 from ... import cube
 from ...dtype import bool_
 from ...errors import DTypeError
-from .common import asarray, broadcast_layout, check_size, cube_dtype, empty, grid, is_dense, offset, result_type
+from .common import (asarray, broadcast_layout, check_size, cube_dtype, empty, grid, is_dense, offset, result_type,
+                     row_layout)
 
 UNARY_OPS = ("neg", "abs", "sign", "reciprocal", "square", "exp", "exp2", "expm1", "log", "log2", "log10",
              "log1p", "sqrt", "rsqrt", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh",
@@ -33,6 +34,10 @@ FLOAT_BINARY = frozenset(("div", "pow", "atan2"))
 BOOL_OUT = frozenset(("eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
                       "logical_not"))
 TERNARY_OPS = ("where", "clamp")
+# A strided unary input (a transposing or slicing copy, most often) whose merged innermost dim has at
+# least ROW_MIN elements runs a cube per row of ROW_UNITS units; outer dims are padded to ROW_OUTER_RANK
+# so that ranks 1..4 share one compiled kernel.
+ROW_MIN, ROW_UNITS, ROW_OUTER_RANK = 16, 64, 3
 
 
 @cube.function
@@ -229,6 +234,33 @@ def unary_kernel(x: cube.Array, out: cube.Array, layout: cube.Array[cube.i32], o
 
 
 @cube.kernel
+def unary_rows_kernel(x: cube.Array, out: cube.Array, layout: cube.Array[cube.i32], op: cube.Comptime[str],
+                      T: cube.Comptime, ndim: cube.Comptime[int], units: cube.Comptime[int],
+                      unit_step: cube.Comptime[bool]):
+    """`unary_kernel` over a strided x read as rows (`common.row_layout`, `ndim` outer dims): a cube per
+    output row finds the row's start in x once, then its units walk the row (contiguously when
+    `unit_step`): no per-element coordinate decoding, and only the last chunk of a row is masked."""
+    row = cube.CUBE_POS
+    n = layout[2 * ndim]
+    step = 1 if unit_step else layout[2 * ndim + 1]
+    src = offset(row, layout, ndim, 0)
+    dst = row * n
+    full = n - n % units
+    for j0 in range(0, full, units):
+        out[dst + j0 + cube.UNIT_POS_X] = unary_at(op, T, x, src + (j0 + cube.UNIT_POS_X) * step, out.dtype)
+    tail = full + cube.UNIT_POS_X
+    if tail < n:
+        out[dst + tail] = unary_at(op, T, x, src + tail * step, out.dtype)
+
+
+@cube.function
+def unary_at(op, T, x, at, out_t):
+    """`op` of x[at], computed in T, as `out_t` ("cast" converts only)."""
+    v = cube.cast(x[at], T)
+    return cube.cast(v if op == "cast" else unary_op(op, v), out_t)
+
+
+@cube.kernel
 def binary_kernel(a: cube.Array, b: cube.Array, out: cube.Array, layout: cube.Array[cube.i32],
                   op: cube.Comptime[str], T: cube.Comptime, ndim: cube.Comptime[int],
                   dense_a: cube.Comptime[bool], dense_b: cube.Comptime[bool]):
@@ -285,8 +317,16 @@ def cast(x: np.ndarray, dtype) -> np.ndarray:
 def _unary(x: np.ndarray, op: str, t, out_t) -> np.ndarray:
     check_size(op, x)
     out = empty(x.shape, out_t.np, x)
-    _launch(unary_kernel, out.size, x, out, broadcast_layout(x.shape, x), op=op, T=t, ndim=x.ndim,
-            dense=is_dense(x.shape, x))
+    dense = is_dense(x.shape, x)
+    rows = None if dense or out.size == 0 else row_layout(x, ROW_MIN, ROW_OUTER_RANK)
+    if rows is None:
+        _launch(unary_kernel, out.size, x, out, broadcast_layout(x.shape, x), op=op, T=t, ndim=x.ndim,
+                dense=dense)
+    else:  # a strided copy (a transpose, a slice) with long enough rows: a cube per row
+        count, layout = rows
+        ndim = (len(layout) - 2) // 2
+        unary_rows_kernel.launch(cube.CubeCount(count), cube.CubeDim(ROW_UNITS), x, out, layout, op=op, T=t,
+                                 ndim=ndim, units=ROW_UNITS, unit_step=bool(layout[-1] == 1))
     return out
 
 

@@ -1,6 +1,7 @@
 """2-D max and average pooling (NCHW), PyTorch's rules: padding, dilation, ceil_mode, divisors.
 
-One unit per output element; the window is a comptime-unrolled loop (its size is part of the kernel).
+A cube per output row, a unit per output element; the window is a comptime-unrolled loop (its size is
+part of the kernel).
 Output size per spatial dim: floor((n + 2p - d(k - 1) - 1) / s) + 1, or the ceiling with `ceil_mode`,
 where a last window must start inside the input or its left padding.
 
@@ -23,58 +24,81 @@ import numpy as np
 from ... import cube
 from ...dtype import f32, i64
 from ...errors import ShapeError
-from .common import asarray, check_size, cube_dtype, element_strides, empty, grid
+from .common import asarray, check_size, cube_dtype, element_strides, empty
 from .conv import _pair
 from .reduce import identity
+
+ROW_UNITS = 32  # the most units of a cube (one output row); fewer for narrower outputs
 
 
 @cube.kernel
 def pool_kernel(x: cube.Array, out: cube.Array, g: cube.Array[cube.i32], divisor: cube.f32,
                 mode: cube.Comptime[str], T: cube.Comptime, kernel: cube.Comptime[tuple],
                 stride: cube.Comptime[tuple], padding: cube.Comptime[tuple], dilation: cube.Comptime[tuple],
-                count_include_pad: cube.Comptime[bool], override: cube.Comptime[bool]):
-    """g = [C, H, W, OH, OW, x strides (4)]; mode is "max", "argmax" or "avg"."""
-    p = cube.ABSOLUTE_POS
-    if p < len(out):
-        h, w, oh, ow = g[1], g[2], g[3], g[4]
-        ox = p % ow
-        oy = (p // ow) % oh
-        nc = p // (ow * oh)
-        base = (nc // g[0]) * g[5] + (nc % g[0]) * g[6]
-        y0 = oy * stride[0] - padding[0]
-        x0 = ox * stride[1] - padding[1]
-        best = T(identity("max", T))
-        best_at = cube.i32(-1)
-        total = T(0)
-        for ky in cube.unroll(range(kernel[0])):
-            for kx in cube.unroll(range(kernel[1])):
-                iy = y0 + ky * dilation[0]
-                ix = x0 + kx * dilation[1]
-                inside = iy >= 0 and iy < h and ix >= 0 and ix < w
-                v = T(x[base + cube.select(inside, iy * g[7] + ix * g[8], 0)])
-                if mode == "avg":
-                    total = total + cube.select(inside, v, T(0))
-                else:
-                    take = inside and (v > best or v != v or best_at < 0)  # the last NaN wins, as in PyTorch
-                    best = cube.select(take, v, best)
-                    best_at = cube.select(take, iy * w + ix, best_at)
-        if mode == "max":
-            out[p] = out.dtype(best)
-        elif mode == "argmax":
-            out[p] = cube.i64(best_at)
-        else:
-            if override:
-                d = divisor
+                count_include_pad: cube.Comptime[bool], override: cube.Comptime[bool], units: cube.Comptime[int],
+                inner: cube.Comptime[bool]):
+    """g = [C, H, W, OH, OW, x strides (4)]; mode is "max", "argmax" or "avg". A cube computes one output
+    row (n, c, oy), its units walking ox `units` at a time: the row's start is found once per cube.
+    `inner`: every window lies inside the input (no padding, no ceil_mode overhang), so no tap is tested."""
+    row = cube.CUBE_POS
+    oh, ow = g[3], g[4]
+    nc = row // oh
+    base = (nc // g[0]) * g[5] + (nc % g[0]) * g[6]
+    y0 = (row % oh) * stride[0] - padding[0]
+    for x00 in range(0, ow, units):
+        # the last chunk is shifted back inside (the host keeps units <= ow): no lane is masked, a few
+        # outputs are computed twice
+        ox = cube.min(x00, ow - units) + cube.UNIT_POS_X
+        out[row * ow + ox] = window(x, g, base, y0, ox * stride[1] - padding[1], divisor, mode, T, kernel,
+                                    padding, dilation, count_include_pad, override, out.dtype, inner)
+
+
+@cube.function
+def window(x, g, base, y0, x0, divisor, mode, T, kernel, padding, dilation, count_include_pad, override, out_t,
+           inner):
+    """The pooled value (as `out_t`) of the window whose top-left tap is at (y0, x0) of plane `base`."""
+    h, w = g[1], g[2]
+    lowest = T(identity("max", T))
+    best = lowest
+    best_at = cube.i32(-1)
+    first_at = y0 * w + x0 if inner else cube.i32(-1)  # the first tap inside: the winner if none beats `lowest`
+    total = T(0)
+    for ky in cube.unroll(range(kernel[0])):
+        for kx in cube.unroll(range(kernel[1])):
+            iy = y0 + ky * dilation[0]
+            ix = x0 + kx * dilation[1]
+            inside = True if inner else iy >= 0 and iy < h and ix >= 0 and ix < w
+            v = T(x[base + (iy * g[7] + ix * g[8] if inner else cube.select(inside, iy * g[7] + ix * g[8], 0))])
+            if mode == "avg":
+                total = total + (v if inner else cube.select(inside, v, T(0)))
             else:
-                ylo = cube.max(y0, 0)
-                xlo = cube.max(x0, 0)
-                pad_y = cube.min(y0 + kernel[0], h + padding[0])
-                pad_x = cube.min(x0 + kernel[1], w + padding[1])
-                if count_include_pad:
-                    d = cube.f32((pad_y - y0) * (pad_x - x0))
-                else:
-                    d = cube.f32((cube.min(pad_y, h) - ylo) * (cube.min(pad_x, w) - xlo))
-            out[p] = out.dtype(total / T(d))
+                # padding reads as `lowest`, which never wins; the last NaN wins, as in PyTorch. (One select
+                # per test: gcc turns a mix of int and float tests into branches, or a masked gather.)
+                v = v if inner else cube.select(inside, v, lowest)
+                at = iy * w + ix
+                nan = v != v
+                better = v > best
+                best_at = cube.select(nan, at, cube.select(better, at, best_at))
+                best = cube.select(nan, v, cube.select(better, v, best))
+                if not inner:
+                    first_at = cube.select(first_at < 0 and inside, at, first_at)
+    best_at = cube.select(best_at < 0, first_at, best_at)
+    if mode == "max":
+        return out_t(best)
+    if mode == "argmax":
+        return cube.i64(best_at)
+    if override:
+        d = divisor
+    else:
+        ylo = cube.max(y0, 0)
+        xlo = cube.max(x0, 0)
+        pad_y = cube.min(y0 + kernel[0], h + padding[0])
+        pad_x = cube.min(x0 + kernel[1], w + padding[1])
+        if count_include_pad:
+            d = cube.f32((pad_y - y0) * (pad_x - x0))
+        else:
+            d = cube.f32((cube.min(pad_y, h) - ylo) * (cube.min(pad_x, w) - xlo))
+    return out_t(total / T(d))
 
 
 def pool_out_size(n: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> int:
@@ -103,8 +127,11 @@ def _pool(mode, x, kernel, stride, padding, dilation, ceil_mode, count_include_p
     check_size("pool2d", x, out)
     if out.size:
         g = np.asarray([x.shape[1], x.shape[2], x.shape[3], oh, ow, *element_strides(x)], np.int32)
-        count, dim = grid(out.size)
-        pool_kernel.launch(count, dim, x, out, g, float(divisor_override or 0), mode=mode,
+        units = min(ROW_UNITS, 1 << (ow.bit_length() - 1))  # a power of two <= ow: few compiled variants
+        inner = padding == (0, 0) and all((o - 1) * s + d * (k - 1) < n for o, s, d, k, n in
+                                          zip((oh, ow), stride, dilation, kernel, x.shape[2:]))
+        count, dim = cube.CubeCount(out.size // ow), cube.CubeDim(units)
+        pool_kernel.launch(count, dim, x, out, g, float(divisor_override or 0), mode=mode, units=units, inner=inner,
                            T=f32 if t.is_float and t.itemsize < 4 else t, kernel=kernel, stride=stride,
                            padding=padding, dilation=dilation if mode != "avg" else (1, 1),
                            count_include_pad=count_include_pad, override=divisor_override is not None)
