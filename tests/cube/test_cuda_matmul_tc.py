@@ -134,3 +134,17 @@ def test_matmul_tc_refuses_what_it_cannot_run(rt):
         matmul_tc(rt, a, rt.to_device(np.ones((6, 8), np.float16)))
     with pytest.raises(DTypeError, match="tf32 allowed"):
         matmul_tc(rt, rt.to_device(np.ones((4, 8), np.float32)), rt.to_device(np.ones((8, 8), np.float32)), tf32=False)
+
+
+@pytest.mark.parametrize("tile", [TILES[0], TILES[3]], ids=str)
+@pytest.mark.parametrize("t", [cube.bf16, cube.f32], ids=str)
+def test_tile_shared_bytes_is_what_the_rendered_kernel_declares(tile, t):
+    """The autotuner leaves out tiles whose f32 (tf32) variant exceeds the device's shared memory (the
+    256x128x64 tile needs 311 KiB as f32, an H200 allows 227): its estimate against the renderer's."""
+    from ember.cube.kernels.matmul_tc import matmul_tc_kernel as kfn
+    from ember.cube.passes import optimize
+    from ember.cube.targets import cuda as cuda_target
+    comptime = kfn.comptime_values(dict(T=t, bm=tile.bm, bn=tile.bn, bk=tile.bk, wm=tile.wm, wn=tile.wn,
+                                        stages=tile.stages, group=tile.group))
+    kernel = kfn.specialize(kfn.resolve_dtypes((t, t, t) + (None,) * 5, comptime), comptime)
+    assert tile.shared_bytes(t.itemsize) == cuda_target.shared_bytes(optimize(kernel))

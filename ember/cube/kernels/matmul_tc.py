@@ -53,6 +53,18 @@ class Tile:
     def units(self) -> int:
         return (self.bm // self.wm) * (self.bn // self.wn) * PLANE
 
+    def shared_bytes(self, itemsize: int) -> int:
+        """Shared memory per cube of `matmul_tc_kernel` for elements of `itemsize` bytes (its stages of
+        padded A and B tiles, and the f32 scratch): f32 (tf32) needs twice bf16's.
+
+        Example:
+            >>> Tile(256, 128, 64, 64, 64, 3).shared_bytes(4) > 227 << 10   # beyond an H200's opt-in limit
+            True
+        """
+        chunk = 16 // itemsize
+        tiles = self.stages * (self.bm * (self.bk + chunk) + self.bk * (self.bn + chunk)) * itemsize
+        return tiles + (self.units // PLANE) * 256 * 4
+
 
 # Candidates for autotuning; the first is the default (4 planes on a 128 x 128 tile, 64 deep, 3 stages:
 # the fastest on an H200, see bench/RESULTS.md).
@@ -197,9 +209,10 @@ def matmul_tc(runtime, a, b, tile: Tile = TILES[0], tf32: bool = True):
     return out
 
 
-def cuda_matmul_autotuner(runtime, level: str | None = None, tf32: bool = True) -> Autotuner:
-    """An autotuner over the tile variants of `matmul_tc` and cuBLAS (through CuPy, when it imports)
-    for operands `matmul_tc` supports; winners persist per GPU model. `tuner(a, b)` multiplies.
+def cuda_matmul_autotuner(runtime, level: str | None = None, tf32: bool = True, itemsize: int = 2) -> Autotuner:
+    """An autotuner over the tile variants of `matmul_tc` that fit the device's shared memory for
+    elements of `itemsize` bytes, and cuBLAS (through CuPy, when it imports), for operands `matmul_tc`
+    supports; winners persist per GPU model. `tuner(a, b)` multiplies.
 
     Example:
         >>> tuner = cuda_matmul_autotuner(rt)
@@ -209,7 +222,8 @@ def cuda_matmul_autotuner(runtime, level: str | None = None, tf32: bool = True) 
     # cuBLAS first: the default where timing does not pay (small problems, `[autotune] level` minimal).
     candidates = {"cublas": lambda a, b: cublas_matmul(runtime, a, b, tf32)} if cublas_available()[0] else {}
     candidates.update({f"tc_{t.bm}x{t.bn}x{t.bk}_w{t.wm}x{t.wn}_s{t.stages}":
-                       (lambda a, b, t=t: matmul_tc(runtime, a, b, t, tf32)) for t in TILES})
+                       (lambda a, b, t=t: matmul_tc(runtime, a, b, t, tf32)) for t in TILES
+                       if t.shared_bytes(itemsize) <= runtime.limits.max_shared})
 
     def key(a, b) -> tuple:
         batch = max(x.shape[0] if len(x.shape) == 3 else 1 for x in (a, b))
@@ -244,9 +258,9 @@ def cuda_matmul(a, b):
     a, b = (x if x.flags.c_contiguous else x.copy() for x in (a, b))
     tf32 = settings().get("cuda", "allow_tf32")
     if supports(a.shape, b.shape, a.dtype, tf32) == "":
-        key = (id(a.runtime), tf32)
+        key = (id(a.runtime), tf32, a.itemsize)
         if key not in _tuners:
-            _tuners[key] = cuda_matmul_autotuner(a.runtime, tf32=tf32)
+            _tuners[key] = cuda_matmul_autotuner(a.runtime, tf32=tf32, itemsize=a.itemsize)
         return _tuners[key](a, b)
     batch_ok = len(a.shape) == 2 or len(b.shape) == 2 or a.shape[0] == b.shape[0] or 1 in (a.shape[0], b.shape[0])
     if a.dtype.name in ("float32", "float64", "float16", "bfloat16") and batch_ok and cublas_available()[0]:
