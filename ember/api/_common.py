@@ -66,7 +66,9 @@ def promote(*operands, float_only: bool = False) -> tuple[Tensor, ...]:
         if type(other) is Tensor and other._aval.dtype is dtype or (
                 dtype.is_float and type(other) in (float, int)):
             if not float_only or dtype.is_float:
-                return first, to_tensor_like(other, first, dtype)
+                if type(other) is Tensor:
+                    return first, other
+                return first, scalar_like(other, dtype, first._device)
     like = next(x for x in operands if isinstance(x, Tensor))
     plain = [x.item() if isinstance(x, (np.number, np.bool_)) else x for x in operands]
     dtype = result_type(*plain)

@@ -37,7 +37,7 @@ from ...ops.primitive import Aval, Primitive
 from ...settings import settings
 from ..base import Backend, Decorator
 from .graph import Block
-from .ops import records, static_params
+from .ops import _RECORDS, records, static_params
 from .plan import Plan, PlanCache
 from .stream import LazyHandle, Stream
 
@@ -79,15 +79,18 @@ class Fusion(Decorator):
 
     # ---- the protocol ----------------------------------------------------------------------------
     def execute(self, prim: Primitive, inputs: Sequence[LazyHandle], params: dict, out: Aval) -> LazyHandle:
-        if self.enabled and self.records_ops and out.dtype in self._held and records(prim, inputs):
-            stream = self._stream()
+        recorded = _RECORDS.get(prim)  # most primitives' answer, without a call (the dispatch hot path)
+        if recorded is None:
+            recorded = records(prim, inputs)
+        if recorded and self.enabled and self.records_ops and out.dtype in self._held:
+            stream = getattr(self._local, "stream", None) or self._stream()
             for h in inputs:
                 rec = h.record
                 if rec is not None and rec.stream is not stream:
                     self._flush(rec.stream)  # another thread's pending value: run that stream first
             with stream.lock:
                 handle = stream.record(prim, inputs, params, out)
-                if len(stream) >= self.max_ops:
+                if len(stream.records) >= self.max_ops:
                     self._flush(stream)
             return handle
         arrays = [self.data(h) for h in inputs]
@@ -138,13 +141,12 @@ class Fusion(Decorator):
         with stream.lock:
             if not len(stream):
                 return
-            records, externals, external_avals, key = stream.take()
-            live = tuple(r.live() for r in records)
+            records, externals, external_avals, live, key = stream.take()
             with self._shared:
-                plan = self.plans.get((key, live))
+                plan = self.plans.get(key)
                 if plan is None:
                     plan = Plan(Block.of(records, externals, external_avals, live))
-                    self.plans.put((key, live), plan)
+                    self.plans.put(key, plan)
             if self.observer is not None:
                 self.observer(plan, records)
             failed = unfusable = 0

@@ -7,7 +7,8 @@ reference to its handle: a record whose handle nobody holds any more at a sync p
 written to memory, and is not computed at all unless a later op needs it.
 
 While it records, the stream also builds the op's part of the block's normalized key (relative ids,
-dtypes, shape classes), so a sync point can look a plan up without walking the graph again.
+dtypes, shape classes) as one interned number per op, so a sync point can look a plan up without
+walking the graph again: the key is those numbers and the records' liveness, as bytes.
 
 Example:
     >>> stream = Stream(static_params)
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from array import array
 from typing import Any, Sequence
 
 from ...ops.primitive import Aval, Primitive
@@ -83,6 +85,19 @@ def shape_class(shape: tuple, sizes: dict) -> tuple:
     return tuple(out)
 
 
+# Each distinct key part gets a small int once, so a block's key is a string of ints: hashing and
+# comparing it at a sync point costs little more than its length. The numbering is shared by every
+# stream (the plan cache is), so a number means the same part in every thread's keys.
+_PARTS: dict[tuple, int] = {}
+_PARTS_LOCK = threading.Lock()
+
+
+def _number(part: tuple) -> int:
+    """The number of a key part not seen before (under the lock: two threads never share a number)."""
+    with _PARTS_LOCK:
+        return _PARTS.setdefault(part, len(_PARTS))
+
+
 class Stream:
     """The ops one thread recorded since its last sync point, with the block's normalized key built
     alongside. Whoever records into or flushes a stream holds its `lock`.
@@ -97,20 +112,19 @@ class Stream:
         self.records: list[Record] = []
         self.externals: list = []        # concrete arrays read by the block, each once
         self.external_avals: list[Aval] = []
-        self._slots: dict[int, int] = {}  # id(array) -> position in externals
+        self._outs: list[weakref.ref] = []  # each record's handle, weakly (its `out`)
+        self._slots: dict[int, tuple] = {}  # id(array) -> ("x", position in externals)
         self._sizes: dict[int, int] = {}
         self._classes: dict[tuple, tuple] = {}  # shape -> shape class, in this block
-        self._key: list[int] = []
-        # Each distinct key part gets a small int once, so a block's key is a tuple of ints: hashing
-        # and comparing it at a sync point costs little more than its length.
-        self._parts: dict[tuple, int] = {}
+        self._key = array("I")
 
     def __len__(self) -> int:
         return len(self.records)
 
     def record(self, prim: Primitive, handles: Sequence[LazyHandle], params: dict, aval: Aval) -> LazyHandle:
         """Append `prim(handles)` and return its pending handle."""
-        index = len(self.records)
+        records = self.records
+        index = len(records)
         inputs, refs = [], []
         for h in handles:
             rec = h.record
@@ -118,23 +132,29 @@ class Stream:
                 inputs.append(rec)
                 refs.append(rec.index - index)  # negative: how many ops back
             else:
-                inputs.append(h.value)
-                refs.append(self._external(h.value, h.aval))
+                value = h.value
+                inputs.append(value)
+                slot = self._slots.get(id(value))
+                refs.append(slot if slot is not None else self._external(value, h.aval))
         rec = Record(prim, params, tuple(inputs), aval, index, self)
-        self.records.append(rec)
-        self._part((prim.name, self.static_params(prim, params), tuple(refs), aval.dtype, self._class(aval.shape)))
+        records.append(rec)
+        shape_class = self._classes.get(aval.shape) or self._class(aval.shape)
+        part = (prim.name, self.static_params(prim, params) if params else (), tuple(refs), aval.dtype, shape_class)
+        number = _PARTS.get(part)
+        self._key.append(number if number is not None else _number(part))
         handle = LazyHandle(aval, None, rec)
-        rec.out = weakref.ref(handle)
+        self._outs.append(out := weakref.ref(handle))
+        rec.out = out
         return handle
 
     def _external(self, array: Any, aval: Aval) -> tuple:
-        slot = self._slots.get(id(array))
-        if slot is None:
-            slot = self._slots[id(array)] = len(self.externals)
-            self.externals.append(array)
-            self.external_avals.append(aval)
-            self._part(("input", aval.dtype, self._class(aval.shape)))
-        return ("x", slot)
+        slot = self._slots[id(array)] = ("x", len(self.externals))
+        self.externals.append(array)
+        self.external_avals.append(aval)
+        part = ("input", aval.dtype, self._class(aval.shape))
+        number = _PARTS.get(part)
+        self._key.append(number if number is not None else _number(part))
+        return slot
 
     def _class(self, shape: tuple) -> tuple:
         found = self._classes.get(shape)
@@ -142,15 +162,11 @@ class Stream:
             found = self._classes[shape] = shape_class(shape, self._sizes)
         return found
 
-    def _part(self, part: tuple) -> None:
-        number = self._parts.get(part)
-        if number is None:
-            number = self._parts[part] = len(self._parts)
-        self._key.append(number)
-
-    def take(self) -> tuple[list[Record], list, list[Aval], tuple]:
-        """(records, externals, their avals, key without liveness) of the block; the stream is emptied."""
-        block = (self.records, self.externals, self.external_avals, tuple(self._key))
-        self.records, self.externals, self.external_avals, self._key = [], [], [], []
+    def take(self) -> tuple[list[Record], list, list[Aval], tuple, tuple]:
+        """(records, externals, their avals, which records' handles are still held, the block's key with
+        that liveness) of the block; the stream is emptied."""
+        live = tuple([out() is not None for out in self._outs])
+        block = (self.records, self.externals, self.external_avals, live, (self._key.tobytes(), bytes(live)))
+        self.records, self.externals, self.external_avals, self._outs, self._key = [], [], [], [], array("I")
         self._slots, self._sizes, self._classes = {}, {}, {}
         return block

@@ -166,6 +166,7 @@ class CpuRuntime:
         self._lock = threading.Lock()
         self._key_locks: dict = {}
         self._local = threading.local()  # per thread: the list `capture` records launches into
+        self._sites: dict = {}  # (kernel, dim, comptime as given, argument dtypes) -> compiled kernel
 
     def compile(self, kernel, dim: CubeDim) -> CompiledKernel:
         """Optimize, render and build (or load from the disk cache) one specialized kernel."""
@@ -204,7 +205,24 @@ class CpuRuntime:
         return compiled
 
     def prepare(self, kfn, dim: CubeDim, args: tuple, comptime: dict) -> CompiledKernel:
-        """The compiled kernel for these arguments, from memory when this key was seen before."""
+        """The compiled kernel for these arguments, from memory when this key was seen before.
+
+        A call site repeats itself: the kernel, the cube dim, the comptime values as given and the
+        arguments' dtypes find the kernel in one lookup (`_sites`); a new combination goes through
+        the full resolution (defaults, dtype rules, checks) once.
+        """
+        try:
+            site = (kfn, dim, *comptime.items(), *[getattr(a, "dtype", None) for a in args])
+            compiled = self._sites.get(site)
+        except TypeError:  # an unhashable comptime value: the full path names the problem
+            site = compiled = None
+        if compiled is None:
+            compiled = self._resolve(kfn, dim, args, comptime)
+            if site is not None:
+                self._sites[site] = compiled
+        return compiled
+
+    def _resolve(self, kfn, dim: CubeDim, args: tuple, comptime: dict) -> CompiledKernel:
         comptime = kfn.comptime_values(comptime)
         arg_dtypes = []
         for p, a in zip(kfn.runtime_params, args):
