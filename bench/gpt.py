@@ -35,6 +35,9 @@ import time
 import numpy as np
 
 
+gpt_step_memory: list = []  # [list holding the bytes in use after the first step's forward pass]
+
+
 def ember_workload(args):
     """(step function returning the loss as a float or None, device) for ember on Device.cuda(0)."""
     os.environ["EMBER_ALLOW_TF32"] = "1"
@@ -79,8 +82,15 @@ def ember_workload(args):
     idx = ember.tensor(rng.integers(0, args.vocab, (args.batch, args.seq)), device=device)
     target = ember.tensor(rng.integers(0, args.vocab, (args.batch * args.seq,)), device=device)
 
+    forward_in_use: list = []
+    gpt_step_memory[:] = [forward_in_use]
+
     def gpt_step():
         loss = cross_entropy(model(idx).reshape(-1, args.vocab), target)
+        if not forward_in_use:  # the first step only: what the forward pass holds for backward
+            base.sync()
+            forward_in_use.append(base.memory_stats().in_use)
+            print(f"after the forward pass: {forward_in_use[0] / 2**20:.0f} MiB in use", file=sys.stderr, flush=True)
         optimizer.step(loss.backward())
         base.sync()
         return loss
@@ -135,9 +145,15 @@ def torch_workload(args, compiled: bool):
     idx = torch.from_numpy(rng.integers(0, args.vocab, (args.batch, args.seq))).to(dev)
     target = torch.from_numpy(rng.integers(0, args.vocab, (args.batch * args.seq,))).to(dev)
 
+    forward_in_use: list = []
+    gpt_step_memory[:] = [forward_in_use]
+
     def gpt_step():
         optimizer.zero_grad(set_to_none=True)
         loss = nn.functional.cross_entropy(forward(idx).reshape(-1, args.vocab), target)
+        if not forward_in_use and dev == "cuda":  # the first step only: what the forward pass holds
+            torch.cuda.synchronize()
+            forward_in_use.append(torch.cuda.memory_allocated())
         loss.backward()
         optimizer.step()
         sync()
@@ -155,15 +171,17 @@ def measure(args) -> dict:
     build_s = time.perf_counter() - start
     losses, times = [], []
     warm = time.perf_counter()
-    for _ in range(2):
+    for i in range(2):
         loss = step()
         losses.append(None if loss is None else float(loss.item()))
+        print(f"warm-up step {i}: {time.perf_counter() - warm:.1f} s since the first", file=sys.stderr, flush=True)
     warm_s = time.perf_counter() - warm
     deadline = time.perf_counter() + args.budget_s
     while len(times) < args.steps and (not times or time.perf_counter() + times[-1] < deadline):
         t0 = time.perf_counter()
         loss = step()
         times.append(time.perf_counter() - t0)
+        print(f"step {len(times)}: {times[-1] * 1e3:.1f} ms", file=sys.stderr, flush=True)
         if loss is not None:
             losses.append(float(loss.item()))
     row = dict(workload=args.workload, impl=args.impl, step_ms=round(statistics.median(times) * 1e3, 2),
@@ -171,6 +189,8 @@ def measure(args) -> dict:
                first_loss=losses[0], last_loss=losses[-1])
     if args.workload == "gpt":
         row["ln_vocab"] = round(math.log(args.vocab), 3)
+        if gpt_step_memory and gpt_step_memory[0]:
+            row["after_forward_in_use_MiB"] = round(gpt_step_memory[0][0] / 2**20, 1)
     if args.impl == "ember":
         st = device.memory_stats()
         row.update(peak_in_use_MiB=round(st.peak_in_use / 2**20, 1), peak_reserved_MiB=round(st.peak_reserved / 2**20, 1))

@@ -346,34 +346,37 @@ def case_plan_replay(b: Bench) -> None:
     print(f"{case:34s} {'torch eager':40s} {us:9.2f} us/op (host)", flush=True)
 
 
-def _training(b: Bench, workload: str, args: list[str], timeout_s: float) -> None:
-    """Rows of `python -m bench.gpt workload impl args` for ember, torch and torch.compile, each in its
-    own process (its own peak memory), each stopped after `timeout_s` (a row then says so)."""
+def _training(b: Bench, workload: str, args: list[str], timeout_s: float,
+              impls: tuple = ("torch", "ember", "torch.compile"), env: dict | None = None) -> None:
+    """Rows of `python -m bench.gpt workload impl args` for `impls`, each in its own process (its own peak
+    memory) with `env` added to the environment, each stopped after `timeout_s` (a row then says so)."""
     import os
     import subprocess
     case = {"gpt": "GPT step (12 layers, d 768, 12 heads, seq 1024, batch 8, vocab 50257, AdamW, tf32)",
             "encoder": "transformer_encoder fwd+bwd (d 256, 4 heads, d_ff 1024, seq 128, batch 8, 2 layers, tf32)"}
-    name = case[workload] if not args else f"{workload} {' '.join(args)} (tf32)"
-    for impl in ("torch", "ember", "torch.compile"):
+    name = case[workload] if not args else f"{workload} {' '.join(args)} (otherwise as the full step)"
+    for impl in impls:
         command = [sys.executable, "-m", "bench.gpt", workload, impl, *args]
+        label = impl + "".join(f" {k}={v}" for k, v in (env or {}).items())
         try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, env=os.environ.copy())
+            done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s,
+                                  env={**os.environ, **(env or {})})
         except subprocess.TimeoutExpired as e:
-            b.rows.append(dict(case=name, impl=impl, ms=None, rate=None, unit="ms/step",
+            b.rows.append(dict(case=name, impl=label, ms=None, rate=None, unit="ms/step",
                                note=f"stopped after {timeout_s:.0f} s"))
-            print(f"{name}: {impl} stopped after {timeout_s:.0f} s; stderr tail: {(e.stderr or '')[-600:]}",
-                  flush=True)
+            err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else e.stderr or ""
+            print(f"{name}: {label} stopped after {timeout_s:.0f} s; stderr tail: {err[-1500:]}", flush=True)
             continue
         line = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
         if done.returncode != 0 or not line.startswith("{"):
-            b.rows.append(dict(case=name, impl=impl, ms=None, rate=None, unit="ms/step", note="failed"))
-            print(f"{name}: {impl} failed (rc {done.returncode}): {done.stderr[-1500:]}", flush=True)
+            b.rows.append(dict(case=name, impl=label, ms=None, rate=None, unit="ms/step", note="failed"))
+            print(f"{name}: {label} failed (rc {done.returncode}): {done.stderr[-1500:]}", flush=True)
             continue
         row = json.loads(line)
         extra = {k: v for k, v in row.items() if k not in ("workload", "impl", "step_ms")}
-        b.rows.append(dict(case=name, impl=impl, ms=row["step_ms"], rate=round(1e3 / row["step_ms"], 3),
+        b.rows.append(dict(case=name, impl=label, ms=row["step_ms"], rate=round(1e3 / row["step_ms"], 3),
                            unit="steps/s", **extra))
-        print(f"{name}: {impl} {row['step_ms']} ms/step {extra}", flush=True)
+        print(f"{name}: {label} {row['step_ms']} ms/step {extra}\n{done.stderr[-800:]}", flush=True)
 
 
 def case_encoder(b: Bench) -> None:
@@ -385,8 +388,17 @@ def case_gpt(b: Bench) -> None:
     _training(b, "gpt", [], timeout_s=float(os.environ.get("BENCH_GPT_TIMEOUT_S", 300)))
 
 
+def case_gpt_reduced(b: Bench) -> None:
+    """The GPT step at sizes ember fits in the H200's memory: 2 of the 12 layers at batch 8, and all 12
+    layers at batch 1; ember also with CUDA graphs off (what graphs cost in memory and gain in time)."""
+    for args in (["--layers", "2"], ["--batch", "1"]):
+        _training(b, "gpt", args, timeout_s=150, impls=("torch", "ember"))
+        _training(b, "gpt", args, timeout_s=150, impls=("ember",), env={"EMBER_CUDA_GRAPHS": "0"})
+
+
 CASES = {"matmul": case_matmul, "tiny_ops": case_tiny_ops, "plan_replay": case_plan_replay, "gelu": case_gelu,
-         "softmax": case_softmax, "layer_norm": case_layer_norm, "encoder": case_encoder, "gpt": case_gpt}
+         "softmax": case_softmax, "layer_norm": case_layer_norm, "encoder": case_encoder, "gpt": case_gpt,
+         "gpt_reduced": case_gpt_reduced}
 
 
 def main(argv: list[str] | None = None) -> int:
