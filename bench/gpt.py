@@ -39,7 +39,7 @@ gpt_step_memory: list = []  # [list holding the bytes in use after the first ste
 
 
 def ember_workload(args):
-    """(step function returning the loss as a float or None, device) for ember on Device.cuda(0)."""
+    """(step function returning the loss as a float or None, device) for ember on `args.device`."""
     os.environ["EMBER_ALLOW_TF32"] = "1"
     import ember
     from ember.nn import (Embedding, LayerNorm, Linear, Module, TransformerEncoder, TransformerEncoderLayer)
@@ -93,7 +93,7 @@ def ember_workload(args):
             print(f"after the forward pass: {forward_in_use[0] / 2**20:.0f} MiB in use", file=sys.stderr, flush=True)
         optimizer.step(loss.backward())
         base.sync()
-        return loss
+        return float(loss.item())  # not the tensor: a loss kept alive could keep its step's tape
     return gpt_step, base
 
 
@@ -157,7 +157,7 @@ def torch_workload(args, compiled: bool):
         loss.backward()
         optimizer.step()
         sync()
-        return loss
+        return float(loss.item())
     return gpt_step
 
 
@@ -173,7 +173,7 @@ def measure(args) -> dict:
     warm = time.perf_counter()
     for i in range(2):
         loss = step()
-        losses.append(None if loss is None else float(loss.item()))
+        losses.append(loss)
         print(f"warm-up step {i}: {time.perf_counter() - warm:.1f} s since the first", file=sys.stderr, flush=True)
     warm_s = time.perf_counter() - warm
     deadline = time.perf_counter() + args.budget_s
@@ -183,7 +183,7 @@ def measure(args) -> dict:
         times.append(time.perf_counter() - t0)
         print(f"step {len(times)}: {times[-1] * 1e3:.1f} ms", file=sys.stderr, flush=True)
         if loss is not None:
-            losses.append(float(loss.item()))
+            losses.append(loss)
     row = dict(workload=args.workload, impl=args.impl, step_ms=round(statistics.median(times) * 1e3, 2),
                steps=len(times), build_s=round(build_s, 1), warmup_s=round(warm_s, 1),
                first_loss=losses[0], last_loss=losses[-1])
