@@ -12,6 +12,8 @@ On a runtime that can capture its launches (the CPU runtime's `capture`/`bind`),
 step's first run for one layout of its inputs (shapes, strides, dtypes) is captured as a marshalled
 launch (`StepReplay`); the next runs with the same layout allocate the outputs and call the kernel with
 the new data pointers, skipping the views, layout and argument checks codegen made the first time.
+An inner step of an elementwise primitive (a lone op the fusers leave to the kernel library) is
+captured the same way when the library ran it as one launch, with its params part of the layout.
 
 Example:
     >>> cache = PlanCache(capacity=2)
@@ -26,10 +28,11 @@ from typing import Any
 
 import numpy as np
 
-from ...cube.kernels.common import empty
 from ...cube.runtime.cpu import cpu_runtime
+from ...cube.runtime.host import empty
 from .codegen import run_elementwise, run_reduction
 from .fusers import Fused, FusedReduce, Inner, select
+from .ops import elementwise
 from .graph import Block
 from .graphs import replays_for
 
@@ -58,7 +61,11 @@ class Plan:
         self.unfused: Exception | None = None
         """Why a fused kernel of this plan failed (the fusion backend then runs its blocks op by op)."""
         self.replays: list = [None] * len(self.steps)
-        """Per fused elementwise step, its launch captured for the last layout of its inputs."""
+        """Per elementwise step, its launch captured for the last layout of its inputs."""
+        self.captures = [type(s) is Fused or type(s) is Inner and elementwise(
+            block.nodes[s.index].prim, [block.aval(r).dtype for r in block.nodes[s.index].inputs])
+            for s in self.steps]
+        """Which steps may be captured (fused elementwise steps, inner steps of elementwise primitives)."""
 
     @staticmethod
     def _source_node(block: Block, step) -> int | None:
@@ -84,10 +91,19 @@ class Plan:
             kind = type(step)
             if kind is Inner:
                 rec = records[step.index]
-                env[step.index] = inner.execute(rec.prim, [value(r) for r in refs], rec.params, rec.aval)
+                arrays = [value(r) for r in refs]
+                if self.captures[k]:
+                    env[step.index], = self._captured(
+                        k, (rec.aval, rec.params), arrays, runtime,
+                        lambda: [inner.execute(rec.prim, arrays, rec.params, rec.aval)])
+                else:
+                    env[step.index] = inner.execute(rec.prim, arrays, rec.params, rec.aval)
             elif kind is Fused:
                 shape = records[step.outputs[0]].aval.shape
-                for o, array in zip(step.outputs, self._elementwise(k, step, shape, [value(r) for r in refs], runtime)):
+                arrays = [value(r) for r in refs]
+                outs = self._captured(k, (shape,), arrays, runtime,
+                                      lambda: run_elementwise(step.program, shape, arrays, runtime))
+                for o, array in zip(step.outputs, outs):
                     env[o] = array
             else:
                 out = run_reduction(step.reduction, records[source].aval.shape, [value(r) for r in refs],
@@ -97,19 +113,20 @@ class Plan:
                 del env[i]
         return env
 
-    def _elementwise(self, k: int, step: Fused, shape: tuple, arrays: list, runtime) -> list:
-        """The outputs of fused step `k`: replayed when its inputs have the layout last captured."""
+    def _captured(self, k: int, what: tuple, arrays: list, runtime, run) -> list:
+        """The outputs of step `k` (`run()`), replayed when `what` and its inputs' layout are those last
+        captured (see the module docstring)."""
         target = runtime or cpu_runtime()  # a launch recorder (`bind`): CudaRuntime.capture makes CUDA graphs
         capture = getattr(target, "capture", None) if hasattr(target, "bind") else None
         if capture is None:
-            return run_elementwise(step.program, shape, arrays, runtime)
-        layout = (shape, *[(a.shape, a.strides, a.dtype) for a in arrays])
+            return run()
+        layout = (*what, *[(a.shape, a.strides, a.dtype) for a in arrays])
         replay = self.replays[k]
         if replay is not None and replay.layout == layout:
             return replay(arrays)
         with capture() as launches:
-            outs = run_elementwise(step.program, shape, arrays, runtime)
-        self.replays[k] = StepReplay.of(layout, launches, arrays, outs, runtime or cpu_runtime())
+            outs = run()
+        self.replays[k] = StepReplay.of(layout, launches, arrays, outs, target)
         return outs
 
 
@@ -127,22 +144,26 @@ class StepReplay:
     @staticmethod
     def of(layout: tuple, launches: list, arrays: list, outs: list, runtime) -> "StepReplay | None":
         """The replay of a step whose run made `launches` on `arrays` giving `outs`, or None when that
-        run is not one launch whose first arguments are the inputs and the outputs, in order (read
-        from their data pointers: codegen passes views of them)."""
+        run is not one launch whose first arguments are the inputs and then the outputs, in order (read
+        from their data pointers: codegen and the library pass views of them), each output a new
+        C-contiguous array that the launch writes whole."""
         if len(launches) != 1:
             return None
         args = launches[0].args
         ends = [*arrays, *outs]
-        if len(args) < len(ends):
+        if len(args) < len(ends) or not all(isinstance(a, np.ndarray) for a in (*ends, *args[:len(ends)])):
             return None
+        inputs = {a.ctypes.data for a in arrays}
         for i, (arg, a) in enumerate(zip(args, ends)):
-            if not (isinstance(arg, np.ndarray) and isinstance(a, np.ndarray)) or \
-                    arg.ctypes.data != a.ctypes.data or (i >= len(arrays) and arg.size != a.size):
+            if arg.ctypes.data != a.ctypes.data:
+                return None
+            if i >= len(arrays) and (arg.size != a.size or not a.flags.c_contiguous or a.ctypes.data in inputs):
                 return None
         bound = runtime.bind(launches[0], range(len(ends)))
         return StepReplay(layout, bound, [(o.shape, o.dtype) for o in outs])
 
     def __call__(self, arrays: list) -> list:
+        # Host arrays from the pool, as the captured run's were (only the CPU runtime binds launches).
         outs = [empty(shape, dtype) for shape, dtype in self.outputs]
         self.launch.replay([*arrays, *outs])
         return outs

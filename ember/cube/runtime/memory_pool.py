@@ -38,7 +38,7 @@ MAX_PAGE = 256 << 20
 SLAB_PAGE = 1 << 20
 
 
-@dataclass
+@dataclass(slots=True)
 class Slice:
     """A reserved range of a page: `page.buffer[offset:offset + size]`."""
 
@@ -145,20 +145,26 @@ class MemoryPool:
             if now >= self._next_idle_check:
                 self._next_idle_check = now + min(1.0, self.free_after_s / 4)
                 self._free_idle_pages()
+            offset = None
             if nbytes <= self.small_limit:
                 size = ALIGN if nbytes <= ALIGN else 1 << (nbytes - 1).bit_length()
                 pages = self._slabs.get(size)
                 if pages is None:
                     pages = self._slabs[size] = []
+                for page in pages:  # the common case, inlined: a free chunk of a slab page
+                    if page.free_chunks:
+                        page.live += 1
+                        offset = page.free_chunks.pop()
+                        break
             else:
                 size = -(-nbytes // ALIGN) * ALIGN
                 self._recent.append(size)
                 pages = self._large
-            for page in pages:
-                offset = page.take(size)
-                if offset is not None:
-                    break
-            else:
+                for page in pages:
+                    offset = page.take(size)
+                    if offset is not None:
+                        break
+            if offset is None:
                 page = self._new_page(max(SLAB_PAGE, size), size) if nbytes <= self.small_limit else \
                     self._new_page(max(size, self._target()), 0)
                 pages.append(page)
