@@ -13,13 +13,13 @@ from __future__ import annotations
 import numpy as np
 
 from ... import cube
-from ...cube.kernels.common import check_size, cube_dtype, empty, grid
+from ...cube.kernels.common import check_size, cube_dtype, empty, grid, position
 
 
 @cube.kernel
-def fill_kernel(out: cube.Array["T"], value: cube.Scalar["T"], T: cube.Comptime):
-    i = cube.ABSOLUTE_POS
-    if i < len(out):
+def fill_kernel(out: cube.Array["T"], value: cube.Scalar["T"], T: cube.Comptime, shifted: cube.Comptime[bool]):
+    i = position(len(out), shifted)
+    if shifted or i < len(out):
         out[i] = value
 
 
@@ -34,5 +34,6 @@ def fill(shape: tuple, value, dtype: np.dtype) -> np.ndarray:
     out = empty(shape, dtype)
     check_size("full", out)
     count, dim = grid(out.size)
-    fill_kernel.launch(count, dim, out.reshape(-1), _host_scalar(value, dtype), T=cube_dtype(dtype))
+    fill_kernel.launch(count, dim, out.reshape(-1), _host_scalar(value, dtype), T=cube_dtype(dtype),
+                       shifted=out.size >= dim.x)
     return out

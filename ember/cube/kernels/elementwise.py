@@ -19,8 +19,8 @@ import numpy as np
 from ... import cube
 from ...dtype import bool_
 from ...errors import DTypeError
-from .common import (asarray, broadcast_layout, check_size, cube_dtype, empty, grid, is_dense, offset, result_type,
-                     row_layout)
+from .common import (asarray, broadcast_layout, check_size, cube_dtype, empty, grid, is_dense, offset, position,
+                     result_type, row_layout)
 
 UNARY_OPS = ("neg", "abs", "sign", "reciprocal", "square", "exp", "exp2", "expm1", "log", "log2", "log10",
              "log1p", "sqrt", "rsqrt", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh",
@@ -35,8 +35,8 @@ BOOL_OUT = frozenset(("eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logica
                       "logical_not"))
 TERNARY_OPS = ("where", "clamp")
 # A strided unary input (a transposing or slicing copy, most often) whose merged innermost dim has at
-# least ROW_MIN elements runs a cube per row of ROW_UNITS units; outer dims are padded to ROW_OUTER_RANK
-# so that ranks 1..4 share one compiled kernel.
+# least ROW_MIN elements runs a cube per row of at most ROW_UNITS units; outer dims are padded to
+# ROW_OUTER_RANK so that ranks 1..4 share one compiled kernel.
 ROW_MIN, ROW_UNITS, ROW_OUTER_RANK = 16, 64, 3
 
 
@@ -225,9 +225,10 @@ def compare_op(op, a, b):
 
 @cube.kernel
 def unary_kernel(x: cube.Array, out: cube.Array, layout: cube.Array[cube.i32], op: cube.Comptime[str],
-                 T: cube.Comptime, ndim: cube.Comptime[int], dense: cube.Comptime[bool]):
-    i = cube.ABSOLUTE_POS
-    if i < len(out):
+                 T: cube.Comptime, ndim: cube.Comptime[int], dense: cube.Comptime[bool],
+                 shifted: cube.Comptime[bool]):
+    i = position(len(out), shifted)
+    if shifted or i < len(out):
         xi = i if dense else offset(i, layout, ndim, 0)
         v = cube.cast(x[xi], T)
         out[i] = cube.cast(v if op == "cast" else unary_op(op, v), out.dtype)
@@ -239,18 +240,14 @@ def unary_rows_kernel(x: cube.Array, out: cube.Array, layout: cube.Array[cube.i3
                       unit_step: cube.Comptime[bool]):
     """`unary_kernel` over a strided x read as rows (`common.row_layout`, `ndim` outer dims): a cube per
     output row finds the row's start in x once, then its units walk the row (contiguously when
-    `unit_step`): no per-element coordinate decoding, and only the last chunk of a row is masked."""
+    `unit_step`): no per-element coordinate decoding, and no masked lane."""
     row = cube.CUBE_POS
     n = layout[2 * ndim]
     step = 1 if unit_step else layout[2 * ndim + 1]
     src = offset(row, layout, ndim, 0)
-    dst = row * n
-    full = n - n % units
-    for j0 in range(0, full, units):
-        out[dst + j0 + cube.UNIT_POS_X] = unary_at(op, T, x, src + (j0 + cube.UNIT_POS_X) * step, out.dtype)
-    tail = full + cube.UNIT_POS_X
-    if tail < n:
-        out[dst + tail] = unary_at(op, T, x, src + tail * step, out.dtype)
+    for j0 in range(0, n, units):
+        j = cube.min(j0, n - units) + cube.UNIT_POS_X  # the last chunk shifted back inside (units <= n)
+        out[row * n + j] = unary_at(op, T, x, src + j * step, out.dtype)
 
 
 @cube.function
@@ -263,9 +260,9 @@ def unary_at(op, T, x, at, out_t):
 @cube.kernel
 def binary_kernel(a: cube.Array, b: cube.Array, out: cube.Array, layout: cube.Array[cube.i32],
                   op: cube.Comptime[str], T: cube.Comptime, ndim: cube.Comptime[int],
-                  dense_a: cube.Comptime[bool], dense_b: cube.Comptime[bool]):
-    i = cube.ABSOLUTE_POS
-    if i < len(out):
+                  dense_a: cube.Comptime[bool], dense_b: cube.Comptime[bool], shifted: cube.Comptime[bool]):
+    i = position(len(out), shifted)
+    if shifted or i < len(out):
         ai = i if dense_a else offset(i, layout, ndim, 0)
         bi = i if dense_b else offset(i, layout, ndim, 1)
         out[i] = cube.cast(binary_op(op, cube.cast(a[ai], T), cube.cast(b[bi], T)), out.dtype)
@@ -274,9 +271,9 @@ def binary_kernel(a: cube.Array, b: cube.Array, out: cube.Array, layout: cube.Ar
 @cube.kernel
 def ternary_kernel(a: cube.Array, b: cube.Array, c: cube.Array, out: cube.Array,
                    layout: cube.Array[cube.i32], op: cube.Comptime[str], T: cube.Comptime,
-                   ndim: cube.Comptime[int], dense: cube.Comptime[tuple]):
-    i = cube.ABSOLUTE_POS
-    if i < len(out):
+                   ndim: cube.Comptime[int], dense: cube.Comptime[tuple], shifted: cube.Comptime[bool]):
+    i = position(len(out), shifted)
+    if shifted or i < len(out):
         ai = i if dense[0] else offset(i, layout, ndim, 0)
         bi = i if dense[1] else offset(i, layout, ndim, 1)
         ci = i if dense[2] else offset(i, layout, ndim, 2)
@@ -290,7 +287,7 @@ def ternary_kernel(a: cube.Array, b: cube.Array, c: cube.Array, out: cube.Array,
 
 def _launch(kernel, n: int, /, *args, **comptime) -> None:
     count, dim = grid(n)
-    kernel.launch(count, dim, *args, **comptime)
+    kernel.launch(count, dim, *args, shifted=n >= dim.x, **comptime)
 
 
 def unary(op: str, x: np.ndarray, out_dtype=None) -> np.ndarray:
@@ -325,8 +322,9 @@ def _unary(x: np.ndarray, op: str, t, out_t) -> np.ndarray:
     else:  # a strided copy (a transpose, a slice) with long enough rows: a cube per row
         count, layout = rows
         ndim = (len(layout) - 2) // 2
-        unary_rows_kernel.launch(cube.CubeCount(count), cube.CubeDim(ROW_UNITS), x, out, layout, op=op, T=t,
-                                 ndim=ndim, units=ROW_UNITS, unit_step=bool(layout[-1] == 1))
+        units = min(ROW_UNITS, 1 << (int(layout[-2]).bit_length() - 1))  # a power of two <= the row length
+        unary_rows_kernel.launch(cube.CubeCount(count), cube.CubeDim(units), x, out, layout, op=op, T=t,
+                                 ndim=ndim, units=units, unit_step=bool(layout[-1] == 1))
     return out
 
 

@@ -6,9 +6,10 @@ spatial dims; positions in the padding read 0). `fold` is its adjoint: out[n, c,
 cols[n, c*K + k, l] whose tap k of window l lands on p (no atomics: one unit per output element walks
 the K taps and finds the one window, if any, that puts each tap on it).
 
-One unit per output element. The spatial rank is comptime; sizes, kernel, stride, padding, dilation,
-window counts and the input's strides travel in a runtime i32 array (`geometry`), so one compiled
-kernel per (dtype, spatial rank) serves every shape and layout. f16/bf16 sums accumulate in f32.
+One unit per output element (`common.position`: no bounds test). The spatial rank is comptime; sizes,
+kernel, stride, padding, dilation, window counts and the input's strides travel in a runtime i32 array
+(`geometry`), so one compiled kernel per (dtype, spatial rank) serves every shape and layout. f16/bf16
+sums accumulate in f32.
 
 Example:
     >>> x = np.arange(9, dtype=np.float32).reshape(1, 1, 3, 3)
@@ -25,7 +26,7 @@ import numpy as np
 from ... import cube
 from ...dtype import f32
 from ...ops.spatial import conv_out_size
-from .common import asarray, check_size, cube_dtype, element_strides, empty, grid
+from .common import asarray, check_size, cube_dtype, element_strides, empty, grid, position
 
 # geometry = [C, K, L, size(S), kernel(S), stride(S), padding(S), dilation(S), windows(S), input strides]
 SIZE, KERNEL, STRIDE, PADDING, DILATION, WINDOWS, STRIDES = range(7)
@@ -38,10 +39,11 @@ def field(g, which, d, S):
 
 
 @cube.kernel
-def unfold_kernel(x: cube.Array, out: cube.Array, g: cube.Array[cube.i32], S: cube.Comptime[int]):
+def unfold_kernel(x: cube.Array, out: cube.Array, g: cube.Array[cube.i32], S: cube.Comptime[int],
+                  shifted: cube.Comptime[bool]):
     """x is (N, C, *size), its strides in g after the groups; out is (N, C * K, L)."""
-    i = cube.ABSOLUTE_POS
-    if i < len(out):
+    i = position(len(out), shifted)
+    if shifted or i < len(out):
         rest = i // g[2]
         tap, window, nc = rest % g[1], i % g[2], rest // g[1]
         off = (nc // g[0]) * field(g, STRIDES, 0, S) + (nc % g[0]) * field(g, STRIDES, 1, S)
@@ -59,10 +61,10 @@ def unfold_kernel(x: cube.Array, out: cube.Array, g: cube.Array[cube.i32], S: cu
 
 @cube.kernel
 def fold_kernel(cols: cube.Array, out: cube.Array, g: cube.Array[cube.i32], S: cube.Comptime[int],
-                T: cube.Comptime):
+                T: cube.Comptime, shifted: cube.Comptime[bool]):
     """cols is (N, C * K, L), its strides in g after the groups; out is (N, C, *size)."""
-    i = cube.ABSOLUTE_POS
-    if i < len(out):
+    i = position(len(out), shifted)
+    if shifted or i < len(out):
         plane = cube.i32(1)
         for d in cube.unroll(range(S)):
             plane = plane * field(g, SIZE, d, S)
@@ -112,7 +114,7 @@ def unfold(x: np.ndarray, kernel, stride, padding, dilation) -> np.ndarray:
     if out.size:
         count, dim = grid(out.size)
         geometry = _geometry(x, x.shape[1], size, kernel, stride, padding, dilation, windows)
-        unfold_kernel.launch(count, dim, x, out, geometry, S=len(size))
+        unfold_kernel.launch(count, dim, x, out, geometry, S=len(size), shifted=out.size >= dim.x)
     return out
 
 
@@ -135,5 +137,6 @@ def fold(cols: np.ndarray, output_size, kernel, stride, padding, dilation) -> np
         t = cube_dtype(cols.dtype)
         count, dim = grid(out.size)
         geometry = _geometry(cols, channels, size, kernel, stride, padding, dilation, windows)
-        fold_kernel.launch(count, dim, cols, out, geometry, S=len(size), T=f32 if t.is_float and t.itemsize < 4 else t)
+        fold_kernel.launch(count, dim, cols, out, geometry, S=len(size), T=f32 if t.is_float and t.itemsize < 4 else t,
+                           shifted=out.size >= dim.x)
     return out
