@@ -162,11 +162,20 @@ class KernelFunction:
         Arrays are passed by pointer and written in place; scalars are converted to the parameter's
         dtype; `comptime` values select the specialization.
         """
-        for a in args:
-            if isinstance(a, DeviceArray):
-                a.runtime.launch(self, count, dim, args, comptime)
-                return
-        (_host or _cpu())().launch(self, count, dim, args, comptime)
+        launch_runtime(*args).launch(self, count, dim, args, comptime)
+
+
+def launch_runtime(*args):
+    """The runtime a launch on `args` runs on: the first device array's, else the host runtime.
+
+    Example:
+        >>> launch_runtime(np.zeros(3)) is cpu_runtime()       # NumPy arrays, no host_runtime block
+        True
+    """
+    for a in args:
+        if isinstance(a, DeviceArray):
+            return a.runtime
+    return (_host or _cpu())()
 
 
 _host = None  # a function giving the runtime that launches on NumPy arrays, when not the CPU one

@@ -16,13 +16,14 @@ import multiprocessing
 import os
 import pkgutil
 from concurrent.futures import ProcessPoolExecutor
+from types import SimpleNamespace
 
 import ml_dtypes
 import numpy as np
 import pytest
 
 from ember import cube
-from ember.cube.kernel import KernelFunction
+from ember.cube.kernel import KernelFunction, host_runtime
 from ember.cube.kernels import elementwise as ew
 from ember.cube.kernels.conv import conv2d
 from ember.cube.kernels.indexing import gather, index_add, index_select, scatter
@@ -83,7 +84,12 @@ def library_calls() -> list:
     for t in (np.int32, F16, BF16, F64, np.bool_):
         calls += [lambda t=t, op=op: reduce(op, x.astype(t), 1) for op in ("sum", MAX, "argmax", "prod")]
     calls += [lambda t=t: reduce("mean", x.astype(t), 1) for t in (F16, BF16, F64)]
-    calls += [lambda: reduce("sum", rng.standard_normal((3, 1000)).astype(F32), 1)]
+    calls += [lambda: reduce("sum", rng.standard_normal((3, 1000)).astype(F32), 1),
+              lambda: reduce("amax", rng.standard_normal((3, 64)).astype(F32), 0)]  # whole cubes of columns
+    calls += [lambda op=op, target=target: on_target(target, reduce, op, rng.standard_normal((3, 64)).astype(F32), 1)
+              for op in REDUCE_OPS for target in ("cpu", "cuda")]  # rows of at least SHORT_ROW
+    calls += [lambda op=op, t=t, dims=dims: on_target("cuda", reduce, op, x3.astype(t), dims)  # GPU shapes
+              for op in REDUCE_OPS for t in (F32, F16) for dims in (2, 0)]
     calls += [lambda log=log, t=t: softmax(x.astype(t), log) for log in (False, True) for t in (F32, F16, F64)]
     calls += [lambda: softmax(rng.standard_normal((8, 5)).astype(F16).T)]
     x3d = rng.standard_normal((5, 3, 33)).astype(F64)
@@ -126,6 +132,13 @@ def library_calls() -> list:
         calls += [lambda: unfold(img, (3, 2), (1, 1), (1, 1), (1, 1)),
                   lambda: fold(rng.standard_normal((2, 12, 20)).astype(F32), (5, 6), (2, 2), (1, 1), (0, 0), (1, 1))]
     return calls
+
+
+def on_target(target: str, fn, *args):
+    """`fn(*args)` with launches on NumPy arrays sent to a runtime of `target` (the recorder launches
+    nothing; the library reads the target to choose a kernel's shape, e.g. a plane per row on CUDA)."""
+    with host_runtime(SimpleNamespace(target=target)):
+        return fn(*args)
 
 
 def library_kernels() -> set:

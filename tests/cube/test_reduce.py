@@ -73,6 +73,34 @@ def test_integer_and_half_dtypes(parallel):
     parallel(check, [("sum", ints), ("amax", ints), ("argmin", ints), ("sum", halves), ("mean", brains)])
 
 
+def test_strided_reductions_one_unit_per_output(parallel):
+    """The columns shape: a bias gradient (a transposed view reduced over its contiguous-output axis),
+    widths with whole cubes and a tail (the C target's two launches), a strided output axis, and two
+    reduced dims that do not merge."""
+    x = rng.standard_normal((37, 300)).astype(np.float32)
+    x[3, 7] = np.nan
+    cases = [("sum", np.ascontiguousarray(x.T).T, 0), ("amax", x, 0), ("amin", x, 0), ("argmin", x, 0),
+             ("argmax", x[::-1, ::2], 0), ("var", x, 0), ("mean", x[:, 1:], 0), ("prod", x * 0.1 + 1, 0),
+             ("sum", rng.standard_normal((6, 5, 40)).astype(np.float32), (0, 2)),
+             ("sum", rng.integers(-9, 9, (33, 70)).astype(np.int16), 0),
+             ("amax", rng.standard_normal((9, 70)).astype(np.float16), 0)]
+
+    def check(case):
+        op, v, dims = case
+        got = reduce(op, v, dims)
+        want = REF[op](v.astype(np.float64), axis=dims)
+        np.testing.assert_allclose(got.astype(np.float64), want, rtol=1e-3, atol=1e-3, err_msg=op)
+
+    parallel(check, cases)
+
+
+def test_nan_propagates_through_vector_rows():
+    x = rng.standard_normal((3, 100)).astype(np.float32)
+    x[1, 37], x[2, 99] = np.nan, np.inf
+    for op in ("amax", "amin"):
+        np.testing.assert_array_equal(reduce(op, x, 1), REF[op](x, axis=1))
+
+
 def test_ties_go_to_the_first_index_and_nan_wins():
     x = np.array([[1, 3, 3, 0], [2, 2, 2, 2]], np.float32)
     np.testing.assert_array_equal(reduce("argmax", x, 1), [1, 0])

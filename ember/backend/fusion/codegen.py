@@ -14,10 +14,19 @@ ids written to memory, each to a new contiguous array.
 - elementwise kernel: one unit per output element; inputs are read through broadcast layouts
   (dims merged, rank padded as in the Cube(cpu) backend, `layout.merged_operands`); a dense input
   is read by its flat position and a one-element input at index 0, with no index arithmetic.
-- reduce kernel (fuse-on-read): one cube per output element (split over several cubes when there are
-  few outputs), its units fold the program's value at every reduced position, then `block_reduce`;
-  the domain is permuted to (kept dims, reduced dims), so position `out * n + r` reads element `r` of
-  output `out`'s reduction.
+- reduce kernels (fuse-on-read), the kernel library's shapes (`cube/kernels/reduce.py`), chosen by
+  layout and target (`run_reduction`):
+  - rows (`reduce_kernel`), when the reduced positions are contiguous in the largest input and at
+    least SHORT_ROW long: on GPU targets a plane per output (8 per cube, plane ops: warp shuffles),
+    on the C target a cube of one vector of units per output (16 for f32) and a 4-step tree
+    (`block_reduce`); the domain is permuted to (kept dims, reduced dims), so position `out * n + r`
+    reads element `r` of output `out`'s reduction;
+  - columns (`columns_kernel`), otherwise (a strided axis such as a bias gradient's, short rows):
+    one unit per output looping over the reduced positions, consecutive units on consecutive outputs
+    (coalesced on GPUs, one vector on the C target), reduced offsets computed once per cube;
+  both split over several cubes when there are few outputs.
+- elementwise kernels compute PER_UNIT positions per unit on GPU targets (the last pass of a fused
+  softmax: 262144 cubes of one position per unit took 3.7x the bandwidth's time on the H200).
 
 Example:
     >>> p = Program((f32,), (("exp", (), (0,), f32), ("neg", (), (1,), f32)), (2,))
@@ -35,9 +44,10 @@ import numpy as np
 from ... import cube
 from ...cube import ir
 from ...cube.frontend import ArrayRef
-from ...cube.kernels.common import element_strides, empty, grid, offset
-from ...cube.kernels.reduce import (FEW_OUTPUTS, MAX_SPLITS, MAX_UNITS, SPLIT_CHUNK, _KERNEL_OP, accumulator,
-                                    block_reduce, combine, identity, reduce as library_reduce)
+from ...cube.kernels.common import broadcast_strides, element_strides, empty, grid, merge_dims, offset
+from ...cube.kernels.reduce import (FEW_OUTPUTS, MAX_SPLITS, MAX_UNITS, PLANE_WIDTH, SPLIT_CHUNK, VEC, _KERNEL_OP,
+                                    SHORT_ROW, accumulator, block_reduce, column_launches, combine, identity,
+                                    plane_combine, reduce as library_reduce)
 from ...cube.runtime.cpu import cpu_runtime
 from ...dtype import DType, i32
 from ..cube.layout import merged_operands
@@ -45,6 +55,9 @@ from .ops import emit
 
 UNITS = 256
 MIN_ROW = 64  # a domain whose last dim is at least this long runs line by line (see elementwise_kernel)
+# Positions per unit of an elementwise kernel, by target: on the H200 one position per unit of a
+# (8192, 8192) softmax's last pass took 0.48 ms (262144 cubes of 256 units), the bandwidth allows 0.13.
+PER_UNIT = {"cuda": 4}
 
 
 @dataclass(frozen=True)
@@ -132,23 +145,27 @@ def _reader(b: ir.Builder, layout, rank: int, modes: tuple, position, line: tupl
     return index_of
 
 
-def _guarded(b: ir.Builder, whole, position, limit, body) -> None:
-    """`body()` unguarded where `whole` (a condition the same for all units) holds, else under
-    `position < limit`: gcc vectorizes the unguarded copy (it gives up on long bodies under a
-    per-unit guard), and only the last cube of a line pays for the check."""
+def _guarded(b: ir.Builder, whole, positions: list, limit, body) -> None:
+    """`body(p)` for each of `positions`: unguarded where `whole` (a condition the same for all units)
+    holds, else each under `p < limit`: gcc vectorizes the unguarded copy (it gives up on long bodies
+    under a per-unit guard), and only the last cube of a line pays for the checks."""
     branch = b.branch(whole)
     with b.inside(branch.then):
-        body()
+        for p in positions:
+            body(p)
     with b.inside(branch.orelse):
-        tail = b.branch(b.binary("lt", position, limit))
-        with b.inside(tail.then):
-            body()
+        for p in positions:
+            tail = b.branch(b.binary("lt", p, limit))
+            with b.inside(tail.then):
+                body(p)
 
 
-def elementwise_kernel(program: Program, rank: int, modes: tuple, rows: bool) -> ir.Kernel:
+def elementwise_kernel(program: Program, rank: int, modes: tuple, rows: bool, per: int = 1) -> ir.Kernel:
     """The IR of `program` over `rank`-dim layouts, each input read as `modes[j]` says (DENSE, SCALAR,
     STRIDED). With `rows`, cube (x, y) covers units x of line y of the domain's last dim, so strided
-    inputs cost one multiply-add per element; otherwise cubes cover flat positions."""
+    inputs cost one multiply-add per element; otherwise cubes cover flat positions. Each unit computes
+    `per` positions, CUBE_DIM apart (GPU targets: 4, so that a cube's index arithmetic is shared by
+    more elements and the grid has 4x fewer cubes; the C target: 1)."""
     b = ir.Builder("fused")
     arrays = _inputs(b, program)
     outs = [b.array_param(f"out{k}", program.dtype(v)) for k, v in enumerate(program.outputs)]
@@ -156,61 +173,85 @@ def elementwise_kernel(program: Program, rank: int, modes: tuple, rows: bool) ->
     n = b.scalar_param("n", i32)
     scalars = _scalars(b, arrays, modes)
     one = b.const(1, i32)
+    span = b.binary("mul", b.builtin("cube_dim"), b.const(per, i32))  # positions a cube covers
     if rows:
         width = b.load(layout.array, b.const(rank - 1, i32))
         start = b.binary("mul", b.builtin("cube_pos_y"), width)
-        col = b.binary("add", b.binary("mul", b.builtin("cube_pos_x"), b.builtin("cube_dim")), b.builtin("unit_pos"))
-        i = b.binary("add", start, col)
+        first = b.binary("add", b.binary("mul", b.builtin("cube_pos_x"), span), b.builtin("unit_pos"))
         bases, steps = _line(b, layout, rank, modes, start)
-        end = b.binary("mul", b.binary("add", b.builtin("cube_pos_x"), one), b.builtin("cube_dim"))
-        position, limit = col, width
+        end = b.binary("mul", b.binary("add", b.builtin("cube_pos_x"), one), span)
+        limit = width
     else:
-        i = b.builtin("absolute_pos")
-        end = b.binary("mul", b.binary("add", b.builtin("cube_pos"), one), b.builtin("cube_dim"))
-        position, limit = i, n
+        first = b.binary("add", b.binary("mul", b.builtin("cube_pos"), span), b.builtin("unit_pos"))
+        end = b.binary("mul", b.binary("add", b.builtin("cube_pos"), one), span)
+        limit = n
 
-    def body() -> None:
-        index_of = _reader(b, layout, rank, modes, i, (col, bases, steps) if rows else None)
+    def body(position) -> None:
+        i = b.binary("add", start, position) if rows else position
+        index_of = _reader(b, layout, rank, modes, i, (position, bases, steps) if rows else None)
         values = _values(b, program, arrays, index_of, scalars)
         for out, v in zip(outs, program.outputs):
             b.store(out, i, values[v])
 
-    _guarded(b, b.binary("le", end, limit), position, limit, body)
+    positions = [first] + [b.binary("add", first, b.binary("mul", b.builtin("cube_dim"), b.const(k, i32)))
+                           for k in range(1, per)]
+    _guarded(b, b.binary("le", end, limit), positions, limit, body)
     return b.kernel
 
 
-def reduce_kernel(red: Reduction, acc: DType, rank: int, modes: tuple, units: int, line: bool) -> ir.Kernel:
-    """The IR of a fused reduction: `red.program`'s value folded over `n` positions per output.
+def reduce_kernel(red: Reduction, acc: DType, rank: int, modes: tuple, units: int, line: bool,
+                  lanes: int | None = None) -> ir.Kernel:
+    """The IR of a fused reduction over rows: `red.program`'s value folded over `n` positions per output.
 
+    `lanes` units reduce one output: the whole cube (None, the C target: a vector of units, then a
+    tree in shared memory) or a plane (GPU targets: `units / lanes` outputs per cube, plane ops).
     With `line`, the reduced positions of an output are the domain's (merged) last dim, so strided
     inputs are read at a per-cube base plus a step; otherwise through the full layout.
     """
-    program = red.program
     op = _KERNEL_OP.get(red.op, red.op)
+    lanes = lanes or units
     b = ir.Builder("fused_reduce")
-    arrays = _inputs(b, program)
+    arrays = _inputs(b, red.program)
     out = b.array_param("out", acc)
     layout = ArrayRef(b.array_param("layout", i32))
     n = b.scalar_param("n", i32)
-    pos, split, splits = b.builtin("cube_pos_x"), b.builtin("cube_pos_y"), b.builtin("cube_count_y")
+    split, splits = b.builtin("cube_pos_y"), b.builtin("cube_count_y")
     one = b.const(1, i32)
     chunk = b.binary("div", b.binary("sub", b.binary("add", n, splits), one), splits)
     start = b.binary("mul", split, chunk)
     stop = b.binary("min", n, b.binary("mul", b.binary("add", split, one), chunk))
-    unit = b.builtin("unit_pos")
     scalars = _scalars(b, arrays, modes)
+    if lanes == units:
+        _row_fold(b, red, acc, op, b.builtin("cube_pos_x"), b.builtin("unit_pos"), lanes, units, arrays, out, layout,
+                  rank, modes, line, n, start, stop, split, splits, scalars)
+        return b.kernel
+    # a plane per output: the outputs past the end (in the last cube) skip everything
+    plane = b.binary("div", b.builtin("unit_pos"), b.const(lanes, i32))
+    pos = b.binary("add", b.binary("mul", b.builtin("cube_pos_x"), b.const(units // lanes, i32)), plane)
+    unit = b.binary("rem", b.builtin("unit_pos"), b.const(lanes, i32))
+    inside = b.branch(b.binary("lt", pos, b.binary("div", b.length(out), splits)))
+    with b.inside(inside.then):
+        _row_fold(b, red, acc, op, pos, unit, lanes, units, arrays, out, layout, rank, modes, line, n, start, stop,
+                  split, splits, scalars)
+    return b.kernel
+
+
+def _row_fold(b, red, acc, op, pos, unit, lanes, units, arrays, out, layout, rank, modes, line, n, start, stop,
+              split, splits, scalars) -> None:
+    """The body of `reduce_kernel` for output `pos`, as its lane `unit` of `lanes`."""
+    program = red.program
     first = b.binary("mul", pos, n)
     bases, steps = _line(b, layout, rank, modes, first) if line else ({}, {})
     total = b.local(ir.Type(acc), "acc")
     b.write(total, b.const(identity(op, acc), acc))
-    step = b.const(units, i32)
+    step = b.const(lanes, i32)
 
     def fold(r) -> None:
         index_of = _reader(b, layout, rank, modes, b.binary("add", first, r), (r, bases, steps) if line else None)
         v = b.cast(_values(b, program, arrays, index_of, scalars)[red.value], acc)
         b.write(total, combine.__cube_inline__(b, [op, b.read(total), v], {}))
 
-    # Whole rounds of `units` positions run unguarded (vectorizable, as in the elementwise kernel);
+    # Whole rounds of `lanes` positions run unguarded (vectorizable, as in the elementwise kernel);
     # the last, partial round checks each position.
     whole = b.binary("add", start, b.binary("mul", b.binary("div", b.binary("sub", stop, start), step), step))
     with b.loop(start, whole, step) as k:
@@ -221,10 +262,67 @@ def reduce_kernel(red: Reduction, acc: DType, rank: int, modes: tuple, units: in
         inside = b.branch(b.binary("lt", r, stop))
         with b.inside(inside.then):
             fold(r)
-    result = block_reduce.__cube_inline__(b, [op, b.read(total), units], {})
+    if lanes == units:
+        result = block_reduce.__cube_inline__(b, [op, b.read(total), units], {})
+    else:
+        result = plane_combine.__cube_inline__(b, [op, b.read(total), lanes, acc], {})
     first_unit = b.branch(b.binary("eq", unit, b.const(0, i32)))
     with b.inside(first_unit.then):
         b.store(out, b.binary("add", b.binary("mul", pos, splits), split), result)
+
+
+def columns_kernel(red: Reduction, acc: DType, krank: int, rrank: int, modes: tuple, unit: tuple,
+                   guarded: bool) -> ir.Kernel:
+    """The IR of a fused reduction over a strided axis: one unit per output, looping over the reduced
+    positions (the library's `reduce.columns_kernel` shape). A cube covers CUBE_DIM consecutive outputs
+    of one line of the last kept dim; input j is read at its per-cube line base + col * its kept step +
+    its offset of the reduced position (computed once per cube and position on the C target). `kept`
+    and `red` layouts are [sizes, strides of input 0, strides of input 1, ...] of the kept and reduced
+    dims; `unit[j]` says input j's kept step is 1 (known contiguous across units: one vector load on
+    the C target). Without `guarded` every unit has an output (the C target's whole cubes: no per-unit branch
+    around the loop, which then stays outside the vectorized unit loop)."""
+    program = red.program
+    op = _KERNEL_OP.get(red.op, red.op)
+    b = ir.Builder("fused_columns")
+    arrays = _inputs(b, program)
+    out = b.array_param("out", acc)
+    kept, rlay = ArrayRef(b.array_param("kept", i32)), ArrayRef(b.array_param("red", i32))
+    n, width, col0, blocks = (b.scalar_param(name, i32) for name in ("n", "width", "col0", "blocks"))
+    split, splits = b.builtin("cube_pos_y"), b.builtin("cube_count_y")
+    one = b.const(1, i32)
+    chunk = b.binary("div", b.binary("sub", b.binary("add", n, splits), one), splits)
+    start = b.binary("min", n, b.binary("mul", split, chunk))
+    stop = b.binary("min", n, b.binary("add", start, chunk))
+    scalars = _scalars(b, arrays, modes)
+    cube_x = b.builtin("cube_pos_x")
+    line = b.binary("div", cube_x, blocks)
+    col = b.binary("add", col0, b.binary("add", b.binary("mul", b.binary("rem", cube_x, blocks), b.builtin("cube_dim")),
+                                         b.builtin("unit_pos")))
+    first = b.binary("mul", line, width)
+    at = {}
+    for j, mode in enumerate(modes):
+        if mode != SCALAR:
+            kstep = b.const(1, i32) if unit[j] else b.load(kept.array, b.const(krank * (j + 1) + krank - 1, i32))
+            at[j] = b.binary("add", offset.__cube_inline__(b, [first, kept, krank, j], {}), b.binary("mul", col, kstep))
+    rsteps = {j: b.load(rlay.array, b.const(rrank * (j + 1), i32)) for j in at} if rrank == 1 else {}
+
+    def body() -> None:
+        total = b.local(ir.Type(acc), "acc")
+        b.write(total, b.const(identity(op, acc), acc))
+        with b.loop(start, stop, one) as r:
+            def index_of(j: int):
+                roff = b.binary("mul", r, rsteps[j]) if rrank == 1 else offset.__cube_inline__(b, [r, rlay, rrank, j], {})
+                return b.binary("add", at[j], roff)
+            v = b.cast(_values(b, program, arrays, index_of, scalars)[red.value], acc)
+            b.write(total, combine.__cube_inline__(b, [op, b.read(total), v], {}))
+        b.store(out, b.binary("add", b.binary("mul", b.binary("add", first, col), splits), split), b.read(total))
+
+    if guarded:
+        inside = b.branch(b.binary("lt", col, width))
+        with b.inside(inside.then):
+            body()
+    else:
+        body()
     return b.kernel
 
 
@@ -265,14 +363,16 @@ def run_elementwise(program: Program, shape: tuple, arrays: list, runtime=None) 
     merged, views = merged_operands(shape, *arrays)
     modes = _modes(views, merged)
     rank, layout = _layout(merged, views)
-    rows = rank > 1 and STRIDED in modes and merged[-1] >= MIN_ROW
+    # line by line needs a cube row per line: CUDA allows at most 65535 of them (else one flat grid)
+    rows = rank > 1 and STRIDED in modes and merged[-1] >= MIN_ROW and size // merged[-1] <= 65535
+    per = PER_UNIT.get(getattr(runtime, "target", "cpu"), 1)
     dim = cube.CubeDim(UNITS)
-    compiled = _compiled_kernel(("ew", program, rank, modes, rows),
-                                lambda: elementwise_kernel(program, rank, modes, rows), dim, runtime)
+    compiled = _compiled_kernel(("ew", program, rank, modes, rows, per),
+                                lambda: elementwise_kernel(program, rank, modes, rows, per), dim, runtime)
     if rows:
-        count = cube.CubeCount(-(-merged[-1] // UNITS), size // merged[-1])
+        count = cube.CubeCount(-(-merged[-1] // (UNITS * per)), size // merged[-1])
     else:
-        count, _ = grid(size, UNITS)
+        count, _ = grid(-(-size // per), UNITS)
     runtime.run(compiled, count, (*views, *(o.reshape(-1) for o in outs), layout, size))
     return outs
 
@@ -282,6 +382,42 @@ def source_of(program: Program, reduction: Reduction | None = None) -> list[str]
     variant and runtime."""
     kind, target = ("red", reduction) if reduction is not None else ("ew", program)
     return [c.source for key, c in _compiled.items() if key[0] == kind and key[1] == target]
+
+
+def _reduced_layouts(shape: tuple, kept: tuple, dims: tuple, views: list):
+    """For the columns shape: (kept sizes, reduced sizes, kept layout, reduced layout) of `views` (the
+    inputs broadcast to `shape`), each group's dims merged where every input allows; None when the
+    reduced positions are contiguous in the largest input and at least SHORT_ROW long (then rows are
+    the better shape: a unit per output of a short row beats a cube or plane per row)."""
+    strides = [broadcast_strides(shape, v) for v in views]
+    groups = []
+    for dims_ in (kept, dims):
+        sizes, parts = merge_dims([shape[d] for d in dims_], [[s[d] for d in dims_] for s in strides])
+        groups.append((sizes or [1], [p or [0] for p in parts]))
+    (ksizes, kstrides), (rsizes, rstrides) = groups
+    big = max(range(len(views)), key=lambda j: views[j].size if any(strides[j]) else -1)
+    if not any(strides[big]) or rstrides[big][-1] == 1 and math.prod(rsizes) >= SHORT_ROW:
+        return None
+    layout = lambda sizes, parts: np.asarray(sizes + [x for p in parts for x in p], np.int32)
+    return ksizes, rsizes, layout(ksizes, kstrides), layout(rsizes, rstrides)
+
+
+def _run_columns(red: Reduction, acc: DType, shape: tuple, kept: tuple, arrays: list, out, n: int, splits: int,
+                 found: tuple, runtime) -> None:
+    """The columns shape (`columns_kernel`) of `run_reduction`; `found` from `_reduced_layouts`."""
+    ksizes, rsizes, klayout, rlayout = found
+    views = [a if a.size == 1 else np.broadcast_to(a, shape) for a in arrays]
+    modes = tuple(SCALAR if v.size == 1 or not any(v.strides) else STRIDED for v in views)
+    width = ksizes[-1]
+    krank = len(ksizes)
+    unit = tuple(bool(klayout[krank * (j + 1) + krank - 1] == 1) for j in range(len(views)))
+    lines = math.prod(ksizes) // width
+    for blocks, col0, dim, guarded in column_launches(width, getattr(runtime, "target", "cpu")):
+        compiled = _compiled_kernel(("cols", red, acc, krank, len(rsizes), modes, unit, guarded),
+                                    lambda g=guarded: columns_kernel(red, acc, krank, len(rsizes), modes, unit, g),
+                                    cube.CubeDim(dim), runtime)
+        runtime.run(compiled, cube.CubeCount(lines * blocks, splits),
+                    (*views, out.reshape(-1), klayout, rlayout, n, width, col0, blocks))
 
 
 def run_reduction(red: Reduction, shape: tuple, arrays: list, runtime=None):
@@ -301,10 +437,17 @@ def run_reduction(red: Reduction, shape: tuple, arrays: list, runtime=None):
             return out
     else:
         out = empty(size * splits, acc.np, *arrays)
+    columns = _reduced_layouts(shape, kept, red.dims, arrays) if size and n else None
+    if columns is not None:
+        _run_columns(red, acc, shape, kept, arrays, out, n, splits, columns, runtime)
+        return out if direct else _finish(red, out, size, splits, out_shape)
     perm = kept + red.dims
     permuted = tuple(shape[d] for d in perm)
     views = [np.broadcast_to(a, shape).transpose(perm) for a in arrays]
-    units = min(MAX_UNITS, 1 << max(0, (n - 1).bit_length()))
+    target = getattr(runtime, "target", "cpu")
+    lanes = PLANE_WIDTH.get(target)
+    # GPU targets: a plane per output, 8 per cube; others: a cube per output, one vector of units
+    units = MAX_UNITS if lanes else min(VEC.get(target, 64) // acc.itemsize, 1 << max(0, (n - 1).bit_length()))
     if math.prod(permuted):
         merged, views = merged_operands(permuted, *views)
         modes = _modes(views, merged)
@@ -314,10 +457,14 @@ def run_reduction(red: Reduction, shape: tuple, arrays: list, runtime=None):
         views = [empty(1, a.dtype, *arrays) for a in arrays]
     line = STRIDED in modes and int(layout[rank - 1]) == n
     dim = cube.CubeDim(units)
-    compiled = _compiled_kernel(("red", red, acc, rank, modes, units, line),
-                                lambda: reduce_kernel(red, acc, rank, modes, units, line), dim, runtime)
-    runtime.run(compiled, cube.CubeCount(size, splits), (*views, out.reshape(-1), layout, n))
-    if direct:
-        return out
-    stage = library_reduce(red.op, out.reshape(size, splits), dims=1).reshape(out_shape)
+    compiled = _compiled_kernel(("red", red, acc, rank, modes, units, line, lanes),
+                                lambda: reduce_kernel(red, acc, rank, modes, units, line, lanes), dim, runtime)
+    per = units // lanes if lanes else 1
+    runtime.run(compiled, cube.CubeCount(-(-size // per), splits), (*views, out.reshape(-1), layout, n))
+    return out if direct else _finish(red, out, size, splits, out_shape)
+
+
+def _finish(red: Reduction, partials, size: int, splits: int, out_shape: tuple):
+    """The result from `splits` partial results per output (or from the accumulator dtype)."""
+    stage = library_reduce(red.op, partials.reshape(size, splits), dims=1).reshape(out_shape)
     return stage if stage.dtype == red.dtype.np else stage.astype(red.dtype.np)
