@@ -35,9 +35,11 @@ def test_a_new_input_layout_is_captured_again(cpu, rng):
     contiguous = ember.tensor(host, device=cpu)
     transposed = ember.tensor(np.ascontiguousarray(host.T), device=cpu).permute(1, 0)
     broadcast = ember.tensor(host[:1], device=cpu).expand(6, 6)
-    # The same block on inputs of one shape but different strides: one plan, three layouts, in turns.
-    for x, want in [(contiguous, host), (transposed, host), (broadcast, np.broadcast_to(host[:1], (6, 6))),
-                    (contiguous, host), (broadcast, np.broadcast_to(host[:1], (6, 6)))]:
+    spread = np.broadcast_to(host[:1], (6, 6))
+    # The same block on inputs of one shape but different strides: one plan, three layouts, each run
+    # twice in a row (captured, then replayed) and in turns.
+    for x, want in [(contiguous, host), (contiguous, host), (transposed, host), (transposed, host),
+                    (broadcast, spread), (broadcast, spread), (contiguous, host), (broadcast, spread)]:
         np.testing.assert_allclose(_chain(x, 2.0).numpy(), _expected(want, 2.0), rtol=1e-5, atol=1e-6)
 
 
@@ -50,3 +52,20 @@ def test_mixed_dtypes_and_several_outputs_replay(cpu, rng):
         v = (u + 1.0).exp()
         np.testing.assert_allclose(v.numpy(), np.exp(a * b.astype(np.float32) + 1), rtol=1e-5)
         np.testing.assert_allclose(u.numpy(), a * b.astype(np.float32), rtol=1e-6)
+
+
+def test_lone_library_ops_replay_on_new_data_and_layouts(cpu, rng):
+    """A block of one elementwise op runs on the kernel library; its launch is replayed like a fused one."""
+    backend = ember.debug.fusion_backend(cpu)
+    hits = backend.stats()["plan_hits"]
+    for step in range(6):
+        a = rng.standard_normal((4, 6)).astype(np.float32)
+        b = rng.integers(-9, 9, (4, 6)).astype(np.int32)
+        x = ember.tensor(a, device=cpu)
+        x = x if step % 2 else ember.tensor(np.ascontiguousarray(a.T), device=cpu).permute(1, 0)
+        y = ember.tensor(b, device=cpu)
+        np.testing.assert_allclose(x.exp().numpy(), np.exp(a), rtol=1e-6)
+        np.testing.assert_array_equal((y * 3).numpy(), b * 3)
+        np.testing.assert_array_equal((y + y).numpy(), b + b)
+        np.testing.assert_array_equal(y.cast(ember.f32).numpy(), b.astype(np.float32))
+    assert backend.stats()["plan_hits"] >= hits + 16
