@@ -152,7 +152,13 @@ def bind(prim: Primitive, inputs: tuple, params: dict):
             break
     aval = prim.infer(*[t._aval for t in inputs], **params)
     backend = device._backend or device.backend
-    return Tensor._make(device, backend.execute(prim, [t._handle for t in inputs], params, aval), aval)
+    handle = backend.execute(prim, [t._handle for t in inputs], params, aval)
+    out = _new(Tensor)  # Tensor._make's work without its frame (the dispatch hot path)
+    out._device, out._handle, out._aval = device, handle, aval
+    return out
+
+
+_new = object.__new__
 
 
 def create(device: Device, prim: Primitive, params: dict):

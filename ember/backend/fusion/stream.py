@@ -85,6 +85,8 @@ def shape_class(shape: tuple, sizes: dict) -> tuple:
     return tuple(out)
 
 
+_new = object.__new__
+
 # Each distinct key part gets a small int once, so a block's key is a string of ints: hashing and
 # comparing it at a sync point costs little more than its length. The numbering is shared by every
 # stream (the plan cache is), so a number means the same part in every thread's keys.
@@ -136,15 +138,19 @@ class Stream:
                 inputs.append(value)
                 slot = self._slots.get(id(value))
                 refs.append(slot if slot is not None else self._external(value, h.aval))
-        rec = Record(prim, params, tuple(inputs), aval, index, self)
-        records.append(rec)
         shape_class = self._classes.get(aval.shape) or self._class(aval.shape)
         part = (prim.name, self.static_params(prim, params) if params else (), tuple(refs), aval.dtype, shape_class)
         number = _PARTS.get(part)
         self._key.append(number if number is not None else _number(part))
-        handle = LazyHandle(aval, None, rec)
-        self._outs.append(out := weakref.ref(handle))
-        rec.out = out
+        # Built field by field: no __init__ frames on the dispatch hot path (two per recorded op).
+        handle = _new(LazyHandle)
+        handle.aval, handle.value = aval, None
+        rec = _new(Record)
+        rec.prim, rec.params, rec.inputs, rec.aval, rec.index, rec.stream = prim, params, tuple(inputs), aval, index, self
+        rec.out = out = weakref.ref(handle)
+        handle.record = rec
+        records.append(rec)
+        self._outs.append(out)
         return handle
 
     def _external(self, array: Any, aval: Aval) -> tuple:
