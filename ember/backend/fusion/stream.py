@@ -44,19 +44,11 @@ class LazyHandle:
 
 
 class Record:
-    """One recorded op: `inputs` are `Record`s of the same stream or concrete inner arrays."""
+    """One recorded op (made by `Stream.record` only): `prim(*inputs, **params)` giving `aval`, where
+    `inputs` are `Record`s of the same `stream` or concrete inner arrays; `index` is its position in
+    the stream and `out` a weak reference to its handle."""
 
     __slots__ = ("prim", "params", "inputs", "aval", "out", "index", "stream")
-
-    def __init__(self, prim: Primitive, params: dict, inputs: tuple, aval: Aval, index: int,
-                 stream: "Stream") -> None:
-        self.stream = stream
-        self.prim = prim
-        self.params = params
-        self.inputs = inputs
-        self.aval = aval
-        self.index = index
-        self.out: weakref.ref | None = None
 
     def live(self) -> bool:
         """Whether someone outside the stream still holds this op's handle."""
