@@ -118,6 +118,8 @@ def library_calls() -> list:
               for t in (F32, F16, np.int32)]
     calls += [lambda: scatter(x[:6, :3].astype(F64), np.array([[0, 1, 2]]), x[:1, :3].astype(F64), 0),
               lambda: index_add(x[:3], np.array([0, 2, 2, 1]), x[:3, :4], 1)]
+    rows = np.argsort(rng.random((3, 40)), 1)[:, :20]  # a plain scatter along the last dim: row by row
+    calls += [lambda: scatter(np.zeros((3, 40), F32), rows, x3.reshape(3, -1)[:, :20].astype(F32), 1)]
     calls += [lambda: bits(1000, 3, 5), lambda: uniform(1000, 1, dtype=F64), lambda: uniform((10, 10), 2, low=-2, high=3),
               lambda: normal(1000, 4), lambda: normal(100, 4, dtype=F64)]
     calls += [lambda n=n: sort(rng.standard_normal((3, n)).astype(F32)) for n in (1, 5, 64, 1000, 16384)]

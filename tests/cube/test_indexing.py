@@ -48,6 +48,21 @@ def test_scatter_assign_with_unique_indices():
                                                                                    reduce=None))
 
 
+@pytest.mark.parametrize("shape", [(300,), (5, 40), (2, 3, 4, 20), (2, 2, 2, 2, 17)])
+def test_scatter_along_the_last_dim_runs_row_by_row(shape):
+    # `scatter_rows_kernel`: rows of 17..300 (not whole chunks of units), ranks 1..5, a reversed source
+    # and a transposed index; unique indices per row, so the result is determined.
+    n = shape[-1]
+    x = rng.standard_normal(shape).astype(np.float32)
+    index = np.ascontiguousarray(np.argsort(rng.random(shape), -1)[..., : n - 1].swapaxes(0, -1)).swapaxes(0, -1)
+    src = rng.standard_normal(shape).astype(np.float32)[..., ::-1]
+    assert index.shape[-1] >= ix.ROW_MIN
+    want = _scatter_reference(x, index, src, dim=len(shape) - 1, reduce=None)
+    np.testing.assert_array_equal(ix.scatter(x, index, src, -1), want)
+    np.testing.assert_array_equal(ix.scatter(x.astype(np.int64), index, src.astype(np.int64), len(shape) - 1),
+                                  want.astype(np.int64))
+
+
 def test_index_add():
     x = rng.standard_normal((3, 5)).astype(np.float32)
     index = np.array([4, 0, 4, 3])

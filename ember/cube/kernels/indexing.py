@@ -20,9 +20,12 @@ import numpy as np
 
 from ... import cube
 from ...errors import ShapeError
-from .common import asarray, check_size, contiguous, copy_as, dot, element_strides, empty, grid, unravel
+from .common import asarray, check_size, contiguous, copy_as, dot, element_strides, empty, grid, offset, unravel
 
 ATOMIC_DTYPES = ("float32", "float64", "int32", "int64")
+# A plain scatter along the last dim with rows of at least ROW_MIN runs a cube per row (ROW_UNITS units at
+# most; outer dims padded to ROW_OUTER_RANK so ranks 1..4 share a compiled kernel).
+ROW_MIN, ROW_UNITS, ROW_OUTER_RANK = 16, 64, 3
 
 
 @cube.kernel
@@ -56,6 +59,24 @@ def scatter_kernel(out: cube.Array, index: cube.Array, src: cube.Array, layout: 
             cube.atomic_add(out, target, value)
         else:
             out[target] = value
+
+
+@cube.kernel
+def scatter_rows_kernel(out: cube.Array, index: cube.Array, src: cube.Array, layout: cube.Array[cube.i32],
+                        outer: cube.Comptime[int], units: cube.Comptime[int]):
+    """A plain scatter along the last dim, a cube per row of `index`: the row's offsets in out, index and
+    src are found once, then the units walk the row (the last chunk shifted back inside: no masked lane,
+    a few identical writes twice). layout = [outer shape, out / index / src outer strides (`outer` each),
+    row length, out / index / src strides along the row]."""
+    row = cube.CUBE_POS
+    at = 4 * outer
+    n = layout[at]
+    o = offset(row, layout, outer, 0)
+    i0 = offset(row, layout, outer, 1)
+    s0 = offset(row, layout, outer, 2)
+    for j0 in range(0, n, units):
+        j = cube.min(j0, n - units) + cube.UNIT_POS_X
+        out[o + cube.i32(index[i0 + j * layout[at + 2]]) * layout[at + 1]] = src[s0 + j * layout[at + 3]]
 
 
 @cube.kernel
@@ -145,6 +166,19 @@ def index_add(x: np.ndarray, index: np.ndarray, src: np.ndarray, dim: int) -> np
     return _scatter_into(x, index, src, dim, True, src.shape, select_mode=True)
 
 
+def _scatter_rows(out, index, src, shape) -> None:
+    """`scatter_rows_kernel` over the rows of `shape` (index's shape; the scatter is along its last dim)."""
+    pad = max(0, ROW_OUTER_RANK - (len(shape) - 1))
+    parts = [1] * pad + list(shape[:-1])
+    for a in (out, index, src):
+        parts += [0] * pad + list(element_strides(a)[:-1])
+    parts += [shape[-1]] + [element_strides(a)[-1] for a in (out, index, src)]
+    units = min(ROW_UNITS, 1 << (shape[-1].bit_length() - 1))  # a power of two <= the row length
+    rows = int(np.prod(shape[:-1], dtype=np.int64))
+    scatter_rows_kernel.launch(cube.CubeCount(rows), cube.CubeDim(units), out, index, src,
+                               np.asarray(parts, np.int32), outer=pad + len(shape) - 1, units=units)
+
+
 def _scatter_into(x, index, src, dim, add, shape, select_mode):
     # Atomics exist for 32/64-bit types only: add others in f64 or i64 and convert back.
     wide = x.dtype if not add or x.dtype.name in ATOMIC_DTYPES else \
@@ -153,7 +187,9 @@ def _scatter_into(x, index, src, dim, add, shape, select_mode):
     src = src.astype(wide, copy=False)
     n = int(np.prod(shape, dtype=np.int64))
     check_size("scatter", out, src, index)
-    if n:
+    if n and not add and not select_mode and dim == x.ndim - 1 and shape[-1] >= ROW_MIN:
+        _scatter_rows(out, index, src, shape)
+    elif n:
         if select_mode:  # a 1-D index read at c[dim]: contiguous, and no strides in the layout
             index = contiguous(index)
             layout = np.concatenate([_layout(shape, out), np.zeros(x.ndim, np.int32), _layout((), src)])
