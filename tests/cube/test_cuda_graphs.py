@@ -146,6 +146,27 @@ def test_a_failed_capture_runs_plainly_and_refuses_that_signature():
     assert plan.plain == 4 and "host" in str(replays.last_error)
 
 
+def test_threads_replaying_one_plan_each_get_their_own_result():
+    rt, plan = FakeRuntime(), FakePlan()
+    replays = GraphReplays(rt)
+    errors = []
+
+    def worker(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        for _ in range(30):
+            ext = arrays(rng)
+            got = replays.run(plan, records(), ext, None)[0].data
+            if not np.allclose(got, expected(ext), rtol=1e-6):
+                errors.append(seed)
+
+    threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and replays.counts["captures"] == 1 and replays.counts["replays"] >= 100
+
+
 def test_large_plans_get_no_graph():
     rng = np.random.default_rng(3)
     rt, plan = FakeRuntime(), FakePlan()
@@ -177,10 +198,13 @@ def test_an_evicted_plan_drops_its_graphs_and_at_most_per_plan_layouts_keep_one(
     for n in range(graphs.PER_PLAN + 1):
         for _ in range(2):
             replays.run(plan, records(), arrays(rng, (n + 1, 2)), None)
-    assert replays.stats()["graphs"] == graphs.PER_PLAN and rt.graphs[0].closed  # least recently used went
+    assert replays.stats()["graphs"] == graphs.PER_PLAN  # the least recently used went: its layout is new again
+    for _ in range(2):
+        replays.run(plan, records(), arrays(rng, (1, 2)), None)
+    assert replays.counts["captures"] == graphs.PER_PLAN + 2 and replays.stats()["graphs"] == graphs.PER_PLAN
     del plan
     gc.collect()
-    assert replays.stats() == {"captures": graphs.PER_PLAN + 1, "replays": 0, "refused": 0, "graphs": 0,
+    assert replays.stats() == {"captures": graphs.PER_PLAN + 2, "replays": 0, "refused": 0, "graphs": 0,
                                "pinned_bytes": 0}
 
 

@@ -21,7 +21,8 @@ afresh at each run, a scalar say, would otherwise stay baked into the graph).
   large plans are bound by the device, not by launches, and a graph would only hold their memory.
   At most `PER_PLAN` signatures keep a graph per plan (least recently used go).
 - A plan evicted from the plan cache drops its graphs (they live in a weak map keyed by the plan),
-  which frees what they pinned.
+  which frees what they pinned. Several threads may run one plan: its state changes under a lock,
+  one thread captures a signature, and a replay's copies and launch hold the runtime's lock.
 
 Switch: `[cuda] graphs = true` in ember.toml, `EMBER_CUDA_GRAPHS=0` to turn off (read when the
 device's backend is first used), or `replays_for(inner).enabled = False` at run time.
@@ -34,6 +35,7 @@ Example:
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections import OrderedDict
 from typing import Any
@@ -84,6 +86,7 @@ class PlanGraphs:
 
     def __init__(self) -> None:
         self.seen: set = set()
+        self.capturing: set = set()  # by one thread now: the others run plainly meanwhile
         self.refused: set = set()
         self.graphs: OrderedDict = OrderedDict()
 
@@ -103,43 +106,59 @@ class GraphReplays:
         self.last_error: Exception | None = None
         """Why the last refused capture failed (None when it was refused for its size)."""
         self._plans: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()  # the plans' states (plans are shared by the threads' streams)
 
     def run(self, plan, records: list, externals: list, inner) -> dict[int, Any]:
         """`plan.run`'s result, through a graph where one is (or can now be) captured."""
         key = signature(records, externals, self.runtime.ARRAY) if self.enabled else None
         if key is None:
             return plan.run(records, externals, inner, graphs=False)
-        state = self._plans.get(plan)
-        if state is None:
-            state = self._plans[plan] = PlanGraphs()
-        found = state.graphs.get(key)
+        with self._lock:
+            state = self._plans.get(plan)
+            if state is None:
+                state = self._plans[plan] = PlanGraphs()
+            found = state.graphs.get(key)
+            if found is not None:
+                state.graphs.move_to_end(key)
+                self.counts["replays"] += 1
+            busy = key in state.capturing
+            first = not busy and key not in state.seen and key not in state.refused
+            capture = found is None and not busy and key in state.seen
+            if capture:
+                state.seen.discard(key)
+                state.capturing.add(key)
         if found is not None:
-            state.graphs.move_to_end(key)
-            self.counts["replays"] += 1
             return self._replay(found, externals)
-        if key in state.refused:
-            return plan.run(records, externals, inner, graphs=False)
-        if key not in state.seen:
+        if not capture:
             values = plan.run(records, externals, inner, graphs=False)
-            if _nbytes(externals) + _nbytes(values.values()) > self.max_bytes:
-                self._refuse(state, key, None)
-            else:
-                state.seen.add(key)
+            if first:
+                too_big = _nbytes(externals) + _nbytes(values.values()) > self.max_bytes
+                with self._lock:
+                    if too_big:
+                        self._refuse(state, key, None)
+                    else:
+                        state.seen.add(key)
             return values
-        state.seen.discard(key)
+        why: Exception | None = None
         try:
             found = self._capture(plan, records, externals, inner)
         except Exception as error:  # not capturable: this signature runs plainly from now on
-            self._refuse(state, key, error)
+            found, why = None, error
+        else:
+            if found.graph.nbytes > self.max_bytes:
+                found.graph.close()
+                found = None
+        with self._lock:
+            state.capturing.discard(key)
+            if found is None:
+                self._refuse(state, key, why)
+            else:
+                self.counts["captures"] += 1
+                state.graphs[key] = found
+                if len(state.graphs) > PER_PLAN:  # dropped, not closed: another thread may be replaying it;
+                    state.graphs.popitem(last=False)  # the graph and what it pins go with the last reference
+        if found is None:
             return plan.run(records, externals, inner, graphs=False)
-        if found.graph.nbytes > self.max_bytes:
-            found.graph.close()
-            self._refuse(state, key, None)
-            return plan.run(records, externals, inner, graphs=False)
-        self.counts["captures"] += 1
-        state.graphs[key] = found
-        if len(state.graphs) > PER_PLAN:
-            state.graphs.popitem(last=False)[1].graph.close()
         return self._replay(found, externals)
 
     def _capture(self, plan, records: list, externals: list, inner) -> Captured:
@@ -162,21 +181,24 @@ class GraphReplays:
         return values
 
     def _refuse(self, state: PlanGraphs, key: tuple, error: Exception | None) -> None:
+        """Run this signature plainly from now on (the caller holds `_lock`)."""
         state.refused.add(key)
         self.counts["refused"] += 1
         self.last_error = error
 
     def stats(self) -> dict:
         """Captures, replays, refusals, graphs alive and the bytes they pin."""
-        graphs = [c.graph for s in list(self._plans.values()) for c in s.graphs.values()]
+        with self._lock:
+            graphs = [c.graph for s in list(self._plans.values()) for c in s.graphs.values()]
         return {**self.counts, "graphs": len(graphs), "pinned_bytes": sum(g.nbytes for g in graphs)}
 
     def clear(self) -> None:
         """Close every graph (freeing what they pin) and forget every plan's signatures."""
-        for state in list(self._plans.values()):
+        with self._lock:
+            states, self._plans = list(self._plans.values()), weakref.WeakKeyDictionary()
+        for state in states:
             for found in state.graphs.values():
                 found.graph.close()
-        self._plans = weakref.WeakKeyDictionary()
 
 
 def _nbytes(arrays) -> int:
