@@ -19,8 +19,8 @@ the shape of the kernel follows the layout and the target (`launch_target`: the 
   loop, unvectorized) and the rest of the line in a second, guarded launch.
   The (128, 512) column sum went from 0.7-1.3 ms (a 256-unit tree per output over 128 elements) to
   ~0.09 ms, most of it the host call.
-- argmax/argmin over rows: `arg_rows_kernel` (a plain loop per row on the C target, a tree of (value,
-  index) pairs on GPUs); over strided axes the columns kernel.
+- argmax/argmin over rows: `arg_rows_kernel`, a cube per row (one vector of units on the C target)
+  and a tree of (value, index) pairs; over strided axes and short rows the columns kernel.
 
 Launches with few cubes (fewer than `MIN_CUBES` of the target) and large work split the reduced range
 over up to MAX_SPLITS cubes per output (CUBE_POS_Y), each writing a partial; the partials are reduced
@@ -319,19 +319,17 @@ def columns_kernel(x: cube.Array, out: cube.Array, kept: cube.Array[cube.i32], r
 def arg_rows_kernel(x: cube.Array, out: cube.Array[cube.i64], kept: cube.Array[cube.i32], n: cube.i32,
                     op: cube.Comptime[str], T: cube.Comptime, kdim: cube.Comptime[int], dense: cube.Comptime[bool],
                     units: cube.Comptime[int]):
-    # One cube per contiguous row; units = 1 on the C target (a plain loop per row), else the units
-    # stride over the row and combine (value, index) pairs in shared memory.
+    # One cube per contiguous row: its units stride over the row (whole strides unguarded, then the
+    # tail; on the C target one vector of units) and combine (value, index) pairs in shared memory.
     pos = cube.CUBE_POS
     base = pos * n if dense else offset(pos, kept, kdim, 0)
     best = T(identity(op, T))
     best_i = cube.i32(2**31 - 1)
-    for k in range(0, n, units):
-        r = k + cube.UNIT_POS
-        if units == 1:
-            best, best_i = arg_step(op, best, best_i, T(x[base + r]), r)
-        else:
-            if r < n:
-                best, best_i = arg_step(op, best, best_i, T(x[base + r]), r)
+    main = n - n % units
+    for k in range(0, main, units):
+        best, best_i = arg_step(op, best, best_i, T(x[base + k + cube.UNIT_POS]), k + cube.UNIT_POS)
+    if main + cube.UNIT_POS < n:
+        best, best_i = arg_step(op, best, best_i, T(x[base + main + cube.UNIT_POS]), main + cube.UNIT_POS)
     if units > 1:
         values = cube.shared(T, units)
         index = cube.shared(cube.i32, units)
@@ -407,7 +405,7 @@ def _launch(op, x, out, n, kshape, kstrides, rshape, rstrides, acc_t, target, sp
     if len(rshape) == 1 and rstrides[0] == 1 and n >= SHORT_ROW:  # contiguous rows
         dense = len(kshape) == 1 and kstrides[0] == n or size == 1
         if op.startswith("arg"):
-            units = 1 if plane == 1 else units_for(n)
+            units = units_for(n) if plane > 1 else VEC.get(target, 64) // acc_t.itemsize
             arg_rows_kernel.launch(cube.CubeCount(size), cube.CubeDim(units), x, out, kept, n, op=op, T=acc_t,
                                    kdim=len(kshape), dense=dense, units=units)
             return 1
