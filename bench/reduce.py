@@ -1,5 +1,5 @@
-"""Reductions over the rows of a (4096, 4096) f32 matrix: a plain sum, then the two reduce-then-broadcast
-patterns a fusing backend should run in one or two passes (softmax and layer norm)."""
+"""Reductions of a (4096, 4096) f32 matrix: sums over its rows and its columns (and the columns of a
+bias gradient's (128, 512)), then the two reduce-then-broadcast patterns a fusing backend should run in one or two passes (softmax and layer norm)."""
 
 from __future__ import annotations
 
@@ -20,11 +20,20 @@ def _label(x: np.ndarray) -> str:
     return f"({x.shape[0]}, {x.shape[1]}) f32"
 
 
+def _sum_over(dim: int) -> dict:
+    return {"numpy": lambda a: a.sum(axis=dim), "ember": lambda a: a.sum(dim=dim), "torch": lambda a: a.sum(dim=dim),
+            "tinygrad": lambda a: a.sum(axis=dim)}
+
+
 def reduce(fw: Frameworks, settings: Settings) -> list[Row]:
+    """Sums over the contiguous dim (rows) and over the strided dim (columns: also at a bias gradient's
+    size, (128, 512) over dim 0)."""
     x = _matrix(settings)
-    ops = {"numpy": lambda a: a.sum(axis=1), "ember": lambda a: a.sum(dim=1), "torch": lambda a: a.sum(dim=1),
-           "tinygrad": lambda a: a.sum(axis=1)}
-    return fw.compare_op("reduce", f"sum over dim 1, {_label(x)}", ops, [x], settings)
+    bias_grad = np.random.default_rng(1).standard_normal((settings.size(128, 4), settings.size(512, 16)),
+                                                         dtype=np.float32)
+    return (fw.compare_op("reduce", f"sum over dim 1, {_label(x)}", _sum_over(1), [x], settings)
+            + fw.compare_op("reduce", f"sum over dim 0, {_label(x)}", _sum_over(0), [x], settings)
+            + fw.compare_op("reduce", f"sum over dim 0, {_label(bias_grad)}", _sum_over(0), [bias_grad], settings))
 
 
 def numpy_softmax(a: np.ndarray) -> np.ndarray:
