@@ -88,6 +88,8 @@ def library_calls() -> list:
               lambda: reduce("amax", rng.standard_normal((3, 64)).astype(F32), 0)]  # whole cubes of columns
     calls += [lambda op=op, target=target: on_target(target, reduce, op, rng.standard_normal((3, 64)).astype(F32), 1)
               for op in REDUCE_OPS for target in ("cpu", "cuda")]  # rows of at least SHORT_ROW
+    calls += [lambda op=op: on_target("cuda", reduce, op, rng.standard_normal((3, 4, 64)).astype(F32), (0, 2))
+              for op in ("sum", "var")]  # rows of several runs
     calls += [lambda op=op, t=t, dims=dims: on_target("cuda", reduce, op, x3.astype(t), dims)  # GPU shapes
               for op in REDUCE_OPS for t in (F32, F16) for dims in (2, 0)]
     calls += [lambda log=log, t=t: softmax(x.astype(t), log) for log in (False, True) for t in (F32, F16, F64)]

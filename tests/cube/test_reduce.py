@@ -94,6 +94,24 @@ def test_strided_reductions_one_unit_per_output(parallel):
     parallel(check, cases)
 
 
+def test_rows_of_several_runs(parallel):
+    """Reduced dims that do not merge but end in a contiguous run (a conv bias gradient over (N, HW)):
+    rows of several runs, split over cubes by runs when the rows are few and long."""
+    small = rng.standard_normal((5, 3, 70)).astype(np.float32)
+    small[2, 1, 9] = np.nan
+    big = rng.standard_normal((64, 4, 4096)).astype(np.float32)
+    cases = [(op, small, (0, 2)) for op in ("sum", "mean", "amax", "amin", "var", "prod")]
+    cases += [("sum", big, (0, 2)), ("amax", big.transpose(1, 0, 2), (1, 2))]
+
+    def check(case):
+        op, v, dims = case
+        v = v * 0.1 + 1 if op == "prod" else v
+        np.testing.assert_allclose(reduce(op, v, dims), REF[op](v.astype(np.float64), axis=dims), rtol=1e-4,
+                                   atol=1e-3, err_msg=op)
+
+    parallel(check, cases)
+
+
 def test_nan_propagates_through_vector_rows():
     x = rng.standard_normal((3, 100)).astype(np.float32)
     x[1, 37], x[2, 99] = np.nan, np.inf

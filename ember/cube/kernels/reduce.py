@@ -4,7 +4,9 @@ The kept and reduced dims are each merged where their strides allow (any layout,
 the shape of the kernel follows the layout and the target (`launch_target`: the runtime of the array,
 `cuda`, `wgsl`, or `cpu` for the C target):
 
-- **Contiguous rows** (the reduced dims merge into one of stride 1), `rows_kernel`: on GPU targets a
+- **Contiguous rows** (the innermost reduced dim has stride 1 and at least SHORT_ROW elements; a row
+  is one run, or several runs when the reduced dims do not merge: a conv bias gradient's (N, HW) per
+  channel), `rows_kernel`: on GPU targets a
   plane (warp) reduces a row, 8 rows per cube of 256 units; each lane keeps 4 accumulators (4 loads in
   flight, coalesced across the plane) and the plane combines them with plane ops (warp shuffles).
   On the C target a cube reduces a row with one vector of units (64 bytes: 16 f32), whose unit loop
@@ -208,45 +210,73 @@ def lanes_combine(kind, v, lanes, units, T):
 
 
 @cube.function
-def row_total(op, x, base, start, stop, n, lane, lanes, units, vec, correction, T):
-    """`op` over x[base + start : base + stop] by the `lanes` units of a row (mean and var divide by n)."""
+def runs_fold(kind, x, base, o0, o1, red, odim, start, stop, lane, lanes, vec, mean, T):
+    """This lane's fold over the contiguous runs x[base + offset(o) + start : ... + stop] for the outer
+    reduced positions o in [o0, o1) (`red`: their layout; odim == 0: the one run at base)."""
+    if odim == 0:
+        return lane_fold(kind, x, base, start, stop, lane, lanes, vec, mean, T)
+    outer_kind = "sum" if kind == "sq" else kind
+    total = T(identity(outer_kind, T))
+    for o in range(o0, o1):
+        run = lane_fold(kind, x, base + offset(o, red, odim, 0), start, stop, lane, lanes, vec, mean, T)
+        total = combine(outer_kind, total, run)
+    return total
+
+
+@cube.function
+def row_total(op, x, base, o0, o1, red, odim, start, stop, count, lane, lanes, units, vec, correction, T):
+    """`op` over the runs of a row by its `lanes` units (mean and var divide by `count`)."""
     kind = "sum" if op in ("mean", "var") else op
-    total = lanes_combine(kind, lane_fold(kind, x, base, start, stop, lane, lanes, vec, T(0), T), lanes, units, T)
+    part = runs_fold(kind, x, base, o0, o1, red, odim, start, stop, lane, lanes, vec, T(0), T)
+    total = lanes_combine(kind, part, lanes, units, T)
     if op == "mean":
-        total = total / T(n)
+        total = total / T(count)
     if op == "var":
-        mean = total / T(n)
-        sq = lanes_combine("sum", lane_fold("sq", x, base, start, stop, lane, lanes, vec, mean, T), lanes, units, T)
-        total = sq / T(n - correction)
+        mean = total / T(count)
+        sq = runs_fold("sq", x, base, o0, o1, red, odim, start, stop, lane, lanes, vec, mean, T)
+        total = lanes_combine("sum", sq, lanes, units, T) / T(count - correction)
     return total
 
 
 @cube.kernel
-def rows_kernel(x: cube.Array, out: cube.Array, kept: cube.Array[cube.i32], rows: cube.i32, n: cube.i32,
-                op: cube.Comptime[str], T: cube.Comptime, kdim: cube.Comptime[int], dense: cube.Comptime[bool],
+def rows_kernel(x: cube.Array, out: cube.Array, kept: cube.Array[cube.i32], red: cube.Array[cube.i32],
+                rows: cube.i32, n: cube.i32, outer: cube.i32, op: cube.Comptime[str], T: cube.Comptime,
+                kdim: cube.Comptime[int], odim: cube.Comptime[int], dense: cube.Comptime[bool],
                 units: cube.Comptime[int], lanes: cube.Comptime[int], vec: cube.Comptime[int],
                 correction: cube.Comptime[int] = 0):
-    # `lanes` units per contiguous row: a plane on GPU targets (the cube holds units / lanes rows), the
-    # whole cube on the C target (its unit loop is the vector accumulator). CUBE_POS_Y splits long
-    # rows: each of the CUBE_COUNT_Y cubes of a row folds one chunk and writes a partial result to
-    # out[row * CUBE_COUNT_Y + split].
+    # `lanes` units per row: a plane on GPU targets (the cube holds units / lanes rows), the whole cube
+    # on the C target (its unit loop is the vector accumulator). A row is `outer` contiguous runs of
+    # `n` elements (`red` gives the runs' offsets; odim == 0: one run). CUBE_POS_Y splits a row: over
+    # its runs, or over its one long run; each of the CUBE_COUNT_Y cubes of a row folds one chunk and
+    # writes a partial result to out[row * CUBE_COUNT_Y + split].
     row = cube.CUBE_POS_X * (units // lanes) + (cube.UNIT_POS // lanes if units > lanes else 0)
     lane = cube.UNIT_POS % lanes if units > lanes else cube.UNIT_POS
     split = cube.CUBE_POS_Y
-    step = lanes * vec
-    chunk = (n + cube.CUBE_COUNT_Y * step - 1) // (cube.CUBE_COUNT_Y * step) * step
-    start = cube.min(n, split * chunk)
-    stop = cube.min(n, start + chunk)
+    if odim == 0:
+        step = lanes * vec
+        chunk = (n + cube.CUBE_COUNT_Y * step - 1) // (cube.CUBE_COUNT_Y * step) * step
+        start = cube.min(n, split * chunk)
+        stop = cube.min(n, start + chunk)
+        o0 = 0
+        o1 = 1
+    else:
+        start = 0
+        stop = n
+        ochunk = (outer + cube.CUBE_COUNT_Y - 1) // cube.CUBE_COUNT_Y
+        o0 = cube.min(outer, split * ochunk)
+        o1 = cube.min(outer, o0 + ochunk)
     o = row * cube.CUBE_COUNT_Y + split
     if lanes == units:
-        total = row_total(op, x, row * n if dense else offset(row, kept, kdim, 0), start, stop, n, lane, lanes,
-                          units, vec, correction, T)
+        base = row * n if dense else offset(row, kept, kdim, 0)
+        total = row_total(op, x, base, o0, o1, red, odim, start, stop, n * outer, lane, lanes, units, vec,
+                          correction, T)
         if lane == 0:
             out[o] = cube.cast(total, out.dtype)
     else:
         if row < rows:
-            total = row_total(op, x, row * n if dense else offset(row, kept, kdim, 0), start, stop, n, lane,
-                              lanes, units, vec, correction, T)
+            base = row * n if dense else offset(row, kept, kdim, 0)
+            total = row_total(op, x, base, o0, o1, red, odim, start, stop, n * outer, lane, lanes, units, vec,
+                              correction, T)
             if lane == 0:
                 out[o] = cube.cast(total, out.dtype)
 
@@ -402,9 +432,10 @@ def _launch(op, x, out, n, kshape, kstrides, rshape, rstrides, acc_t, target, sp
     kept = np.asarray(kshape + kstrides, np.int32)
     size = math.prod(kshape)
     plane = PLANE_WIDTH.get(target, 1)
-    if len(rshape) == 1 and rstrides[0] == 1 and n >= SHORT_ROW:  # contiguous rows
-        dense = len(kshape) == 1 and kstrides[0] == n or size == 1
-        if op.startswith("arg"):
+    if rstrides[-1] == 1 and rshape[-1] >= SHORT_ROW:  # rows of contiguous runs
+        inner, odim = rshape[-1], len(rshape) - 1
+        dense = odim == 0 and (len(kshape) == 1 and kstrides[0] == n or size == 1)
+        if op.startswith("arg"):  # one reduced dim: odim == 0
             units = units_for(n) if plane > 1 else VEC.get(target, 64) // acc_t.itemsize
             arg_rows_kernel.launch(cube.CubeCount(size), cube.CubeDim(units), x, out, kept, n, op=op, T=acc_t,
                                    kdim=len(kshape), dense=dense, units=units)
@@ -417,10 +448,10 @@ def _launch(op, x, out, n, kshape, kstrides, rshape, rstrides, acc_t, target, sp
         splits = _splits(op, cubes, n * per, target) if splits_ok else 1
         if splits > 1 and out.size < size * splits:
             return splits
-        rows_kernel.launch(cube.CubeCount(cubes, splits), cube.CubeDim(units), x, out, kept, size, n,
-                           op=_KERNEL_OP.get(op, op), T=acc_t, kdim=len(kshape), dense=dense, units=units,
-                           lanes=lanes, vec=4 if plane > 1 else 1,
-                           correction=correction)
+        red = np.asarray(rshape[:-1] + rstrides[:-1], np.int32) if odim else np.zeros(2, np.int32)
+        rows_kernel.launch(cube.CubeCount(cubes, splits), cube.CubeDim(units), x, out, kept, red, size, inner,
+                           n // inner, op=_KERNEL_OP.get(op, op), T=acc_t, kdim=len(kshape), odim=odim, dense=dense,
+                           units=units, lanes=lanes, vec=4 if plane > 1 else 1, correction=correction)
         return splits
     width = kshape[-1]
     units = units_for(width)
