@@ -143,7 +143,8 @@ def test_conv2d_gemm_against_direct_loops(dtype):
 # (x shape, weight shape of conv, stride, padding, dilation, groups)
 ADJOINT_CASES = [((2, 3, 9, 8), (4, 3, 3, 3), (1, 1), (1, 1), (1, 1), 1),
                  ((3, 4, 11, 7), (6, 2, 3, 2), (2, 3), (1, 0), (2, 1), 2),
-                 ((1, 2, 6, 6), (2, 1, 2, 2), (2, 2), (0, 1), (1, 2), 2)]
+                 ((1, 2, 6, 6), (2, 1, 2, 2), (2, 2), (0, 1), (1, 2), 2),
+                 ((2, 2, 12, 40), (3, 2, 6, 5), (1, 1), (2, 3), (1, 1), 1)]  # 30 taps: col2im loops over them
 
 
 @pytest.mark.parametrize("case", ADJOINT_CASES)

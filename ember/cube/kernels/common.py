@@ -19,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Sequence
@@ -112,8 +113,13 @@ def cube_dtype(np_dtype) -> ir.DType:
     """The kernel element type of a DType, a NumPy dtype or a name (u32/u64 included)."""
     if isinstance(np_dtype, ir.DType):
         return np_dtype
-    found = {np.dtype(d.np): d for d in ir.DTYPES.values()}.get(np.dtype(np_dtype))
+    found = _np_to_cube().get(np.dtype(np_dtype))
     return found if found is not None else dtype_of(np_dtype)
+
+
+@functools.cache
+def _np_to_cube() -> dict:
+    return {np.dtype(d.np): d for d in ir.DTYPES.values()}
 
 
 def check_size(op: str, *arrays) -> None:

@@ -35,6 +35,7 @@ from .matmul import tuned_matmul
 
 UNITS = 128
 COLUMN_BYTES = 256 << 20  # the most memory one im2col buffer may take
+UNROLL_TAPS = 25  # col2im unrolls kernels of at most this many taps (a compiled variant per kernel size)
 # geometry layout: the host writes these i32 values in this order
 GEOMETRY = ("N", "C", "H", "W", "KH", "KW", "OH", "OW", "sh", "sw", "ph", "pw", "dh", "dw",
             "sxn", "sxc", "sxh", "sxw", "s_n", "s_row")
@@ -72,27 +73,40 @@ def im2col_kernel(x: cube.Array, cols: cube.Array, g: cube.Array[cube.i32], unit
 
 
 @cube.function
-def col2im_pixel(patches, g, base, yf, xf, T, unit_stride):
+def col2im_pixel(patches, g, base, yf, xf, T, unit_stride, kernel):
     """The sum of the patch values that land on full-output pixel (yf, xf) (see `col2im_kernel`);
-    `unit_stride` (comptime: sh == sw == 1) drops the divisibility tests."""
+    `unit_stride` (comptime: sh == sw == 1) drops the divisibility tests; a comptime `kernel` (KH, KW)
+    unrolls the taps ((0, 0): loops over the geometry's)."""
     acc = T(0)
-    for kh in range(geo(g, "KH")):
-        ty = yf - kh * geo(g, "dh")
-        iy = ty if unit_stride else ty // geo(g, "sh")
-        ok_y = ty >= 0 and iy < geo(g, "H") if unit_stride else ty >= 0 and ty % geo(g, "sh") == 0 and iy < geo(g, "H")
-        for kw in range(geo(g, "KW")):
-            tx = xf - kw * geo(g, "dw")
-            ix = tx if unit_stride else tx // geo(g, "sw")
-            ok_x = tx >= 0 and ix < geo(g, "W") if unit_stride else tx >= 0 and tx % geo(g, "sw") == 0 and ix < geo(g, "W")
-            ok = ok_y and ok_x
-            at = base + (kh * geo(g, "KW") + kw) * geo(g, "s_row") + cube.select(ok, iy * geo(g, "W") + ix, 0)
-            acc += cube.select(ok, T(patches[at]), T(0))
+    if kernel[0] > 0:
+        for kh in cube.unroll(range(kernel[0])):
+            for kw in cube.unroll(range(kernel[1])):
+                acc += col2im_tap(patches, g, base, yf, xf, kh, kw, T, unit_stride, kernel)
+    else:
+        for kh in range(geo(g, "KH")):
+            for kw in range(geo(g, "KW")):
+                acc += col2im_tap(patches, g, base, yf, xf, kh, kw, T, unit_stride, kernel)
     return acc
+
+
+@cube.function
+def col2im_tap(patches, g, base, yf, xf, kh, kw, T, unit_stride, kernel):
+    """The patch value of tap (kh, kw) that lands on full-output pixel (yf, xf), or 0 when none does."""
+    ty = yf - kh * geo(g, "dh")
+    iy = ty if unit_stride else ty // geo(g, "sh")
+    ok_y = ty >= 0 and iy < geo(g, "H") if unit_stride else ty >= 0 and ty % geo(g, "sh") == 0 and iy < geo(g, "H")
+    tx = xf - kw * geo(g, "dw")
+    ix = tx if unit_stride else tx // geo(g, "sw")
+    ok_x = tx >= 0 and ix < geo(g, "W") if unit_stride else tx >= 0 and tx % geo(g, "sw") == 0 and ix < geo(g, "W")
+    ok = ok_y and ok_x
+    at = base + (kh * geo(g, "KW") + kw) * geo(g, "s_row") + cube.select(ok, iy * geo(g, "W") + ix, 0)
+    return cube.select(ok, T(patches[at]), T(0))
 
 
 @cube.kernel
 def col2im_kernel(patches: cube.Array, out: cube.Array, g: cube.Array[cube.i32], units: cube.Comptime[int],
-                  exact: cube.Comptime[bool], T: cube.Comptime, unit_stride: cube.Comptime[bool]):
+                  exact: cube.Comptime[bool], T: cube.Comptime, unit_stride: cube.Comptime[bool],
+                  kernel: cube.Comptime[tuple]):
     """out[n, o, y, x] = sum over (kh, kw) of patches[n, o, kh, kw, iy, ix] where
     (y + ph) = iy*sh + kh*dh and (x + pw) = ix*sw + kw*dw; here H/W are the patches' input size and
     OH/OW the output's, C the output channels. The (n, o, kh, kw) plane of H*W patch values starts at
@@ -104,13 +118,13 @@ def col2im_kernel(patches: cube.Array, out: cube.Array, g: cube.Array[cube.i32],
         o_row = (row * geo(g, "OH") + yo) * geo(g, "OW")
         if exact:
             xo = cube.UNIT_POS_X
-            acc = col2im_pixel(patches, g, base, yo + geo(g, "ph"), xo + geo(g, "pw"), T, unit_stride)
+            acc = col2im_pixel(patches, g, base, yo + geo(g, "ph"), xo + geo(g, "pw"), T, unit_stride, kernel)
             out[o_row + xo] = out.dtype(acc)
         else:
             for x0 in range(0, geo(g, "OW"), units):
                 xo = x0 + cube.UNIT_POS_X
                 if xo < geo(g, "OW"):
-                    acc = col2im_pixel(patches, g, base, yo + geo(g, "ph"), xo + geo(g, "pw"), T, unit_stride)
+                    acc = col2im_pixel(patches, g, base, yo + geo(g, "ph"), xo + geo(g, "pw"), T, unit_stride, kernel)
                     out[o_row + xo] = out.dtype(acc)
 
 
@@ -244,7 +258,8 @@ def conv_transpose2d(x: np.ndarray, w: np.ndarray, stride=1, padding=0, output_p
     count, dim, units, exact = _grid(ow, nb * o)
     t = cube_dtype(x.dtype)
     col2im_kernel.launch(count, dim, contiguous(patches), out, g, units=units, exact=exact,
-                         T=cube.f32 if t.itemsize < 4 else t, unit_stride=sh == 1 and sw == 1)
+                         T=cube.f32 if t.itemsize < 4 else t, unit_stride=sh == 1 and sw == 1,
+                         kernel=(kh, kw) if kh * kw <= UNROLL_TAPS else (0, 0))
     return out
 
 
