@@ -55,8 +55,9 @@ from .common import asarray, check_size, contiguous, cube_dtype, element_strides
 OPS = ("sum", "mean", "prod", "amax", "amin", "argmax", "argmin", "var")
 _KERNEL_OP = {"amax": "max", "amin": "min"}  # the name `combine` and `identity` use
 MAX_UNITS = 256
-# A reduction with fewer than FEW_OUTPUTS outputs is split over up to MAX_SPLITS cubes per output,
-# one per SPLIT_CHUNK elements, so that a full reduction of a large array uses every core.
+# Long reductions with few cubes are split over up to MAX_SPLITS cubes per output, each folding at
+# least SPLIT_CHUNK elements (`_splits`; the fusion codegen splits those with under FEW_OUTPUTS
+# outputs), so that a full reduction of a large array uses every core.
 FEW_OUTPUTS, MAX_SPLITS, SPLIT_CHUNK = 64, 64, 16384
 SPLIT_TOTAL = 1 << 20  # smaller reductions are not split (the second launch would cost more)
 # Targets whose planes are wider than one unit (a warp on CUDA): a plane reduces a row there. WGSL's
