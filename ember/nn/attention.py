@@ -26,6 +26,7 @@ from . import init
 from .dropout import dropout
 from .linear import Linear
 from .module import Module
+from .ops.attention import MAX_DIM, attention
 
 
 def causal_mask(queries: int, keys: int, offset: int = 0, device=None) -> Tensor:
@@ -91,13 +92,16 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
             modules pass 0 in eval mode).
         is_causal: block key j for query i when j > i (top-left aligned, PyTorch's convention).
         scale: the score factor, `1 / sqrt(E)` by default.
-    Returns (..., L, Ev).
+    Returns (..., L, Ev). Without a mask or dropout (and for operands `fusable` accepts) it runs the fused
+    flash-style op (`ember.nn.ops.attention`), which keeps no L x S matrix for backward.
 
     Example:
         >>> q = k = v = ember.randn(2, 4, 5, 8)
         >>> scaled_dot_product_attention(q, k, v, is_causal=True).shape
         (2, 4, 5, 8)
     """
+    if dropout_p == 0 and attn_mask is None and fusable(query, key, value):
+        return attention(query, key, value, scale=scale, causal=is_causal)[0]
     blocked, bias = _split_mask(attn_mask, allowed_when_true=True)
     if is_causal:
         causal = causal_mask(query.shape[-2], key.shape[-2], 0, query.device.inner)
@@ -108,6 +112,19 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
     if dropout_p > 0:
         weights = dropout(weights, dropout_p)
     return weights @ value
+
+
+def fusable(query: Tensor, key: Tensor, value: Tensor) -> bool:
+    """Whether the fused attention op (`ember.nn.ops.attention`) takes these operands: one float dtype,
+    equal batch dims, head widths up to its `MAX_DIM`. Other operands take the composed path.
+
+    Example:
+        >>> fusable(ember.randn(2, 5, 8), ember.randn(2, 7, 8), ember.randn(2, 7, 4))
+        True
+    """
+    return (query.ndim >= 2 and query.ndim == key.ndim == value.ndim and query.dtype.is_float and query.dtype is key.dtype is value.dtype
+            and query.shape[:-2] == key.shape[:-2] == value.shape[:-2] and key.shape[-2] == value.shape[-2]
+            and query.shape[-1] == key.shape[-1] and max(query.shape[-1], value.shape[-1]) <= MAX_DIM)
 
 
 def _split_mask(mask: Tensor | None, allowed_when_true: bool) -> tuple[Tensor | None, Tensor | None]:
@@ -238,10 +255,15 @@ class MultiHeadAttention(Module):
             k, v = self._heads(self.key(key)), self._heads(self.value(value))
             if cache is not None:
                 k, v = cache.append(k, v)
-        blocked, bias = self._masks(attn_mask, key_padding_mask, is_causal, batch, length, k.shape[-2], query)
-        weights = attention_weights(q, k, blocked, bias)
-        dropped = dropout(weights, self.dropout, self.training)
-        out = (dropped @ v).transpose(1, 2).reshape(batch, length, self.d_model)
+        dropping = self.training and self.dropout > 0
+        if attn_mask is None and key_padding_mask is None and not need_weights and not dropping \
+                and fusable(q, k, v):
+            out, weights = attention(q, k, v, causal=is_causal, offset=k.shape[-2] - length)[0], None
+        else:
+            blocked, bias = self._masks(attn_mask, key_padding_mask, is_causal, batch, length, k.shape[-2], query)
+            weights = attention_weights(q, k, blocked, bias)
+            out = dropout(weights, self.dropout, self.training) @ v
+        out = out.transpose(1, 2).reshape(batch, length, self.d_model)
         out = self.output(out)
         return (out, weights) if need_weights else out
 

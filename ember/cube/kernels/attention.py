@@ -1,0 +1,269 @@
+"""Fused attention, flash-style: softmax(Q K^T * scale, causal or not) V without an L x S matrix in memory.
+
+Operands are C-contiguous (BH, L, E) queries, (BH, S, E) keys and (BH, S, Ev) values (BH = batch * heads).
+
+- **Forward** (`attention_forward_kernel`): a cube per (batch*head, block of `rows` query rows), a unit per
+  query row holding its scaled query and its output row in registers (comptime-sized tuples). The cube
+  walks the keys in blocks of `KEYS`: the units load a block of K and V into shared memory together,
+  then each unit folds it into its online softmax (running max `m` and sum `l`), `STEP` keys at a time
+  (one rescale of the output per step). Causal: key blocks wholly above the diagonal are never loaded,
+  the diagonal one is masked per key. It writes the output row and the row's logsumexp `m + log(l)`
+  side by side (`out` is (BH, L, Ev + 1) in the accumulator type) for the backward.
+- **Backward** (the standard flash backward, P recomputed from Q, K and the logsumexp):
+  `attention_grad_q_kernel` (a cube per query block, a unit per query row: dQ = dS K * scale) and
+  `attention_grad_kv_kernel` (a cube per key block, a unit per key row: dV = P^T dO, dK = dS^T Q * scale),
+  with dS = P * (dO V^T - delta) and delta = rowsum(dO * O) given by the caller.
+
+Everything is computed in `T` (f32 for f16/bf16 operands, else their own type). Rows with no visible key
+(causal with an offset below -row, or S = 0) get a zero output, a logsumexp of -inf and zero gradients.
+Plain FMAs; no tensor cores.
+
+Example:
+    >>> q = np.ones((1, 2, 4), np.float32)
+    >>> attention_forward(q, q, q, scale=0.5, causal=True, offset=0)[..., -1]   # logsumexp per row
+    array([[2.       , 2.6931472]], dtype=float32)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ... import cube
+from ...dtype import f32
+from ...errors import DTypeError, ShapeError
+from .common import check_size, contiguous, cube_dtype, empty
+
+KEYS = 16        # keys per shared-memory block (KEYS * (E + Ev) values of T in shared memory)
+STEP = 4         # keys folded into the online softmax per output rescale (KEYS % STEP == 0)
+MAX_DIM = 256    # the largest head width E or Ev: each unit keeps a few rows of it in registers
+
+
+@cube.function
+def dot(row, block, base, n, T):
+    """sum_d row[d] * block[base + d] over the comptime length `n` (`row` a tuple, `block` shared)."""
+    acc = T(0)
+    for d in cube.unroll(range(n)):
+        acc = acc + row[d] * block[base + d]
+    return acc
+
+
+@cube.function
+def visible(j, i, n_k, offset, causal):
+    """Whether query i may attend key j: j is a key and, causal, j <= i + offset."""
+    if causal:
+        return j < n_k and j <= i + offset
+    return j < n_k
+
+
+@cube.function
+def load_rows(src, dst, first, n_rows, count, width, T, units):
+    """dst[r * width + d] = src row (first + r), for `count` rows (clamped to the last of `n_rows`, so
+    no read leaves the array), by all `units` units of the cube together."""
+    for idx in range(cube.UNIT_POS, count * width, units):
+        r = cube.min(first + idx // width, n_rows - 1)
+        dst[idx] = T(src[r * width + idx % width])
+
+
+@cube.function
+def key_stop(q0, rows, n_k, offset, causal):
+    """One past the last key any of the query rows q0 .. q0 + rows - 1 may see."""
+    if causal:
+        return cube.max(0, cube.min(n_k, q0 + rows + offset))
+    return n_k
+
+
+@cube.kernel
+def attention_forward_kernel(q: cube.Array, k: cube.Array, v: cube.Array, out: cube.Array, n_q: cube.i32,
+                             n_k: cube.i32, offset: cube.i32, scale: cube.Scalar["T"], T: cube.Comptime,
+                             e: cube.Comptime[int], ev: cube.Comptime[int], rows: cube.Comptime[int],
+                             causal: cube.Comptime[bool]):
+    """out[bh, i] = (softmax_j(q_i . k_j * scale) @ v, logsumexp_j(q_i . k_j * scale))."""
+    bh = cube.CUBE_POS_Y
+    q0 = cube.CUBE_POS_X * rows
+    i = q0 + cube.UNIT_POS
+    row = bh * n_q + cube.min(i, n_q - 1)  # rows past L compute a copy of the last and write nothing
+    qr = tuple(T(q[row * e + d]) * scale for d in range(e))
+    ks = cube.shared(T, KEYS * e)
+    vs = cube.shared(T, KEYS * ev)
+    m = T(-np.inf)
+    total = T(0)
+    acc = tuple(T(0) for _ in range(ev))
+    for k0 in range(0, key_stop(q0, rows, n_k, offset, causal), KEYS):
+        load_rows(k, ks, bh * n_k + k0, bh * n_k + n_k, KEYS, e, T, rows)
+        load_rows(v, vs, bh * n_k + k0, bh * n_k + n_k, KEYS, ev, T, rows)
+        cube.sync_units()
+        for t0 in range(0, KEYS, STEP):
+            s = tuple(cube.select(visible(k0 + t0 + t, i, n_k, offset, causal),
+                                  dot(qr, ks, (t0 + t) * e, e, T), T(-np.inf)) for t in range(STEP))
+            top = cube.max(cube.max(m, cube.max(s[0], s[1])), cube.max(s[2], s[3]))
+            base = cube.select(top == T(-np.inf), T(0), top)  # nothing visible yet: every p is 0
+            corr = cube.exp(m - base)
+            p = tuple(cube.exp(s[t] - base) for t in range(STEP))
+            total = total * corr + ((p[0] + p[1]) + (p[2] + p[3]))
+            acc = tuple(acc[c] * corr + p[0] * vs[t0 * ev + c] + p[1] * vs[(t0 + 1) * ev + c]
+                        + p[2] * vs[(t0 + 2) * ev + c] + p[3] * vs[(t0 + 3) * ev + c] for c in range(ev))
+            m = top
+        cube.sync_units()
+    if i < n_q:
+        at = (bh * n_q + i) * (ev + 1)
+        inv = cube.select(total == T(0), T(0), T(1) / total)
+        for c in cube.unroll(range(ev)):
+            out[at + c] = out.dtype(acc[c] * inv)
+        out[at + ev] = out.dtype(cube.select(total == T(0), T(-np.inf), m + cube.log(total)))
+
+
+@cube.kernel
+def attention_grad_q_kernel(q: cube.Array, k: cube.Array, v: cube.Array, lse: cube.Array, grad: cube.Array,
+                            delta: cube.Array, dq: cube.Array, n_q: cube.i32, n_k: cube.i32, offset: cube.i32,
+                            scale: cube.Scalar["T"], T: cube.Comptime, e: cube.Comptime[int],
+                            ev: cube.Comptime[int], rows: cube.Comptime[int], causal: cube.Comptime[bool]):
+    """dq[bh, i] = sum_j p_ij (grad_i . v_j - delta_i) k_j * scale, p_ij = exp(q_i . k_j * scale - lse_i)."""
+    bh = cube.CUBE_POS_Y
+    q0 = cube.CUBE_POS_X * rows
+    i = q0 + cube.UNIT_POS
+    row = bh * n_q + cube.min(i, n_q - 1)
+    qr = tuple(T(q[row * e + d]) * scale for d in range(e))
+    gr = tuple(T(grad[row * ev + c]) for c in range(ev))
+    lse_i = T(lse[row])
+    delta_i = T(delta[row])
+    ks = cube.shared(T, KEYS * e)
+    vs = cube.shared(T, KEYS * ev)
+    acc = tuple(T(0) for _ in range(e))
+    for k0 in range(0, key_stop(q0, rows, n_k, offset, causal), KEYS):
+        load_rows(k, ks, bh * n_k + k0, bh * n_k + n_k, KEYS, e, T, rows)
+        load_rows(v, vs, bh * n_k + k0, bh * n_k + n_k, KEYS, ev, T, rows)
+        cube.sync_units()
+        for t in range(KEYS):
+            p = cube.select(visible(k0 + t, i, n_k, offset, causal), cube.exp(dot(qr, ks, t * e, e, T) - lse_i),
+                            T(0))
+            ds = p * (dot(gr, vs, t * ev, ev, T) - delta_i)
+            acc = tuple(acc[d] + ds * ks[t * e + d] for d in range(e))
+        cube.sync_units()
+    if i < n_q:
+        for d in cube.unroll(range(e)):
+            dq[row * e + d] = dq.dtype(acc[d] * scale)
+
+
+@cube.kernel
+def attention_grad_kv_kernel(q: cube.Array, k: cube.Array, v: cube.Array, lse: cube.Array, grad: cube.Array,
+                             delta: cube.Array, dkv: cube.Array, n_q: cube.i32, n_k: cube.i32, offset: cube.i32,
+                             scale: cube.Scalar["T"], T: cube.Comptime, e: cube.Comptime[int],
+                             ev: cube.Comptime[int], rows: cube.Comptime[int], causal: cube.Comptime[bool]):
+    """dkv[bh, j] = (sum_i ds_ij q_i * scale, sum_i p_ij grad_i): dK and dV side by side."""
+    bh = cube.CUBE_POS_Y
+    j0 = cube.CUBE_POS_X * rows
+    j = j0 + cube.UNIT_POS
+    row = bh * n_k + cube.min(j, n_k - 1)
+    kr = tuple(T(k[row * e + d]) * scale for d in range(e))
+    vr = tuple(T(v[row * ev + c]) for c in range(ev))
+    qs = cube.shared(T, KEYS * e)
+    gs = cube.shared(T, KEYS * ev)
+    ls = cube.shared(T, KEYS)
+    ds_ = cube.shared(T, KEYS)
+    dk = tuple(T(0) for _ in range(e))
+    dv = tuple(T(0) for _ in range(ev))
+    start = 0
+    if causal:
+        start = cube.max(0, cube.min(n_q, j0 - offset))  # queries before it see none of this block's keys
+    for i0 in range(start, n_q, KEYS):
+        load_rows(q, qs, bh * n_q + i0, bh * n_q + n_q, KEYS, e, T, rows)
+        load_rows(grad, gs, bh * n_q + i0, bh * n_q + n_q, KEYS, ev, T, rows)
+        load_rows(lse, ls, bh * n_q + i0, bh * n_q + n_q, KEYS, 1, T, rows)
+        load_rows(delta, ds_, bh * n_q + i0, bh * n_q + n_q, KEYS, 1, T, rows)
+        cube.sync_units()
+        for t in range(KEYS):
+            ok = i0 + t < n_q and visible(j, i0 + t, n_k, offset, causal)
+            p = cube.select(ok, cube.exp(dot(kr, qs, t * e, e, T) - ls[t]), T(0))
+            dv = tuple(dv[c] + p * gs[t * ev + c] for c in range(ev))
+            ds = p * (dot(vr, gs, t * ev, ev, T) - ds_[t])
+            dk = tuple(dk[d] + ds * qs[t * e + d] for d in range(e))
+        cube.sync_units()
+    if j < n_k:
+        at = row * (e + ev)
+        for d in cube.unroll(range(e)):
+            dkv[at + d] = dkv.dtype(dk[d] * scale)
+        for c in cube.unroll(range(ev)):
+            dkv[at + e + c] = dkv.dtype(dv[c])
+
+
+def accumulator(dtype) -> np.dtype:
+    """The type attention computes and saves in for operands of `dtype`: f32 for f16/bf16, else itself."""
+    t = cube_dtype(dtype)
+    return np.dtype(np.float32) if t.itemsize < 4 else np.dtype(t.np)
+
+
+def _rows(n: int) -> int:
+    """Units (rows) per cube: a short sequence gets a small cube."""
+    return 16 if n <= 16 else 64
+
+
+def _check(q, k, v) -> tuple[int, int, int, int, int]:
+    """(BH, L, S, E, Ev) of contiguous (BH, L, E), (BH, S, E), (BH, S, Ev) operands of one float dtype."""
+    if q.ndim != 3 or k.ndim != 3 or v.ndim != 3 or q.shape[0] != k.shape[0] or k.shape[:2] != v.shape[:2] \
+            or q.shape[2] != k.shape[2]:
+        raise ShapeError("attention", f"needs (BH, L, E), (BH, S, E), (BH, S, Ev) operands, got "
+                                      f"{q.shape}, {k.shape}, {v.shape}")
+    if not (q.dtype == k.dtype == v.dtype) or not cube_dtype(q.dtype).is_float:
+        raise DTypeError(f"attention: operands must share one float dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    bh, n_q, e = q.shape
+    n_k, ev = v.shape[1], v.shape[2]
+    if max(e, ev) > MAX_DIM:
+        raise ShapeError("attention", f"head widths E={e}, Ev={ev}: the fused kernel holds up to {MAX_DIM}")
+    return bh, n_q, n_k, e, ev
+
+
+def attention_forward(q, k, v, *, scale: float, causal: bool, offset: int):
+    """(BH, L, Ev + 1) in `accumulator(q.dtype)`: the attention output and, last, each row's logsumexp.
+
+    Example:
+        >>> x = np.zeros((1, 3, 2), np.float32)
+        >>> attention_forward(x, x, x, scale=1.0, causal=False, offset=0).shape
+        (1, 3, 3)
+    """
+    bh, n_q, n_k, e, ev = _check(q, k, v)
+    q, k, v = contiguous(q), contiguous(k), contiguous(v)
+    out = empty((bh, n_q, ev + 1), accumulator(q.dtype), q)
+    check_size("attention", q, k, v, out)
+    if out.size:
+        rows = _rows(n_q)
+        t = cube_dtype(out.dtype)
+        attention_forward_kernel.launch(cube.CubeCount(-(-n_q // rows), bh), cube.CubeDim(rows), q, k, v, out,
+                                        n_q, n_k, offset, scale, T=t, e=e, ev=ev, rows=rows, causal=causal)
+    return out
+
+
+def attention_grad_q(q, k, v, lse, grad, delta, *, scale: float, causal: bool, offset: int):
+    """dQ (BH, L, E) in `accumulator(q.dtype)` from the forward's logsumexp `lse` (BH, L), the output's
+    gradient `grad` (BH, L, Ev) and `delta` = rowsum(grad * out) (BH, L), both in the accumulator type.
+
+    Example:
+        >>> attention_grad_q(q, k, v, lse, grad, delta, scale=0.5, causal=True, offset=0).shape
+        (2, 5, 8)
+    """
+    bh, n_q, n_k, e, ev = _check(q, k, v)
+    q, k, v, lse, grad, delta = (contiguous(x) for x in (q, k, v, lse, grad, delta))
+    dq = empty((bh, n_q, e), accumulator(q.dtype), q)
+    if dq.size:
+        rows = _rows(n_q)
+        attention_grad_q_kernel.launch(cube.CubeCount(-(-n_q // rows), bh), cube.CubeDim(rows), q, k, v, lse,
+                                       grad, delta, dq, n_q, n_k, offset, scale, T=cube_dtype(dq.dtype), e=e,
+                                       ev=ev, rows=rows, causal=causal)
+    return dq
+
+
+def attention_grad_kv(q, k, v, lse, grad, delta, *, scale: float, causal: bool, offset: int):
+    """dK and dV side by side, (BH, S, E + Ev) in `accumulator(q.dtype)` (arguments as `attention_grad_q`).
+
+    Example:
+        >>> attention_grad_kv(q, k, v, lse, grad, delta, scale=0.5, causal=True, offset=0).shape
+        (2, 7, 14)
+    """
+    bh, n_q, n_k, e, ev = _check(q, k, v)
+    q, k, v, lse, grad, delta = (contiguous(x) for x in (q, k, v, lse, grad, delta))
+    dkv = empty((bh, n_k, e + ev), accumulator(q.dtype), q)
+    if dkv.size:
+        rows = _rows(n_k)
+        attention_grad_kv_kernel.launch(cube.CubeCount(-(-n_k // rows), bh), cube.CubeDim(rows), q, k, v, lse,
+                                        grad, delta, dkv, n_q, n_k, offset, scale, T=cube_dtype(dkv.dtype), e=e,
+                                        ev=ev, rows=rows, causal=causal)
+    return dkv

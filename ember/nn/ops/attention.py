@@ -1,0 +1,176 @@
+"""The fused attention op: softmax(Q K^T * scale, causal or not) V and its per-row logsumexp, in one place.
+
+`attention(q, k, v)` is three `@ember.backend_extension` primitives (ember/extension.py) over the
+flash-style cube kernels of `ember/cube/kernels/attention.py`:
+
+- `attention` (forward): (BH, L, E), (BH, S, E), (BH, S, Ev) -> (BH, L, Ev + 1) in the accumulator type
+  (f32 for f16/bf16, else the operands' type): the output rows with each row's logsumexp beside them.
+  This is what autodiff keeps for backward: L x (Ev + 1) values, never an L x S matrix.
+- `attention_grad_q`, `attention_grad_kv` (backward, cube kernels too): P is recomputed block by block
+  from Q, K and the saved logsumexp; dV = P^T dO, dS = P * (dO V^T - delta), dQ = dS K * scale,
+  dK = dS^T Q * scale, with delta = rowsum(dO * O) - (the logsumexp's own gradient), so a loss that uses
+  the returned logsumexp differentiates through it too.
+
+Each has a NumPy reference (Device.numpy() runs it; the tests use it), which does build the L x S matrix.
+Causal masking blocks key j for query i when j > i + offset (offset 0: PyTorch's top-left alignment;
+S - L: the bottom-right one of incremental decoding). A query that sees no key gets a zero output, a
+logsumexp of -inf and zero gradients. Head widths E, Ev are at most `MAX_DIM` (256).
+
+Example:
+    >>> q, k, v = ember.randn(2, 3, 5, 8), ember.randn(2, 3, 7, 8), ember.randn(2, 3, 7, 4)
+    >>> out, lse = attention(q, k, v, causal=True)
+    >>> out.shape, lse.shape
+    ((2, 3, 5, 4), (2, 3, 5))
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ...cube.kernels import attention as kernels
+from ...dtype import DType, f32
+from ...errors import DTypeError, ShapeError
+from ...extension import backend_extension
+from ...tensor import Tensor
+
+MAX_DIM = kernels.MAX_DIM
+
+
+def _accumulator(dtype: DType) -> DType:
+    return f32 if dtype.itemsize < 4 else dtype
+
+
+def _check_shapes(q: tuple, k: tuple, v: tuple) -> None:
+    if len(q) != 3 or len(k) != 3 or len(v) != 3 or q[0] != k[0] or k[:2] != v[:2] or q[2] != k[2]:
+        raise ShapeError("attention", f"needs (BH, L, E), (BH, S, E), (BH, S, Ev) operands, got {q}, {k}, {v}")
+
+
+def _forward_shape(q, k, v, **_params) -> tuple:
+    _check_shapes(q, k, v)
+    return q[:2] + (v[2] + 1,)
+
+
+def _masked_scores(q: np.ndarray, k: np.ndarray, scale: float, causal: bool, offset: int) -> np.ndarray:
+    """(BH, L, S) scores in the accumulator type, -inf where blocked."""
+    acc = np.dtype(np.float32) if q.dtype.itemsize < 4 else q.dtype
+    s = np.matmul(q.astype(acc), np.swapaxes(k.astype(acc), -1, -2)) * acc.type(scale)
+    if causal:
+        n_q, n_k = s.shape[-2:]
+        s[:, np.arange(n_k)[None, :] > np.arange(n_q)[:, None] + offset] = -np.inf
+    return s
+
+
+def _probabilities(q, k, lse, scale, causal, offset) -> np.ndarray:
+    """P = exp(scores - lse), 0 where blocked or where the row sees nothing."""
+    s = _masked_scores(q, k, scale, causal, offset)
+    with np.errstate(invalid="ignore"):
+        p = np.exp(s - lse[..., None])
+    return np.where(np.isfinite(lse)[..., None], p, 0).astype(s.dtype)
+
+
+def _forward_reference(q, k, v, *, scale: float, causal: bool, offset: int) -> np.ndarray:
+    s = _masked_scores(q, k, scale, causal, offset)
+    top = s.max(axis=-1, initial=-np.inf)
+    top = np.where(np.isinf(top), 0, top)
+    e = np.exp(s - top[..., None])
+    total = e.sum(axis=-1)
+    out = np.matmul(e / np.where(total == 0, 1, total)[..., None], v.astype(s.dtype))
+    with np.errstate(divide="ignore"):
+        lse = top + np.log(total)
+    return np.concatenate([out, lse[..., None]], axis=-1).astype(s.dtype)
+
+
+def _forward_backward(g: Tensor, out: Tensor, q: Tensor, k: Tensor, v: Tensor, *, scale: float, causal: bool,
+                      offset: int) -> tuple:
+    ev, e = v.shape[-1], q.shape[-1]
+    grad, grad_lse = g[..., :ev], g[..., ev]
+    delta = (grad * out[..., :ev]).sum(dim=-1) - grad_lse
+    lse = out[..., ev]
+    params = dict(scale=scale, causal=causal, offset=offset)
+    dq = attention_grad_q(q, k, v, lse, grad, delta, **params)
+    dkv = attention_grad_kv(q, k, v, lse, grad, delta, **params)
+    return dq.cast(q.dtype), dkv[..., :e].cast(k.dtype), dkv[..., e:].cast(v.dtype)
+
+
+def _grad_q_reference(q, k, v, lse, grad, delta, *, scale: float, causal: bool, offset: int) -> np.ndarray:
+    p = _probabilities(q, k, lse, scale, causal, offset)
+    ds = p * (np.matmul(grad, np.swapaxes(v.astype(p.dtype), -1, -2)) - delta[..., None])
+    return (np.matmul(ds, k.astype(p.dtype)) * p.dtype.type(scale)).astype(p.dtype)
+
+
+def _grad_kv_reference(q, k, v, lse, grad, delta, *, scale: float, causal: bool, offset: int) -> np.ndarray:
+    p = _probabilities(q, k, lse, scale, causal, offset)
+    ds = p * (np.matmul(grad, np.swapaxes(v.astype(p.dtype), -1, -2)) - delta[..., None])
+    dk = np.matmul(np.swapaxes(ds, -1, -2), q.astype(p.dtype)) * p.dtype.type(scale)
+    dv = np.matmul(np.swapaxes(p, -1, -2), grad)
+    return np.concatenate([dk, dv], axis=-1).astype(p.dtype)
+
+
+def _accumulator_of(q, *_rest, **_params) -> DType:
+    return _accumulator(q)
+
+
+@backend_extension(shape=_forward_shape, dtype=_accumulator_of, backward=_forward_backward,
+                   reference=_forward_reference, name="attention")
+def _attention(q, k, v, *, scale: float, causal: bool, offset: int):
+    """The forward primitive on (BH, L, E), (BH, S, E), (BH, S, Ev) arrays (see the module docstring)."""
+    return kernels.attention_forward(q, k, v, scale=scale, causal=causal, offset=offset)
+
+
+@backend_extension(shape=lambda q, k, v, lse, grad, delta, **_: q, dtype=_accumulator_of,
+                   reference=_grad_q_reference, name="attention_grad_q")
+def attention_grad_q(q, k, v, lse, grad, delta, *, scale: float, causal: bool, offset: int):
+    """dQ of the fused attention (BH, L, E), in the accumulator type (a primitive of its backward)."""
+    return kernels.attention_grad_q(q, k, v, lse, grad, delta, scale=scale, causal=causal, offset=offset)
+
+
+@backend_extension(shape=lambda q, k, v, lse, grad, delta, **_: k[:2] + (k[2] + v[2],), dtype=_accumulator_of,
+                   reference=_grad_kv_reference, name="attention_grad_kv")
+def attention_grad_kv(q, k, v, lse, grad, delta, *, scale: float, causal: bool, offset: int):
+    """dK and dV of the fused attention side by side, (BH, S, E + Ev) (a primitive of its backward)."""
+    return kernels.attention_grad_kv(q, k, v, lse, grad, delta, scale=scale, causal=causal, offset=offset)
+
+
+def attention(query: Tensor, key: Tensor, value: Tensor, *, scale: float | None = None, causal: bool = False,
+              offset: int = 0) -> tuple[Tensor, Tensor]:
+    """Fused `softmax(query @ key^T * scale) @ value` and the per-row logsumexp of the scaled scores.
+
+    Args:
+        query: (..., L, E); key: (..., S, E); value: (..., S, Ev), one float dtype, equal batch dims.
+        scale: the score factor, `1 / sqrt(E)` by default.
+        causal: block key j for query i when j > i + offset.
+        offset: the causal diagonal's shift (0: top-left aligned; S - L: bottom-right).
+    Returns `(out, lse)`: out (..., L, Ev) in the operands' dtype, lse (..., L) in f32 (f64 for f64
+    operands). Both are differentiable.
+
+    Example:
+        >>> out, lse = attention(ember.randn(4, 6, 8), ember.randn(4, 6, 8), ember.randn(4, 6, 8), causal=True)
+        >>> out.shape
+        (4, 6, 8)
+    """
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"attention: {name} must be an ember Tensor, got {type(t).__name__}")
+        if t.ndim < 2:
+            raise ShapeError("attention", f"{name} needs at least 2 dims (..., length, features), got {t.shape}")
+    if not (query.dtype is key.dtype is value.dtype) or not query.dtype.is_float:
+        raise DTypeError(f"attention: query, key and value must share one float dtype, got {query.dtype}, "
+                         f"{key.dtype}, {value.dtype}")
+    batch = query.shape[:-2]
+    if key.shape[:-2] != batch or value.shape[:-2] != batch or key.shape[-2] != value.shape[-2] \
+            or key.shape[-1] != query.shape[-1]:
+        raise ShapeError("attention", f"query {query.shape}, key {key.shape}, value {value.shape}: expected "
+                                      f"(..., L, E), (..., S, E), (..., S, Ev) with equal batch dims")
+    (n_q, e), (n_k, ev) = query.shape[-2:], value.shape[-2:]
+    if max(e, ev) > MAX_DIM:
+        raise ShapeError("attention", f"head widths E={e}, Ev={ev}: the fused kernels hold up to {MAX_DIM}")
+    scale = 1.0 / math.sqrt(e) if scale is None else float(scale)
+    bh = math.prod(batch)
+    packed = _attention(query.reshape(bh, n_q, e), key.reshape(bh, n_k, e), value.reshape(bh, n_k, ev),
+                        scale=scale, causal=bool(causal), offset=int(offset))
+    out = packed[..., :ev]
+    if out.dtype is not query.dtype:
+        out = out.cast(query.dtype)
+    return out.reshape(batch + (n_q, ev)), packed[..., ev].reshape(batch + (n_q,))
