@@ -3,6 +3,8 @@ captured on, and each replay writes fresh outputs."""
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 import ember
@@ -69,3 +71,24 @@ def test_lone_library_ops_replay_on_new_data_and_layouts(cpu, rng):
         np.testing.assert_array_equal((y + y).numpy(), b + b)
         np.testing.assert_array_equal(y.cast(ember.f32).numpy(), b.astype(np.float32))
     assert backend.stats()["plan_hits"] >= hits + 16
+
+
+def test_threads_with_different_programs_never_share_a_plan(cpu, rng):
+    """Key parts are numbered once for every thread: a block recorded first in a new thread (a fresh
+    stream) must not find the plan of another program that a different thread recorded first."""
+    host = rng.standard_normal((3, 5)).astype(np.float32)
+    x = ember.tensor(host, device=cpu)
+    # Two ops each, so each block is one fused kernel whose program comes from the plan.
+    programs = [(lambda t: t.exp().sin(), lambda a: np.sin(np.exp(a))), (lambda t: (-t).cos(), lambda a: np.cos(-a)),
+                (lambda t: t.abs().sqrt(), lambda a: np.sqrt(np.abs(a))), (lambda t: (t * t).tanh(), lambda a: np.tanh(a * a))]
+    results = {}
+
+    def run(k: int) -> None:
+        results[k] = programs[k][0](x).numpy()
+
+    for k in range(len(programs)):  # one after the other, each in a thread of its own
+        thread = threading.Thread(target=run, args=(k,))
+        thread.start()
+        thread.join()
+    for k, (_, reference) in enumerate(programs):
+        np.testing.assert_allclose(results[k], reference(host), rtol=1e-5, atol=1e-6)
