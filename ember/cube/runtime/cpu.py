@@ -144,6 +144,9 @@ class CompiledKernel:
                   and (s.op == "store" or s.op in ir.ATOMIC)}
         # Writing through a read-only view (a memory-mapped file, a broadcast) would crash the process.
         self.written = [p in stored for p in kernel.params]
+        # The NumPy dtype each array parameter takes (NumPy's builtin dtypes are singletons, so a
+        # launch checks an argument by identity and looks the dtype up only when that fails).
+        self.np_dtypes = [np.dtype(p.dtype.np) if k == "array" else None for k, p in zip(self.kinds, kernel.params)]
 
 
 class CpuRuntime:
@@ -313,7 +316,8 @@ def _marshal(compiled: CompiledKernel, count: CubeCount, args: tuple) -> tuple:
     for i, (kind, a) in enumerate(zip(compiled.kinds, args)):
         if kind == "array":
             param = compiled.params[i]
-            if not isinstance(a, np.ndarray) or _NP_TO_CUBE.get(a.dtype) is not param.dtype:
+            if not isinstance(a, np.ndarray) or a.dtype is not compiled.np_dtypes[i] and \
+                    _NP_TO_CUBE.get(a.dtype) is not param.dtype:
                 raise KernelError(f"argument {param.name!r} must be a NumPy array of {param.dtype.name}")
             size = a.size
             if size >= 2**31:
