@@ -46,3 +46,13 @@ def test_bias_gradient_is_one_columns_kernel(cpu):
     np.testing.assert_array_equal((x * 3).sum(0).numpy(), np.full(512, 384, np.float32))
     kinds = {key[0] for key in codegen._compiled}
     assert kinds == {"cols"}, kinds
+
+
+def test_one_program_over_widths_of_every_unit_class(fused):
+    """The same fused program over lines of 3, 40 and 300 outputs: each width takes another cube size
+    (4, 32, 256 units), so each needs its own compiled kernel."""
+    rng = np.random.default_rng(4)
+    for width in (3, 40, 300, 3):
+        xn = rng.standard_normal((10, width)).astype(np.float32)
+        got = (ember.tensor(xn, device=fused) * 2).sum(0).numpy()
+        np.testing.assert_allclose(got, (xn.astype(np.float64) * 2).sum(0), rtol=1e-5, atol=1e-5)

@@ -413,7 +413,7 @@ def _run_columns(red: Reduction, acc: DType, shape: tuple, kept: tuple, arrays: 
     unit = tuple(bool(klayout[krank * (j + 1) + krank - 1] == 1) for j in range(len(views)))
     lines = math.prod(ksizes) // width
     for blocks, col0, dim, guarded in column_launches(width, getattr(runtime, "target", "cpu")):
-        compiled = _compiled_kernel(("cols", red, acc, krank, len(rsizes), modes, unit, guarded),
+        compiled = _compiled_kernel(("cols", red, acc, krank, len(rsizes), modes, unit, guarded, dim),
                                     lambda g=guarded: columns_kernel(red, acc, krank, len(rsizes), modes, unit, g),
                                     cube.CubeDim(dim), runtime)
         runtime.run(compiled, cube.CubeCount(lines * blocks, splits),
