@@ -150,9 +150,15 @@ def bind(prim: Primitive, inputs: tuple, params: dict):
         if t._device is not device:
             device, inputs = _unify(prim.name, inputs)
             break
-    aval = prim.infer(*[t._aval for t in inputs], **params)
+    if len(inputs) == 2:  # the common binary op, without the two comprehensions' frames
+        a, b = inputs
+        aval = prim.infer(a._aval, b._aval, **params)
+        handles = [a._handle, b._handle]
+    else:
+        aval = prim.infer(*[t._aval for t in inputs], **params)
+        handles = [t._handle for t in inputs]
     backend = device._backend or device.backend
-    handle = backend.execute(prim, [t._handle for t in inputs], params, aval)
+    handle = backend.execute(prim, handles, params, aval)
     out = _new(Tensor)  # Tensor._make's work without its frame (the dispatch hot path)
     out._device, out._handle, out._aval = device, handle, aval
     return out
