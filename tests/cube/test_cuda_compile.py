@@ -28,7 +28,7 @@ from ember.cube.kernels import elementwise as ew
 from ember.cube.kernels.conv import conv2d
 from ember.cube.kernels.indexing import gather, index_add, index_select, scatter
 from ember.cube.kernels.matmul import matmul
-from ember.cube.kernels import common, matmul_tc
+from ember.cube.kernels import attention, common, matmul_tc
 from ember.cube.kernels.conv_gemm import conv2d_gemm, conv_transpose2d
 try:  # unfold/fold are being added to the library as this is written
     from ember.cube.kernels.unfold import fold, unfold
@@ -94,6 +94,12 @@ def library_calls() -> list:
               for op in REDUCE_OPS for t in (F32, F16) for dims in (2, 0)]
     calls += [lambda log=log, t=t: softmax(x.astype(t), log) for log in (False, True) for t in (F32, F16, F64)]
     calls += [lambda: softmax(rng.standard_normal((8, 5)).astype(F16).T)]
+    qkv = [rng.standard_normal((2, n, 8)).astype(F32) for n in (20, 9, 9)]  # fused attention, with its backward
+    packed = attention.attention_forward(*qkv, scale=0.3, causal=True, offset=0)
+    calls += [lambda t=t, c=c: attention.attention_forward(*(a.astype(t) for a in qkv), scale=0.3, causal=c, offset=1)
+              for t, c in ((F32, True), (F16, False), (BF16, True))]
+    calls += [lambda fn=fn: fn(*qkv, packed, packed, scale=0.3, causal=True, offset=0)
+              for fn in (attention.attention_grad_q, attention.attention_grad_kv)]
     x3d = rng.standard_normal((5, 3, 33)).astype(F64)
     w, bias = np.ones(33, F64), np.zeros(33, F64)
     calls += [lambda: layer_norm(x3d, w, bias), lambda: layer_norm(x3d), lambda: rms_norm(x3d, w),

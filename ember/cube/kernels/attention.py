@@ -12,7 +12,8 @@ Operands are C-contiguous (BH, L, E) queries, (BH, S, E) keys and (BH, S, Ev) va
 - **Backward** (the standard flash backward, P recomputed from Q, K and the logsumexp):
   `attention_grad_q_kernel` (a cube per query block, a unit per query row: dQ = dS K * scale) and
   `attention_grad_kv_kernel` (a cube per key block, a unit per key row: dV = P^T dO, dK = dS^T Q * scale),
-  with dS = P * (dO V^T - delta) and delta = rowsum(dO * O) given by the caller.
+  with dS = P * (dO V^T - delta), delta = rowsum(dO * O) - dlse (`attention_delta_kernel`, a unit per
+  row). They read the forward's packed result and its gradient, (BH, L, Ev + 1) each, as they are.
 
 Everything is computed in `T` (f32 for f16/bf16 operands, else their own type). Rows with no visible key
 (causal with an offset below -row, or S = 0) get a zero output, a logsumexp of -inf and zero gradients.
@@ -31,7 +32,7 @@ import numpy as np
 from ... import cube
 from ...dtype import f32
 from ...errors import DTypeError, ShapeError
-from .common import check_size, contiguous, cube_dtype, empty
+from .common import check_size, contiguous, cube_dtype, empty, grid
 
 KEYS = 16        # keys per shared-memory block (KEYS * (E + Ev) values of T in shared memory)
 STEP = 4         # keys folded into the online softmax per output rescale (KEYS % STEP == 0)
@@ -56,12 +57,12 @@ def visible(j, i, n_k, offset, causal):
 
 
 @cube.function
-def load_rows(src, dst, first, n_rows, count, width, T, units):
-    """dst[r * width + d] = src row (first + r), for `count` rows (clamped to the last of `n_rows`, so
-    no read leaves the array), by all `units` units of the cube together."""
+def load_rows(src, dst, first, n_rows, count, width, stride, skip, T, units):
+    """dst[r * width + d] = src[row * stride + skip + d] for rows first .. first + count - 1 (clamped to
+    the last of `n_rows`, so no read leaves the array), by all `units` units of the cube together."""
     for idx in range(cube.UNIT_POS, count * width, units):
         r = cube.min(first + idx // width, n_rows - 1)
-        dst[idx] = T(src[r * width + idx % width])
+        dst[idx] = T(src[r * stride + skip + idx % width])
 
 
 @cube.function
@@ -89,8 +90,8 @@ def attention_forward_kernel(q: cube.Array, k: cube.Array, v: cube.Array, out: c
     total = T(0)
     acc = tuple(T(0) for _ in range(ev))
     for k0 in range(0, key_stop(q0, rows, n_k, offset, causal), KEYS):
-        load_rows(k, ks, bh * n_k + k0, bh * n_k + n_k, KEYS, e, T, rows)
-        load_rows(v, vs, bh * n_k + k0, bh * n_k + n_k, KEYS, ev, T, rows)
+        load_rows(k, ks, bh * n_k + k0, bh * n_k + n_k, KEYS, e, e, 0, T, rows)
+        load_rows(v, vs, bh * n_k + k0, bh * n_k + n_k, KEYS, ev, ev, 0, T, rows)
         cube.sync_units()
         for t0 in range(0, KEYS, STEP):
             s = tuple(cube.select(visible(k0 + t0 + t, i, n_k, offset, causal),
@@ -113,7 +114,7 @@ def attention_forward_kernel(q: cube.Array, k: cube.Array, v: cube.Array, out: c
 
 
 @cube.kernel
-def attention_grad_q_kernel(q: cube.Array, k: cube.Array, v: cube.Array, lse: cube.Array, grad: cube.Array,
+def attention_grad_q_kernel(q: cube.Array, k: cube.Array, v: cube.Array, out: cube.Array, grad: cube.Array,
                             delta: cube.Array, dq: cube.Array, n_q: cube.i32, n_k: cube.i32, offset: cube.i32,
                             scale: cube.Scalar["T"], T: cube.Comptime, e: cube.Comptime[int],
                             ev: cube.Comptime[int], rows: cube.Comptime[int], causal: cube.Comptime[bool]):
@@ -123,15 +124,15 @@ def attention_grad_q_kernel(q: cube.Array, k: cube.Array, v: cube.Array, lse: cu
     i = q0 + cube.UNIT_POS
     row = bh * n_q + cube.min(i, n_q - 1)
     qr = tuple(T(q[row * e + d]) * scale for d in range(e))
-    gr = tuple(T(grad[row * ev + c]) for c in range(ev))
-    lse_i = T(lse[row])
+    gr = tuple(T(grad[row * (ev + 1) + c]) for c in range(ev))
+    lse_i = T(out[row * (ev + 1) + ev])
     delta_i = T(delta[row])
     ks = cube.shared(T, KEYS * e)
     vs = cube.shared(T, KEYS * ev)
     acc = tuple(T(0) for _ in range(e))
     for k0 in range(0, key_stop(q0, rows, n_k, offset, causal), KEYS):
-        load_rows(k, ks, bh * n_k + k0, bh * n_k + n_k, KEYS, e, T, rows)
-        load_rows(v, vs, bh * n_k + k0, bh * n_k + n_k, KEYS, ev, T, rows)
+        load_rows(k, ks, bh * n_k + k0, bh * n_k + n_k, KEYS, e, e, 0, T, rows)
+        load_rows(v, vs, bh * n_k + k0, bh * n_k + n_k, KEYS, ev, ev, 0, T, rows)
         cube.sync_units()
         for t in range(KEYS):
             p = cube.select(visible(k0 + t, i, n_k, offset, causal), cube.exp(dot(qr, ks, t * e, e, T) - lse_i),
@@ -145,7 +146,7 @@ def attention_grad_q_kernel(q: cube.Array, k: cube.Array, v: cube.Array, lse: cu
 
 
 @cube.kernel
-def attention_grad_kv_kernel(q: cube.Array, k: cube.Array, v: cube.Array, lse: cube.Array, grad: cube.Array,
+def attention_grad_kv_kernel(q: cube.Array, k: cube.Array, v: cube.Array, out: cube.Array, grad: cube.Array,
                              delta: cube.Array, dkv: cube.Array, n_q: cube.i32, n_k: cube.i32, offset: cube.i32,
                              scale: cube.Scalar["T"], T: cube.Comptime, e: cube.Comptime[int],
                              ev: cube.Comptime[int], rows: cube.Comptime[int], causal: cube.Comptime[bool]):
@@ -166,10 +167,10 @@ def attention_grad_kv_kernel(q: cube.Array, k: cube.Array, v: cube.Array, lse: c
     if causal:
         start = cube.max(0, cube.min(n_q, j0 - offset))  # queries before it see none of this block's keys
     for i0 in range(start, n_q, KEYS):
-        load_rows(q, qs, bh * n_q + i0, bh * n_q + n_q, KEYS, e, T, rows)
-        load_rows(grad, gs, bh * n_q + i0, bh * n_q + n_q, KEYS, ev, T, rows)
-        load_rows(lse, ls, bh * n_q + i0, bh * n_q + n_q, KEYS, 1, T, rows)
-        load_rows(delta, ds_, bh * n_q + i0, bh * n_q + n_q, KEYS, 1, T, rows)
+        load_rows(q, qs, bh * n_q + i0, bh * n_q + n_q, KEYS, e, e, 0, T, rows)
+        load_rows(grad, gs, bh * n_q + i0, bh * n_q + n_q, KEYS, ev, ev + 1, 0, T, rows)
+        load_rows(out, ls, bh * n_q + i0, bh * n_q + n_q, KEYS, 1, ev + 1, ev, T, rows)
+        load_rows(delta, ds_, bh * n_q + i0, bh * n_q + n_q, KEYS, 1, 1, 0, T, rows)
         cube.sync_units()
         for t in range(KEYS):
             ok = i0 + t < n_q and visible(j, i0 + t, n_k, offset, causal)
@@ -184,6 +185,19 @@ def attention_grad_kv_kernel(q: cube.Array, k: cube.Array, v: cube.Array, lse: c
             dkv[at + d] = dkv.dtype(dk[d] * scale)
         for c in cube.unroll(range(ev)):
             dkv[at + e + c] = dkv.dtype(dv[c])
+
+
+@cube.kernel
+def attention_delta_kernel(out: cube.Array, grad: cube.Array, delta: cube.Array, n: cube.i32, T: cube.Comptime,
+                           ev: cube.Comptime[int]):
+    """delta[i] = sum_c grad[i, c] * out[i, c] - grad[i, ev] (the output's and the logsumexp's gradients)."""
+    i = cube.ABSOLUTE_POS
+    if i < n:
+        at = i * (ev + 1)
+        acc = -T(grad[at + ev])
+        for c in cube.unroll(range(ev)):
+            acc = acc + T(grad[at + c]) * T(out[at + c])
+        delta[i] = delta.dtype(acc)
 
 
 def accumulator(dtype) -> np.dtype:
@@ -232,38 +246,42 @@ def attention_forward(q, k, v, *, scale: float, causal: bool, offset: int):
     return out
 
 
-def attention_grad_q(q, k, v, lse, grad, delta, *, scale: float, causal: bool, offset: int):
-    """dQ (BH, L, E) in `accumulator(q.dtype)` from the forward's logsumexp `lse` (BH, L), the output's
-    gradient `grad` (BH, L, Ev) and `delta` = rowsum(grad * out) (BH, L), both in the accumulator type.
+def attention_grad_q(q, k, v, out, grad, *, scale: float, causal: bool, offset: int):
+    """dQ (BH, L, E) in `accumulator(q.dtype)`, from the forward's result `out` (output rows and logsumexp,
+    (BH, L, Ev + 1)) and its gradient `grad` (the same shape: a gradient of the logsumexp counts too).
 
     Example:
-        >>> attention_grad_q(q, k, v, lse, grad, delta, scale=0.5, causal=True, offset=0).shape
+        >>> attention_grad_q(q, k, v, out, grad, scale=0.5, causal=True, offset=0).shape
         (2, 5, 8)
     """
-    bh, n_q, n_k, e, ev = _check(q, k, v)
-    q, k, v, lse, grad, delta = (contiguous(x) for x in (q, k, v, lse, grad, delta))
-    dq = empty((bh, n_q, e), accumulator(q.dtype), q)
-    if dq.size:
-        rows = _rows(n_q)
-        attention_grad_q_kernel.launch(cube.CubeCount(-(-n_q // rows), bh), cube.CubeDim(rows), q, k, v, lse,
-                                       grad, delta, dq, n_q, n_k, offset, scale, T=cube_dtype(dq.dtype), e=e,
-                                       ev=ev, rows=rows, causal=causal)
-    return dq
+    return _backward(attention_grad_q_kernel, "q", q, k, v, out, grad, scale, causal, offset)
 
 
-def attention_grad_kv(q, k, v, lse, grad, delta, *, scale: float, causal: bool, offset: int):
+def attention_grad_kv(q, k, v, out, grad, *, scale: float, causal: bool, offset: int):
     """dK and dV side by side, (BH, S, E + Ev) in `accumulator(q.dtype)` (arguments as `attention_grad_q`).
 
     Example:
-        >>> attention_grad_kv(q, k, v, lse, grad, delta, scale=0.5, causal=True, offset=0).shape
+        >>> attention_grad_kv(q, k, v, out, grad, scale=0.5, causal=True, offset=0).shape
         (2, 7, 14)
     """
+    return _backward(attention_grad_kv_kernel, "kv", q, k, v, out, grad, scale, causal, offset)
+
+
+def _backward(kernel, which: str, q, k, v, out, grad, scale, causal, offset):
     bh, n_q, n_k, e, ev = _check(q, k, v)
-    q, k, v, lse, grad, delta = (contiguous(x) for x in (q, k, v, lse, grad, delta))
-    dkv = empty((bh, n_k, e + ev), accumulator(q.dtype), q)
-    if dkv.size:
-        rows = _rows(n_k)
-        attention_grad_kv_kernel.launch(cube.CubeCount(-(-n_k // rows), bh), cube.CubeDim(rows), q, k, v, lse,
-                                        grad, delta, dkv, n_q, n_k, offset, scale, T=cube_dtype(dkv.dtype), e=e,
-                                        ev=ev, rows=rows, causal=causal)
-    return dkv
+    if out.shape != (bh, n_q, ev + 1) or grad.shape != out.shape or out.dtype != grad.dtype:
+        raise ShapeError("attention backward", f"out {out.shape} {out.dtype} and grad {grad.shape} {grad.dtype} "
+                                               f"must both be {(bh, n_q, ev + 1)}")
+    q, k, v, out, grad = (contiguous(x) for x in (q, k, v, out, grad))
+    acc = accumulator(q.dtype)
+    n = n_q if which == "q" else n_k
+    result = empty((bh, n, e if which == "q" else e + ev), acc, q)
+    if result.size:
+        t = cube_dtype(acc)
+        delta = empty((bh * n_q,), acc, q)
+        if delta.size:
+            attention_delta_kernel.launch(*grid(delta.size), out, grad, delta, delta.size, T=t, ev=ev)
+        rows = _rows(n)
+        kernel.launch(cube.CubeCount(-(-n // rows), bh), cube.CubeDim(rows), q, k, v, out, grad, delta, result,
+                      n_q, n_k, offset, scale, T=t, e=e, ev=ev, rows=rows, causal=causal)
+    return result

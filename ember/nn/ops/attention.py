@@ -6,10 +6,10 @@ flash-style cube kernels of `ember/cube/kernels/attention.py`:
 - `attention` (forward): (BH, L, E), (BH, S, E), (BH, S, Ev) -> (BH, L, Ev + 1) in the accumulator type
   (f32 for f16/bf16, else the operands' type): the output rows with each row's logsumexp beside them.
   This is what autodiff keeps for backward: L x (Ev + 1) values, never an L x S matrix.
-- `attention_grad_q`, `attention_grad_kv` (backward, cube kernels too): P is recomputed block by block
-  from Q, K and the saved logsumexp; dV = P^T dO, dS = P * (dO V^T - delta), dQ = dS K * scale,
-  dK = dS^T Q * scale, with delta = rowsum(dO * O) - (the logsumexp's own gradient), so a loss that uses
-  the returned logsumexp differentiates through it too.
+- `attention_grad_q`, `attention_grad_kv` (backward, cube kernels too) take Q, K, V, the packed result
+  and its gradient: P is recomputed block by block from Q, K and the saved logsumexp; dV = P^T dO,
+  dS = P * (dO V^T - delta), dQ = dS K * scale, dK = dS^T Q * scale, with delta = rowsum(dO * O) - (the
+  logsumexp's own gradient), so a loss that uses the returned logsumexp differentiates through it too.
 
 Each has a NumPy reference (Device.numpy() runs it; the tests use it), which does build the L x S matrix.
 Causal masking blocks key j for query i when j > i + offset (offset 0: PyTorch's top-left alignment;
@@ -84,25 +84,30 @@ def _forward_reference(q, k, v, *, scale: float, causal: bool, offset: int) -> n
 
 def _forward_backward(g: Tensor, out: Tensor, q: Tensor, k: Tensor, v: Tensor, *, scale: float, causal: bool,
                       offset: int) -> tuple:
-    ev, e = v.shape[-1], q.shape[-1]
-    grad, grad_lse = g[..., :ev], g[..., ev]
-    delta = (grad * out[..., :ev]).sum(dim=-1) - grad_lse
-    lse = out[..., ev]
+    e = q.shape[-1]
     params = dict(scale=scale, causal=causal, offset=offset)
-    dq = attention_grad_q(q, k, v, lse, grad, delta, **params)
-    dkv = attention_grad_kv(q, k, v, lse, grad, delta, **params)
+    dq = attention_grad_q(q, k, v, out, g, **params)
+    dkv = attention_grad_kv(q, k, v, out, g, **params)
     return dq.cast(q.dtype), dkv[..., :e].cast(k.dtype), dkv[..., e:].cast(v.dtype)
 
 
-def _grad_q_reference(q, k, v, lse, grad, delta, *, scale: float, causal: bool, offset: int) -> np.ndarray:
-    p = _probabilities(q, k, lse, scale, causal, offset)
+def _backward_terms(q, k, v, out, g, scale, causal, offset) -> tuple:
+    """(P, dS, dO) of the NumPy references, from the packed forward result and its gradient."""
+    ev = v.shape[-1]
+    grad = g[..., :ev]
+    delta = (grad * out[..., :ev]).sum(axis=-1) - g[..., ev]
+    p = _probabilities(q, k, out[..., ev], scale, causal, offset)
     ds = p * (np.matmul(grad, np.swapaxes(v.astype(p.dtype), -1, -2)) - delta[..., None])
+    return p, ds, grad
+
+
+def _grad_q_reference(q, k, v, out, g, *, scale: float, causal: bool, offset: int) -> np.ndarray:
+    p, ds, _ = _backward_terms(q, k, v, out, g, scale, causal, offset)
     return (np.matmul(ds, k.astype(p.dtype)) * p.dtype.type(scale)).astype(p.dtype)
 
 
-def _grad_kv_reference(q, k, v, lse, grad, delta, *, scale: float, causal: bool, offset: int) -> np.ndarray:
-    p = _probabilities(q, k, lse, scale, causal, offset)
-    ds = p * (np.matmul(grad, np.swapaxes(v.astype(p.dtype), -1, -2)) - delta[..., None])
+def _grad_kv_reference(q, k, v, out, g, *, scale: float, causal: bool, offset: int) -> np.ndarray:
+    p, ds, grad = _backward_terms(q, k, v, out, g, scale, causal, offset)
     dk = np.matmul(np.swapaxes(ds, -1, -2), q.astype(p.dtype)) * p.dtype.type(scale)
     dv = np.matmul(np.swapaxes(p, -1, -2), grad)
     return np.concatenate([dk, dv], axis=-1).astype(p.dtype)
@@ -119,18 +124,18 @@ def _attention(q, k, v, *, scale: float, causal: bool, offset: int):
     return kernels.attention_forward(q, k, v, scale=scale, causal=causal, offset=offset)
 
 
-@backend_extension(shape=lambda q, k, v, lse, grad, delta, **_: q, dtype=_accumulator_of,
-                   reference=_grad_q_reference, name="attention_grad_q")
-def attention_grad_q(q, k, v, lse, grad, delta, *, scale: float, causal: bool, offset: int):
-    """dQ of the fused attention (BH, L, E), in the accumulator type (a primitive of its backward)."""
-    return kernels.attention_grad_q(q, k, v, lse, grad, delta, scale=scale, causal=causal, offset=offset)
+@backend_extension(shape=lambda q, k, v, out, g, **_: q, dtype=_accumulator_of, reference=_grad_q_reference,
+                   name="attention_grad_q")
+def attention_grad_q(q, k, v, out, g, *, scale: float, causal: bool, offset: int):
+    """dQ (BH, L, E) of the fused attention from its packed result `out` and that result's gradient `g`."""
+    return kernels.attention_grad_q(q, k, v, out, g, scale=scale, causal=causal, offset=offset)
 
 
-@backend_extension(shape=lambda q, k, v, lse, grad, delta, **_: k[:2] + (k[2] + v[2],), dtype=_accumulator_of,
+@backend_extension(shape=lambda q, k, v, out, g, **_: k[:2] + (k[2] + v[2],), dtype=_accumulator_of,
                    reference=_grad_kv_reference, name="attention_grad_kv")
-def attention_grad_kv(q, k, v, lse, grad, delta, *, scale: float, causal: bool, offset: int):
-    """dK and dV of the fused attention side by side, (BH, S, E + Ev) (a primitive of its backward)."""
-    return kernels.attention_grad_kv(q, k, v, lse, grad, delta, scale=scale, causal=causal, offset=offset)
+def attention_grad_kv(q, k, v, out, g, *, scale: float, causal: bool, offset: int):
+    """dK and dV of the fused attention side by side, (BH, S, E + Ev) (arguments as `attention_grad_q`)."""
+    return kernels.attention_grad_kv(q, k, v, out, g, scale=scale, causal=causal, offset=offset)
 
 
 def attention(query: Tensor, key: Tensor, value: Tensor, *, scale: float | None = None, causal: bool = False,

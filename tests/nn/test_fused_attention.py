@@ -1,0 +1,165 @@
+"""The fused attention op (ember/nn/ops/attention.py, kernels in ember/cube/kernels/attention.py): output
+and gradients of q, k, v against torch's F.scaled_dot_product_attention, the logsumexp against
+torch.logsumexp, finite differences, causal offsets with fully blocked rows against the composed path,
+half precision, errors, and that scaled_dot_product_attention / MultiHeadAttention route to it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as TF
+
+import ember
+import ember.nn.attention as nn_attention
+from ember.errors import DTypeError, ShapeError
+from ember.nn.attention import MultiHeadAttention, attention_weights, causal_mask, scaled_dot_product_attention
+from ember.nn.ops.attention import attention
+from ops.torch_check import check_op, random
+from tolerances import forward as forward_tolerance
+
+# (batch dims, L, S, E, Ev): L != S, E != Ev, two batch dims; L past one cube of 16 rows and S past one
+# block of 16 keys (L < S and L > S); an empty L.
+SHAPES = [((2, 3), 5, 7, 8, 6), ((), 21, 18, 4, 4), ((2,), 18, 35, 4, 4), ((1,), 0, 4, 8, 6)]
+
+
+def _inputs(rng, batch, n_q, n_k, e, ev, dtype):
+    return [random(rng, batch + (n_q, e), dtype), random(rng, batch + (n_k, e), dtype),
+            random(rng, batch + (n_k, ev), dtype)]
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+def test_output_and_gradients_match_torch(device, rng, shape, causal, dtype):
+    check_op(lambda q, k, v: attention(q, k, v, scale=0.7, causal=causal)[0],
+             lambda q, k, v: TF.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=0.7),
+             _inputs(rng, *shape, dtype), device, grads=(0, 1, 2), rng=rng)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_logsumexp_matches_torch(device, rng, causal):
+    q, k, v = _inputs(rng, (2,), 19, 17, 8, 3, "f32")
+    out, lse = attention(*(ember.tensor(x, device=device) for x in (q, k, v)), causal=causal)
+    scores = torch.from_numpy(q) @ torch.from_numpy(k).transpose(-1, -2) / np.sqrt(8)
+    if causal:
+        scores = scores.masked_fill(torch.ones(19, 17, dtype=torch.bool).triu(1), -torch.inf)
+    assert lse.shape == (2, 19) and lse.dtype.name == "f32"
+    np.testing.assert_allclose(lse.numpy(), torch.logsumexp(scores, -1).numpy(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_half_precision_accumulates_in_f32(device, rng, dtype):
+    q, k, v = _inputs(rng, (3,), 20, 9, 8, 5, "f32")
+    tdtype = {"f16": torch.float16, "bf16": torch.bfloat16}[dtype]
+    halves = [torch.from_numpy(x).to(tdtype) for x in (q, k, v)]  # the operands both libraries see
+    tracked = device.autodiff()
+    e_in = [ember.tensor(h.float().numpy(), device=tracked).cast(getattr(ember, dtype)).require_grad()
+            for h in halves]
+    out, _ = attention(*e_in, causal=True)
+    t_in = [h.float().requires_grad_(True) for h in halves]  # the f32 computation, rounded at the end
+    want = TF.scaled_dot_product_attention(*t_in, is_causal=True)
+    assert out.dtype.name == dtype
+    rtol, atol = forward_tolerance(dtype)
+    np.testing.assert_allclose(out.cast(ember.f32).numpy(), want.to(tdtype).float().detach().numpy(),
+                               rtol=rtol, atol=atol)
+    cot = random(rng, want.shape, "f32")
+    grads = out.backward(ember.tensor(cot, device=device).cast(getattr(ember, dtype)))
+    want.backward(torch.from_numpy(cot).to(tdtype).float())
+    for e, t, name in zip(e_in, t_in, "qkv"):
+        got = e.grad(grads)
+        assert got.dtype.name == dtype, name
+        np.testing.assert_allclose(got.cast(ember.f32).numpy(), t.grad.numpy(), rtol=4 * rtol, atol=4 * atol,
+                                   err_msg=f"gradient of {name}")
+
+
+def test_gradients_match_finite_differences_through_output_and_logsumexp(rng):
+    q, k, v = _inputs(rng, (2,), 6, 5, 3, 2, "f64")
+    cot_out, cot_lse = random(rng, (2, 6, 2)), random(rng, (2, 6))
+
+    def loss(q, k, v, device=ember.Device.cpu()):
+        ts = [x if isinstance(x, ember.Tensor) else ember.tensor(x, device=device) for x in (q, k, v)]
+        out, lse = attention(*ts, causal=True, offset=1)
+        return (out * ember.tensor(cot_out, device=device)).sum() + (lse * ember.tensor(cot_lse, device=device)).sum()
+
+    tracked = ember.Device.cpu().autodiff()
+    inputs = [ember.tensor(x, device=tracked).require_grad() for x in (q, k, v)]
+    grads = loss(*inputs, device=tracked).backward()
+    arrays, h = [q, k, v], 1e-6
+    for i, name in enumerate("qkv"):
+        numeric = np.zeros_like(arrays[i])
+        for idx in np.ndindex(arrays[i].shape):
+            up, down = [a.copy() for a in arrays], [a.copy() for a in arrays]
+            up[i][idx] += h
+            down[i][idx] -= h
+            numeric[idx] = (loss(*up).item() - loss(*down).item()) / (2 * h)
+        np.testing.assert_allclose(inputs[i].grad(grads).numpy(), numeric, rtol=1e-6, atol=1e-8,
+                                   err_msg=f"gradient of {name}")
+
+
+@pytest.mark.parametrize("offset", [3, -2], ids=["bottom-right", "rows-see-nothing"])
+def test_causal_offset_matches_the_composed_path(device, rng, offset):
+    # offset -2: queries 0 and 1 see no key: zero output, -inf logsumexp, zero gradients (as the composed path).
+    q, k, v = _inputs(rng, (2,), 17, 20, 4, 3, "f32")
+    results = []
+    for fused in (True, False):
+        tracked = device.autodiff()
+        ts = [ember.tensor(x, device=tracked).require_grad() for x in (q, k, v)]
+        if fused:
+            out, lse = attention(*ts, causal=True, offset=offset)
+            assert np.isneginf(lse.numpy()[:, :max(0, -offset)]).all()
+        else:
+            out = attention_weights(ts[0], ts[1], causal_mask(17, 20, offset, device)) @ ts[2]
+        grads = (out * out).sum().backward()
+        results.append([out.numpy()] + [t.grad(grads).numpy() for t in ts])
+    for what, got, want in zip(["output", "dq", "dk", "dv"], *results):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=what)
+    if offset < 0:
+        assert not results[0][0][:, :-offset].any() and not results[0][1][:, :-offset].any()
+
+
+def test_empty_keys_give_zero_output():
+    q, k, v = ember.randn(2, 3, 4), ember.randn(2, 0, 4), ember.randn(2, 0, 5)
+    out, lse = attention(q, k, v)
+    assert out.shape == (2, 3, 5) and not out.numpy().any() and np.isneginf(lse.numpy()).all()
+
+
+def test_bad_operands_raise_clear_errors():
+    q = ember.randn(2, 3, 4)
+    with pytest.raises(ShapeError, match="equal batch dims"):
+        attention(q, ember.randn(3, 5, 4), ember.randn(3, 5, 4))
+    with pytest.raises(ShapeError, match="equal batch dims"):
+        attention(q, ember.randn(2, 5, 3), ember.randn(2, 5, 4))
+    with pytest.raises(DTypeError, match="one float dtype"):
+        attention(q, q.cast(ember.f64), q)
+    with pytest.raises(DTypeError, match="one float dtype"):
+        attention(*(ember.ones(2, 3, 4, dtype="i32"),) * 3)
+    with pytest.raises(ShapeError, match="up to 256"):
+        attention(ember.randn(1, 2, 300), ember.randn(1, 2, 300), ember.randn(1, 2, 3))
+    with pytest.raises(ShapeError, match="at least 2 dims"):
+        attention(ember.randn(4), ember.randn(4), ember.randn(4))
+
+
+def test_sdpa_and_multi_head_attention_route_to_the_fused_op(monkeypatch):
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(kwargs)
+        return attention(*args, **kwargs)
+
+    monkeypatch.setattr(nn_attention, "attention", counted)
+    q = ember.randn(2, 3, 5, 8)
+    out = scaled_dot_product_attention(q, q, q, is_causal=True)
+    assert calls == [dict(scale=None, causal=True)]
+    np.testing.assert_array_equal(out.numpy(), attention(q, q, q, causal=True)[0].numpy())
+    scaled_dot_product_attention(q, q, q, attn_mask=ember.ones(5, 5, dtype="bool"))
+    scaled_dot_product_attention(q, q, q, dropout_p=0.5)
+    assert len(calls) == 1  # masks and dropout keep the composed path
+
+    mha = MultiHeadAttention(8, 2)
+    x = ember.randn(2, 5, 8)
+    fused = mha(x, is_causal=True)
+    assert calls[1] == dict(causal=True, offset=0)
+    composed, _ = mha(x, is_causal=True, need_weights=True)  # weights asked for: the composed path
+    assert len(calls) == 2
+    np.testing.assert_allclose(fused.numpy(), composed.numpy(), rtol=1e-5, atol=1e-6)
