@@ -146,7 +146,8 @@ class StepReplay:
         """The replay of a step whose run made `launches` on `arrays` giving `outs`, or None when that
         run is not one launch whose first arguments are the inputs and then the outputs, in order (read
         from their data pointers: codegen and the library pass views of them), each output a new
-        C-contiguous array that the launch writes whole."""
+        C-contiguous array that the launch writes whole, and the other (constant) arguments apart from
+        all of them (a replay keeps those as they were)."""
         if len(launches) != 1:
             return None
         args = launches[0].args
@@ -159,6 +160,8 @@ class StepReplay:
                 return None
             if i >= len(arrays) and (arg.size != a.size or not a.flags.c_contiguous or a.ctypes.data in inputs):
                 return None
+        if any(isinstance(c, np.ndarray) and np.may_share_memory(c, a) for c in args[len(ends):] for a in ends):
+            return None
         bound = runtime.bind(launches[0], range(len(ends)))
         return StepReplay(layout, bound, [(o.shape, o.dtype) for o in outs])
 
