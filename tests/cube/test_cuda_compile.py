@@ -100,6 +100,7 @@ def library_calls() -> list:
               for t, c in ((F32, True), (F16, False), (BF16, True))]
     calls += [lambda fn=fn: fn(*qkv, packed, packed, scale=0.3, causal=True, offset=0)
               for fn in (attention.attention_grad_q, attention.attention_grad_kv)]
+    calls += [lambda: attention.columns(packed, 8, F16)]
     x3d = rng.standard_normal((5, 3, 33)).astype(F64)
     w, bias = np.ones(33, F64), np.zeros(33, F64)
     calls += [lambda: layer_norm(x3d, w, bias), lambda: layer_norm(x3d), lambda: rms_norm(x3d, w),

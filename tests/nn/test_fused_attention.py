@@ -163,3 +163,21 @@ def test_sdpa_and_multi_head_attention_route_to_the_fused_op(monkeypatch):
     composed, _ = mha(x, is_causal=True, need_weights=True)  # weights asked for: the composed path
     assert len(calls) == 2
     np.testing.assert_allclose(fused.numpy(), composed.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_forward_and_backward_stay_on_the_device(device):
+    # Device backends run ops without a device row (slice_assign among them) on the host: the fused op and
+    # its gradient must not (on the H200 such a round trip cost more than the kernels).
+    backend = device.inner.backend
+    while backend is not None and not hasattr(backend, "fallbacks"):
+        backend = getattr(backend, "inner", None)
+    if backend is None:
+        pytest.skip(f"{device!r} has no cube backend (the NumPy references run there by design)")
+    before = set(backend.fallbacks)
+    tracked = device.autodiff()
+    ts = [ember.randn(2, 3, 20, 8, device=tracked).require_grad() for _ in range(3)]
+    out, _ = attention(*ts, causal=True)
+    grads = (out * out).sum().backward()
+    for t in ts:
+        t.grad(grads).numpy()
+    assert set(backend.fallbacks) == before, f"ran on the host: {sorted(set(backend.fallbacks) - before)}"

@@ -41,11 +41,12 @@ MAX_DIM = 256    # the largest head width E or Ev: each unit keeps a few rows of
 
 @cube.function
 def dot(row, block, base, n, T):
-    """sum_d row[d] * block[base + d] over the comptime length `n` (`row` a tuple, `block` shared)."""
-    acc = T(0)
+    """sum_d row[d] * block[base + d] over the comptime length `n` (`row` a tuple, `block` shared), in
+    four interleaved partial sums (four independent FMA chains instead of one long one)."""
+    acc = (T(0), T(0), T(0), T(0))
     for d in cube.unroll(range(n)):
-        acc = acc + row[d] * block[base + d]
-    return acc
+        acc = tuple(acc[j] + row[d] * block[base + d] if j == d % 4 else acc[j] for j in range(4))
+    return (acc[0] + acc[1]) + (acc[2] + acc[3])
 
 
 @cube.function
@@ -200,15 +201,27 @@ def attention_delta_kernel(out: cube.Array, grad: cube.Array, delta: cube.Array,
         delta[i] = delta.dtype(acc)
 
 
+@cube.kernel
+def columns_kernel(src: cube.Array, dst: cube.Array, n: cube.i32, src_width: cube.i32, dst_width: cube.i32):
+    """dst[r, c] = src[r, c] for c < src_width, else 0: rows of `src` cut or padded to `dst_width` (a
+    unit per element of `dst`), converted to dst's type."""
+    i = cube.ABSOLUTE_POS
+    if i < n:
+        r = i // dst_width
+        c = i % dst_width
+        v = src[r * src_width + cube.min(c, src_width - 1)]
+        dst[i] = cube.select(c < src_width, dst.dtype(v), dst.dtype(0))
+
+
 def accumulator(dtype) -> np.dtype:
     """The type attention computes and saves in for operands of `dtype`: f32 for f16/bf16, else itself."""
     t = cube_dtype(dtype)
     return np.dtype(np.float32) if t.itemsize < 4 else np.dtype(t.np)
 
 
-def _rows(n: int) -> int:
-    """Units (rows) per cube: a short sequence gets a small cube."""
-    return 16 if n <= 16 else 64
+def _rows(n: int, rows: int | None = None) -> int:
+    """Units (rows) per cube: `rows` when given, else 16 for a short sequence and 64 otherwise."""
+    return rows or (16 if n <= 16 else 64)
 
 
 def _check(q, k, v) -> tuple[int, int, int, int, int]:
@@ -226,8 +239,9 @@ def _check(q, k, v) -> tuple[int, int, int, int, int]:
     return bh, n_q, n_k, e, ev
 
 
-def attention_forward(q, k, v, *, scale: float, causal: bool, offset: int):
+def attention_forward(q, k, v, *, scale: float, causal: bool, offset: int, rows: int | None = None):
     """(BH, L, Ev + 1) in `accumulator(q.dtype)`: the attention output and, last, each row's logsumexp.
+    `rows` (units per cube) overrides the default (bench/attention.py sweeps it).
 
     Example:
         >>> x = np.zeros((1, 3, 2), np.float32)
@@ -239,14 +253,14 @@ def attention_forward(q, k, v, *, scale: float, causal: bool, offset: int):
     out = empty((bh, n_q, ev + 1), accumulator(q.dtype), q)
     check_size("attention", q, k, v, out)
     if out.size:
-        rows = _rows(n_q)
+        rows = _rows(n_q, rows)
         t = cube_dtype(out.dtype)
         attention_forward_kernel.launch(cube.CubeCount(-(-n_q // rows), bh), cube.CubeDim(rows), q, k, v, out,
                                         n_q, n_k, offset, scale, T=t, e=e, ev=ev, rows=rows, causal=causal)
     return out
 
 
-def attention_grad_q(q, k, v, out, grad, *, scale: float, causal: bool, offset: int):
+def attention_grad_q(q, k, v, out, grad, *, scale: float, causal: bool, offset: int, rows: int | None = None):
     """dQ (BH, L, E) in `accumulator(q.dtype)`, from the forward's result `out` (output rows and logsumexp,
     (BH, L, Ev + 1)) and its gradient `grad` (the same shape: a gradient of the logsumexp counts too).
 
@@ -254,20 +268,20 @@ def attention_grad_q(q, k, v, out, grad, *, scale: float, causal: bool, offset: 
         >>> attention_grad_q(q, k, v, out, grad, scale=0.5, causal=True, offset=0).shape
         (2, 5, 8)
     """
-    return _backward(attention_grad_q_kernel, "q", q, k, v, out, grad, scale, causal, offset)
+    return _backward(attention_grad_q_kernel, "q", q, k, v, out, grad, scale, causal, offset, rows)
 
 
-def attention_grad_kv(q, k, v, out, grad, *, scale: float, causal: bool, offset: int):
+def attention_grad_kv(q, k, v, out, grad, *, scale: float, causal: bool, offset: int, rows: int | None = None):
     """dK and dV side by side, (BH, S, E + Ev) in `accumulator(q.dtype)` (arguments as `attention_grad_q`).
 
     Example:
         >>> attention_grad_kv(q, k, v, out, grad, scale=0.5, causal=True, offset=0).shape
         (2, 7, 14)
     """
-    return _backward(attention_grad_kv_kernel, "kv", q, k, v, out, grad, scale, causal, offset)
+    return _backward(attention_grad_kv_kernel, "kv", q, k, v, out, grad, scale, causal, offset, rows)
 
 
-def _backward(kernel, which: str, q, k, v, out, grad, scale, causal, offset):
+def _backward(kernel, which: str, q, k, v, out, grad, scale, causal, offset, rows):
     bh, n_q, n_k, e, ev = _check(q, k, v)
     if out.shape != (bh, n_q, ev + 1) or grad.shape != out.shape or out.dtype != grad.dtype:
         raise ShapeError("attention backward", f"out {out.shape} {out.dtype} and grad {grad.shape} {grad.dtype} "
@@ -281,7 +295,23 @@ def _backward(kernel, which: str, q, k, v, out, grad, scale, causal, offset):
         delta = empty((bh * n_q,), acc, q)
         if delta.size:
             attention_delta_kernel.launch(*grid(delta.size), out, grad, delta, delta.size, T=t, ev=ev)
-        rows = _rows(n)
+        rows = _rows(n, rows)
         kernel.launch(cube.CubeCount(-(-n // rows), bh), cube.CubeDim(rows), q, k, v, out, grad, delta, result,
                       n_q, n_k, offset, scale, T=t, e=e, ev=ev, rows=rows, causal=causal)
     return result
+
+
+def columns(x, width: int, dtype):
+    """The rows of a (..., w) array cut or zero-padded to `width` columns, as `dtype`: the forward's
+    output rows out of its packed result (and, for the gradient, back in) without a host round trip.
+
+    Example:
+        >>> columns(np.arange(6, dtype=np.float32).reshape(2, 3), 2, np.float16)
+        array([[0., 1.],
+               [3., 4.]], dtype=float16)
+    """
+    x = contiguous(x)
+    out = empty(x.shape[:-1] + (width,), dtype, x)
+    if out.size:
+        columns_kernel.launch(*grid(out.size), x, out, out.size, x.shape[-1], width)
+    return out

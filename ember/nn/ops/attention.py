@@ -30,7 +30,7 @@ import math
 import numpy as np
 
 from ...cube.kernels import attention as kernels
-from ...dtype import DType, f32
+from ...dtype import DType, dtype_of, f32
 from ...errors import DTypeError, ShapeError
 from ...extension import backend_extension
 from ...tensor import Tensor
@@ -138,6 +138,26 @@ def attention_grad_kv(q, k, v, out, g, *, scale: float, causal: bool, offset: in
     return kernels.attention_grad_kv(q, k, v, out, g, scale=scale, causal=causal, offset=offset)
 
 
+@backend_extension(shape=lambda packed, *, width, dtype: packed[:-1] + (width,),
+                   dtype=lambda packed, *, width, dtype: dtype_of(dtype),
+                   reference=lambda packed, *, width, dtype: _columns_reference(packed, width, dtype),
+                   backward=lambda g, out, packed, *, width, dtype: (
+                       _columns(g, width=packed.shape[-1], dtype=packed.dtype.name),),
+                   name="attention_columns")
+def _columns(packed, *, width: int, dtype: str):
+    """`packed`'s rows cut (or zero-padded) to `width` columns as `dtype` (the output rows of the packed
+    result, and their gradient back into the packed shape: no slice_assign, which device backends run
+    on the host)."""
+    return kernels.columns(packed, width, dtype_of(dtype).np)
+
+
+def _columns_reference(x: np.ndarray, width: int, dtype: str) -> np.ndarray:
+    out = np.zeros(x.shape[:-1] + (width,), dtype_of(dtype).np)
+    n = min(width, x.shape[-1])
+    out[..., :n] = x[..., :n]
+    return out
+
+
 def attention(query: Tensor, key: Tensor, value: Tensor, *, scale: float | None = None, causal: bool = False,
               offset: int = 0) -> tuple[Tensor, Tensor]:
     """Fused `softmax(query @ key^T * scale) @ value` and the per-row logsumexp of the scaled scores.
@@ -175,7 +195,5 @@ def attention(query: Tensor, key: Tensor, value: Tensor, *, scale: float | None 
     bh = math.prod(batch)
     packed = _attention(query.reshape(bh, n_q, e), key.reshape(bh, n_k, e), value.reshape(bh, n_k, ev),
                         scale=scale, causal=bool(causal), offset=int(offset))
-    out = packed[..., :ev]
-    if out.dtype is not query.dtype:
-        out = out.cast(query.dtype)
+    out = _columns(packed, width=ev, dtype=query.dtype.name)
     return out.reshape(batch + (n_q, ev)), packed[..., ev].reshape(batch + (n_q,))
