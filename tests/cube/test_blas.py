@@ -26,8 +26,8 @@ def normal(*shape, dtype=np.float32):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("m, k, n", [(1, 1, 1), (3, 5, 7), (200, 70, 90), (20, 30, 700), (1, 300, 1),
-                                     (300, 1, 300), (0, 3, 4), (3, 0, 4), (4, 3, 0)])
+@pytest.mark.parametrize("m, k, n", [(3, 5, 7), (200, 70, 90), (20, 30, 700), (1, 600, 700), (700, 600, 1),
+                                     (900, 1, 900), (0, 300, 900), (900, 0, 400), (400, 900, 0)])
 def test_layouts(dtype, m, k, n):
     a, b = normal(m, k, dtype=dtype), normal(k, n, dtype=dtype)
     check(a, b)
@@ -38,20 +38,20 @@ def test_layouts(dtype, m, k, n):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_batches_and_broadcasting(dtype):
-    a, b = normal(6, 40, 30, dtype=dtype), normal(6, 30, 50, dtype=dtype)
+    a, b = normal(6, 80, 60, dtype=dtype), normal(6, 60, 70, dtype=dtype)
     check(a, b)                                       # enough matrices for one task each
     check(a[::2], b[::2].transpose(0, 2, 1).copy().transpose(0, 2, 1))  # batch stride, transposed b
-    check(np.broadcast_to(a[0], (2, 3, 40, 30)), b[0])  # a batch of one shared matrix
+    check(np.broadcast_to(a[0], (2, 3, 80, 60)), b[0])  # a batch of one shared matrix
     check(a[:2, None], b[None, :3])                   # (2,1) x (1,3): does not flatten, copied
-    check(normal(1, 40, 30, dtype=dtype), normal(5, 30, 20, dtype=dtype))
+    check(normal(1, 80, 60, dtype=dtype), normal(5, 60, 90, dtype=dtype))
 
 
 def test_views_blas_cannot_take_are_copied():
-    x = normal(50, 60)
-    check(x[::-1], normal(60, 30))                    # negative stride
-    check(x[:, ::2], normal(30, 30))                  # no unit stride
-    check(np.broadcast_to(normal(1, 60), (50, 60)), normal(60, 8))  # rows overlap (stride 0)
-    check(normal(30, 40), np.broadcast_to(normal(40, 1), (40, 9)))  # columns of stride 0
+    x = normal(100, 120)
+    check(x[::-1], normal(120, 70))                   # negative stride
+    check(x[:, ::2], normal(60, 70))                  # no unit stride
+    check(np.broadcast_to(normal(1, 120), (100, 120)), normal(120, 80))  # rows overlap (stride 0)
+    check(normal(90, 120), np.broadcast_to(normal(120, 1), (120, 90)))  # columns of stride 0
 
 
 def test_pieces_cover_every_output():
@@ -67,8 +67,10 @@ def test_openblas_thread_setting_is_restored():
     assert get() == before
 
 
-def test_other_dtypes_go_to_numpy():
+def test_small_products_and_other_dtypes_go_to_numpy():
+    check(normal(4, 4), normal(4, 4))                 # below OpenBLAS's own single-thread size
+    check(normal(1, 1), normal(1, 1))
     a = rng.integers(-5, 5, (4, 6)).astype(np.int32)
     np.testing.assert_array_equal(host_blas().matmul(a, a.T), a @ a.T)
     with pytest.raises(ValueError, match="inner dims"):
-        host_blas().matmul(normal(2, 3), normal(4, 2))
+        host_blas().matmul(normal(200, 300), normal(400, 200))

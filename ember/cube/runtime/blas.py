@@ -34,6 +34,9 @@ import numpy as np
 ENTRY = "ember_gemm"
 SERIAL_FLOPS = 1 << 21  # below this a GEMM runs on the calling thread (a parallel region costs more)
 MIN_PIECE = 16  # rows or columns per piece: narrower pieces waste BLAS's packing
+# OpenBLAS runs a GEMM with m*n*k below 65536 * GEMM_MULTITHREAD_THRESHOLD (4) on the calling thread and
+# wakes no worker (checked: 64^3 leaves the workers idle, 100^3 wakes one); `np.matmul` is cheaper there.
+OPENBLAS_SERIAL_MNK = 1 << 18
 
 # Symbol sets tried in order: (gemm prefix, gemm suffix, get threads, set threads, 64-bit ints).
 _FLAVOURS = (("scipy_cblas_", "gemm64_", "scipy_openblas_get_num_threads64_", "scipy_openblas_set_num_threads64_", 1),
@@ -140,12 +143,13 @@ class HostBlas:
                    [2., 3.]])
         """
         if (a.ndim < 2 or b.ndim < 2 or a.dtype != b.dtype or a.dtype not in self.gemm
+                or a.shape[-2] * a.shape[-1] * b.shape[-1] < OPENBLAS_SERIAL_MNK
                 or not self.ilp64 and max(a.size, b.size) >= 2**31):
             return np.matmul(a, b)
-        batch_shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
         (m, k), n = a.shape[-2:], b.shape[-1]
         if k != b.shape[-2]:
             raise ValueError(f"matmul: inner dims differ: {a.shape} @ {b.shape}")
+        batch_shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
         out = np.empty(batch_shape + (m, n), a.dtype)
         if out.size == 0:
             return out
