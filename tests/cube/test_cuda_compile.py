@@ -105,6 +105,11 @@ def library_calls() -> list:
     w, bias = np.ones(33, F64), np.zeros(33, F64)
     calls += [lambda: layer_norm(x3d, w, bias), lambda: layer_norm(x3d), lambda: rms_norm(x3d, w),
               lambda: rms_norm(x3d), lambda: layer_norm(x.astype(F16))]
+    calls += [lambda t=t, log=log: on_target("cuda", softmax, rng.standard_normal((3, 40)).astype(t), log)
+              for t in (F32, F16) for log in (False, True)]  # GPU targets' unit classes (C: one vector)
+    calls += [lambda n=n: on_target("cuda", softmax, rng.standard_normal((3, n)).astype(F32)) for n in (3, 7)]
+    calls += [lambda n=n: on_target("cuda", layer_norm, rng.standard_normal((3, n)).astype(F32)) for n in (3, 7)]
+    calls += [lambda: on_target("cuda", layer_norm, x3d, w, bias), lambda: on_target("cuda", rms_norm, x3d)]
     calls += [lambda t=t: matmul(x.astype(t), x.T.astype(t)) for t in (F32, F16, BF16, F64, np.int32, np.int64)]
     calls += [lambda: matmul(rng.standard_normal((2, 1, 3, 4)).astype(F32), rng.standard_normal((5, 4, 6)).astype(F32)),
               lambda: matmul(x3d[0].T, x3d[1]), lambda: matmul(x[0], x.T)]

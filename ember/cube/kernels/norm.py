@@ -5,7 +5,8 @@
 
 `weight` and `bias` are optional (comptime flags choose the code); f16/bf16 rows are computed in f32.
 Two reading passes (mean, then the centred sum of squares: no cancellation) and one writing pass,
-each in unmasked strides of the cube's units then the tail (`softmax.row_fold`).
+each in unmasked strides of the cube's units then the tail (`softmax.row_fold`); the cube's units as
+in softmax (`reduce.row_units`: one vector on the C target).
 
 Example:
     >>> layer_norm(np.array([[1.0, 3.0]], np.float32))
@@ -19,7 +20,7 @@ import numpy as np
 from ... import cube
 from ...errors import DTypeError, ShapeError
 from .common import check_size, contiguous, cube_dtype, empty
-from .reduce import accumulator, block_reduce, units_for
+from .reduce import accumulator, block_reduce, row_units
 from .softmax import row_fold
 
 
@@ -64,7 +65,7 @@ def _norm(x, weight, bias, eps: float, rms: bool) -> np.ndarray:
     check_size(name, x)
     if x.size == 0:
         return out
-    units = units_for(n)
+    units = row_units(n, accumulator("sum", t), x)
     w = contiguous(weight) if weight is not None else np.zeros(1, x.dtype)
     b = contiguous(bias) if bias is not None else np.zeros(1, x.dtype)
     norm_kernel.launch(cube.CubeCount(x.size // n), cube.CubeDim(units), x, w, b, out, n, float(eps),
