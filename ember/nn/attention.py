@@ -21,6 +21,7 @@ import numpy as np
 from ..api.creation import from_numpy
 from ..api.shape import cat
 from ..errors import DTypeError, ShapeError
+from ..extension import cube_target
 from ..tensor import Tensor
 from . import init
 from .dropout import dropout
@@ -92,8 +93,8 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
             modules pass 0 in eval mode).
         is_causal: block key j for query i when j > i (top-left aligned, PyTorch's convention).
         scale: the score factor, `1 / sqrt(E)` by default.
-    Returns (..., L, Ev). Without a mask or dropout (and for operands `fusable` accepts) it runs the fused
-    flash-style op (`ember.nn.ops.attention`), which keeps no L x S matrix for backward.
+    Returns (..., L, Ev). Without a mask or dropout, for operands and devices `fusable` accepts, it runs the
+    fused flash-style op (`ember.nn.ops.attention`), which keeps no L x S matrix for backward.
 
     Example:
         >>> q = k = v = ember.randn(2, 4, 5, 8)
@@ -114,17 +115,30 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
     return weights @ value
 
 
+# Score elements (batch * heads * L * S) from which the C target takes the fused op: below, the composed
+# path's BLAS matmuls are faster there (bench/attention.py); above, its L x S matrices cost too much memory.
+CPU_FUSED_MIN_SCORES = 1 << 24
+
+
 def fusable(query: Tensor, key: Tensor, value: Tensor) -> bool:
-    """Whether the fused attention op (`ember.nn.ops.attention`) takes these operands: one float dtype,
-    equal batch dims, head widths up to its `MAX_DIM`. Other operands take the composed path.
+    """Whether to run the fused attention op (`ember.nn.ops.attention`) on these operands: one float dtype,
+    equal batch dims, head widths up to its `MAX_DIM`, on a device with a GPU cube target (CUDA, wgpu),
+    or on the C target once the score matrices reach `CPU_FUSED_MIN_SCORES` elements. Other operands,
+    and the NumPy device, take the composed path.
 
     Example:
-        >>> fusable(ember.randn(2, 5, 8), ember.randn(2, 7, 8), ember.randn(2, 7, 4))
+        >>> fusable(ember.randn(2, 5, 8, device=ember.Device.wgpu()), ...)   # shapes fit: True on wgpu
         True
     """
-    return (query.ndim >= 2 and query.ndim == key.ndim == value.ndim and query.dtype.is_float and query.dtype is key.dtype is value.dtype
-            and query.shape[:-2] == key.shape[:-2] == value.shape[:-2] and key.shape[-2] == value.shape[-2]
-            and query.shape[-1] == key.shape[-1] and max(query.shape[-1], value.shape[-1]) <= MAX_DIM)
+    if not (query.ndim >= 2 and query.ndim == key.ndim == value.ndim and query.dtype.is_float
+            and query.dtype is key.dtype is value.dtype and query.shape[:-2] == key.shape[:-2] == value.shape[:-2]
+            and key.shape[-2] == value.shape[-2] and query.shape[-1] == key.shape[-1]
+            and max(query.shape[-1], value.shape[-1]) <= MAX_DIM):
+        return False
+    target = cube_target(query.device)
+    if target == "cpu":
+        return math.prod(query.shape[:-1]) * key.shape[-2] >= CPU_FUSED_MIN_SCORES
+    return target is not None
 
 
 def _split_mask(mask: Tensor | None, allowed_when_true: bool) -> tuple[Tensor | None, Tensor | None]:

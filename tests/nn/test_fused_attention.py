@@ -13,6 +13,7 @@ import torch.nn.functional as TF
 import ember
 import ember.nn.attention as nn_attention
 from ember.errors import DTypeError, ShapeError
+from ember.extension import cube_target
 from ember.nn.attention import MultiHeadAttention, attention_weights, causal_mask, scaled_dot_product_attention
 from ember.nn.ops.attention import attention
 from ops.torch_check import check_op, random
@@ -140,7 +141,10 @@ def test_bad_operands_raise_clear_errors():
         attention(ember.randn(4), ember.randn(4), ember.randn(4))
 
 
-def test_sdpa_and_multi_head_attention_route_to_the_fused_op(monkeypatch):
+def test_sdpa_and_multi_head_attention_route_to_the_fused_op(device, monkeypatch):
+    # GPU targets take the fused op at any size; the C target from CPU_FUSED_MIN_SCORES score elements on
+    # (below, BLAS makes the composed path faster); NumPy never (its reference builds the scores anyway).
+    target = cube_target(device)
     calls = []
 
     def counted(*args, **kwargs):
@@ -148,21 +152,26 @@ def test_sdpa_and_multi_head_attention_route_to_the_fused_op(monkeypatch):
         return attention(*args, **kwargs)
 
     monkeypatch.setattr(nn_attention, "attention", counted)
-    q = ember.randn(2, 3, 5, 8)
+    q = ember.randn(2, 3, 5, 8, device=device)
     out = scaled_dot_product_attention(q, q, q, is_causal=True)
-    assert calls == [dict(scale=None, causal=True)]
-    np.testing.assert_array_equal(out.numpy(), attention(q, q, q, causal=True)[0].numpy())
-    scaled_dot_product_attention(q, q, q, attn_mask=ember.ones(5, 5, dtype="bool"))
+    gpu = target not in (None, "cpu")
+    assert calls == ([dict(scale=None, causal=True)] if gpu else [])
+    np.testing.assert_allclose(out.numpy(), attention(q, q, q, causal=True)[0].numpy(), rtol=1e-5, atol=1e-6)
+    scaled_dot_product_attention(q, q, q, attn_mask=ember.ones(5, 5, dtype="bool", device=device))
     scaled_dot_product_attention(q, q, q, dropout_p=0.5)
-    assert len(calls) == 1  # masks and dropout keep the composed path
+    assert len(calls) == gpu  # masks and dropout keep the composed path
 
-    mha = MultiHeadAttention(8, 2)
-    x = ember.randn(2, 5, 8)
+    mha = MultiHeadAttention(8, 2, device=device)
+    x = ember.randn(2, 5, 8, device=device)
     fused = mha(x, is_causal=True)
-    assert calls[1] == dict(causal=True, offset=0)
+    assert calls[1:] == ([dict(causal=True, offset=0)] if gpu else [])
     composed, _ = mha(x, is_causal=True, need_weights=True)  # weights asked for: the composed path
-    assert len(calls) == 2
+    assert len(calls) == 2 * gpu
     np.testing.assert_allclose(fused.numpy(), composed.numpy(), rtol=1e-5, atol=1e-6)
+
+    long = ember.zeros(1, 1, 4096, 8, device=device)  # 2**24 scores: the C target's threshold
+    assert nn_attention.fusable(long, long, long) == (target is not None)
+    assert nn_attention.fusable(long[..., :4095, :], long, long) == gpu
 
 
 def test_forward_and_backward_stay_on_the_device(device):
