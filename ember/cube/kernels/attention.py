@@ -67,6 +67,24 @@ def load_rows(src, dst, first, n_rows, count, width, stride, skip, T, units):
 
 
 @cube.function
+def own_row(n, rows):
+    """(batch*head, the cube's first row, the unit's row, its flat row clamped to the last of `n`): a cube
+    covers `rows` rows of one batch*head; units past the end work on a copy of the last row."""
+    bh = cube.CUBE_POS_Y
+    first = cube.CUBE_POS_X * rows
+    i = first + cube.UNIT_POS
+    return bh, first, i, bh * n + cube.min(i, n - 1)
+
+
+@cube.function
+def load_keys(k, v, ks, vs, bh, k0, n_k, e, ev, T, rows):
+    """Keys and values k0 .. k0 + KEYS - 1 of batch*head `bh` into shared memory, then a barrier."""
+    load_rows(k, ks, bh * n_k + k0, bh * n_k + n_k, KEYS, e, e, 0, T, rows)
+    load_rows(v, vs, bh * n_k + k0, bh * n_k + n_k, KEYS, ev, ev, 0, T, rows)
+    cube.sync_units()
+
+
+@cube.function
 def key_stop(q0, rows, n_k, offset, causal):
     """One past the last key any of the query rows q0 .. q0 + rows - 1 may see."""
     if causal:
@@ -80,10 +98,7 @@ def attention_forward_kernel(q: cube.Array, k: cube.Array, v: cube.Array, out: c
                              e: cube.Comptime[int], ev: cube.Comptime[int], rows: cube.Comptime[int],
                              causal: cube.Comptime[bool]):
     """out[bh, i] = (softmax_j(q_i . k_j * scale) @ v, logsumexp_j(q_i . k_j * scale))."""
-    bh = cube.CUBE_POS_Y
-    q0 = cube.CUBE_POS_X * rows
-    i = q0 + cube.UNIT_POS
-    row = bh * n_q + cube.min(i, n_q - 1)  # rows past L compute a copy of the last and write nothing
+    bh, q0, i, row = own_row(n_q, rows)
     qr = tuple(T(q[row * e + d]) * scale for d in range(e))
     ks = cube.shared(T, KEYS * e)
     vs = cube.shared(T, KEYS * ev)
@@ -91,9 +106,7 @@ def attention_forward_kernel(q: cube.Array, k: cube.Array, v: cube.Array, out: c
     total = T(0)
     acc = tuple(T(0) for _ in range(ev))
     for k0 in range(0, key_stop(q0, rows, n_k, offset, causal), KEYS):
-        load_rows(k, ks, bh * n_k + k0, bh * n_k + n_k, KEYS, e, e, 0, T, rows)
-        load_rows(v, vs, bh * n_k + k0, bh * n_k + n_k, KEYS, ev, ev, 0, T, rows)
-        cube.sync_units()
+        load_keys(k, v, ks, vs, bh, k0, n_k, e, ev, T, rows)
         for t0 in range(0, KEYS, STEP):
             s = tuple(cube.select(visible(k0 + t0 + t, i, n_k, offset, causal),
                                   dot(qr, ks, (t0 + t) * e, e, T), T(-np.inf)) for t in range(STEP))
@@ -120,10 +133,7 @@ def attention_grad_q_kernel(q: cube.Array, k: cube.Array, v: cube.Array, out: cu
                             scale: cube.Scalar["T"], T: cube.Comptime, e: cube.Comptime[int],
                             ev: cube.Comptime[int], rows: cube.Comptime[int], causal: cube.Comptime[bool]):
     """dq[bh, i] = sum_j p_ij (grad_i . v_j - delta_i) k_j * scale, p_ij = exp(q_i . k_j * scale - lse_i)."""
-    bh = cube.CUBE_POS_Y
-    q0 = cube.CUBE_POS_X * rows
-    i = q0 + cube.UNIT_POS
-    row = bh * n_q + cube.min(i, n_q - 1)
+    bh, q0, i, row = own_row(n_q, rows)
     qr = tuple(T(q[row * e + d]) * scale for d in range(e))
     gr = tuple(T(grad[row * (ev + 1) + c]) for c in range(ev))
     lse_i = T(out[row * (ev + 1) + ev])
@@ -132,9 +142,7 @@ def attention_grad_q_kernel(q: cube.Array, k: cube.Array, v: cube.Array, out: cu
     vs = cube.shared(T, KEYS * ev)
     acc = tuple(T(0) for _ in range(e))
     for k0 in range(0, key_stop(q0, rows, n_k, offset, causal), KEYS):
-        load_rows(k, ks, bh * n_k + k0, bh * n_k + n_k, KEYS, e, e, 0, T, rows)
-        load_rows(v, vs, bh * n_k + k0, bh * n_k + n_k, KEYS, ev, ev, 0, T, rows)
-        cube.sync_units()
+        load_keys(k, v, ks, vs, bh, k0, n_k, e, ev, T, rows)
         for t in range(KEYS):
             p = cube.select(visible(k0 + t, i, n_k, offset, causal), cube.exp(dot(qr, ks, t * e, e, T) - lse_i),
                             T(0))
@@ -152,10 +160,7 @@ def attention_grad_kv_kernel(q: cube.Array, k: cube.Array, v: cube.Array, out: c
                              scale: cube.Scalar["T"], T: cube.Comptime, e: cube.Comptime[int],
                              ev: cube.Comptime[int], rows: cube.Comptime[int], causal: cube.Comptime[bool]):
     """dkv[bh, j] = (sum_i ds_ij q_i * scale, sum_i p_ij grad_i): dK and dV side by side."""
-    bh = cube.CUBE_POS_Y
-    j0 = cube.CUBE_POS_X * rows
-    j = j0 + cube.UNIT_POS
-    row = bh * n_k + cube.min(j, n_k - 1)
+    bh, j0, j, row = own_row(n_k, rows)
     kr = tuple(T(k[row * e + d]) * scale for d in range(e))
     vr = tuple(T(v[row * ev + c]) for c in range(ev))
     qs = cube.shared(T, KEYS * e)
