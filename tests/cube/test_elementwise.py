@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from ember.cube.kernels import elementwise as ew
+from ember.cube.kernels.common import ROW_CHUNK
 from ember.errors import DTypeError
 
 rng = np.random.default_rng(1)
@@ -144,8 +145,10 @@ def test_strided_copies_run_row_by_row(parallel):
     # Views whose merged innermost dim is long enough run a cube per row (`unary_rows_kernel`): rows read
     # contiguously or with a stride, rows that are whole chunks or not, 1-D to 5-D, negative strides.
     base = rng.standard_normal((6, 5, 4, 70)).astype(np.float32)
+    long_rows = rng.standard_normal((2, 3 * ROW_CHUNK + 5)).astype(np.float32)
     views = [base.transpose(1, 0, 2, 3), base[:, ::2, :, ::-1], base[0, 0, :, ::3], base[..., :64].transpose(2, 1, 0, 3),
-             base.reshape(3, 2, 5, 4, 70).transpose(1, 0, 3, 2, 4), base[1, 1, 1, 2:60:2], base[0].reshape(20, 70).T]
+             base.reshape(3, 2, 5, 4, 70).transpose(1, 0, 3, 2, 4), base[1, 1, 1, 2:60:2], base[0].reshape(20, 70).T,
+             long_rows[:, ::-1], long_rows.reshape(-1)[::2]]  # rows cut in parts (`row_span`)
 
     def check(case):
         x, dtype = case

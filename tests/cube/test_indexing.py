@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from ember.cube.kernels import indexing as ix
+from ember.cube.kernels.common import ROW_CHUNK
 from ember.ops.indexing import (_gather_reference, _index_add_reference, _index_select_reference,
                                 _scatter_reference)
 
@@ -48,10 +49,10 @@ def test_scatter_assign_with_unique_indices():
                                                                                    reduce=None))
 
 
-@pytest.mark.parametrize("shape", [(300,), (5, 40), (2, 3, 4, 20), (2, 2, 2, 2, 17)])
+@pytest.mark.parametrize("shape", [(300,), (5, 40), (2, 3, 4, 20), (2, 2, 2, 2, 17), (2, 2 * ROW_CHUNK + 3)])
 def test_scatter_along_the_last_dim_runs_row_by_row(shape):
-    # `scatter_rows_kernel`: rows of 17..300 (not whole chunks of units), ranks 1..5, a reversed source
-    # and a transposed index; unique indices per row, so the result is determined.
+    # `scatter_rows_kernel`: rows of 17..300 (not whole chunks of units) and rows cut in parts, ranks 1..5,
+    # a reversed source and a transposed index; unique indices per row, so the result is determined.
     n = shape[-1]
     x = rng.standard_normal(shape).astype(np.float32)
     index = np.ascontiguousarray(np.argsort(rng.random(shape), -1)[..., : n - 1].swapaxes(0, -1)).swapaxes(0, -1)

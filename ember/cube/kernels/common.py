@@ -36,6 +36,7 @@ from ... import cube
 
 MAX_ELEMENTS = 2**31 - 1
 UNITS = 256  # units per cube for one-element-per-unit kernels
+ROW_CHUNK = 4096  # a row-by-row kernel gives each cube at least this much of a long row (`row_chunks`)
 
 
 _creating_on: ContextVar = ContextVar("creating_on", default=None)
@@ -170,14 +171,15 @@ def merge_dims(shape: Sequence[int], strides: Sequence[Sequence[int]]) -> tuple[
 
 def row_layout(x, min_row: int, outer_rank: int):
     """How to read `x` (any strides) as rows of a C-ordered copy: None when its merged innermost dim is
-    shorter than `min_row`, else (rows, layout) with layout = [outer sizes, outer strides, row length,
-    row stride] (i32; the outer dims padded to at least `outer_rank` with size-1 dims, as `offset` reads
-    them), so that a kernel finds each row's start once instead of decoding every element's coordinates.
+    shorter than `min_row`, else (cubes, layout) with layout = [outer sizes, outer strides, row length,
+    row stride, chunks per row] (i32; the outer dims padded to at least `outer_rank` with size-1 dims, as
+    `offset` reads them), so that a kernel finds each row's start once instead of decoding every
+    element's coordinates; `cubes` = rows * chunks (see `row_span`).
 
     Example:
         >>> row_layout(np.ones((3, 40)).T, 16, 1)      # 40 rows of 3: too short
         >>> row_layout(np.ones((40, 3)).T, 2, 1)[1].tolist()
-        [3, 1, 40, 3]
+        [3, 1, 40, 3, 1]
     """
     c_strides, step = [], 1
     for n in reversed(x.shape):
@@ -188,8 +190,30 @@ def row_layout(x, min_row: int, outer_rank: int):
         return None
     pad = max(0, outer_rank - (len(shape) - 1))
     outer, outer_strides = [1] * pad + shape[:-1], [0] * pad + strides[:-1]
-    layout = np.asarray(outer + outer_strides + [shape[-1], strides[-1]], np.int32)
-    return x.size // shape[-1], layout
+    chunks = row_chunks(shape[-1])
+    layout = np.asarray(outer + outer_strides + [shape[-1], strides[-1], chunks], np.int32)
+    return x.size // shape[-1] * chunks, layout
+
+
+def row_chunks(length: int) -> int:
+    """How many cubes share a row of `length` (ROW_CHUNK or more positions each), so that a few long rows
+    still spread over many cubes."""
+    return max(1, length // ROW_CHUNK)
+
+
+@cube.function
+def row_span(chunks, n):
+    """(row, start, end) of this cube's part of a row of `n` positions cut in `chunks` (cube = row *
+    chunks + chunk); parts differ by at most one position, none shorter than n // chunks.
+
+    Example:
+        >>> row, lo, hi = row_span(layout[k], n)      # inside a kernel
+    """
+    chunk = cube.CUBE_POS % chunks
+    q = n // chunks
+    r = n % chunks
+    lo = chunk * q + cube.min(chunk, r)
+    return cube.CUBE_POS // chunks, lo, lo + q + cube.select(chunk < r, cube.i32(1), cube.i32(0))
 
 
 def broadcast_layout(shape: tuple, *arrays) -> np.ndarray:

@@ -20,7 +20,7 @@ from ... import cube
 from ...dtype import bool_
 from ...errors import DTypeError
 from .common import (asarray, broadcast_layout, check_size, cube_dtype, empty, grid, is_dense, offset, position,
-                     result_type, row_layout)
+                     result_type, row_layout, row_span)
 
 UNARY_OPS = ("neg", "abs", "sign", "reciprocal", "square", "exp", "exp2", "expm1", "log", "log2", "log10",
              "log1p", "sqrt", "rsqrt", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh",
@@ -239,14 +239,14 @@ def unary_rows_kernel(x: cube.Array, out: cube.Array, layout: cube.Array[cube.i3
                       T: cube.Comptime, ndim: cube.Comptime[int], units: cube.Comptime[int],
                       unit_step: cube.Comptime[bool]):
     """`unary_kernel` over a strided x read as rows (`common.row_layout`, `ndim` outer dims): a cube per
-    output row finds the row's start in x once, then its units walk the row (contiguously when
-    `unit_step`): no per-element coordinate decoding, and no masked lane."""
-    row = cube.CUBE_POS
+    output row (or per part of a long row, `common.row_span`) finds the row's start in x once, then its
+    units walk it (contiguously when `unit_step`): no per-element coordinate decoding, no masked lane."""
     n = layout[2 * ndim]
+    row, lo, hi = row_span(layout[2 * ndim + 2], n)
     step = 1 if unit_step else layout[2 * ndim + 1]
     src = offset(row, layout, ndim, 0)
-    for j0 in range(0, n, units):
-        j = cube.min(j0, n - units) + cube.UNIT_POS_X  # the last chunk shifted back inside (units <= n)
+    for j0 in range(lo, hi, units):
+        j = cube.min(j0, hi - units) + cube.UNIT_POS_X  # the last chunk shifted back inside (units <= hi - lo)
         out[row * n + j] = unary_at(op, T, x, src + j * step, out.dtype)
 
 
@@ -321,10 +321,10 @@ def _unary(x: np.ndarray, op: str, t, out_t) -> np.ndarray:
                 dense=dense)
     else:  # a strided copy (a transpose, a slice) with long enough rows: a cube per row
         count, layout = rows
-        ndim = (len(layout) - 2) // 2
-        units = min(ROW_UNITS, 1 << (int(layout[-2]).bit_length() - 1))  # a power of two <= the row length
+        ndim = (len(layout) - 3) // 2
+        units = min(ROW_UNITS, 1 << (int(layout[-3]).bit_length() - 1))  # a power of two <= the row length
         unary_rows_kernel.launch(cube.CubeCount(count), cube.CubeDim(units), x, out, layout, op=op, T=t,
-                                 ndim=ndim, units=units, unit_step=bool(layout[-1] == 1))
+                                 ndim=ndim, units=units, unit_step=bool(layout[-2] == 1))
     return out
 
 

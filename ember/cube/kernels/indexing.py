@@ -20,7 +20,8 @@ import numpy as np
 
 from ... import cube
 from ...errors import ShapeError
-from .common import asarray, check_size, contiguous, copy_as, dot, element_strides, empty, grid, offset, unravel
+from .common import (asarray, check_size, contiguous, copy_as, dot, element_strides, empty, grid, offset, row_chunks,
+                     row_span, unravel)
 
 ATOMIC_DTYPES = ("float32", "float64", "int32", "int64")
 # A plain scatter along the last dim with rows of at least ROW_MIN runs a cube per row (ROW_UNITS units at
@@ -66,16 +67,16 @@ def scatter_rows_kernel(out: cube.Array, index: cube.Array, src: cube.Array, lay
                         outer: cube.Comptime[int], units: cube.Comptime[int]):
     """A plain scatter along the last dim, a cube per row of `index`: the row's offsets in out, index and
     src are found once, then the units walk the row (the last chunk shifted back inside: no masked lane,
-    a few identical writes twice). layout = [outer shape, out / index / src outer strides (`outer` each),
-    row length, out / index / src strides along the row]."""
-    row = cube.CUBE_POS
+    a few identical writes twice; a long row is cut in parts, `common.row_span`). layout = [outer shape,
+    out / index / src outer strides (`outer` each), row length, out / index / src strides along the row,
+    parts per row]."""
     at = 4 * outer
-    n = layout[at]
+    row, lo, hi = row_span(layout[at + 4], layout[at])
     o = offset(row, layout, outer, 0)
     i0 = offset(row, layout, outer, 1)
     s0 = offset(row, layout, outer, 2)
-    for j0 in range(0, n, units):
-        j = cube.min(j0, n - units) + cube.UNIT_POS_X
+    for j0 in range(lo, hi, units):
+        j = cube.min(j0, hi - units) + cube.UNIT_POS_X
         out[o + cube.i32(index[i0 + j * layout[at + 2]]) * layout[at + 1]] = src[s0 + j * layout[at + 3]]
 
 
@@ -172,10 +173,11 @@ def _scatter_rows(out, index, src, shape) -> None:
     parts = [1] * pad + list(shape[:-1])
     for a in (out, index, src):
         parts += [0] * pad + list(element_strides(a)[:-1])
-    parts += [shape[-1]] + [element_strides(a)[-1] for a in (out, index, src)]
+    chunks = row_chunks(shape[-1])
+    parts += [shape[-1]] + [element_strides(a)[-1] for a in (out, index, src)] + [chunks]
     units = min(ROW_UNITS, 1 << (shape[-1].bit_length() - 1))  # a power of two <= the row length
-    rows = int(np.prod(shape[:-1], dtype=np.int64))
-    scatter_rows_kernel.launch(cube.CubeCount(rows), cube.CubeDim(units), out, index, src,
+    cubes = int(np.prod(shape[:-1], dtype=np.int64)) * chunks
+    scatter_rows_kernel.launch(cube.CubeCount(cubes), cube.CubeDim(units), out, index, src,
                                np.asarray(parts, np.int32), outer=pad + len(shape) - 1, units=units)
 
 
