@@ -27,6 +27,7 @@ from . import init
 from .dropout import dropout
 from .linear import Linear
 from .module import Module
+from ..cube.kernels.attention import shared_bytes
 from .ops.attention import MAX_DIM, attention
 
 
@@ -118,17 +119,20 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
 # Score elements (batch * heads * L * S) from which the C target takes the fused op: below, the composed
 # path's BLAS matmuls are faster there (bench/attention.py); above, its L x S matrices cost too much memory.
 CPU_FUSED_MIN_SCORES = 1 << 24
+WEBGPU_SHARED_BYTES = 16384  # the workgroup memory every WebGPU adapter offers
 
 
 def fusable(query: Tensor, key: Tensor, value: Tensor) -> bool:
     """Whether to run the fused attention op (`ember.nn.ops.attention`) on these operands: one float dtype,
-    equal batch dims, head widths up to its `MAX_DIM`, on a device with a GPU cube target (CUDA, wgpu),
+    equal batch dims, head widths up to its `MAX_DIM`, on a device with a GPU cube target (CUDA; wgpu while
+    the kernels' shared memory fits WebGPU's guaranteed 16 KiB),
     or on the C target once the score matrices reach `CPU_FUSED_MIN_SCORES` elements. Other operands,
     and the NumPy device, take the composed path.
 
     Example:
-        >>> fusable(ember.randn(2, 5, 8, device=ember.Device.wgpu()), ...)   # shapes fit: True on wgpu
-        True
+        >>> x = ember.randn(2, 5, 8, device=ember.Device.wgpu())
+        >>> fusable(x, x, x), fusable(x.to(ember.Device.numpy()), x, x)
+        (True, False)
     """
     if not (query.ndim >= 2 and query.ndim == key.ndim == value.ndim and query.dtype.is_float
             and query.dtype is key.dtype is value.dtype and query.shape[:-2] == key.shape[:-2] == value.shape[:-2]
@@ -138,6 +142,8 @@ def fusable(query: Tensor, key: Tensor, value: Tensor) -> bool:
     target = cube_target(query.device)
     if target == "cpu":
         return math.prod(query.shape[:-1]) * key.shape[-2] >= CPU_FUSED_MIN_SCORES
+    if target == "wgsl":  # WebGPU guarantees 16 KiB of workgroup memory (wider heads: the composed path)
+        return shared_bytes(query.shape[-1], value.shape[-1], query.dtype.np) <= WEBGPU_SHARED_BYTES
     return target is not None
 
 

@@ -172,6 +172,8 @@ def test_sdpa_and_multi_head_attention_route_to_the_fused_op(device, monkeypatch
     long = ember.zeros(1, 1, 4096, 8, device=device)  # 2**24 scores: the C target's threshold
     assert nn_attention.fusable(long, long, long) == (target is not None)
     assert nn_attention.fusable(long[..., :4095, :], long, long) == gpu
+    wide = ember.zeros(1, 2, 128, device=device)  # 16.5 KiB of shared memory: past WebGPU's guaranteed 16
+    assert nn_attention.fusable(wide, wide, wide) == (gpu and target != "wgsl")
 
 
 def test_forward_and_backward_stay_on_the_device(device):

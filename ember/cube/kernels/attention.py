@@ -224,6 +224,16 @@ def accumulator(dtype) -> np.dtype:
     return np.dtype(np.float32) if t.itemsize < 4 else np.dtype(t.np)
 
 
+def shared_bytes(e: int, ev: int, dtype) -> int:
+    """The most shared memory one cube of these kernels takes (the dK/dV kernel's) for head widths e, ev.
+
+    Example:
+        >>> shared_bytes(64, 64, np.float32)
+        8320
+    """
+    return (KEYS * (e + ev) + 2 * KEYS) * accumulator(dtype).itemsize
+
+
 def _rows(n: int, rows: int | None = None) -> int:
     """Units (rows) per cube: `rows` when given, else 16 for a short sequence and 64 otherwise."""
     return rows or (16 if n <= 16 else 64)
