@@ -29,9 +29,13 @@ def _inputs(rng, batch, n_q, n_k, e, ev, dtype):
             random(rng, batch + (n_k, ev), dtype)]
 
 
+# Every shape in f32; f64 (accumulated in f64: tight tolerances) on the first two, which cover both kinds of
+# cube (16 and 64 rows) and of key block (one, partial), so CI compiles fewer kernels.
+CASES = [(shape, "f32") for shape in SHAPES] + [(shape, "f64") for shape in SHAPES[:2]]
+
+
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("shape", SHAPES, ids=str)
-@pytest.mark.parametrize("dtype", ["f32", "f64"])
+@pytest.mark.parametrize("shape,dtype", CASES, ids=str)
 def test_output_and_gradients_match_torch(device, rng, shape, causal, dtype):
     check_op(lambda q, k, v: attention(q, k, v, scale=0.7, causal=causal)[0],
              lambda q, k, v: TF.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=0.7),
