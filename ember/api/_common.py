@@ -69,6 +69,12 @@ def promote(*operands, float_only: bool = False) -> tuple[Tensor, ...]:
                 if type(other) is Tensor:
                     return first, other
                 return first, scalar_like(other, dtype, first._device)
+    elif len(operands) == 2 and type(operands[1]) is Tensor and type(first) in (float, int):
+        # A Python number with a float tensor on the right (`0.9 * m`, `1 - x`): the tensor's dtype.
+        other = operands[1]
+        dtype = other._aval.dtype
+        if dtype.is_float:
+            return scalar_like(first, dtype, other._device), other
     like = next(x for x in operands if isinstance(x, Tensor))
     plain = [x.item() if isinstance(x, (np.number, np.bool_)) else x for x in operands]
     dtype = result_type(*plain)

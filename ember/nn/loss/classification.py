@@ -42,8 +42,9 @@ def _class_targets(op: str, input: Tensor, target: Tensor, ignore_index: int) ->
     classes = input.shape[cdim]
     kept = target != ignore_index
     # Targets are data: checking their range reads them on the host, like index bounds checks do.
-    host, keep = target.numpy(), kept.numpy()
-    bad = host[keep & ((host < 0) | (host >= classes))]
+    # The kept mask is computed there too: reading `kept` would run every op recorded so far.
+    host = target.numpy()
+    bad = host[(host != ignore_index) & ((host < 0) | (host >= classes))]
     if bad.size:
         raise IndexError(f"{op}: target {int(bad[0])} is out of bounds for {classes} classes")
     return target.masked_fill(~kept, 0), kept
