@@ -60,8 +60,11 @@ class Plan:
         self.bytes_saved = sum(getattr(s, "bytes_saved", 0) for s in self.steps)
         self.unfused: Exception | None = None
         """Why a fused kernel of this plan failed (the fusion backend then runs its blocks op by op)."""
-        self.replays: list = [None] * len(self.steps)
-        """Per elementwise step, its launch captured for the last layout of its inputs."""
+        self.replays: list[list] = [[] for _ in self.steps]
+        """Per elementwise step, its launches captured for layouts of its inputs, as (layout, replay)
+        pairs (replay None: that layout's run could not be captured; layouts hold params dicts, so
+        they are compared, not hashed). Blocks of different sizes share a plan (shape classes), so a step
+        keeps several layouts: the conv layers of a CNN replay the same backward plan, alternating."""
         self.captures = [type(s) is Fused or type(s) is Inner and elementwise(
             block.nodes[s.index].prim, [block.aval(r).dtype for r in block.nodes[s.index].inputs])
             for s in self.steps]
@@ -121,13 +124,21 @@ class Plan:
         if capture is None:
             return run()
         layout = (*what, *[(a.shape, a.strides, a.dtype) for a in arrays])
-        replay = self.replays[k]
-        if replay is not None and replay.layout == layout:
-            return replay(arrays)
+        replays = self.replays[k]
+        for seen, replay in replays:
+            if seen == layout:
+                # None: this layout's run was not one replayable launch; it is not captured again
+                return run() if replay is None else replay(arrays)
         with capture() as launches:
             outs = run()
-        self.replays[k] = StepReplay.of(layout, launches, arrays, outs, target)
+        if len(replays) >= MAX_LAYOUTS:
+            replays.clear()
+        replays.append((layout, StepReplay.of(layout, launches, arrays, outs, target)))
         return outs
+
+
+MAX_LAYOUTS = 8
+"""Layouts a step keeps captured (more, and it starts over: a loop over many sizes)."""
 
 
 class StepReplay:
