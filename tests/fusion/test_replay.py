@@ -73,6 +73,24 @@ def test_lone_library_ops_replay_on_new_data_and_layouts(cpu, rng):
     assert backend.stats()["plan_hits"] >= hits + 16
 
 
+def test_lone_reductions_replay_on_new_data_and_alternating_sizes(cpu, rng):
+    """A block of one reduction runs on the kernel library and is replayed; two sizes of one shape class
+    (one plan) alternate, as the conv layers of a CNN do, and each keeps its capture."""
+    backend = ember.debug.fusion_backend(cpu)
+    hits = backend.stats()["plan_hits"]
+    for step in range(8):
+        shape = (6, 5, 7) if step % 2 else (3, 9, 4)
+        a = rng.standard_normal(shape).astype(np.float32)
+        x = ember.tensor(a, device=cpu)
+        np.testing.assert_allclose(x.sum(dim=(0, 2), keepdim=True).numpy(), a.sum(axis=(0, 2), keepdims=True),
+                                   rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(x.amax(dim=1).numpy(), a.max(axis=1))
+    assert backend.stats()["plan_hits"] >= hits + 12
+    plans = [p for p in backend.plans._plans.values() if any(len(r) == 2 and all(x is not None for _, x in r)
+                                                             for r in p.replays)]
+    assert plans, "no lone reduction kept a replay for each of its two layouts"
+
+
 def test_threads_with_different_programs_never_share_a_plan(cpu, rng):
     """Key parts are numbered once for every thread: a block recorded first in a new thread (a fresh
     stream) must not find the plan of another program that a different thread recorded first."""

@@ -32,7 +32,7 @@ from ...cube.runtime.cpu import cpu_runtime
 from ...cube.runtime.host import empty
 from .codegen import run_elementwise, run_reduction
 from .fusers import Fused, FusedReduce, Inner, select
-from .ops import elementwise
+from .ops import elementwise, reduction
 from .graph import Block
 from .graphs import replays_for
 
@@ -65,10 +65,11 @@ class Plan:
         pairs (replay None: that layout's run could not be captured; layouts hold params dicts, so
         they are compared, not hashed). Blocks of different sizes share a plan (shape classes), so a step
         keeps several layouts: the conv layers of a CNN replay the same backward plan, alternating."""
-        self.captures = [type(s) is Fused or type(s) is Inner and elementwise(
-            block.nodes[s.index].prim, [block.aval(r).dtype for r in block.nodes[s.index].inputs])
+        self.captures = [type(s) is Fused or type(s) is Inner and (reduction(block.nodes[s.index].prim) or elementwise(
+            block.nodes[s.index].prim, [block.aval(r).dtype for r in block.nodes[s.index].inputs]))
             for s in self.steps]
-        """Which steps may be captured (fused elementwise steps, inner steps of elementwise primitives)."""
+        """Which steps may be captured (fused elementwise steps, inner steps of elementwise primitives and
+        of reductions: `StepReplay.of` keeps only those the library ran as one launch)."""
 
     @staticmethod
     def _source_node(block: Block, step) -> int | None:
