@@ -78,5 +78,14 @@ class Autodiff(Decorator):
 
     def wrap_inner(self, inner_handle: Any, aval: Aval):
         """A tensor on the inner device around an inner handle (what gradient rules compute with)."""
-        from ..tensor import Tensor
-        return Tensor._make(self.inner_device, inner_handle, aval)
+        return (_Tensor or _tensor_class())._make(self.inner_device, inner_handle, aval)
+
+
+_Tensor = None  # ember.tensor imports this package: imported at the first use, then kept
+
+
+def _tensor_class():
+    global _Tensor
+    from ..tensor import Tensor
+    _Tensor = Tensor
+    return Tensor

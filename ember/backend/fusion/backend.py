@@ -83,7 +83,9 @@ class Fusion(Decorator):
         if recorded is None:
             recorded = records(prim, inputs)
         if recorded and self.enabled and self.records_ops and out.dtype in self._held:
-            stream = getattr(self._local, "stream", None) or self._stream()
+            stream = getattr(self._local, "stream", None)
+            if stream is None:  # not `or`: that would ask an empty stream its len() at every op
+                stream = self._stream()
             for h in inputs:
                 rec = h.record
                 if rec is not None and rec.stream is not stream:
