@@ -1,7 +1,10 @@
 """The on-disk cache of compiled kernels: one shared library per key, written atomically.
 
 The key is a hash of (IR hash, target and its version, compiler version, flags, launch shape baked
-into the code); anything that changes the binary changes the key. The directory is the setting
+into the code); anything that changes the binary changes the key. A runtime can also find a binary
+without tracing a kernel first: `source_stamp` hashes the Python source that tracing may run, and a
+`SourceCache` entry under a key made before tracing names the binary (see docs/cube.md, "The runtime
+and the cache"). The directory is the setting
 `[compilation] cache_dir` (`EMBER_CACHE_DIR`, default `~/.cache/ember/kernels`). A file that cannot be loaded (truncated, corrupt, from another machine)
 is deleted and rebuilt: the cache can only cost time, never correctness.
 
@@ -15,7 +18,11 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import platform
+import sys
+import sysconfig
 import tempfile
+import types
 from pathlib import Path
 from typing import Callable
 
@@ -47,17 +54,28 @@ class CompileCache:
     def path(self, key: str) -> Path:
         return self.directory / f"{key}.so"
 
-    def load_or_build(self, key: str, build: Callable[[Path], None], symbol: str) -> ctypes.CDLL:
+    def load(self, key: str, symbol: str) -> ctypes.CDLL | None:
+        """The library under `key` when it exists and loads (exporting `symbol`), else None; an
+        unloadable file is deleted so that the next build replaces it."""
         path = self.path(key)
-        if path.exists():
-            lib = _try_load(path, symbol)
-            if lib is not None:
-                self.hits += 1
-                return lib
-            try:  # unloadable: remove it and fall through to a rebuild
-                path.unlink()
-            except OSError:
-                pass
+        if not path.exists():
+            return None
+        lib = _try_load(path, symbol)
+        if lib is not None:
+            self.hits += 1
+            return lib
+        try:
+            path.unlink()
+        except OSError:
+            pass
+        return None
+
+    def load_or_build(self, key: str, build: Callable[[Path], None], symbol: str) -> ctypes.CDLL:
+        """The library under `key`, built by `build(temporary_path)` and renamed into place on a miss."""
+        lib = self.load(key, symbol)
+        if lib is not None:
+            return lib
+        path = self.path(key)
         self.directory.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{key}.", suffix=".so", dir=self.directory)
         os.close(fd)
@@ -124,3 +142,95 @@ class SourceCache:
 
 def _checksum(text: str) -> str:
     return "// sha256 " + hashlib.sha256(text.encode()).hexdigest()
+
+
+# ------------------------------------------------------------------------------------------------
+# What tracing a kernel may run: keys made before tracing must change whenever that code changes.
+
+_PACKAGE = Path(__file__).resolve().parents[1]  # the `ember` package
+_LIBRARY_DIRS = tuple({str(Path(p).resolve()) for name, p in sysconfig.get_paths().items()
+                       if name in ("stdlib", "platstdlib", "purelib", "platlib")})
+_file_digests: dict = {}
+_stamps: dict = {}
+
+
+def _file_digest(path: str) -> bytes:
+    digest = _file_digests.get(path)
+    if digest is None:
+        with open(path, "rb") as f:
+            digest = _file_digests[path] = hashlib.sha256(f.read()).digest()
+    return digest
+
+
+def _package_stamp() -> str:
+    stamp = _stamps.get(None)
+    if stamp is None:
+        h = hashlib.sha256(f"{platform.python_version()}\x00{np_version()}".encode())
+        for path in sorted(str(p) for p in _PACKAGE.rglob("*.py")):
+            h.update(path[len(str(_PACKAGE)):].encode() + b"\x00" + _file_digest(path))
+        stamp = _stamps[None] = h.hexdigest()
+    return stamp
+
+
+def np_version() -> str:
+    import numpy
+    return numpy.__version__
+
+
+def _outside_files(module: str) -> list | None:
+    """The files of `module` and, transitively, of the modules its globals refer to (module objects,
+    functions, classes, cube functions), outside the ember package and the Python libraries; None
+    when one of them has no source file (an interactive `__main__`)."""
+    seen, files, todo = set(), [], [module]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        mod = sys.modules.get(name)
+        path = getattr(mod, "__file__", None)
+        if mod is None or path is None:
+            if name == module or name == "__main__":
+                return None
+            continue  # a builtin module
+        path = str(Path(path).resolve())
+        if path.startswith(str(_PACKAGE) + os.sep) or path.startswith(_LIBRARY_DIRS):
+            continue
+        files.append(path)
+        for value in list(vars(mod).values()):
+            if isinstance(value, types.ModuleType):
+                todo.append(value.__name__)
+            else:
+                owner = getattr(getattr(value, "fn", value), "__module__", None)
+                if isinstance(owner, str):
+                    todo.append(owner)
+    return sorted(files)
+
+
+def source_stamp(module: str) -> str | None:
+    """A hash of all Python source that tracing a kernel defined in `module` may run: every file of
+    the ember package (frontend, passes, targets, kernel library, their helpers), plus, for a module
+    outside it, that module's file and those of the non-library modules it refers to (transitively);
+    with the Python and NumPy versions. None when some of that source cannot be read (a kernel typed
+    into an interactive session): such kernels are traced before every disk lookup. Computed once
+    per module and process (the package's ~1.5 MB of source hashes in a few milliseconds).
+
+    Example:
+        >>> source_stamp("ember.cube.kernels.elementwise") == source_stamp("ember.cube.kernels.reduce")
+        True
+    """
+    if module in _stamps:
+        return _stamps[module]
+    try:
+        files = _outside_files(module)
+        if files is None:
+            stamp = None
+        else:
+            h = hashlib.sha256(_package_stamp().encode())
+            for path in files:
+                h.update(path.encode() + b"\x00" + _file_digest(path))
+            stamp = h.hexdigest()
+    except OSError:
+        stamp = None
+    _stamps[module] = stamp
+    return stamp

@@ -15,12 +15,14 @@ Example:
 from __future__ import annotations
 
 import ast
+import hashlib
 import inspect
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 from ..dtype import DType
 from . import ir
+from .compile_cache import source_stamp
 from .frontend import ArrayRef, Source, Tracer
 from .runtime.arguments import DeviceArray
 from .lang import ArraySpec, ComptimeSpec, KernelError, ScalarSpec, SpecFactory
@@ -140,6 +142,28 @@ class KernelFunction:
             kernel = self._traced[key] = self._trace(dtypes, comptime)
         return kernel
 
+    def disk_key(self, dtypes: tuple, comptime: dict) -> str | None:
+        """A key for what `specialize(dtypes, comptime)` returns, made without tracing: the kernel's
+        module and qualified name, its source text, `source_stamp` of its module (all code that
+        tracing may run), the dtypes and the comptime values. None where that cannot be exact: a
+        kernel with closure variables, comptime values other than numbers, strings, None, dtypes
+        and tuples of them, or source that cannot be read (those kernels are traced every process).
+
+        Example:
+            >>> add_one.disk_key((cube.f32,), {}) == add_one.disk_key((cube.f32,), {})
+            True
+        """
+        if self.fn.__code__.co_freevars:
+            return None
+        stamp = source_stamp(self.fn.__module__)
+        values = [_stable(v) for _, v in sorted(comptime.items())]
+        if stamp is None or None in values:
+            return None
+        parts = [self.fn.__module__, self.fn.__qualname__, "".join(self.source.lines), stamp,
+                 ",".join(d.name for d in dtypes),
+                 *(f"{name}={v}" for name, v in zip(sorted(comptime), values))]
+        return hashlib.sha256("\x00".join(parts).encode()).hexdigest()
+
     def _trace(self, dtypes: tuple, comptime: dict) -> ir.Kernel:
         b = ir.Builder(self.__name__)
         env = {}
@@ -163,6 +187,19 @@ class KernelFunction:
         dtype; `comptime` values select the specialization.
         """
         launch_runtime(*args).launch(self, count, dim, args, comptime)
+
+
+def _stable(value) -> str | None:
+    """A text that names `value` exactly across processes (type included: 1, 1.0 and True differ),
+    or None when there is none (a function, an object whose repr holds an address)."""
+    if value is None or type(value) in (bool, int, float, str):
+        return f"{type(value).__name__}:{value!r}"
+    if isinstance(value, DType):
+        return f"dtype:{value.name}"
+    if type(value) is tuple:
+        items = [_stable(v) for v in value]
+        return None if None in items else "(" + ",".join(items) + ")"
+    return None
 
 
 def launch_runtime(*args):

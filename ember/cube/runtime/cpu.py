@@ -18,6 +18,8 @@ Example:
 from __future__ import annotations
 
 import ctypes
+import functools
+import json
 import os
 import shutil
 import subprocess
@@ -31,7 +33,7 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 from ...settings import settings
-from ..compile_cache import CompileCache, cache_key
+from ..compile_cache import CompileCache, SourceCache, cache_key, source_stamp
 from .. import ir
 from ..ir import DTYPES
 from ..lang import CubeCount, CubeDim, KernelError
@@ -69,6 +71,13 @@ def cpu_available() -> tuple:
     """(True, "") if a C compiler with OpenMP builds and loads a test kernel here, else (False, why)."""
     global _probe
     if _probe is None:
+        # OpenMP's idle threads spin by default; beside NumPy's BLAS threads (and on a shared machine)
+        # the spinning takes the cores that the next kernel or GEMM needs: 5x slower MNIST steps on two
+        # cores. Passive waiting costs a futex wake per parallel launch instead. libgomp reads this once,
+        # when the first library linking it loads, which the OpenMP probe below can be: so it is set
+        # here, before the probe (set in the runtime, after the probe, it was ignored). A value the user
+        # set is kept.
+        os.environ.setdefault("OMP_WAIT_POLICY", "passive")
         _probe = _check_compiler()
     return _probe
 
@@ -77,6 +86,12 @@ def _check_compiler() -> tuple:
     cc = find_compiler()
     if cc is None:
         return False, "no C compiler found (install gcc or clang, or set EMBER_CC)"
+    outcome = remembered_probe(cc, "openmp", lambda: _openmp_probe(cc), keep=lambda text: text == "ok")
+    return (True, "") if outcome == "ok" else (False, outcome)
+
+
+def _openmp_probe(cc: str) -> str:
+    """"ok" if `cc` builds and loads an OpenMP shared library, else why not."""
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "probe.c"
         src.write_text("#include <omp.h>\nint ember_probe(void) { return omp_get_max_threads(); }\n")
@@ -84,8 +99,32 @@ def _check_compiler() -> tuple:
             _compile(cc, src, Path(tmp) / "probe.so")
             ctypes.CDLL(str(Path(tmp) / "probe.so")).ember_probe()
         except (OSError, subprocess.SubprocessError, RuntimeError) as e:
-            return False, f"{cc} cannot build OpenMP shared libraries: {str(e).strip()[:300]}"
-    return True, ""
+            return f"{cc} cannot build OpenMP shared libraries: {str(e).strip()[:300]}"
+    return "ok"
+
+
+def remembered_probe(cc: str, name: str, probe, keep=lambda text: True) -> str:
+    """`probe()`'s text, remembered in the disk cache (`<cache_dir>/cpu-probes`) for this compiler: its
+    resolved path, size, modification time and `--version` line, and the flags (a changed or
+    replaced compiler probes again). Outcomes for which `keep` is False are not remembered.
+
+    Example:
+        >>> remembered_probe(cc, "vector-math", lambda: " ".join(vector_math_flags(cc)))
+        '-DEMBER_VECTOR_MATH -lmvec'
+    """
+    try:
+        st = os.stat(cc)
+    except OSError:
+        return probe()
+    key = cache_key("probe-1", name, os.path.realpath(cc), str(st.st_size), str(st.st_mtime_ns),
+                    _compiler_version(cc), " ".join(FLAGS))
+    cache = SourceCache("cpu-probes")
+    text = cache.read(key)
+    if text is None:
+        text = probe()
+        if keep(text):
+            cache.write(key, text)
+    return text
 
 
 def _compile(cc: str, source: Path, output: Path, extra: tuple = ()) -> None:
@@ -125,28 +164,76 @@ def vector_math_flags(cc: str) -> tuple:
     return extra
 
 
+@functools.lru_cache(maxsize=None)
 def _compiler_version(cc: str) -> str:
     proc = subprocess.run([cc, "--version"], capture_output=True, text=True)
     return proc.stdout.splitlines()[0] if proc.stdout else cc
 
 
-class CompiledKernel:
-    """A loaded `ember_kernel` plus what a launch needs to marshal arguments."""
+class KernelParam(NamedTuple):
+    """What a launch needs to know of one parameter of a compiled kernel."""
 
-    def __init__(self, fn, kernel, source: str) -> None:
+    name: str
+    kind: str  # "array" or "scalar"
+    dtype: object  # a cube DType
+    written: bool  # an array the kernel stores to
+
+
+def describe_params(kernel) -> list:
+    """The `KernelParam`s of a specialized (optimized) kernel, in call order."""
+    stored = {s.attr for s in ir.walk(kernel.body) if isinstance(s, ir.Instr)
+              and (s.op == "store" or s.op in ir.ATOMIC)}
+    return [KernelParam(p.name, "array", p.dtype, p in stored) if hasattr(p, "kind")
+            else KernelParam(p.name, "scalar", p.value.type.dtype, False) for p in kernel.params]
+
+
+class CompiledKernel:
+    """A loaded `ember_kernel` plus what a launch needs to marshal arguments; `library` is its key in
+    the disk cache."""
+
+    def __init__(self, fn, params: list, source: str, library: str) -> None:
         self.fn = fn
         self.source = source
-        self.params = kernel.params
-        self.kinds = ["array" if hasattr(p, "kind") else "scalar" for p in kernel.params]
-        self.scalar_ctypes = [None if k == "array" else _SCALAR_CTYPES[p.value.type.dtype.name]
-                              for k, p in zip(self.kinds, kernel.params)]
-        stored = {s.attr for s in ir.walk(kernel.body) if isinstance(s, ir.Instr)
-                  and (s.op == "store" or s.op in ir.ATOMIC)}
+        self.library = library
+        self.params = params
+        self.kinds = [p.kind for p in params]
+        self.scalar_ctypes = [None if p.kind == "array" else _SCALAR_CTYPES[p.dtype.name] for p in params]
         # Writing through a read-only view (a memory-mapped file, a broadcast) would crash the process.
-        self.written = [p in stored for p in kernel.params]
+        self.written = [p.written for p in params]
         # The NumPy dtype each array parameter takes (NumPy's builtin dtypes are singletons, so a
         # launch checks an argument by identity and looks the dtype up only when that fails).
-        self.np_dtypes = [np.dtype(p.dtype.np) if k == "array" else None for k, p in zip(self.kinds, kernel.params)]
+        self.np_dtypes = [np.dtype(p.dtype.np) if p.kind == "array" else None for p in params]
+
+    def manifest(self) -> str:
+        """What `from_manifest` needs to rebuild this without the IR: the library key, parameters, source."""
+        return json.dumps({"library": self.library, "source": self.source,
+                           "params": [[p.name, p.kind, p.dtype.name, p.written] for p in self.params]})
+
+    @staticmethod
+    def from_manifest(text: str, cache: CompileCache) -> "CompiledKernel | None":
+        """The kernel a `manifest()` describes, its library loaded from `cache`; None if either is
+        unusable (malformed text, a library missing or that does not load)."""
+        try:
+            entry = json.loads(text)
+            params = [KernelParam(name, kind, DTYPES[dtype], bool(written))
+                      for name, kind, dtype, written in entry["params"]]
+            library, source = str(entry["library"]), str(entry["source"])
+        except (ValueError, KeyError, TypeError):
+            return None
+        lib = cache.load(library, c_target.ENTRY)
+        return None if lib is None else CompiledKernel(_entry(lib), params, source, library)
+
+
+def _entry(lib) -> object:
+    fn = getattr(lib, c_target.ENTRY)
+    fn.restype = None
+    fn.argtypes = [ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_void_p)]
+    return fn
+
+
+def _debug_print(name: str, dim: CubeDim, source: str) -> None:
+    if settings().get("logging", "debug_kernels"):
+        print(f"// ---- cube kernel {name} (cube dim {dim}) ----\n{source}", file=sys.stderr)
 
 
 class CpuRuntime:
@@ -156,15 +243,14 @@ class CpuRuntime:
         ok, why = cpu_available()
         if not ok:
             raise RuntimeError(f"the CPU cube runtime is unavailable: {why}")
-        # OpenMP's idle threads spin by default; beside NumPy's BLAS threads (and on a shared machine)
-        # the spinning takes the cores that the next kernel or GEMM needs: 5x slower MNIST steps on two
-        # cores. Passive waiting costs a futex wake per parallel launch instead. libgomp reads this once,
-        # when the first kernel library loads it; a value the user set is kept.
-        os.environ.setdefault("OMP_WAIT_POLICY", "passive")
         self.cc = find_compiler()
         self.cc_version = _compiler_version(self.cc)
-        self.extra_flags = vector_math_flags(self.cc)
+        self.extra_flags = tuple(remembered_probe(self.cc, "vector-math",
+                                                  lambda: " ".join(vector_math_flags(self.cc))).split())
         self.cache = cache or CompileCache()
+        # Keys made before tracing (kernel source, dtypes, comptime values, ...) -> manifests naming
+        # the library and holding what a launch needs: a warm process loads kernels without tracing.
+        self.manifests = SourceCache("cpu-manifests", self.cache.directory)
         self._compiled: dict = {}
         self._lock = threading.Lock()
         self._key_locks: dict = {}
@@ -175,10 +261,8 @@ class CpuRuntime:
         """Optimize, render and build (or load from the disk cache) one specialized kernel."""
         optimized = optimize(kernel)
         source = c_target.render(optimized, dim)
-        if settings().get("logging", "debug_kernels"):
-            print(f"// ---- cube kernel {kernel.name} (cube dim {dim}) ----\n{source}", file=sys.stderr)
-        key = cache_key(optimized.hash(), "c", c_target.VERSION, self.cc_version, " ".join(FLAGS + self.extra_flags),
-                        f"{dim.x},{dim.y},{dim.z}")
+        _debug_print(kernel.name, dim, source)
+        key = cache_key(optimized.hash(), *self._target_parts(dim))
 
         def build(path: Path) -> None:
             src = path.with_suffix(".c")
@@ -189,10 +273,34 @@ class CpuRuntime:
                 src.unlink(missing_ok=True)
 
         lib = self.cache.load_or_build(key, build, c_target.ENTRY)
-        fn = getattr(lib, c_target.ENTRY)
-        fn.restype = None
-        fn.argtypes = [ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_void_p)]
-        return CompiledKernel(fn, optimized, source)
+        return CompiledKernel(_entry(lib), describe_params(optimized), source, key)
+
+    def _target_parts(self, dim: CubeDim) -> tuple:
+        """Everything besides the kernel that determines its binary."""
+        return ("c", c_target.VERSION, self.cc_version, " ".join(FLAGS + self.extra_flags),
+                f"{dim.x},{dim.y},{dim.z}")
+
+    def compile_keyed(self, early_key: str | None, name: str, make, dim: CubeDim) -> CompiledKernel:
+        """The compiled kernel for a key made before building its IR (`early_key`, None: no such
+        key): its manifest names the library, so a hit neither traces, optimizes nor renders;
+        a miss calls `make()` for the IR, compiles it, and writes the manifest. The key must
+        change whenever the IR `make()` returns could (fold `source_stamp` of the building code in).
+
+        Example:
+            >>> key = cache_key("my-fused", program_text, source_stamp(__name__))
+            >>> compiled = rt.compile_keyed(key, "my_fused", lambda: build_ir(program), CubeDim(256))
+        """
+        if early_key is not None:
+            key = cache_key("manifest", early_key, *self._target_parts(dim))
+            text = self.manifests.read(key)
+            compiled = None if text is None else CompiledKernel.from_manifest(text, self.cache)
+            if compiled is not None:
+                _debug_print(name, dim, compiled.source)
+                return compiled
+        compiled = self.compile(make(), dim)
+        if early_key is not None:
+            self.manifests.write(key, compiled.manifest())
+        return compiled
 
     def compile_ir(self, kernel, dim: CubeDim) -> CompiledKernel:
         """Compile IR built directly (e.g. a fused kernel from `ir.Builder`), remembered by its hash.
@@ -201,10 +309,14 @@ class CpuRuntime:
             >>> compiled = rt.compile_ir(builder.kernel, CubeDim(256))
             >>> rt.run(compiled, CubeCount(4), (x, y))
         """
-        key = ("ir", kernel.hash(), dim)
+        ir_hash = kernel.hash()
+        key = ("ir", ir_hash, dim)
         compiled = self._compiled.get(key)
         if compiled is None:
-            compiled = self._compiled[key] = self.compile(kernel, dim)
+            # The IR's hash with the compiler's own source (passes, C target) keys the manifest.
+            early = source_stamp(__name__)
+            early = None if early is None else cache_key("ir", ir_hash, early)
+            compiled = self._compiled[key] = self.compile_keyed(early, kernel.name, lambda: kernel, dim)
         return compiled
 
     def prepare(self, kfn, dim: CubeDim, args: tuple, comptime: dict) -> CompiledKernel:
@@ -249,9 +361,10 @@ class CpuRuntime:
             with key_lock:
                 compiled = self._compiled.get(key)
                 if compiled is None:
-                    with self._lock:
-                        traced = kfn.specialize(dtypes, comptime)  # tracing is not thread-safe
-                    compiled = self.compile(traced, dim)
+                    def trace():
+                        with self._lock:  # tracing is not thread-safe
+                            return kfn.specialize(dtypes, comptime)
+                    compiled = self.compile_keyed(kfn.disk_key(dtypes, comptime), kfn.__name__, trace, dim)
                     self._compiled[key] = compiled
         return compiled
 
