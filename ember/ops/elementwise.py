@@ -265,10 +265,10 @@ def _where_infer(c: Aval, a: Aval, b: Aval) -> Aval:
 def _where_vjp(ctx, g):
     c = ctx.inputs[0]
     _, (sa, _), (sb, _) = ctx.input_avals
+    zero = g.zeros_like()
     # A constant branch (relu's and masked_fill's fill value) needs no gradient: skip its select.
-    # The other branch is a 0-d zero (broadcast by where), not a filled tensor of g's shape.
-    ga = sum_to(g.where(c, 0), sa) if ctx.needs_grad(1) else None
-    gb = sum_to(g.masked_fill(c, 0), sb) if ctx.needs_grad(2) else None
+    ga = sum_to(g.where(c, zero), sa) if ctx.needs_grad(1) else None
+    gb = sum_to(zero.where(c, g), sb) if ctx.needs_grad(2) else None
     return None, ga, gb
 
 
