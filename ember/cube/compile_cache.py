@@ -154,10 +154,27 @@ _file_digests: dict = {}
 _stamps: dict = {}
 
 
+def _process_start() -> float:
+    try:
+        return os.stat(f"/proc/{os.getpid()}").st_ctime  # Linux: when this process started
+    except OSError:
+        import time
+        return time.time()  # elsewhere: when ember got here, a little later
+
+
+_STARTED = _process_start()
+
+
+class SourceChanged(OSError):
+    """A source file was modified after this process started: what it imported may differ from it."""
+
+
 def _file_digest(path: str) -> bytes:
     digest = _file_digests.get(path)
     if digest is None:
         with open(path, "rb") as f:
+            if os.fstat(f.fileno()).st_mtime >= _STARTED:
+                raise SourceChanged(path)
             digest = _file_digests[path] = hashlib.sha256(f.read()).digest()
     return digest
 
@@ -212,7 +229,9 @@ def source_stamp(module: str) -> str | None:
     the ember package (frontend, passes, targets, kernel library, their helpers), plus, for a module
     outside it, that module's file and those of the non-library modules it refers to (transitively);
     with the Python and NumPy versions. None when some of that source cannot be read (a kernel typed
-    into an interactive session): such kernels are traced before every disk lookup. Computed once
+    into an interactive session) or was modified after this process started (the code it imported
+    may be the older one, which the hash would not describe): such kernels are traced before every
+    disk lookup. Computed once
     per module and process (the package's ~1.5 MB of source hashes in a few milliseconds).
 
     Example:

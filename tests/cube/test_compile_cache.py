@@ -2,7 +2,7 @@
 
 import importlib
 import sys
-import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -36,9 +36,11 @@ def bump(v):
 
 
 def new_process(monkeypatch, *modules):
-    """What a fresh interpreter would see: no remembered source hashes, modules imported anew."""
+    """What a fresh interpreter started now would see: no remembered source hashes, modules imported
+    anew (files written before now are older than the process)."""
     monkeypatch.setattr(compile_cache, "_stamps", {})
     monkeypatch.setattr(compile_cache, "_file_digests", {})
+    monkeypatch.setattr(compile_cache, "_STARTED", time.time() + 0.01)
     for name in modules:
         sys.modules.pop(name, None)
     importlib.invalidate_caches()
@@ -151,6 +153,7 @@ def test_fused_ir_loads_without_optimizing(tmp_path, monkeypatch):
             b.store(y, i, b.unary("exp", b.load(x, i)))
         return b.kernel
 
+    new_process(monkeypatch)  # (ember files edited since pytest started would disable early keys)
     x = np.random.default_rng(3).standard_normal(40).astype(np.float32)
     y = np.empty_like(x)
     first = CpuRuntime(CompileCache(tmp_path))
@@ -205,3 +208,13 @@ def test_openmp_waits_passively_even_when_the_probe_loads_it_first(tmp_path):
     if "GOMP_SPINCOUNT" not in out.stderr:
         pytest.skip("the compiler's OpenMP runtime is not libgomp (no GOMP_SPINCOUNT to read)")
     assert "GOMP_SPINCOUNT = '0'" in out.stderr, out.stderr
+
+
+def test_source_edited_after_start_gives_no_early_key(kernel_modules, monkeypatch):
+    """A file modified after the process started may differ from what it imported: no key from it."""
+    shift = kernel_modules(1.0)
+    assert shift.disk_key((cube.f32, cube.f32), {"scale": 2.0}) is not None
+    new_process(monkeypatch)
+    monkeypatch.setattr(compile_cache, "_STARTED", 0.0)  # every file is newer than the process
+    assert compile_cache.source_stamp(shift.fn.__module__) is None
+    assert shift.disk_key((cube.f32, cube.f32), {"scale": 2.0}) is None
