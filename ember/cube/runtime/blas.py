@@ -31,6 +31,9 @@ from pathlib import Path
 
 import numpy as np
 
+from ..compile_cache import cache_key
+from .cpu import FLAGS, cpu_runtime, data_pointer
+
 ENTRY = "ember_gemm"
 SERIAL_FLOPS = 1 << 21  # below this a GEMM runs on the calling thread (a parallel region costs more)
 MIN_PIECE = 16  # rows or columns per piece: narrower pieces waste BLAS's packing
@@ -161,7 +164,7 @@ class HostBlas:
         batch = math.prod(batch_shape)
         p = (ctypes.c_int64 * 14)(batch, m, n, k, a_step, lda, ta, b_step, ldb, tb, m * n, n,
                                   int(a.dtype == np.float64), self.ilp64)
-        self.shim(self.gemm[a.dtype], self.get, self.set, p, a.ctypes.data, b.ctypes.data, out.ctypes.data,
+        self.shim(self.gemm[a.dtype], self.get, self.set, p, data_pointer(a), data_pointer(b), data_pointer(out),
                   SERIAL_FLOPS, MIN_PIECE)
         return out
 
@@ -242,20 +245,9 @@ def _find_openblas() -> tuple[str | None, tuple | None]:
 
 
 def _build_shim():
-    from . import cpu
-    from ..compile_cache import cache_key
-    rt = cpu.cpu_runtime()
-
-    def build(path: Path) -> None:
-        src = path.with_suffix(".c")
-        src.write_text(SHIM)
-        try:
-            cpu._compile(rt.cc, src, path)
-        finally:
-            src.unlink(missing_ok=True)
-
-    key = cache_key("blas-shim", SHIM, rt.cc_version, " ".join(cpu.FLAGS))
-    fn = getattr(rt.cache.load_or_build(key, build, ENTRY), ENTRY)
+    rt = cpu_runtime()
+    key = cache_key("blas-shim", SHIM, rt.cc_version, " ".join(FLAGS))
+    fn = getattr(rt.build_library(SHIM, key, ENTRY), ENTRY)
     fn.restype = None
     fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64),
                    ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]

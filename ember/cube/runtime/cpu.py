@@ -263,17 +263,25 @@ class CpuRuntime:
         source = c_target.render(optimized, dim)
         _debug_print(kernel.name, dim, source)
         key = cache_key(optimized.hash(), *self._target_parts(dim))
+        lib = self.build_library(source, key, c_target.ENTRY, self.extra_flags)
+        return CompiledKernel(_entry(lib), describe_params(optimized), source, key)
 
+    def build_library(self, source: str, key: str, symbol: str, extra: tuple = ()) -> ctypes.CDLL:
+        """The shared library built from C `source` with this runtime's compiler and flags (plus
+        `extra`), from the disk cache under `key` when it is there and exports `symbol`.
+
+        Example:
+            >>> lib = rt.build_library("void f(void) {}", cache_key("f", rt.cc_version), "f")
+        """
         def build(path: Path) -> None:
             src = path.with_suffix(".c")
             src.write_text(source)
             try:
-                _compile(self.cc, src, path, self.extra_flags)
+                _compile(self.cc, src, path, extra)
             finally:
                 src.unlink(missing_ok=True)
 
-        lib = self.cache.load_or_build(key, build, c_target.ENTRY)
-        return CompiledKernel(_entry(lib), describe_params(optimized), source, key)
+        return self.cache.load_or_build(key, build, symbol)
 
     def _target_parts(self, dim: CubeDim) -> tuple:
         """Everything besides the kernel that determines its binary."""
