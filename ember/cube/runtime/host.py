@@ -18,7 +18,7 @@ import threading
 
 import numpy as np
 
-from .memory_pool import MemoryPool, MemoryStats
+from .memory_pool import MemoryPool
 
 
 def _allocate(nbytes: int) -> tuple:
@@ -81,11 +81,6 @@ def empty(shape: tuple, dtype: np.dtype) -> np.ndarray:
     chunk = _chunk_type(nbytes).from_address(piece.page.buffer[1] + piece.offset)
     chunk._pool, chunk._slice = pool, piece
     return np.ndarray(shape, dtype, chunk)
-
-
-def host_stats() -> MemoryStats:
-    """The host pool's stats (see `MemoryPool.stats`)."""
-    return host_pool().stats()
 
 
 def host_span(a: np.ndarray) -> tuple[int, int]:
