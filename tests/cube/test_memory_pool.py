@@ -47,6 +47,21 @@ def check_consistent(pool, device, live):
         ranges.sort()
         for (a0, a1), (b0, b1) in zip(ranges, ranges[1:]):
             assert a1 <= b0, f"overlap {a0}..{a1} and {b0}..{b1}"
+    for page in pool._large:  # the bound that lets a request skip a page never hides a free range
+        assert page.largest >= max((n for _, n in page.free_ranges), default=0)
+
+
+def free_ranges(pool):
+    return [list(page.free_ranges) for page in pool._large]
+
+
+def first_fit(before, size):
+    """(page index, offset) where first-fit over the free ranges `before` puts a large request, or None."""
+    for k, ranges in enumerate(before):
+        for offset, n in ranges:
+            if n >= size:
+                return k, offset
+    return None
 
 
 sizes = st.one_of(st.integers(0, 40_000), st.integers(40_000, 6_000_000))
@@ -61,8 +76,12 @@ def test_random_reserve_and_free_sequences(ops):
         if do_free and live:
             pool.free(live.pop(pick % len(live)))
         else:
+            before = free_ranges(pool)
             s = pool.reserve(size)
             assert s.size >= size
+            if s.page in pool._large:  # a large request takes the first range that fits, as a full scan would
+                where = first_fit(before, s.size)
+                assert (pool._large.index(s.page), s.offset) == (where or (len(before), 0))
             live.append(s)
         check_consistent(pool, device, live)
     for k, s in enumerate(live):  # half given back at once, half deferred (as finalizers do)

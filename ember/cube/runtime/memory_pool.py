@@ -76,6 +76,8 @@ class Page:
             self.free_chunks = list(range(size - chunk, -1, -chunk))
         else:
             self.free_ranges = [(0, size)]      # sorted, coalesced (offset, size)
+        self.largest = size
+        """At least the longest free range (a large page): a request above it skips the page unscanned."""
 
     def take(self, size: int) -> int | None:
         """Reserve `size` bytes; the offset, or None if this page cannot hold them."""
@@ -84,6 +86,9 @@ class Page:
                 return None
             self.live += 1
             return self.free_chunks.pop()
+        if size > self.largest:
+            return None
+        longest = 0
         for i, (offset, length) in enumerate(self.free_ranges):
             if length >= size:
                 if length == size:
@@ -92,6 +97,8 @@ class Page:
                     self.free_ranges[i] = (offset + size, length - size)
                 self.live += 1
                 return offset
+            longest = max(longest, length)
+        self.largest = longest  # the whole list was scanned: now exact
         return None
 
     def give(self, offset: int, size: int) -> None:
@@ -113,6 +120,8 @@ class Page:
             del ranges[i - 1]
             i -= 1
         ranges.insert(i, (start, length))
+        if length > self.largest:
+            self.largest = length
 
 
 class MemoryPool:
@@ -160,10 +169,11 @@ class MemoryPool:
                 size = -(-nbytes // ALIGN) * ALIGN
                 self._recent.append(size)
                 pages = self._large
-                for page in pages:
-                    offset = page.take(size)
-                    if offset is not None:
-                        break
+                for page in pages:  # first fit; pages whose longest free range is too short are skipped
+                    if page.largest >= size:
+                        offset = page.take(size)
+                        if offset is not None:
+                            break
             if offset is None:
                 page = self._new_page(max(SLAB_PAGE, size), size) if nbytes <= self.small_limit else \
                     self._new_page(max(size, self._target()), 0)
