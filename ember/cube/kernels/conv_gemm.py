@@ -3,9 +3,9 @@
 The CPU's fastest convolution is a GEMM with the best matmul available (`tuned_matmul`: NumPy's BLAS or
 the cube kernel, whichever the autotuner picked), fed by a cube kernel that copies the input windows:
 
-    conv2d:            cols = im2col(x)            (G, Cg*KH*KW, N*OH*OW)  (the batch folded into n)
-                       y    = W (G, Og, Cg*KH*KW) @ cols -> (O, N, OH*OW), copied batch first
-    conv_transpose2d:  patches = W^T (G, Og*KH*KW, Cg) @ x (G, Cg, N*H*W), copied batch first
+    conv2d:            cols = im2col(x)            (N, G, Cg*KH*KW, OH*OW)
+                       y    = W (G, Og, Cg*KH*KW) @ cols -> (N, O, OH*OW)  (one GEMM per sample)
+    conv_transpose2d:  patches = W^T (G, Og*KH*KW, Cg) @ x (N, G, Cg, H*W) -> (N, O*KH*KW, H*W)
                        y = col2im(patches), cropped by `padding`        (a gather: no atomics)
     conv_weight_grad2d: cols = im2col(x) laid out (G, Cg*KH*KW, N*OH*OW)
                        dW = g (G, Og, N*OH*OW) @ cols^T                 (the batch folded into k)
@@ -110,7 +110,7 @@ def col2im_kernel(patches: cube.Array, out: cube.Array, g: cube.Array[cube.i32],
     """out[n, o, y, x] = sum over (kh, kw) of patches[n, o, kh, kw, iy, ix] where
     (y + ph) = iy*sh + kh*dh and (x + pw) = ix*sw + kw*dw; here H/W are the patches' input size and
     OH/OW the output's, C the output channels. The (n, o, kh, kw) plane of H*W patch values starts at
-    n*s_n + ((o*KH + kh)*KW + kw)*s_row, so the GEMM's (O*KH*KW, N, H*W) result is read in place. A cube
+    n*s_n + ((o*KH + kh)*KW + kw)*s_row, so the GEMM's (N, O*KH*KW, H*W) result is read in place. A cube
     computes the plane of one (n, o) row by row; units walk `x`."""
     row = cube.CUBE_POS_Y  # (n, o)
     base = (row // geo(g, "C")) * geo(g, "s_n") + (row % geo(g, "C")) * geo(g, "KH") * geo(g, "KW") * geo(g, "s_row")
@@ -204,16 +204,17 @@ def conv2d_gemm(x: np.ndarray, w: np.ndarray, stride=1, padding=0, dilation=1, g
     oh, ow = _out_size("conv2d", x.shape[2:], w.shape[2:], stride, padding, dilation)
     if cg == 0 or nb == 0 or o == 0:
         return zeros((nb, o, oh, ow), x.dtype, x)
-    weights = w.reshape(groups, o // groups, -1)
+    # (Og, K) or (G, Og, K) against the columns (n, K, P) or (n, G, K, P): one GEMM per sample (and group)
+    # writes the output batch first, with no copy after it. The host BLAS spreads the batch over its
+    # threads, as fast here as one GEMM over the whole batch with a transposing copy of its result.
+    weights = w.reshape(o, -1) if groups == 1 else w.reshape(groups, o // groups, -1)
     step = max(1, COLUMN_BYTES // (c * w.shape[2] * w.shape[3] * oh * ow * x.itemsize))
     parts = []
     for n0 in range(0, nb, step):  # one part unless the columns would be too large
-        cols = im2col(x[n0:n0 + step], w.shape[2:], stride, padding, dilation, (oh, ow), batch_major=False)
-        n = cols.shape[1]
-        # One GEMM per group over the whole batch slice: (G, Og, Cg*KH*KW) @ (G, Cg*KH*KW, n*OH*OW). A
-        # batched product of per-sample GEMMs is many small BLAS calls, several times slower.
-        y = tuned_matmul(weights, cols.reshape(groups, -1, n * oh * ow))  # (O, n, OH*OW)
-        parts.append(cast(y.reshape(o, n, oh * ow).transpose(1, 0, 2), y.dtype))  # batch first, one copy
+        cols = im2col(x[n0:n0 + step], w.shape[2:], stride, padding, dilation, (oh, ow))  # (n, K, P)
+        n = cols.shape[0]
+        shape = (n, -1, oh * ow) if groups == 1 else (n, groups, -1, oh * ow)
+        parts.append(tuned_matmul(weights, cols.reshape(shape)))
     out = parts[0] if len(parts) == 1 else np.concatenate(parts)
     return out.reshape(nb, o, oh, ow)
 
@@ -247,14 +248,15 @@ def conv_transpose2d(x: np.ndarray, w: np.ndarray, stride=1, padding=0, output_p
     check_size("conv_transpose2d", x, w, out)
     if out.size == 0:
         return out
-    weights_t = w.reshape(groups, cg, og * kh * kw).transpose(0, 2, 1)  # (G, Og*KH*KW, Cg), a view
-    # One GEMM per group over the whole batch (the batch folded into n), then the patches put batch
-    # first for col2im: two copies, far cheaper than a per-sample batched product of small GEMMs.
-    pixels = cast(x.reshape(nb, groups, cg, h * wd).transpose(1, 2, 0, 3), x.dtype)  # (G, Cg, N, H*W)
-    patches = tuned_matmul(weights_t, pixels.reshape(groups, cg, nb * h * wd))  # (G, Og*KH*KW, N*H*W)
-    # patches: (O*KH*KW, N, H*W) in memory, read in place by col2im (s_row and s_n)
+    # One GEMM per sample (and group), reading x in place: (Og*KH*KW, Cg) @ (N, Cg, H*W), a transposed
+    # weight view that BLAS takes as it is; the patches come out batch first, (N, O*KH*KW, H*W).
+    if groups == 1:
+        patches = tuned_matmul(w.reshape(c, -1).T, contiguous(x).reshape(nb, c, h * wd))
+    else:
+        weights_t = w.reshape(groups, cg, og * kh * kw).transpose(0, 2, 1)  # (G, Og*KH*KW, Cg), a view
+        patches = tuned_matmul(weights_t, contiguous(x).reshape(nb, groups, cg, h * wd))
     g = _geometry(N=nb, C=o, H=h, W=wd, KH=kh, KW=kw, OH=oh, OW=ow, sh=sh, sw=sw, ph=ph, pw=pw, dh=dh, dw=dw,
-                  s_n=h * wd, s_row=nb * h * wd)
+                  s_n=o * kh * kw * h * wd, s_row=h * wd)
     count, dim, units, exact = _grid(ow, nb * o)
     t = cube_dtype(x.dtype)
     col2im_kernel.launch(count, dim, contiguous(patches), out, g, units=units, exact=exact,
