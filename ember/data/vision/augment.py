@@ -48,9 +48,14 @@ def pad(image: np.ndarray, padding: int, fill: float = 0, mode: PadMode = "const
     _size(image, "pad")
     if padding < 0:
         raise ValueError(f"padding must be >= 0, got {padding}")
-    widths = [(padding, padding), (padding, padding)] + [(0, 0)] * (image.ndim - 2)
     if mode == "constant":
-        return np.pad(image, widths, mode="constant", constant_values=fill)
+        # What np.pad(..., constant_values=fill) returns, built directly: np.pad's generic path costs
+        # ~45 us for a 28x28 image, the bulk of the MNIST job's per-image augmentation.
+        h, w = image.shape[:2]
+        out = np.full((h + 2 * padding, w + 2 * padding, *image.shape[2:]), fill, dtype=image.dtype)
+        out[padding:padding + h, padding:padding + w] = image
+        return out
+    widths = [(padding, padding), (padding, padding)] + [(0, 0)] * (image.ndim - 2)
     return np.pad(image, widths, mode=mode)
 
 

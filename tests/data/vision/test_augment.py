@@ -26,6 +26,17 @@ def test_crop_and_pad_are_slicing(image: np.ndarray) -> None:
         A.crop(image, 4, 0, 3, 1)
 
 
+@pytest.mark.parametrize("dtype", [np.uint8, np.int64, np.float32, np.bool_])
+@pytest.mark.parametrize("shape", [(5, 7), (4, 3, 2), (0, 3), (1, 1)])
+def test_constant_pad_equals_np_pad(dtype: type, shape: tuple) -> None:
+    image = (np.random.default_rng(0).random(shape) * 200).astype(dtype)
+    for padding, fill in ((0, 0), (1, 7), (3, 0.5)):
+        expected = np.pad(image, [(padding, padding)] * 2 + [(0, 0)] * (image.ndim - 2), constant_values=fill)
+        padded = A.pad(image, padding, fill)
+        assert padded.dtype == expected.dtype and padded.shape == expected.shape
+        np.testing.assert_array_equal(padded, expected)
+
+
 def test_random_crop_is_a_window_of_the_padded_image(image: np.ndarray) -> None:
     padded = np.pad(image, [(1, 1), (1, 1)] + [(0, 0)] * (image.ndim - 2))
     offsets = set()
