@@ -14,7 +14,7 @@ from ember import cube
 from ember.cube.passes import optimize
 from ember.cube.runtime import cuda as rt_cuda
 from ember.cube.runtime.cuda import (CudaError, CudaLaunchError, CudaRuntime, DeviceLimits, check, check_launch,
-                                     cuda_available, host_span, pack_arguments)
+                                     ParameterBlock, cuda_available, host_span)
 from ember.cube.runtime.nvrtc import Binary
 from ember.errors import DeviceError
 
@@ -32,13 +32,21 @@ def mixed(x: cube.Array, flag: cube.bool_, h: cube.Scalar["T"], n: cube.i64, T: 
 
 def test_arguments_are_packed_as_the_kernel_declares_them():
     kernel = mixed.specialize((cube.f16, cube.bool_, cube.f16, cube.i64), {"T": cube.f16})
-    params, boxes = pack_arguments(kernel.params, [(0xDEAD0000, 12), True, 1.5, -(2**40)])
+    block = ParameterBlock(kernel.params)
+    params = (ctypes.c_void_p * 5).from_address(block.pack([0xDEAD0000, 12, True, 1.5, -(2**40)]))
     read = lambda i, ctype: ctypes.cast(params[i], ctypes.POINTER(ctype)).contents.value
     assert read(0, ctypes.c_uint64) == 0xDEAD0000 and read(1, ctypes.c_int32) == 12  # pointer, then len
     assert read(2, ctypes.c_uint8) == 1                                                  # bool: one byte
     assert read(3, ctypes.c_float) == 1.5                                                # f16 scalar: as f32
     assert read(4, ctypes.c_int64) == -(2**40)
-    assert len(boxes) == 5
+    # The slots are reused by the next launch: new values, numpy scalars, and values that wrap as in C.
+    block.pack([0xBEEF, np.int32(7), np.bool_(False), np.float32(-2.5), np.int64(3)])
+    assert (read(0, ctypes.c_uint64), read(1, ctypes.c_int32), read(2, ctypes.c_uint8)) == (0xBEEF, 7, 0)
+    assert (read(3, ctypes.c_float), read(4, ctypes.c_int64)) == (-2.5, 3)
+    block.pack([1, 2**31, 1, 1e300, 2**63])
+    assert (read(1, ctypes.c_int32), read(3, ctypes.c_float), read(4, ctypes.c_int64)) == (-(2**31), np.inf, -(2**63))
+    with pytest.raises(TypeError):
+        block.pack([1, 2, True, "x", 3])
 
 
 def test_launch_shapes_beyond_the_device_are_refused_with_the_kernel_named():

@@ -8,6 +8,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -32,13 +33,23 @@ class Flags:
         self.c_contiguous = c_contiguous
 
 
+_CONTIGUOUS, _STRIDED = Flags(True), Flags(False)  # shared by every array: nothing sets a flag
+
+
 def c_strides(shape: tuple, itemsize: int) -> tuple:
     """The byte strides of a C-contiguous array of `shape`."""
+    return _c_layout(tuple(shape), itemsize)[1]
+
+
+@functools.lru_cache(maxsize=4096)
+def _c_layout(shape: tuple, itemsize: int) -> tuple:
+    """(element count, C-contiguous byte strides) of `shape`, remembered: a training step makes
+    thousands of arrays and views of a few hundred shapes."""
     strides, step = [], itemsize
     for n in reversed(shape):
         strides.append(step)
         step *= max(n, 1)
-    return tuple(reversed(strides))
+    return math.prod(shape), tuple(reversed(strides))
 
 
 class DeviceArray:
@@ -61,20 +72,26 @@ class DeviceArray:
 
     def __init__(self, runtime, shape: tuple, dtype, strides: tuple | None = None, offset: int = 0) -> None:
         self.runtime = runtime
-        self._set(tuple(int(s) for s in shape), np.dtype(dtype), strides, offset)
+        self._set(tuple(map(int, shape)), np.dtype(dtype), strides, offset)
         self.owner = None  # the array that owns the memory, for views
 
     def _set(self, shape: tuple, dtype: np.dtype, strides: tuple | None, offset: int) -> None:
+        itemsize = dtype.itemsize
+        size, dense = _c_layout(shape, itemsize)
         self._shape = shape
         self.dtype = dtype
-        self.itemsize = dtype.itemsize
+        self.itemsize = itemsize
         self.ndim = len(shape)
-        self.size = math.prod(shape)
-        self.nbytes = self.size * self.itemsize
-        self.strides = c_strides(shape, dtype.itemsize) if strides is None else tuple(int(s) for s in strides)
+        self.size = size
+        self.nbytes = size * itemsize
+        if strides is None:
+            self.strides, contiguous = dense, True
+        else:
+            self.strides = strides = tuple(map(int, strides))
+            contiguous = strides == dense or size <= 1 or all(
+                s == c for s, c, n in zip(strides, dense, shape) if n != 1)
         self.offset = offset
-        self.flags = Flags(self.size <= 1 or all(
-            s == c for s, c, n in zip(self.strides, c_strides(shape, dtype.itemsize), shape) if n != 1))
+        self.flags = _CONTIGUOUS if contiguous else _STRIDED
 
     # ---- views -----------------------------------------------------------------------------------
     @property
@@ -94,7 +111,7 @@ class DeviceArray:
         """A view of the same memory with `shape`, byte `strides` and byte `offset` (default: this one's)."""
         v = object.__new__(type(self))
         v.__dict__.update(self.__dict__)
-        v._set(tuple(int(n) for n in shape), self.dtype, tuple(strides), self.offset if offset is None else offset)
+        v._set(tuple(map(int, shape)), self.dtype, strides, self.offset if offset is None else offset)
         v.owner = self if self.owner is None else self.owner
         v._finalizer = None
         return v

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import struct
 import sys
 import threading
 import weakref
@@ -52,11 +53,13 @@ from .host import host_span
 OUT_OF_MEMORY = 2  # CUDA_ERROR_OUT_OF_MEMORY
 STAGING = 64 << 20
 CONSTANT_BYTES, CONSTANTS = 1024, 4096  # small read-only NumPy arguments kept on the device, by value  # bytes of pinned host memory used per step of a host <-> device copy
-# Scalar parameters as targets/cuda.py declares them (PARAM): f16/bf16 as f32, bool as one byte.
-_SCALAR_CTYPES = {"f64": ctypes.c_double, "f32": ctypes.c_float, "f16": ctypes.c_float,
-                  "bf16": ctypes.c_float, "i64": ctypes.c_int64, "i32": ctypes.c_int32,
-                  "i16": ctypes.c_int16, "i8": ctypes.c_int8, "u8": ctypes.c_uint8,
-                  "u32": ctypes.c_uint32, "u64": ctypes.c_uint64, "bool": ctypes.c_uint8}
+# Scalar parameters as targets/cuda.py declares them (PARAM): f16/bf16 as f32, bool as one byte; each
+# in an 8-byte slot of a kernel's `ParameterBlock` (the struct format, and the ctypes type that wraps
+# out-of-range values as C does).
+_SCALAR_SLOTS = {"f64": ("d", ctypes.c_double), "f32": ("f4x", ctypes.c_float), "f16": ("f4x", ctypes.c_float),
+                 "bf16": ("f4x", ctypes.c_float), "i64": ("q", ctypes.c_int64), "i32": ("i4x", ctypes.c_int32),
+                 "i16": ("h6x", ctypes.c_int16), "i8": ("b7x", ctypes.c_int8), "u8": ("B7x", ctypes.c_uint8),
+                 "u32": ("I4x", ctypes.c_uint32), "u64": ("Q", ctypes.c_uint64), "bool": ("?7x", ctypes.c_uint8)}
 
 
 class CudaError(DeviceError):
@@ -178,6 +181,7 @@ class CudaArray(DeviceArray):
     def __init__(self, runtime: "CudaRuntime", shape: tuple, dtype) -> None:
         super().__init__(runtime, shape, dtype)
         self.memory = runtime.reserve(self.nbytes) if self.nbytes else None
+        self._address = int(self.memory.buffer) + self.memory.offset if self.memory is not None else 0
         # Returning the slice is safe while kernels may still use it: the stream runs in order. From a
         # finalizer the pool takes it back at its next call (a lock here could deadlock).
         give = getattr(runtime.pool, "free_later", runtime.pool.free)
@@ -186,8 +190,7 @@ class CudaArray(DeviceArray):
     @property
     def ptr(self) -> int:
         """The device address of element 0 (views share their owner's memory)."""
-        base = int(self.memory.buffer) + self.memory.offset if self.memory is not None else 0
-        return base + getattr(self, "offset", 0)
+        return self._address + self.offset  # views copy _address (their owner's) and set their offset
 
     def numpy(self) -> np.ndarray:
         """A host copy (waits for the queued work that writes it); views are read through their strides."""
@@ -207,24 +210,41 @@ class CudaArray(DeviceArray):
         return f"CudaArray(shape={self.shape}, dtype={self.dtype}, device={self.runtime.device_index})"
 
 
-def pack_arguments(params: list, values: list) -> tuple:
-    """The `void **` array cuLaunchKernel takes, and the ctypes boxes it points into (keep them alive).
-
-    `values[i]` is `(device_pointer, length)` for an array parameter and a number for a scalar; each
-    array becomes two kernel parameters (pointer, i32 length), as targets/cuda.py declares them.
+class ParameterBlock:
+    """The parameters of one compiled kernel, packed in place for `cuLaunchKernel`: an 8-byte slot per
+    scalar and two per array (a pointer to its first element, then its i32 length: `len()` in the
+    kernel), as targets/cuda.py declares them. The slots and the `void **` array pointing at them are
+    made once per kernel; a launch writes its values with one `struct.pack_into` (the caller holds
+    the runtime's lock from `pack` until the launch call returns: the driver copies the values then).
 
     Example:
-        >>> params, boxes = pack_arguments(kernel.params, [(ptr_x, 1000), 2.0])
+        >>> block = ParameterBlock(kernel.params)
+        >>> driver.cuLaunchKernel(f, 1, 1, 1, 256, 1, 1, 0, stream, block.pack([x_ptr, 1000, 2.0]), 0)
     """
-    boxes = []
-    for p, v in zip(params, values):
-        if isinstance(p, ir.Array):
-            ptr, length = v
-            boxes += [ctypes.c_uint64(ptr), ctypes.c_int32(length)]
-        else:
-            boxes.append(_SCALAR_CTYPES[p.value.type.dtype.name](v))
-    array = (ctypes.c_void_p * max(1, len(boxes)))(*[ctypes.addressof(b) for b in boxes])
-    return array, boxes
+
+    def __init__(self, params: list) -> None:
+        slots = []
+        for p in params:
+            slots += [("Q", ctypes.c_uint64), ("i4x", ctypes.c_int32)] if isinstance(p, ir.Array) else \
+                [_SCALAR_SLOTS[p.value.type.dtype.name]]
+        self.format = struct.Struct("<" + "".join(f for f, _ in slots))
+        self.storage = ctypes.create_string_buffer(max(8, self.format.size))
+        base = ctypes.addressof(self.storage)
+        self.slots = [(ctype, base + 8 * i) for i, (_, ctype) in enumerate(slots)]
+        self.pointers = (ctypes.c_void_p * max(1, len(slots)))(*[address for _, address in self.slots])
+        self.address = ctypes.addressof(self.pointers)
+
+    def pack(self, values: list) -> int:
+        """Write `values` (per slot: an array's pointer and length, a scalar) and return the address of the
+        `void **` array. A value out of its slot's range wraps as in C (a u8 of -1 is 255)."""
+        try:
+            self.format.pack_into(self.storage, 0, *values)
+        except (struct.error, OverflowError):
+            if len(values) != len(self.slots):
+                raise KernelError(f"{len(values)} parameter values for {len(self.slots)} slots") from None
+            for (ctype, address), v in zip(self.slots, values):
+                ctype.from_address(address).value = v
+        return self.address
 
 
 @dataclass
@@ -239,6 +259,8 @@ class CompiledCudaKernel:
     shared: int         # bytes of dynamic shared memory per cube
     source: str
     dim: CubeDim        # the cube shape it was compiled for
+    block: ParameterBlock | None = None  # where launches pack their parameters
+    fits: bool = False  # `dim` and `shared` are within the device's limits (a launch checks only its count)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -401,7 +423,7 @@ class CudaRuntime(Specializing):
         if (src.shape, src.strides, src.dtype) != (dst.shape, dst.strides, dst.dtype):
             raise ValueError(f"copy_span needs equal layouts: {src.shape} {src.strides} {src.dtype} into "
                              f"{dst.shape} {dst.strides} {dst.dtype}")
-        lo, n = host_span(src)
+        lo, n = (0, src.nbytes) if src.flags.c_contiguous else host_span(src)
         if n:
             self.activate()
             with self._lock:
@@ -517,8 +539,14 @@ class CudaRuntime(Specializing):
                 function, d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared),
                 "cuFuncSetAttribute", f"for kernel {name} ({shared} bytes of shared memory)")
         stored = {ir.written_array(s) for s in ir.walk(optimized.body) if isinstance(s, ir.Instr)}
+        try:
+            check_launch(name, CubeCount(1), dim, shared, self.limits)
+            fits = True
+        except CudaLaunchError:
+            fits = False  # every launch raises, naming the kernel
         return CompiledCudaKernel(function, module, name, optimized.params,
-                                  [p in stored for p in optimized.params], shared, source, dim)
+                                  [p in stored for p in optimized.params], shared, source, dim,
+                                  ParameterBlock(optimized.params), fits)
 
     def compile_ir(self, kernel: ir.Kernel, dim: CubeDim) -> CompiledCudaKernel:
         """Compile IR built directly (a fused kernel from `ir.Builder`), remembered by its hash.
@@ -546,23 +574,30 @@ class CudaRuntime(Specializing):
 
     def run(self, compiled: CompiledCudaKernel, count: CubeCount, args: tuple) -> None:
         """Queue a compiled kernel on CudaArrays, NumPy arrays and scalars, in parameter order."""
-        if len(args) != len(compiled.params):
-            raise KernelError(f"{compiled.name} takes {len(compiled.params)} arguments, got {len(args)}")
+        params = compiled.params
+        if len(args) != len(params):
+            raise KernelError(f"{compiled.name} takes {len(params)} arguments, got {len(args)}")
         if count.total == 0:
             return
-        dim = compiled.dim
-        check_launch(compiled.name, count, dim, compiled.shared, self.limits)
+        dim, most = compiled.dim, self.limits.max_count
+        if not (compiled.fits and 0 < count.x <= most[0] and 0 < count.y <= most[1] and 0 < count.z <= most[2]):
+            check_launch(compiled.name, count, dim, compiled.shared, self.limits)
         values, staged = [], []  # staged: (host array, its device copy, parameter index)
         try:
             for i, a in enumerate(args):
-                values.append(self._argument(compiled, i, a, staged))
-            params, boxes = pack_arguments(compiled.params, values)
+                if not isinstance(params[i], ir.Array):
+                    values.append(a)
+                elif type(a) is CudaArray and a.size < 2**31:  # the common case, inlined from _argument
+                    values += (a._address + a.offset, a.size)
+                else:
+                    values += self._argument(compiled, i, a, staged)
             self.activate()
             with self._lock:
-                check(self.driver, self.driver.cuLaunchKernel(
+                status = self.driver.cuLaunchKernel(
                     compiled.function, count.x, count.y, count.z, dim.x, dim.y, dim.z, compiled.shared,
-                    self.stream, ctypes.addressof(params), 0),
-                    "cuLaunchKernel", launch_context(compiled.name, count, dim, compiled.shared))
+                    self.stream, compiled.block.pack(values), 0)
+            if int(status[0]):
+                check(self.driver, status, "cuLaunchKernel", launch_context(compiled.name, count, dim, compiled.shared))
             for a, dev, i in staged:
                 if compiled.written[i]:
                     lo, n = host_span(a)
