@@ -20,6 +20,7 @@ import numpy as np
 
 from ... import cube
 from ...errors import ShapeError
+from ..runtime.arguments import DeviceArray
 from .common import (asarray, check_size, contiguous, copy_as, dot, element_strides, empty, grid, offset, row_chunks,
                      row_span, unravel)
 
@@ -104,9 +105,12 @@ def _launch(kernel, n, /, *args, **comptime):
 
 
 def _check_bounds(op: str, index: np.ndarray, size: int, dim: int) -> None:
-    if index.size and (index.min() < 0 or index.max() >= size):
-        bad = index.min() if index.min() < 0 else index.max()
-        raise IndexError(f"{op}: index {bad} is out of bounds for dim {dim} with size {size}")
+    if not index.size:
+        return
+    host = index.numpy() if isinstance(index, DeviceArray) else index  # a device index: one read, one wait
+    low, high = host.min(), host.max()
+    if low < 0 or high >= size:
+        raise IndexError(f"{op}: index {low if low < 0 else high} is out of bounds for dim {dim} with size {size}")
 
 
 def gather(x: np.ndarray, index: np.ndarray, dim: int) -> np.ndarray:

@@ -315,6 +315,7 @@ class CudaRuntime(Specializing):
         check(self.driver, self.driver.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
 
     def _allocate(self, nbytes: int):
+        self.activate()  # only a new page needs the context: most arrays are slices of pages held
         result = self.driver.cuMemAlloc(nbytes)
         if int(result[0]) == OUT_OF_MEMORY:
             raise CudaOutOfMemoryError(f"cuMemAlloc({nbytes}) failed: out of memory")
@@ -341,11 +342,11 @@ class CudaRuntime(Specializing):
             self.pool.fixed_page = page_size
 
     def _release(self, pointer) -> None:
+        self.activate()
         check(self.driver, self.driver.cuMemFree(pointer), "cuMemFree")
 
     def empty(self, shape, dtype) -> CudaArray:
         """An uninitialized device array."""
-        self.activate()
         out = CudaArray(self, (shape,) if isinstance(shape, int) else shape, dtype)
         if self._captured is not None:  # a graph being captured writes here on every replay: keep it
             self._captured.append(out)
