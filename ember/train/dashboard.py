@@ -19,7 +19,7 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, Any, Mapping
 
 _SPARKS = "▁▂▃▄▅▆▇█"
 
@@ -58,8 +58,9 @@ class Display:
     def split_start(self, split: str, epoch: int, total: int | None) -> None:
         """A pass over `split` begins, of `total` batches (None when the loader has no length)."""
 
-    def batch(self, split: str, done: int, total: int | None, running: dict[str, str]) -> None:
-        """`done` batches of the pass are finished; `running` holds formatted running values."""
+    def batch(self, split: str, done: int, total: int | None, running: Mapping[str, str]) -> None:
+        """`done` batches of the pass are finished; `running` holds formatted running values (a
+        mapping computed when first read: a display that skips a batch costs nothing)."""
 
     def epoch_end(self, view: EpochView) -> None:
         """An epoch (training and validation) is finished."""
@@ -160,7 +161,7 @@ class RichDashboard(Display):
             self._progress.reset(self._tasks[split], total=total)
         self._draw(force=True)
 
-    def batch(self, split: str, done: int, total: int | None, running: dict[str, str]) -> None:
+    def batch(self, split: str, done: int, total: int | None, running: Mapping[str, str]) -> None:
         self._progress.update(self._tasks[split], completed=done, total=total)
         self._current[split] = running
         self._draw(force=False)

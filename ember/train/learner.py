@@ -294,7 +294,7 @@ class Learner:
         pending.clear()
         run.position, run.step = index, run.step + 1
         run.rng = ember_random.get_state()
-        display.batch("train", index, total, tracker.format(tracker.running()))
+        display.batch("train", index, total, tracker.formatted_running())
         for callback in self.callbacks:
             callback.on_step_end(self)
         if self.checkpoint_every is not None and run.step % self.checkpoint_every == 0:
@@ -316,7 +316,7 @@ class Learner:
                 for index, batch in enumerate(loader, start=1):
                     out = self.valid_step(move_to(batch, self.device))
                     tracker.update(observe(out, clock, None, self.device))
-                    display.batch("valid", index, total, tracker.format(tracker.running()))
+                    display.batch("valid", index, total, tracker.formatted_running())
         finally:
             self.model.to(self.train_device)
             self.model.train()

@@ -16,7 +16,7 @@ Example:
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from .metrics import Metric, Observation
 
@@ -68,6 +68,18 @@ class MetricTracker:
         """`values` as each metric formats them."""
         return {m.name: m.format(values.get(m.name)) for m in self.metrics}
 
+    def formatted_running(self) -> Mapping[str, str]:
+        """`format(running())`, computed when first read: the learner hands it to the display after
+        every batch, and a display that does not show batches (the plain log) never pays for it.
+
+        Example:
+            >>> t = MetricTracker([Loss()])
+            >>> t.update(Observation(0.5, items=2))
+            >>> dict(t.formatted_running())
+            {'loss': '0.5000'}
+        """
+        return _OnFirstRead(lambda: self.format(self.running()))
+
     def state_dict(self) -> dict[str, Any]:
         """The epoch and window states (NumPy arrays and lists), for a checkpoint."""
         return {"batches": self.batches, "epoch": dict(self._epoch),
@@ -82,6 +94,33 @@ class MetricTracker:
         self.batches = int(state["batches"])
         self._epoch = dict(state["epoch"])
         self._recent = {name: deque(states, maxlen=self.window) for name, states in state["recent"].items()}
+
+
+class _OnFirstRead(Mapping[str, str]):
+    """The mapping `make()` returns, made on first access and kept."""
+
+    __slots__ = ("_make", "_values")
+
+    def __init__(self, make: Callable[[], dict[str, str]]) -> None:
+        self._make: Callable[[], dict[str, str]] | None = make
+        self._values: dict[str, str] = {}
+
+    def _get(self) -> dict[str, str]:
+        if self._make is not None:
+            self._values, self._make = self._make(), None
+        return self._values
+
+    def __getitem__(self, key: str) -> str:
+        return self._get()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._get())
+
+    def __len__(self) -> int:
+        return len(self._get())
+
+    def __repr__(self) -> str:
+        return repr(self._get())
 
 
 def _value(metric: Metric, state: Any) -> float | None:

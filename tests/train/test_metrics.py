@@ -156,6 +156,21 @@ def test_running_value_covers_the_last_window():
     assert tracker.epoch()["accuracy"] == pytest.approx(1 / 3)
 
 
+def test_formatted_running_is_computed_on_first_read_only():
+    tracker = MetricTracker([Accuracy(), Loss()], window=2)
+    calls = []
+    running = tracker.running
+    tracker.running = lambda: calls.append(1) or running()  # type: ignore[method-assign]
+    tracker.update(Observation(0.25, np.array([[0.0, 1.0]]), np.array([1])))
+    unread = tracker.formatted_running()
+    shown = tracker.formatted_running()
+    assert calls == []
+    assert dict(shown) == tracker.format(running()) == {"accuracy": "1.0000", "loss": "0.2500"}
+    tracker.update(Observation(0.75, np.array([[0.0, 1.0]]), np.array([0])))
+    assert shown["loss"] == "0.2500" and len(calls) == 1  # kept from its first read
+    assert dict(unread) == {"accuracy": "0.5000", "loss": "0.5000"}  # read later: the values then
+
+
 def test_tracker_rejects_duplicate_names():
     with pytest.raises(ValueError, match="unique"):
         MetricTracker([Loss(), Loss()])
