@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import math
 from types import SimpleNamespace
 
 from ..api.creation import zeros_like
-from ..api.math import maximum
 from ..tensor import Tensor
+from .fused import adam_scalars, adam_step
 from .optimizer import Optimizer, check_betas
 
 
@@ -37,22 +36,21 @@ class Adam(Optimizer):
         check_betas(type(self).__name__ + where, options.betas, 2)
 
     def update(self, value: Tensor, grad: Tensor, state: dict, options: SimpleNamespace, lr: float) -> Tensor:
-        b1, b2 = options.betas
+        """One op (`ember.optim.fused.adam_step`: a cube kernel, or NumPy on Device.numpy()) computes the
+        new value and moments; the moments are views of its packed result."""
         t = state["step"]
-        if options.weight_decay:
-            if self.decoupled_weight_decay:
-                value = value * (1 - lr * options.weight_decay)
-            else:
-                grad = grad + options.weight_decay * value
         if t == 1:
-            state["exp_avg"] = zeros_like(grad)
-            state["exp_avg_sq"] = zeros_like(grad)
-        m = state["exp_avg"] = b1 * state["exp_avg"] + (1 - b1) * grad
-        v = state["exp_avg_sq"] = b2 * state["exp_avg_sq"] + (1 - b2) * grad * grad
-        if options.amsgrad:
-            v = state["max_exp_avg_sq"] = v if t == 1 else maximum(state["max_exp_avg_sq"], v)
-        denom = v.sqrt() / math.sqrt(1 - b2 ** t) + options.eps
-        return value - (lr / (1 - b1 ** t)) * m / denom
+            state["exp_avg"] = state["exp_avg_sq"] = zeros_like(value)
+        if options.amsgrad and "max_exp_avg_sq" not in state:
+            state["max_exp_avg_sq"] = zeros_like(value)
+        scalars = adam_scalars(value, lr=lr, betas=options.betas, eps=options.eps, weight_decay=options.weight_decay,
+                               decoupled=self.decoupled_weight_decay, step=t)
+        new, state["exp_avg"], state["exp_avg_sq"], vmax = adam_step(
+            value, grad, state["exp_avg"], state["exp_avg_sq"], state.get("max_exp_avg_sq") if options.amsgrad
+            else None, scalars)
+        if vmax is not None:
+            state["max_exp_avg_sq"] = vmax
+        return new
 
 
 class AdamW(Adam):

@@ -28,7 +28,7 @@ from ember.cube.kernels import elementwise as ew
 from ember.cube.kernels.conv import conv2d
 from ember.cube.kernels.indexing import gather, index_add, index_select, scatter
 from ember.cube.kernels.matmul import matmul
-from ember.cube.kernels import attention, common, matmul_tc
+from ember.cube.kernels import attention, common, matmul_tc, optim
 from ember.cube.kernels.conv_gemm import conv2d_gemm, conv_transpose2d
 try:  # unfold/fold are being added to the library as this is written
     from ember.cube.kernels.unfold import fold, unfold
@@ -101,6 +101,10 @@ def library_calls() -> list:
     calls += [lambda fn=fn: fn(*qkv, packed, packed, scale=0.3, causal=True, offset=0)
               for fn in (attention.attention_grad_q, attention.attention_grad_kv)]
     calls += [lambda: attention.columns(packed, 8, F16)]
+    adam = dict(lr=0.1, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01, decoupled=True, step=2)  # the optimizer
+    calls += [lambda t=t, ams=ams: optim.adam_update(*[x.astype(t)] * 4, x.astype(t) if ams else None,
+                                                     optim.scalars(t, **adam))
+              for t, ams in ((F32, False), (F32, True), (F16, False), (BF16, True), (F64, False))]
     x3d = rng.standard_normal((5, 3, 33)).astype(F64)
     w, bias = np.ones(33, F64), np.zeros(33, F64)
     calls += [lambda: layer_norm(x3d, w, bias), lambda: layer_norm(x3d), lambda: rms_norm(x3d, w),

@@ -1,0 +1,97 @@
+"""Adam/AdamW as one op per parameter (`ember/optim/fused.py`), on every suite device, against
+`torch.optim.Adam`/`AdamW` fed the same random gradients: parameters and moments after each step, for
+f32, f64 and bf16, with AMSGrad, coupled and decoupled weight decay, a 0-d and an empty parameter."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import ember
+from ember.errors import DTypeError, ShapeError
+from ember.nn import Module
+from ember.nn.param import Param, ParamGroup
+from ember.optim import Adam, AdamW
+from ember.optim.fused import adam_scalars, adam_step
+
+SHAPES = {"a_w": (6, 5), "a_b": (7,), "b_w": (4, 3), "b_s": (), "b_e": (0, 3)}
+# (ember class, torch class, base options, options of the "b_" group); amsgrad and wd 0 in the group
+ADAM = (Adam, torch.optim.Adam, {"weight_decay": 0.1}, {"amsgrad": True, "weight_decay": 0.0, "betas": (0.8, 0.9)})
+ADAMW = (AdamW, torch.optim.AdamW, {}, {"amsgrad": True, "weight_decay": 0.2, "eps": 1e-6})
+# dtype: (rtol, atol) after 3 steps with lr 0.05 (torch computes m by lerp, and bf16 op by op)
+TOLERANCE = {ember.f32: (1e-5, 1e-6), ember.f64: (1e-12, 1e-14), ember.bf16: (2e-2, 2e-2)}
+TORCH = {ember.f32: torch.float32, ember.f64: torch.float64, ember.bf16: torch.bfloat16}
+# Each rule and dtype once per device (the trajectory tests of test_torch_optimizers.py run both in f64)
+CASES = [(ember.f32, *ADAM), (ember.f64, *ADAMW), (ember.bf16, *ADAMW)]
+
+
+class Params(Module):
+    """A module holding one parameter per entry of `values`."""
+
+    def __init__(self, values: dict) -> None:
+        for name, value in values.items():
+            setattr(self, name, Param(value))
+
+
+def as_numpy(t) -> np.ndarray:
+    return (t.float() if t.dtype == torch.bfloat16 else t).detach().numpy().astype(np.float64)
+
+
+@pytest.mark.parametrize("dtype, cls, torch_cls, base, group", CASES, ids=[f"{c[1].__name__}-{c[0]}" for c in CASES])
+def test_one_op_update_matches_torch_over_steps(device, rng, dtype, cls, torch_cls, base, group):
+    ad = device.autodiff()
+    start = {k: rng.standard_normal(s).astype(np.float32) for k, s in SHAPES.items()}
+    model = Params({k: ember.tensor(v, device=ad).cast(dtype) for k, v in start.items()})
+    ours = {k: p for k, p in model.named_parameters()}
+    theirs = {k: torch.tensor(v).to(TORCH[dtype]).requires_grad_() for k, v in start.items()}
+    opt = cls(model, lr=0.05, groups=[ParamGroup(prefix="b_", **group)], **base)
+    torch_opt = torch_cls([{"params": [theirs[k] for k in SHAPES if k.startswith("a_")]},
+                           {"params": [theirs[k] for k in SHAPES if k.startswith("b_")], **group}], lr=0.05, **base)
+    rtol, atol = TOLERANCE[dtype]
+    for step in range(3):
+        grads = {k: rng.standard_normal(s).astype(np.float32) for k, s in SHAPES.items()}
+        loss = sum((p * ember.tensor(grads[k], device=ad).cast(dtype)).sum() for k, p in ours.items())
+        opt.step(loss.backward())
+        for k, t in theirs.items():
+            t.grad = torch.tensor(grads[k]).to(TORCH[dtype])
+        torch_opt.step()
+        for k, p in ours.items():
+            assert p.dtype is dtype and p.shape == SHAPES[k]
+            np.testing.assert_allclose(p.numpy().astype(np.float64), as_numpy(theirs[k]), rtol=rtol, atol=atol,
+                                       err_msg=f"{k} after step {step}")
+    for k, t in theirs.items():  # the moments too, AMSGrad's maximum included
+        for key, value in torch_opt.state[t].items():
+            if key != "step":
+                np.testing.assert_allclose(opt.state[k][key].numpy().astype(np.float64), as_numpy(value),
+                                           rtol=rtol, atol=atol, err_msg=f"{k}.{key}")
+
+
+def test_a_step_dispatches_one_update_and_views_per_parameter(monkeypatch):
+    device = ember.Device.numpy()
+    model = Params({k: ember.ones(*s, device=device.autodiff()) for k, s in SHAPES.items()})
+    opt = AdamW(model, lr=0.1, groups=[ParamGroup(prefix="b_", amsgrad=True)])
+    loss = lambda: sum(p.sum() for _, p in model.named_parameters())  # noqa: E731
+    opt.step(loss().backward())  # the first step also makes the zero moments
+    grads = loss().backward()
+    ran = []
+    backend = device.backend
+    monkeypatch.setattr(backend, "execute", lambda prim, *a: ran.append(prim.name) or type(backend).execute(
+        backend, prim, *a))
+    opt.step(grads)
+    assert sorted(set(ran)) == ["adam_update", "adam_update_amsgrad", "reshape", "slice"]
+    assert ran.count("adam_update") == 2 and ran.count("adam_update_amsgrad") == 3
+    # a row of a 2-parameter group of 3 rows and of b_w and b_s (4 rows; b_s's reshaped to 0-d); the
+    # empty b_e's rows are the packed result itself
+    assert ran.count("slice") == 2 * 3 + 2 * 4 and ran.count("reshape") == 4
+
+
+def test_bad_operands_are_named(device):
+    p = ember.zeros(3, 2, device=device)
+    s = adam_scalars(p, lr=0.1, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.0, decoupled=True, step=1)
+    with pytest.raises(ShapeError, match="adam_update.*exp_avg_sq has shape \\(2, 3\\)"):
+        adam_step(p, p, p, ember.zeros(2, 3, device=device), None, s)
+    with pytest.raises(DTypeError, match="scalars must be f64 for a f64 parameter"):
+        adam_step(p.cast(ember.f64), p.cast(ember.f64), p.cast(ember.f64), p.cast(ember.f64), None, s)
+    with pytest.raises(DTypeError, match="float dtype, got i32"):
+        adam_step(p.cast(ember.i32), p, p, p, None, s)
