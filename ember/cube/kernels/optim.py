@@ -27,7 +27,7 @@ Example:
     >>> p = np.ones(3, np.float32); z = np.zeros(3, np.float32)
     >>> s = scalars(np.float32, lr=0.1, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, decoupled=True, step=1)
     >>> adam_update(p, p, z, z, None, s)[:3]        # the first step moves every weight by lr
-    array([0.9, 0.9, 0.9], dtype=float32)
+    array([0.90000004, 0.90000004, 0.90000004], dtype=float32)
 """
 
 from __future__ import annotations
