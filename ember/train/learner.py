@@ -40,7 +40,7 @@ from .metrics import Loss, Metric
 from .plots import RECORD_KEYS
 from .run_dir import RunDirectory
 from .run_state import FitResult, RunState
-from .step import Clock, StepOutput, move_to, observe
+from .step import Clock, StepOutput, checked, detached, move_to, observe
 from .tracker import MetricTracker
 
 SPLITS = ("train", "valid")
@@ -262,10 +262,12 @@ class Learner:
         for batch in batches:
             index += 1
             size = self.grad_accumulation if total is None else min(self.grad_accumulation, total - window_start)
-            out = self.train_step(move_to(batch, self.train_device))
-            obs = observe(out, clock, self.optimizer.lr, self.device)
+            out = checked(self.train_step(move_to(batch, self.train_device)))
+            lr = self.optimizer.lr
             grads = (out.loss / size if size > 1 else out.loss).backward()
-            pending.append(obs)
+            # Read on the host after the optimizer step (_after_step): a read here would cut the
+            # recorded stream between forward and backward and cost a lazy device one more flush.
+            pending.append((detached(out), *clock.lap(), lr))
             if accumulator is not None:
                 accumulator.accumulate(self.model, grads)
             if index - window_start < size:
@@ -289,8 +291,8 @@ class Learner:
 
     def _after_step(self, run: RunState, index: int, total: int | None, pending: list, display: Display) -> None:
         tracker = self.trackers["train"]
-        for obs in pending:
-            tracker.update(obs)
+        for out, wall, cpu, lr in pending:
+            tracker.update(observe(out, wall, cpu, lr, self.device))
         pending.clear()
         run.position, run.step = index, run.step + 1
         run.rng = ember_random.get_state()
@@ -314,8 +316,8 @@ class Learner:
         try:
             with no_grad():
                 for index, batch in enumerate(loader, start=1):
-                    out = self.valid_step(move_to(batch, self.device))
-                    tracker.update(observe(out, clock, None, self.device))
+                    out = checked(self.valid_step(move_to(batch, self.device)))
+                    tracker.update(observe(out, *clock.lap(), None, self.device))
                     display.batch("valid", index, total, tracker.formatted_running())
         finally:
             self.model.to(self.train_device)

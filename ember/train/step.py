@@ -94,22 +94,43 @@ class Clock:
         return out
 
 
-def observe(out: StepOutput, clock: Clock, lr: float | None, device: Any) -> Observation:
-    """The host `Observation` of a step's output, timed since the clock's last lap.
+def checked(out: Any) -> StepOutput:
+    """`out` when it is a `StepOutput` with a scalar tensor loss; else a clear error.
 
     Example:
-        >>> obs = observe(StepOutput(loss, logits, y), Clock(), lr=1e-3, device=device)
+        >>> checked(StepOutput(ember.tensor(0.5))).loss.numel
+        1
     """
     if not isinstance(out, StepOutput):
         raise TypeError(f"a step must return StepOutput(loss, outputs, targets), got {type(out).__name__}")
     if not isinstance(out.loss, Tensor) or out.loss.numel != 1:
         shape = getattr(out.loss, "shape", None)
         raise ValueError(f"StepOutput.loss must be a scalar tensor, got {type(out.loss).__name__} of shape {shape}")
+    return out
+
+
+def detached(out: StepOutput) -> StepOutput:
+    """`out` with its tensors cut from the gradient graph (no host read, no sync), so keeping it a
+    while does not keep the graph's saved activations alive.
+
+    Example:
+        >>> detached(StepOutput(loss, logits, y)).outputs.requires_grad
+        False
+    """
+    cut = [v.detach() if isinstance(v, Tensor) else v for v in (out.loss, out.outputs, out.targets)]
+    return StepOutput(*cut, items=out.items)
+
+
+def observe(out: StepOutput, wall: float, cpu: float, lr: float | None, device: Any) -> Observation:
+    """The host `Observation` of a (`checked`) step output that took `wall` and `cpu` seconds: this
+    reads the loss and the outputs, so on a lazy or asynchronous device it waits for them.
+
+    Example:
+        >>> obs = observe(StepOutput(loss, logits, y), *Clock().lap(), lr=1e-3, device=device)
+    """
     outputs, targets = host(out.outputs), host(out.targets)
     items = out.items
     if items is None:
         first = outputs if outputs is not None and outputs.ndim else targets
         items = len(first) if first is not None and first.ndim else 1
-    loss = float(out.loss.item())
-    wall, cpu = clock.lap()
-    return Observation(loss, outputs, targets, items, wall, cpu, lr, device)
+    return Observation(float(out.loss.item()), outputs, targets, items, wall, cpu, lr, device)

@@ -277,3 +277,26 @@ def test_loaders_without_a_length_flush_the_last_window():
     result = lrn.fit(Batches(), epochs=2)
     assert result.steps == 6  # 5 batches per epoch: windows of 2, 2 and 1
     assert result.final["train/loss"] is not None
+
+
+def test_step_results_are_read_on_the_host_after_the_optimizer_step(monkeypatch):
+    import ember.train.learner as learner_module
+
+    events = []
+    observe = learner_module.observe
+
+    def spy(out, *args):
+        events.append(("observe", out.loss.requires_grad, out.outputs.requires_grad))
+        return observe(out, *args)
+
+    monkeypatch.setattr(learner_module, "observe", spy)
+    train, _ = loaders()
+    lrn = learner(metrics=[Accuracy()])
+    step = lrn.optimizer.step
+    monkeypatch.setattr(lrn.optimizer, "step", lambda grads: events.append("step") or step(grads))
+    lrn.fit(train, epochs=1)
+    # A read before backward would cut a lazy device's recorded stream; detached outputs hold no graph.
+    assert events == ["step", ("observe", False, False)] * 6
+    lrn._train_fn = lambda model, batch: (1.0, None)
+    with pytest.raises(TypeError, match=r"must return StepOutput\(loss, outputs, targets\), got tuple"):
+        lrn.fit(train, epochs=1)
