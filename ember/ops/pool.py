@@ -7,6 +7,8 @@ ceiling with `ceil_mode`, where a last window must start inside the input or its
 - `max_pool`: y = max over each window (padding never wins; NaN propagates). Its gradient sends each
   output's cotangent to the input position that won, found by `max_pool_indices` and summed with
   `scatter_add`.
+- `max_pool_grad`: max_pool's input gradient, g sent to each window's winner (0 elsewhere, summed where
+  windows overlap); its gradient with respect to g gathers at the winners.
 - `max_pool_indices`: the winning position of each window as a flat index into the spatial dims of the
   input (PyTorch's `return_indices`), first one on ties. An integer output: no gradient.
 - `avg_pool`: y = sum over each window / divisor, the divisor being the window's size clipped to the
@@ -79,20 +81,55 @@ def _max_reference(x, *, kernel, stride, padding, dilation, ceil_mode):
     return result
 
 
+def _disjoint(kernel, stride, dilation) -> bool:
+    """Whether no two windows share an input position (then their winners are distinct)."""
+    return all(s >= d * (k - 1) + 1 for k, s, d in zip(kernel, stride, dilation))
+
+
 def _max_vjp(ctx, g):
     x, = ctx.inputs
-    (shape, _), = ctx.input_avals
-    index = call("max_pool_indices", x, **ctx.params)
-    flat = g.new_zeros(shape[:2] + (math.prod(shape[2:]),))
     p = ctx.params
-    # Windows that cannot overlap have distinct winners: a plain scatter then equals scatter_add, and
-    # costs a fancy assignment instead of NumPy's much slower unbuffered `add.at`.
-    disjoint = all(s >= d * (k - 1) + 1 for k, s, d in zip(p["kernel"], p["stride"], p["dilation"]))
-    scatter = flat.scatter if disjoint else flat.scatter_add
-    return (scatter(2, index.flatten(2), g.flatten(2)).reshape(shape),)
+    if _disjoint(p["kernel"], p["stride"], p["dilation"]):
+        return (call("max_pool_grad", x, g, **p),)  # one kernel: no index array, no zero fill, no scatter
+    (shape, _), = ctx.input_avals
+    index = call("max_pool_indices", x, **p)
+    flat = g.new_zeros(shape[:2] + (math.prod(shape[2:]),))
+    return (flat.scatter_add(2, index.flatten(2), g.flatten(2)).reshape(shape),)
 
 
 primitive("max_pool", infer=_max_infer, vjp=_max_vjp, cost="compute")(_max_reference)
+
+
+# ---- max_pool_grad -------------------------------------------------------------------------------
+
+def _grad_infer(x: Aval, g: Aval, **params) -> Aval:
+    out = _max_infer(x, **params)
+    if g.shape != out.shape or g.dtype != x.dtype:
+        raise ShapeError("max_pool_grad", f"gradient {g.shape} {g.dtype} does not fit the pool of {x.shape} "
+                                          f"{x.dtype} (output {out.shape})")
+    return x
+
+
+def _grad_reference(x, g, *, kernel, stride, padding, dilation, ceil_mode):
+    index = _indices_reference(x, kernel=kernel, stride=stride, padding=padding, dilation=dilation,
+                               ceil_mode=ceil_mode)
+    flat = np.zeros(x.shape[:2] + (math.prod(x.shape[2:]),), g.dtype)
+    index, values = (a.reshape(a.shape[:2] + (math.prod(a.shape[2:]),)) for a in (index, g))
+    if _disjoint(kernel, stride, dilation):  # distinct winners: a plain put, not NumPy's slow `add.at`
+        np.put_along_axis(flat, index, values, axis=2)
+    else:
+        np.add.at(flat, (np.arange(flat.shape[0])[:, None, None], np.arange(flat.shape[1])[:, None], index), values)
+    return flat.reshape(x.shape)
+
+
+def _grad_vjp(ctx, h):
+    x, _ = ctx.inputs
+    (shape, _), (gshape, _) = ctx.input_avals
+    index = call("max_pool_indices", x, **ctx.params)
+    return None, h.flatten(2).gather(2, index.flatten(2)).reshape(gshape)
+
+
+primitive("max_pool_grad", infer=_grad_infer, vjp=_grad_vjp, cost="compute")(_grad_reference)
 
 
 # ---- max_pool_indices ----------------------------------------------------------------------------

@@ -93,6 +93,27 @@ def test_adaptive_max_pool_ties_pick_the_row_major_first(device, rng):
              lambda x: TF.adaptive_max_pool2d(x, (4, 5), return_indices=True), [x], device)
 
 
+@pytest.mark.parametrize("kernel, stride, padding, dilation, ceil_mode",
+                         [(2, 2, 0, 1, False), (2, 3, 1, 2, True), (3, 2, 1, 1, False)])
+def test_max_pool_grad_and_its_gradient(device, rng, kernel, stride, padding, dilation, ceil_mode):
+    # max_pool's input gradient as a primitive (windows apart, padded, overlapping) and its own rule
+    # (a gather at the winners) against torch's double backward: d/dg of <dL/dx(x, g), c>.
+    from ember.dispatch import bind
+    from ember.ops import registry
+    x, c = random(rng, (2, 3, 9, 8)), random(rng, (2, 3, 9, 8))
+    kw = dict(stride=stride, padding=padding, dilation=dilation, ceil_mode=ceil_mode)
+    g = random(rng, tuple(TF.max_pool2d(torch.from_numpy(x), kernel, **kw).shape))
+    params = {k: (v, v) if k != "ceil_mode" else v for k, v in dict(kernel=kernel, **kw).items()}
+
+    def torch_grad(x, g):
+        x = x.detach().requires_grad_(True)
+        (dx,) = torch.autograd.grad(TF.max_pool2d(x, kernel, **kw), x, grad_outputs=g, create_graph=True)
+        return dx * torch.from_numpy(c)
+
+    check_op(lambda x, g: bind(registry["max_pool_grad"], (x, g), params) * ember.tensor(c, device=device),
+             torch_grad, [x, g], device, grads=(1,), rng=rng)
+
+
 def test_max_pool_of_integers(device, rng):
     x = rng.integers(-50, 50, size=(2, 3, 9, 8))
     y, index = F.max_pool2d(ember.tensor(x, device=device), 3, 2, 1, ceil_mode=True, return_indices=True)

@@ -28,6 +28,7 @@ from ...cube import kernels as lib
 from ...cube.kernels import conv_gemm
 from ...cube.kernels.elementwise import BINARY_OPS, FLOAT_BINARY, UNARY_OPS
 from ...cube.kernels.matmul import tuned_matmul
+from ...cube.kernels.pool import max_pool2d_grad
 from ...cube.kernels.sort import MAX_ROW
 from ...dtype import bf16
 from ...ops import registry
@@ -287,6 +288,12 @@ def _max_pool_indices(out: Aval, x, **params):
                        lib.max_pool2d_indices(x, kernel, stride, padding, dilation, ceil_mode))
 
 
+def _max_pool_grad(out: Aval, x, g, **params):
+    if any(s < d * (k - 1) + 1 for k, s, d in zip(params["kernel"], params["stride"], params["dilation"])):
+        raise Unlowered("overlapping windows: their gradients add up (the kernel writes each window's taps)")
+    return _spatial_2d("max_pool_grad", (x, g), params, max_pool2d_grad)
+
+
 def _avg_pool(out: Aval, x, **params):
     return _spatial_2d("avg_pool", (x,), params, lambda x, *, kernel, stride, padding, ceil_mode, count_include_pad,
                        divisor_override: lib.avg_pool2d(x, kernel, stride, padding, ceil_mode, count_include_pad,
@@ -353,6 +360,7 @@ TABLE: dict[str, Lowering] = {
     "fold": _kernel(_fold),
     "max_pool": _kernel(_max_pool),
     "max_pool_indices": _kernel(_max_pool_indices),
+    "max_pool_grad": _kernel(_max_pool_grad),
     "avg_pool": _kernel(_avg_pool),
     "reshape": Lowering(_reshape, "view"),
     "permute": _view("permute"),

@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from typing import NamedTuple
+
 from ... import cube
 from ...dtype import f32, i64
 from ...errors import ShapeError
-from .common import asarray, check_size, cube_dtype, element_strides, empty
+from .common import asarray, check_size, contiguous, cube_dtype, element_strides, empty, zeros
 from .conv import _pair
 from .reduce import identity
 
@@ -51,6 +53,36 @@ def pool_kernel(x: cube.Array, out: cube.Array, g: cube.Array[cube.i32], divisor
         ox = cube.min(x00, ow - units) + cube.UNIT_POS_X
         out[row * ow + ox] = window(x, g, base, y0, ox * stride[1] - padding[1], divisor, mode, T, kernel,
                                     padding, dilation, count_include_pad, override, out.dtype, inner)
+
+
+@cube.kernel
+def max_pool_grad_kernel(x: cube.Array, grad: cube.Array, out: cube.Array, g: cube.Array[cube.i32],
+                         T: cube.Comptime, kernel: cube.Comptime[tuple], stride: cube.Comptime[tuple],
+                         padding: cube.Comptime[tuple], dilation: cube.Comptime[tuple], units: cube.Comptime[int],
+                         inner: cube.Comptime[bool]):
+    """The input gradient of a max pool whose windows do not overlap: each window finds its winner as
+    `pool_kernel`'s argmax does, and writes grad to it and 0 to its other taps (taps in the padding are
+    skipped). out is a C-contiguous (N, C, H, W); pixels of no window must already hold 0."""
+    row = cube.CUBE_POS
+    h, w, oh, ow = g[1], g[2], g[3], g[4]
+    nc = row // oh
+    base = (nc // g[0]) * g[5] + (nc % g[0]) * g[6]
+    plane = nc * h * w
+    y0 = (row % oh) * stride[0] - padding[0]
+    for x00 in range(0, ow, units):
+        ox = cube.min(x00, ow - units) + cube.UNIT_POS_X  # the last chunk shifted back inside, as above
+        x0 = ox * stride[1] - padding[1]
+        at = window(x, g, base, y0, x0, cube.f32(0), "argmax", T, kernel, padding, dilation, True, False, out.dtype,
+                    inner)
+        v = grad[row * ow + ox]
+        for ky in cube.unroll(range(kernel[0])):
+            for kx in cube.unroll(range(kernel[1])):
+                iy = y0 + ky * dilation[0]
+                ix = x0 + kx * dilation[1]
+                if inner:
+                    out[plane + iy * w + ix] = cube.select(at == cube.i64(iy * w + ix), v, out.dtype(0))
+                elif iy >= 0 and iy < h and ix >= 0 and ix < w:
+                    out[plane + iy * w + ix] = cube.select(at == cube.i64(iy * w + ix), v, out.dtype(0))
 
 
 @cube.function
@@ -109,31 +141,50 @@ def pool_out_size(n: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> in
     return out
 
 
-def _pool(mode, x, kernel, stride, padding, dilation, ceil_mode, count_include_pad=True, divisor_override=None):
-    x = asarray(x)
+class _Geometry(NamedTuple):
+    kernel: tuple
+    stride: tuple
+    padding: tuple
+    dilation: tuple
+    out: tuple  # (OH, OW)
+    inner: bool  # every window lies inside the input: no tap is tested
+    units: int  # units of a cube: a power of two <= OW, so few variants compile
+    T: object  # the compute type: f32 for f16/bf16
+
+
+def _geometry(op: str, x, kernel, stride, padding, dilation, ceil_mode) -> _Geometry:
     if x.ndim != 4:
-        raise ShapeError(f"{mode}_pool2d", f"needs an (N, C, H, W) input, got {x.shape}")
+        raise ShapeError(op, f"needs an (N, C, H, W) input, got {x.shape}")
     kernel = _pair(kernel)
     stride = _pair(stride if stride is not None else kernel)
     padding, dilation = _pair(padding), _pair(dilation)
     if any(2 * p > k for p, k in zip(padding, kernel)):
-        raise ShapeError(f"{mode}_pool2d", f"padding {padding} must be at most half the kernel {kernel}")
+        raise ShapeError(op, f"padding {padding} must be at most half the kernel {kernel}")
     oh, ow = (pool_out_size(n, k, s, p, d, ceil_mode)
               for n, k, s, p, d in zip(x.shape[2:], kernel, stride, padding, dilation))
     if oh <= 0 or ow <= 0:
-        raise ShapeError(f"{mode}_pool2d", f"kernel {kernel} does not fit the input {x.shape}")
+        raise ShapeError(op, f"kernel {kernel} does not fit the input {x.shape}")
+    inner = padding == (0, 0) and all((o - 1) * s + d * (k - 1) < n for o, s, d, k, n in
+                                      zip((oh, ow), stride, dilation, kernel, x.shape[2:]))
     t = cube_dtype(x.dtype)
-    out = empty(x.shape[:2] + (oh, ow), i64.np if mode == "argmax" else x.dtype, x)
+    return _Geometry(kernel, stride, padding, dilation, (oh, ow), inner, min(ROW_UNITS, 1 << (ow.bit_length() - 1)),
+                     f32 if t.is_float and t.itemsize < 4 else t)
+
+
+def _layout(x, geo: _Geometry) -> np.ndarray:
+    return np.asarray([x.shape[1], x.shape[2], x.shape[3], *geo.out, *element_strides(x)], np.int32)
+
+
+def _pool(mode, x, kernel, stride, padding, dilation, ceil_mode, count_include_pad=True, divisor_override=None):
+    x = asarray(x)
+    geo = _geometry(f"{mode}_pool2d", x, kernel, stride, padding, dilation, ceil_mode)
+    out = empty(x.shape[:2] + geo.out, i64.np if mode == "argmax" else x.dtype, x)
     check_size("pool2d", x, out)
     if out.size:
-        g = np.asarray([x.shape[1], x.shape[2], x.shape[3], oh, ow, *element_strides(x)], np.int32)
-        units = min(ROW_UNITS, 1 << (ow.bit_length() - 1))  # a power of two <= ow: few compiled variants
-        inner = padding == (0, 0) and all((o - 1) * s + d * (k - 1) < n for o, s, d, k, n in
-                                          zip((oh, ow), stride, dilation, kernel, x.shape[2:]))
-        count, dim = cube.CubeCount(out.size // ow), cube.CubeDim(units)
-        pool_kernel.launch(count, dim, x, out, g, float(divisor_override or 0), mode=mode, units=units, inner=inner,
-                           T=f32 if t.is_float and t.itemsize < 4 else t, kernel=kernel, stride=stride,
-                           padding=padding, dilation=dilation if mode != "avg" else (1, 1),
+        count, dim = cube.CubeCount(out.size // geo.out[1]), cube.CubeDim(geo.units)
+        pool_kernel.launch(count, dim, x, out, _layout(x, geo), float(divisor_override or 0), mode=mode,
+                           units=geo.units, inner=geo.inner, T=geo.T, kernel=geo.kernel, stride=geo.stride,
+                           padding=geo.padding, dilation=geo.dilation if mode != "avg" else (1, 1),
                            count_include_pad=count_include_pad, override=divisor_override is not None)
     return out
 
@@ -154,3 +205,33 @@ def avg_pool2d(x, kernel, stride=None, padding=0, ceil_mode=False, count_include
     if divisor_override == 0:
         raise ShapeError("avg_pool2d", "divisor_override must be non-zero")
     return _pool("avg", x, kernel, stride, padding, 1, ceil_mode, count_include_pad, divisor_override)
+
+
+def max_pool2d_grad(x, grad, kernel, stride=None, padding=0, dilation=1, ceil_mode=False) -> np.ndarray:
+    """The gradient of `max_pool2d` with respect to x for windows that do not overlap (stride >= the
+    dilated kernel along each dim): grad (N, C, OH, OW) goes to each window's winner (the position
+    `max_pool2d_indices` names), every other pixel gets 0. One pass, no index array, no scatter.
+
+    Example:
+        >>> max_pool2d_grad(np.arange(4, dtype=np.float32).reshape(1, 1, 2, 2), np.ones((1, 1, 1, 1), np.float32), 2)
+        array([[[[0., 0.],
+                 [0., 1.]]]], dtype=float32)
+    """
+    x, grad = asarray(x), asarray(grad)
+    geo = _geometry("max_pool2d_grad", x, kernel, stride, padding, dilation, ceil_mode)
+    if any(s < d * (k - 1) + 1 for k, s, d in zip(geo.kernel, geo.stride, geo.dilation)):
+        raise ShapeError("max_pool2d_grad", f"windows overlap (kernel {geo.kernel}, stride {geo.stride}, dilation "
+                                            f"{geo.dilation}): their gradients add up, use a scatter-add")
+    if grad.shape != x.shape[:2] + geo.out or grad.dtype != x.dtype:
+        raise ShapeError("max_pool2d_grad", f"gradient {grad.shape} {grad.dtype} does not fit the pool of {x.shape} "
+                                            f"{x.dtype} (output {x.shape[:2] + geo.out})")
+    # Windows that tile the input leave no pixel unwritten; otherwise the others are zeroed first.
+    tiled = geo.inner and all(k == s and o * s == n for k, s, o, n in zip(geo.kernel, geo.stride, geo.out, x.shape[2:]))
+    out = (empty if tiled else zeros)(x.shape, x.dtype, x)
+    check_size("max_pool2d_grad", x, out)
+    if grad.size:
+        count, dim = cube.CubeCount(grad.size // geo.out[1]), cube.CubeDim(geo.units)
+        max_pool_grad_kernel.launch(count, dim, x, contiguous(grad), out, _layout(x, geo), T=geo.T, kernel=geo.kernel,
+                                    stride=geo.stride, padding=geo.padding, dilation=geo.dilation, units=geo.units,
+                                    inner=geo.inner)
+    return out
