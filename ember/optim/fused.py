@@ -32,7 +32,7 @@ Example:
 from __future__ import annotations
 
 from ..api.creation import from_numpy
-from ..api.shape import narrow
+from ..api._common import apply
 from ..cube.kernels import optim as kernels
 from ..dtype import DType
 from ..extension import backend_extension
@@ -115,7 +115,11 @@ def adam_step(param: Tensor, grad: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor, 
 
 
 def _rows(packed: Tensor, shape: tuple, count: int) -> list[Tensor]:
-    """The `count` blocks of a packed result as tensors of `shape` (one slice each; 0-d: and a reshape)."""
+    """The `count` blocks of a packed result as tensors of `shape`: one `slice` each (a 0-d parameter's
+    also a reshape; the rows of an empty one are the packed result itself)."""
     if not shape:
-        return [narrow(packed, 0, i, 1).reshape(()) for i in range(count)]
-    return [narrow(packed, 0, i * shape[0], shape[0]) for i in range(count)]
+        return [apply("slice", packed, ranges=((i, i + 1, 1),)).reshape(()) for i in range(count)]
+    n, rest = shape[0], tuple((0, d, 1) for d in shape[1:])
+    if n == 0:
+        return [packed] * count
+    return [apply("slice", packed, ranges=((i * n, (i + 1) * n, 1),) + rest) for i in range(count)]

@@ -32,6 +32,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -68,6 +69,7 @@ def adam_kernel(param: cube.Array, grad: cube.Array, exp_avg: cube.Array, exp_av
         out[i] = s(p - step_size * m / (cube.sqrt(v) / bias2 + eps))
 
 
+@functools.lru_cache(maxsize=64)
 def compute_dtype(dtype) -> np.dtype:
     """The type the update computes in for parameters of `dtype`: f32 for f16/bf16, else itself.
 
@@ -125,6 +127,7 @@ def check_shapes(param: tuple, grad: tuple, exp_avg: tuple, exp_avg_sq: tuple, m
                                         f"got {tuple(scalars_)}")
 
 
+@functools.lru_cache(maxsize=256)  # dtypes are few and hashable: the checks run once per combination
 def check_dtypes(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, scalars_) -> None:
     """Raise `DTypeError` unless operands of these dtypes (ember DTypes or NumPy dtypes) fit one Adam
     update: float tensors, and `scalars` in the parameter's `compute_dtype`.
@@ -161,7 +164,7 @@ def adam_update(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, scalars_):
                                       scalars_)]
     out = empty(packed_shape(param.shape, 4 if amsgrad else 3), param.dtype, arrays[0])
     check_size("adam_update", out)
-    n = int(np.prod(param.shape, dtype=np.int64))
+    n = int(param.size)
     if n:
         count, dim = grid(n)
         adam_kernel.launch(count, dim, *arrays, out, n, T=cube_dtype(compute_dtype(param.dtype)), amsgrad=amsgrad,
