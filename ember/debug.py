@@ -76,10 +76,12 @@ def live_handles() -> int:
 
 @dataclass
 class Explanation:
-    """What `explain` saw: per sync point, the recorded ops and the kernels chosen."""
+    """What `explain` saw: per sync point, the recorded ops, the kernels chosen and the ops run alone on
+    the inner backend (`inner`: views, matmuls, lone elementwise ops and reductions)."""
 
     ops: list[str] = field(default_factory=list)
     kernels: list[dict] = field(default_factory=list)
+    inner: list[str] = field(default_factory=list)
 
     def __str__(self) -> str:
         lines = [f"ops recorded ({len(self.ops)}):", *(f"  {op}" for op in self.ops),
@@ -90,6 +92,7 @@ class Explanation:
             lines += [f"    {line}" for line in k["program"].splitlines()]
             for source in k["sources"]:
                 lines += ["    --- generated source ---", *(f"    {line}" for line in source.splitlines())]
+        lines.append(f"run alone on the inner backend ({len(self.inner)}): {', '.join(self.inner)}")
         return "\n".join(lines)
 
 
@@ -102,7 +105,7 @@ def explain(fn: Callable, *args, device: Device | None = None) -> Explanation:
         ['fused reduction']
     """
     from .backend.fusion.codegen import source_of
-    from .backend.fusion.fusers import Fused, FusedReduce
+    from .backend.fusion.fusers import Fused, FusedReduce, Inner
     device = device or next((a.device for a in args if hasattr(a, "device")), None)
     backend = _require(device)
     backend.flush()  # what was recorded before belongs to someone else
@@ -116,7 +119,9 @@ def explain(fn: Callable, *args, device: Device | None = None) -> Explanation:
             report.ops.append(f"%{base + r.index} = {r.prim.name}({refs}) -> {r.aval.dtype.name}"
                               f"{list(r.aval.shape)} [{state}]")
         for s in plan.steps:
-            if type(s) in (Fused, FusedReduce):
+            if type(s) is Inner:
+                report.inner.append(f"%{base + s.index} {records[s.index].prim.name}")
+            elif type(s) in (Fused, FusedReduce):
                 report.kernels.append({"kind": "fused elementwise" if type(s) is Fused else "fused reduction",
                                        "ops": [f"%{base + i} {records[i].prim.name}" for i in s.nodes],
                                        "bytes_saved": s.bytes_saved, "step": s, "program": "",

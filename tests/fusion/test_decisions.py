@@ -74,16 +74,7 @@ def test_matmul_epilogue_reads_the_matmul_output_once(cpu, rng):
     report = ember.debug.explain(lambda a: ((a @ w + bias).relu() * 0.5 + a.sum()), x)
     epilogue = [k for k in report.kernels if any("add" in op for op in k["ops"])]
     assert len(epilogue) == 1 and len(epilogue[0]["ops"]) >= 3
-
-
-def test_an_op_that_does_not_fuse_is_a_sync_point(cpu, rng):
-    x = ember.tensor(rng.standard_normal((4, 5)).astype(np.float32), device=cpu)
-    y = x.exp() * 2.0
-    backend = ember.debug.fusion_backend(cpu)
-    assert backend.stats()["pending"] >= 2
-    z = y @ x.T  # matmul needs y's data: the stream runs first
-    assert backend.stats()["pending"] == 0
-    np.testing.assert_allclose(z.numpy(), (np.exp(x.numpy()) * 2) @ x.numpy().T, rtol=1e-5)
+    assert sorted(op.split()[1] for op in report.inner) == ["matmul", "sum"]  # recorded, run on the inner backend
 
 
 def test_max_ops_cuts_the_stream(cpu, rng):

@@ -1,11 +1,16 @@
 """The fusion decorator: `Fusion(inner)` records ops lazily and runs them as fused kernels at sync points.
 
-`execute` does not run elementwise ops and reductions: it records them into the device's stream and
-returns a pending `LazyHandle`. Any other op first needs its inputs' data, so it is a sync point; it
-then runs at once through the inner backend (its output can start the next fused chain, which is how a
-matmul's epilogue fuses). The other sync points are `to_host`, `sync` and `[fusion] max_ops` recorded
-ops. At a sync point the block is looked up in the plan cache by its normalized key; a miss builds the
-plan (`fusers.select`), a hit replays it. Values whose handles nobody holds any more are never written.
+`execute` does not run the ops `ops.records` names (elementwise ops, reductions, and the pure,
+shape-static `ops.INNER` ops: movement, matmul, convolutions, pools, scans): it records them into the
+device's stream and returns a pending `LazyHandle`. Elementwise ops and reductions become fused
+kernels; `INNER` ops run through the inner backend as steps of the plan, between them (so a reshape
+between two elementwise chains, or a matmul and its epilogue, do not cut the block). Any other op
+(index ops, whose out-of-range errors depend on the data; random ops; custom ops) first needs its
+inputs' data, so it is a sync point; it then runs at once through the inner backend. The other sync
+points are `to_host`, `sync` and `[fusion] max_ops` recorded ops. At a sync point the block is looked
+up in the plan cache by its normalized key; a miss builds the plan (`fusers.select`), a hit replays it.
+Values whose handles nobody holds any more are never written. An op of the block that raises when the
+block runs makes its values raise when read, the error noting the op (`Failed`).
 
 Thread safety: one stream per device per thread, each behind its own lock. A thread's blocks are cut
 at its own sync points only, so what it computes (and which kernels run) does not depend on what other
@@ -37,7 +42,7 @@ from ...ops.primitive import Aval, Primitive
 from ...settings import settings
 from ..base import Backend, Decorator
 from .graph import Block
-from .ops import _RECORDS, records, static_params
+from .ops import _RECORDS, _STARTS, records, static_params
 from .plan import Plan, PlanCache
 from .stream import LazyHandle, Stream
 
@@ -91,6 +96,8 @@ class Fusion(Decorator):
                 if rec is not None and rec.stream is not stream:
                     self._flush(rec.stream)  # another thread's pending value: run that stream first
             with stream.lock:
+                if prim in _STARTS and stream.records:
+                    self._flush(stream)  # a matmul or convolution starts a block (see ops.STARTS_BLOCK)
                 handle = stream.record(prim, inputs, params, out)
                 if len(stream.records) >= self.max_ops:
                     self._flush(stream)
@@ -116,7 +123,9 @@ class Fusion(Decorator):
             self._flush(rec.stream)
         value = handle.value
         if type(value) is Failed:
-            raise RuntimeError(f"this value was not computed: its block raised {value.error!r}") from value.error
+            error = value.error
+            notes = "".join(f" ({note})" for note in getattr(error, "__notes__", ()))
+            raise RuntimeError(f"this value was not computed: its block raised {error!r}{notes}") from error
         return value
 
     def flush(self) -> None:
@@ -201,7 +210,12 @@ class Fusion(Decorator):
         for node, rec in zip(block.nodes, records):
             if block.needed[node.index]:
                 arrays = [values[i] if kind == "r" else externals[i] for kind, i in node.inputs]
-                values[node.index] = self.inner.execute(rec.prim, arrays, rec.params, rec.aval)
+                try:
+                    values[node.index] = self.inner.execute(rec.prim, arrays, rec.params, rec.aval)
+                except Exception as error:
+                    error.add_note(f"raised by {rec.prim.name} (inputs {[a.shape for a in arrays]}, params "
+                                   f"{rec.params}), recorded by {self.name} and run at a sync point")
+                    raise
         return values
 
     # ---- inspection ------------------------------------------------------------------------------

@@ -5,9 +5,9 @@
 2. Labels: a node's label is at least its inputs' labels, one more across an edge that cannot fuse
    (an edge fuses when both ends are elementwise ops of one shape). Labels are first as early as
    possible, then elementwise nodes move as late as their consumers allow, so that `x * 2` can join
-   the epilogue of a matmul recorded later. Any path that leaves a group and comes back crosses an
-   unfusable edge, so grouping fusable edges of equal labels never makes a cycle, and running steps
-   by (label, first node) respects every dependency.
+   the kernel after a reshape or pool recorded later (a matmul starts a block: `ops.STARTS_BLOCK`). Any path that leaves a group and comes back crosses an
+   unfusable edge, so grouping fusable edges of equal labels never makes a cycle: the steps run in
+   an order that respects their dependencies and is otherwise the program's (`_in_program_order`).
 3. Groups: elementwise nodes joined by fusable edges of equal labels. A group writes only the values
    still referenced (live) or read by a step outside it; one kernel may write several outputs.
 4. Recompute instead of writing: a group whose outputs nobody holds and that only reductions and
@@ -27,6 +27,7 @@ Example:
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 
 from .codegen import Program, Reduction
@@ -241,5 +242,33 @@ def select(block: Block) -> list:
             steps.append(Fused(tuple(full), inputs, tuple(outputs), program, _unfused(block, full, counted) - moved))
     steps += [Inner(n.index) for n in nodes
               if kinds[n.index] in ("red", "other") and n.index not in taken]
-    steps.sort(key=lambda s: (labels[s.writes[0]], min(s.nodes)))
-    return steps
+    return _in_program_order(block, steps)
+
+
+def _in_program_order(block: Block, steps: list) -> list:
+    """`steps` in an order that respects their dependencies and otherwise runs each step when the last
+    op it computes was recorded (as the program would run them one by one): values live about as long
+    as without fusion, so peak memory does too. (Labels give an order as well, but it runs every step
+    as early as it can: with matmuls and views recorded, all of a backward pass's weight gradients
+    would be computed first and held.)"""
+    writer = {w: k for k, s in enumerate(steps) for w in s.writes}
+    waits = [0] * len(steps)
+    readers: list[list[int]] = [[] for _ in steps]
+    for k, s in enumerate(steps):
+        refs = block.nodes[s.index].inputs if type(s) is Inner else s.inputs
+        for before in {writer[i] for kind, i in refs if kind == "r"}:
+            waits[k] += 1
+            readers[before].append(k)
+    ready = [(max(s.nodes), k) for k, s in enumerate(steps) if not waits[k]]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        _, k = heapq.heappop(ready)
+        order.append(steps[k])
+        for r in readers[k]:
+            waits[r] -= 1
+            if not waits[r]:
+                heapq.heappush(ready, (max(steps[r].nodes), r))
+    if len(order) != len(steps):
+        raise AssertionError("fusion steps depend on each other in a cycle (a fusers bug)")
+    return order

@@ -1,15 +1,44 @@
-"""Which primitives fuse, and the kernel IR each one becomes inside a fused kernel.
+"""Which primitives the fusion backend records, which fuse, and the kernel IR each fusing one becomes.
 
-Elementwise primitives become the kernel library's own `unary_op` / `binary_op` cube functions,
-inlined into the fused kernel (so a fused `gelu` or `remainder` computes exactly what the unfused
-kernel computes), with the same special cases as the Cube(cpu) lowering table: bools take `or`/`and`
-for max/min, unsigned `sign` is `x != 0`, `abs` of bools is the identity. Cases the library refuses
-(float-only binary ops on ints, shifts of bools) do not fuse and run through the inner backend.
+Recorded (run at the next sync point, not at the call):
 
-Reductions that fuse on read are `sum`, `prod`, `amax` and `amin`.
+- elementwise ops, which fuse: they become the kernel library's own `unary_op` / `binary_op` cube
+  functions, inlined into the fused kernel (so a fused `gelu` or `remainder` computes exactly what the
+  unfused kernel computes), with the same special cases as the Cube(cpu) lowering table: bools take
+  `or`/`and` for max/min, unsigned `sign` is `x != 0`, `abs` of bools is the identity. Cases the library
+  refuses (float-only binary ops on ints, shifts of bools) are not recorded: they run at once.
+- reductions that fuse on read: `sum`, `prod`, `amax` and `amin`.
+- `INNER`: pure ops whose output shape follows from the input shapes and params alone and whose
+  errors are all raised by the shape rule at the call (before any backend sees the op). They run
+  through the inner backend as `Inner` steps of the plan, with the params and shapes of the block
+  being run: movement (`reshape`, `permute`, `expand`, `slice`, `flip`, `cat`, `pad`,
+  `slice_assign`), `matmul`, convolutions and their weight gradient, pools, `unfold`/`fold`, scans,
+  `argmax`/`argmin` and `argsort`. Recording them is what keeps a reshape or a matmul from being a
+  sync point (an elementwise chain, a view, another chain, a matmul and its epilogue are one block).
+
+A matmul or a convolution (`STARTS_BLOCK`) starts a new block: the stream recorded before it is run
+first (its inputs then come in as data). Cuts that depend only on which op comes next put block
+boundaries at the same ops in every step of a training loop, whether or not the loop syncs, so its
+plans repeat. Cutting only every `[fusion] max_ops` records would not: in a loop that never syncs,
+a step of 65 ops cut every 256 starts its blocks at positions that drift through the step, a new plan
+(and new fused kernels to compile) for each of 65 phases; anchored at matmuls it keeps 5 plans. The
+cost is a flush per matmul, which are few next to the elementwise and view ops between them.
+
+Not recorded, so run at once (their inputs are made concrete first, a sync point):
+
+- index ops (`gather`, `index_select`, `embedding`, `scatter`, `index_add`): an index out of range is
+  a property of the data, raised as an IndexError when the op runs; users rely on it at the call.
+- random ops (`uniform`, `normal`, `randint`) and `full`: they read no input, so they never force a
+  flush anyway, and random ones stay where the generator's state advanced.
+- primitives registered later (custom ops, `@ember.backend_extension`): nothing is known of them.
+
+A recorded op that raises when its block runs (an inner kernel failing) makes every value of the
+block raise when read (`Fusion.data`), with a note naming the op.
 
 Example:
     >>> elementwise(registry["exp"], (f32,)), elementwise(registry["div"], (i32, i32))
+    (True, False)
+    >>> records(registry["reshape"], [x]), records(registry["gather"], [x, index])
     (True, False)
 """
 
@@ -26,13 +55,20 @@ REDUCTIONS = ("sum", "prod", "amax", "amin")
 _UNARY = frozenset(UNARY_OPS)
 _BINARY = frozenset(BINARY_OPS)
 _OTHER = frozenset(("where", "cast", "isnan", "isinf"))
+INNER = frozenset(("reshape", "permute", "expand", "slice", "flip", "cat", "pad", "slice_assign", "matmul",
+                   "conv", "conv_transpose", "conv_weight_grad", "max_pool", "max_pool_indices",
+                   "max_pool_grad", "avg_pool",
+                   "unfold", "fold", "cumsum", "cumprod", "cumextreme_index", "argmax", "argmin", "argsort"))
+"""Primitives recorded as `Inner` steps (see the module docstring for why these and not the others)."""
+STARTS_BLOCK = frozenset(("matmul", "conv", "conv_transpose", "conv_weight_grad"))
+"""`INNER` ops before which the stream is cut (see the module docstring)."""
 _BOOL_OP = {"maximum": "logical_or", "minimum": "logical_and"}
 
 
 def records(prim: Primitive, inputs: Sequence) -> bool:
     """Whether the fusion backend records `prim` on `inputs` (handles with an `aval`) instead of running
-    it: an elementwise op that fuses, or a reduction. Decided once per primitive where dtypes do not
-    matter (the dispatch hot path)."""
+    it: an elementwise op that fuses, a reduction, or an `INNER` op. Decided once per primitive where
+    dtypes do not matter (the dispatch hot path)."""
     known = _RECORDS.get(prim)
     if known is None:
         return reduction(prim) or elementwise(prim, [h.aval.dtype for h in inputs])
@@ -57,17 +93,20 @@ def reduction(prim: Primitive) -> bool:
 
 
 _RECORDS: dict = {}  # primitive -> whether it is recorded, for those whose answer ignores dtypes
+_STARTS: set = set()  # the primitives of STARTS_BLOCK
 
 
 def _settle() -> None:
     from ...ops import registry
     for prim in registry.values():
-        if prim.name in REDUCTIONS or prim.name in _UNARY or prim.name in _OTHER:
+        if prim.name in REDUCTIONS or prim.name in _UNARY or prim.name in _OTHER or prim.name in INNER:
             _RECORDS[prim] = True
         elif prim.name not in _BINARY:
             _RECORDS[prim] = False
         elif prim.name not in FLOAT_BINARY and not prim.name.endswith("_shift"):
             _RECORDS[prim] = True
+        if prim.name in STARTS_BLOCK:
+            _STARTS.add(prim)
 
 
 def static_params(prim: Primitive, params: dict) -> tuple:

@@ -1,0 +1,189 @@
+"""Ops recorded as inner steps (`ops.INNER`: views, matmul, convolutions, ...): they no longer cut the
+stream, run through the inner backend with each block's own params, and fail clearly on read."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ember
+import ember.debug
+import ember.nn.functional as F
+
+
+def watch(backend) -> list:
+    """The plans the backend runs from now on, as lists of (step kind, op names); stop with `backend.observer = None`."""
+    seen = []
+
+    def observe(plan, records) -> None:
+        seen.append([(type(s).__name__, tuple(records[i].prim.name for i in s.nodes)) for s in plan.steps])
+    backend.observer = observe
+    return seen
+
+
+def test_a_reshape_between_two_chains_is_one_block(cpu, rng):
+    backend = ember.debug.fusion_backend(cpu)
+    host = rng.standard_normal((4, 6)).astype(np.float32)
+    x = ember.tensor(host, device=cpu)
+    before = backend.stats()
+    seen = watch(backend)
+    try:
+        y = ((x * 2.0).exp().reshape(3, 8) + 1.0).sin()
+        assert backend.stats()["pending"] == 5
+        got = y.numpy()
+    finally:
+        backend.observer = None
+    after = backend.stats()
+    assert after["flushes"] - before["flushes"] == 1
+    assert seen == [[("Fused", ("mul", "exp")), ("Inner", ("reshape",)), ("Fused", ("add", "sin"))]]
+    assert (after["kernels"] - before["kernels"], after["inner_ops"] - before["inner_ops"]) == (2, 1)
+    np.testing.assert_allclose(got, np.sin(np.exp(host * 2).reshape(3, 8) + 1), rtol=1e-5)
+
+
+def test_matmul_bias_relu_is_recorded_and_its_epilogue_fused(cpu, rng):
+    backend = ember.debug.fusion_backend(cpu)
+    a, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((5, 8), (8, 3), (3,)))
+    x, weight, bias = (ember.tensor(h, device=cpu) for h in (a, w, b))
+    seen = watch(backend)
+    try:
+        y = (x @ weight + bias).relu()
+        assert backend.stats()["pending"] == 4  # relu is where(y <= 0, 0, y)
+        got = y.numpy()
+    finally:
+        backend.observer = None
+    assert seen == [[("Inner", ("matmul",)), ("Fused", ("add", "le", "where"))]]
+    np.testing.assert_allclose(got, np.maximum(a @ w + b, 0), rtol=1e-5, atol=1e-6)
+
+
+def test_a_matmul_starts_a_block(cpu, rng):
+    """Blocks are cut before a matmul (ops.STARTS_BLOCK), so their boundaries do not drift in a loop."""
+    backend = ember.debug.fusion_backend(cpu)
+    x = ember.tensor(rng.standard_normal((4, 4)).astype(np.float32), device=cpu)
+    y = x.exp()
+    assert backend.stats()["pending"] == 1
+    z = y @ x
+    assert backend.stats()["pending"] == 1  # exp ran; the matmul waits
+    np.testing.assert_allclose(z.numpy(), np.exp(x.numpy()) @ x.numpy(), rtol=1e-5)
+
+
+def _block(x, n):
+    """Views, a matmul and elementwise ops whose params depend on the batch size `n`."""
+    h = (x * 0.5).permute(1, 0).reshape(n * 3, 2)[1:n * 3 - 1].flip(0)
+    g = ember.cat([h, h.exp()], dim=1).pad((1, 0))
+    return (g @ g.T).cumsum(1).sum(dim=1) + 1.0
+
+
+def _expected(a, n):
+    h = (a * 0.5).T.reshape(n * 3, 2)[1:n * 3 - 1][::-1]
+    g = np.pad(np.concatenate([h, np.exp(h)], axis=1), ((0, 0), (1, 0)))
+    return (g @ g.T).cumsum(1).sum(axis=1) + 1.0
+
+
+def test_plans_replay_on_new_sizes_with_their_own_params_and_miss_on_a_new_class(cpu, rng):
+    backend = ember.debug.fusion_backend(cpu)
+    backend.plans.clear()
+    misses = []
+    # A plan per block, its replay, then a size giving the same shape classes (all sizes distinct and
+    # over 1, as with 8): a replay, whose views and matmul take this block's params and shapes.
+    for n in (8, 8, 9):
+        a = rng.standard_normal((n, 6)).astype(np.float32)
+        before = backend.stats()
+        got = _block(ember.tensor(a, device=cpu), n).numpy()
+        after = backend.stats()
+        np.testing.assert_allclose(got, _expected(a, n), rtol=1e-4, atol=1e-4)
+        misses.append(after["plan_misses"] - before["plan_misses"])
+        assert after["flushes"] - before["flushes"] == 2  # the matmul starts the second block
+    assert misses == [2, 0, 0] and backend.stats()["plan_hits"] == 4
+    a = rng.standard_normal((1, 6)).astype(np.float32)  # a size becoming 1: a new shape class, new plans
+    np.testing.assert_allclose(_block(ember.tensor(a, device=cpu), 1).numpy(), _expected(a, 1), rtol=1e-4, atol=1e-4)
+    assert backend.stats()["plan_misses"] > 2
+
+
+def everything(x, w, k):
+    """Most `INNER` ops on one input, mixed with elementwise ops and reductions."""
+    y = (x * 2.0 - 1.0).expand(2, *x.shape)[:, :, 1:, ::2].flip(3)
+    y = ember.cat([y, y.abs()], dim=1).pad((1, 1, 0, 1), value=0.5)
+    y = y.slice_assign((slice(None), slice(0, 2)), y[:, 2:4].exp())
+    c = F.conv2d(y, k, padding=1).relu()
+    p = F.max_pool2d(c, 2) + F.avg_pool2d(c, 2)
+    m = p.reshape(p.shape[0], -1) @ w
+    return m.tanh(), c.cumsum(2).argmax(dim=3), p.sum()
+
+
+def test_inner_ops_equal_unfused_and_the_reference(cpu, rng):
+    """(On wgpu and CUDA the conformance suite checks the same ops fused against unfused.)"""
+    hosts = [rng.standard_normal(s).astype(np.float32) for s in ((3, 7, 8), (36, 5), (4, 6, 3, 3))]
+
+    def run(device):
+        return [t.numpy() for t in everything(*[ember.tensor(h, device=device) for h in hosts])]
+
+    backend = ember.debug.fusion_backend(cpu)
+    before = backend.stats()
+    got = run(cpu)
+    after = backend.stats()
+    ember.debug.set_fusion(cpu, False)
+    try:
+        unfused = run(cpu)
+    finally:
+        ember.debug.set_fusion(cpu, True)
+    reference = run(ember.Device.numpy())
+    assert after["inner_ops"] - before["inner_ops"] >= 15 and after["fallbacks"] == before["fallbacks"]
+    for f, u, r in zip(got, unfused, reference):
+        assert f.shape == u.shape == r.shape and f.dtype == u.dtype == r.dtype
+        np.testing.assert_allclose(f, u, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(f, r, rtol=1e-4, atol=1e-4)
+
+
+def test_an_error_in_a_recorded_inner_op_is_raised_on_read_naming_the_op(cpu, rng, monkeypatch):
+    backend = ember.debug.fusion_backend(cpu)
+    x = ember.tensor(rng.standard_normal((3, 3)).astype(np.float32), device=cpu)
+    y = x @ x
+    z = (y + 1.0).exp()
+    inner = backend.inner.execute
+
+    def broken(prim, *args):
+        if prim.name == "matmul":
+            raise MemoryError("the inner backend ran out of memory")
+        return inner(prim, *args)
+
+    monkeypatch.setattr(backend.inner, "execute", broken)
+    with pytest.raises(MemoryError) as raised:
+        z.numpy()
+    assert any("matmul" in note and "sync point" in note for note in raised.value.__notes__)
+    monkeypatch.undo()
+    with pytest.raises(RuntimeError, match="not computed.*out of memory.*raised by matmul"):
+        y.numpy()
+    np.testing.assert_allclose((x @ x).numpy(), x.numpy() @ x.numpy(), rtol=1e-5)
+
+
+def test_index_ops_are_still_sync_points_and_raise_at_the_call(cpu, rng):
+    backend = ember.debug.fusion_backend(cpu)
+    x = ember.tensor(rng.standard_normal((4, 5)).astype(np.float32), device=cpu)
+    y = x.exp() * 2.0
+    assert backend.stats()["pending"] >= 2
+    with pytest.raises(IndexError, match="out of bounds"):
+        y.index_select(0, ember.tensor(np.array([0, 4]), device=cpu))
+    assert backend.stats()["pending"] == 0
+    picked = y.index_select(1, ember.tensor(np.array([4, 0]), device=cpu))
+    np.testing.assert_allclose(picked.numpy(), (np.exp(x.numpy()) * 2)[:, [4, 0]], rtol=1e-6)
+
+
+def test_blocks_with_inner_ops_run_again_on_new_data_stay_right(fused, rng):
+    """Run four times, each block's plan is replayed (on CUDA: captured as a graph on the second run and
+    replayed after, or refused for good where an op copies through the host, as cat and pad do there).
+    Earlier results must not change when later runs reuse the plan."""
+    if fused.kind == "wgpu":
+        pytest.skip("wgpu replays no launches or graphs (the conformance suite covers its values)")
+    results = []
+    for _ in range(4):
+        a, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((6, 8), (8, 8), (8,)))
+        x, weight, bias = (ember.tensor(h, device=fused) for h in (a, w, b))
+        h = ((x @ weight + bias).relu() * 0.5).reshape(4, 12).permute(1, 0)
+        cat = ember.cat([h, h.exp()[:, :2].pad((0, 2))], dim=0).flip(1)
+        results.append(((h, cat), (a, w, b)))
+        fused.sync()
+    for (h, cat), (a, w, b) in results:
+        want = (np.maximum(a @ w + b, 0) * 0.5).reshape(4, 12).T
+        np.testing.assert_allclose(h.numpy(), want, rtol=1e-5, atol=1e-5)
+        padded = np.pad(np.exp(want)[:, :2], ((0, 0), (0, 2)))
+        np.testing.assert_allclose(cat.numpy(), np.concatenate([want, padded])[:, ::-1], rtol=1e-5, atol=1e-5)
