@@ -69,6 +69,10 @@ class DeviceArray:
     """
 
     __array_priority__ = 100  # NumPy defers binary operators to us (which refuse: no host copies by accident)
+    # Slots, not a __dict__: a training step keeps thousands of arrays alive across the garbage collector's
+    # passes, and each tracked object is walked (a runtime's array type adds its own slots, or a __dict__).
+    __slots__ = ("runtime", "_shape", "dtype", "itemsize", "ndim", "size", "nbytes", "strides", "offset", "flags",
+                 "owner", "__weakref__")
 
     def __init__(self, runtime, shape: tuple, dtype, strides: tuple | None = None, offset: int = 0) -> None:
         self.runtime = runtime
@@ -110,11 +114,19 @@ class DeviceArray:
     def strided(self, shape: tuple, strides: tuple, offset: int | None = None) -> "DeviceArray":
         """A view of the same memory with `shape`, byte `strides` and byte `offset` (default: this one's)."""
         v = object.__new__(type(self))
-        v.__dict__.update(self.__dict__)
-        v._set(tuple(map(int, shape)), self.dtype, strides, self.offset if offset is None else offset)
+        v.runtime = self.runtime
         v.owner = self if self.owner is None else self.owner
-        v._finalizer = None
+        self._share(v)
+        v._set(tuple(map(int, shape)), self.dtype, strides, self.offset if offset is None else offset)
         return v
+
+    def _share(self, view: "DeviceArray") -> None:
+        """Give a new view of this array the runtime's own state (the memory it reads); a view never frees
+        it. This default copies a __dict__ and clears its `_finalizer`."""
+        state = getattr(self, "__dict__", None)
+        if state is not None:
+            view.__dict__.update(state)
+            view._finalizer = None
 
     def view(self) -> "DeviceArray":
         """A new view of the same elements (its `shape` may then be set, as in NumPy)."""

@@ -178,19 +178,32 @@ class CudaArray(DeviceArray):
         ((2, 3), 6.0, True)
     """
 
+    __slots__ = ("memory", "_address")  # `memory`: the pool slice an owner gives back; None in a view
+
     def __init__(self, runtime: "CudaRuntime", shape: tuple, dtype) -> None:
         super().__init__(runtime, shape, dtype)
         self.memory = runtime.reserve(self.nbytes) if self.nbytes else None
         self._address = int(self.memory.buffer) + self.memory.offset if self.memory is not None else 0
-        # Returning the slice is safe while kernels may still use it: the stream runs in order. From a
-        # finalizer the pool takes it back at its next call (a lock here could deadlock).
-        give = getattr(runtime.pool, "free_later", runtime.pool.free)
-        self._finalizer = weakref.finalize(self, give, self.memory) if self.memory else None
+
+    def __del__(self) -> None:
+        # Returning the slice is safe while kernels may still use it: the stream runs in order. The pool
+        # takes it back at its next call (this may run inside a pool call: a lock here could deadlock).
+        # __del__ rather than weakref.finalize: a finalizer is five more objects the garbage collector walks.
+        memory = getattr(self, "memory", None)  # unset when reserve() raised in __init__
+        if memory is not None:
+            self.memory = None
+            try:
+                self.runtime.pool.free_later(memory)
+            except AttributeError:  # interpreter shutdown: the pool is gone, and the device memory with it
+                pass
+
+    def _share(self, view: "CudaArray") -> None:
+        view.memory, view._address = None, self._address
 
     @property
     def ptr(self) -> int:
         """The device address of element 0 (views share their owner's memory)."""
-        return self._address + self.offset  # views copy _address (their owner's) and set their offset
+        return self._address + self.offset
 
     def numpy(self) -> np.ndarray:
         """A host copy (waits for the queued work that writes it); views are read through their strides."""
@@ -203,8 +216,7 @@ class CudaArray(DeviceArray):
 
     def free(self) -> None:
         """Give the memory back now (only the owner does; a view's memory lives as long as its owner)."""
-        if self._finalizer is not None:
-            self._finalizer()
+        self.__del__()
 
     def __repr__(self) -> str:
         return f"CudaArray(shape={self.shape}, dtype={self.dtype}, device={self.runtime.device_index})"
