@@ -38,7 +38,7 @@ from ember.cube.kernels.scan import scan
 from ember.cube.kernels.random import randint
 from ember.backend.cube.kernels import fill
 from ember.cube.kernels.norm import layer_norm, rms_norm
-from ember.cube.kernels.pool import avg_pool2d, max_pool2d, max_pool2d_indices
+from ember.cube.kernels.pool import avg_pool2d, max_pool2d, max_pool2d_grad, max_pool2d_indices
 from ember.cube.kernels.random import bits, normal, uniform
 from ember.cube.kernels.reduce import OPS as REDUCE_OPS, reduce
 from ember.cube.kernels.softmax import softmax
@@ -66,6 +66,7 @@ def library_calls() -> list:
               for t in (F16, BF16, F64)]
     calls += [lambda t=t: ew.cast(x, t) for t in (np.int32, np.int8, np.bool_, F16, BF16, F64, np.int64, np.uint8)]
     calls += [lambda t=t: ew.cast(x.astype(t), F32) for t in (np.int64, np.uint8, np.bool_, F16, BF16, F64)]
+    calls += [lambda: ew.cast(np.ones((3, 4, 32), F32).transpose(1, 0, 2), F32)]  # a strided copy of long rows
     a, b = x[:, None, :4], x[:5, :1]
     for op in ew.BINARY_OPS:
         int_op = op.startswith(("bitwise", "left", "right"))
@@ -127,6 +128,10 @@ def library_calls() -> list:
                   lambda k=k, s=s, p=p, d=d, c=ceil: max_pool2d_indices(img, k, s, p, d, c),
                   lambda k=k, s=s, p=p, c=ceil: avg_pool2d(img.astype(F64), k, s, p, c),
                   lambda k=k, s=s, p=p, c=ceil: avg_pool2d(img, k, s, p, c, count_include_pad=False)]
+    for view, k, s, p, d, ceil in [(img[:, :, :8], (2, 2), (2, 2), (0, 0), (1, 1), False),
+                                   (img, (2, 2), (3, 3), (1, 1), (2, 1), True)]:
+        grad = rng.standard_normal(max_pool2d(view, k, s, p, d, ceil).shape).astype(F32)
+        calls += [lambda v=view, g=grad, k=k, s=s, p=p, d=d, c=ceil: max_pool2d_grad(v, g, k, s, p, d, c)]
     idx = rng.integers(0, 4, (5, 3, 6))
     calls += [lambda t=t, dim=dim: gather(x3.astype(t).transpose(1, 0, 2), idx, dim)
               for t in (F32, np.int64) for dim in (0, 1, 2)]

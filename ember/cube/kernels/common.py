@@ -229,6 +229,29 @@ def is_dense(shape: tuple, a: np.ndarray) -> bool:
     return a.shape == tuple(shape) and a.flags.c_contiguous
 
 
+def read_kind(shape: tuple, a) -> str:
+    """How a kernel reads operand `a` of an output of `shape`: "dense" (flat position == element offset),
+    "scalar" (one value, broadcast: always element 0) or "strided" (`offset` decodes the position).
+
+    Example:
+        >>> read_kind((2, 3), np.ones((2, 3))), read_kind((2, 3), np.ones(1)), read_kind((2, 3), np.ones(3))
+        ('dense', 'scalar', 'strided')
+    """
+    return "dense" if is_dense(shape, a) else "scalar" if a.size == 1 else "strided"
+
+
+@cube.function
+def element_at(pos, layout, ndim, which, kind):
+    """Element offset of operand `which` read as `kind` (comptime, from `read_kind`) at flat position
+    `pos`: a broadcast scalar needs no per-element index arithmetic (the integer divisions of `offset`
+    keep a loop from vectorizing and cost ~10x the arithmetic of a cheap op)."""
+    if kind == "dense":
+        return pos
+    if kind == "scalar":
+        return cube.i32(0)
+    return offset(pos, layout, ndim, which)
+
+
 @cube.function
 def offset(pos, layout, ndim, which):
     """Element offset of operand `which` for flat position `pos` (layout as in `broadcast_layout`)."""

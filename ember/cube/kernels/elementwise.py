@@ -19,8 +19,8 @@ import numpy as np
 from ... import cube
 from ...dtype import bool_
 from ...errors import DTypeError
-from .common import (asarray, broadcast_layout, check_size, cube_dtype, empty, grid, is_dense, offset, position,
-                     result_type, row_layout, row_span)
+from .common import (asarray, broadcast_layout, check_size, cube_dtype, element_at, empty, grid, is_dense, offset,
+                     position, read_kind, result_type, row_layout, row_span)
 
 UNARY_OPS = ("neg", "abs", "sign", "reciprocal", "square", "exp", "exp2", "expm1", "log", "log2", "log10",
              "log1p", "sqrt", "rsqrt", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh",
@@ -260,23 +260,23 @@ def unary_at(op, T, x, at, out_t):
 @cube.kernel
 def binary_kernel(a: cube.Array, b: cube.Array, out: cube.Array, layout: cube.Array[cube.i32],
                   op: cube.Comptime[str], T: cube.Comptime, ndim: cube.Comptime[int],
-                  dense_a: cube.Comptime[bool], dense_b: cube.Comptime[bool], shifted: cube.Comptime[bool]):
+                  kinds: cube.Comptime[tuple], shifted: cube.Comptime[bool]):
     i = position(len(out), shifted)
     if shifted or i < len(out):
-        ai = i if dense_a else offset(i, layout, ndim, 0)
-        bi = i if dense_b else offset(i, layout, ndim, 1)
+        ai = element_at(i, layout, ndim, 0, kinds[0])
+        bi = element_at(i, layout, ndim, 1, kinds[1])
         out[i] = cube.cast(binary_op(op, cube.cast(a[ai], T), cube.cast(b[bi], T)), out.dtype)
 
 
 @cube.kernel
 def ternary_kernel(a: cube.Array, b: cube.Array, c: cube.Array, out: cube.Array,
                    layout: cube.Array[cube.i32], op: cube.Comptime[str], T: cube.Comptime,
-                   ndim: cube.Comptime[int], dense: cube.Comptime[tuple], shifted: cube.Comptime[bool]):
+                   ndim: cube.Comptime[int], kinds: cube.Comptime[tuple], shifted: cube.Comptime[bool]):
     i = position(len(out), shifted)
     if shifted or i < len(out):
-        ai = i if dense[0] else offset(i, layout, ndim, 0)
-        bi = i if dense[1] else offset(i, layout, ndim, 1)
-        ci = i if dense[2] else offset(i, layout, ndim, 2)
+        ai = element_at(i, layout, ndim, 0, kinds[0])
+        bi = element_at(i, layout, ndim, 1, kinds[1])
+        ci = element_at(i, layout, ndim, 2, kinds[2])
         if op == "where":  # where(cond, then, else)
             r = cube.select(cube.cast(a[ai], cube.bool_), cube.cast(b[bi], T), cube.cast(c[ci], T))
         else:  # clamp(x, lo, hi)
@@ -346,7 +346,7 @@ def binary(op: str, a: np.ndarray, b: np.ndarray, out_dtype=None) -> np.ndarray:
     out = empty(shape, out_t.np, a, b)
     check_size(op, a, b, out)
     _launch(binary_kernel, out.size, a, b, out, broadcast_layout(shape, a, b), op=op, T=t, ndim=len(shape),
-            dense_a=is_dense(shape, a), dense_b=is_dense(shape, b))
+            kinds=(read_kind(shape, a), read_kind(shape, b)))
     return out
 
 
@@ -364,7 +364,6 @@ def ternary(op: str, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     shape = np.broadcast_shapes(a.shape, b.shape, c.shape)
     out = empty(shape, t.np, a, b, c)
     check_size(op, a, b, c, out)
-    dense = tuple(is_dense(shape, x) for x in (a, b, c))
     _launch(ternary_kernel, out.size, a, b, c, out, broadcast_layout(shape, a, b, c), op=op, T=t,
-            ndim=len(shape), dense=dense)
+            ndim=len(shape), kinds=tuple(read_kind(shape, x) for x in (a, b, c)))
     return out
