@@ -507,7 +507,7 @@ def test_fallback_report(backend, rng):
     unlowered = set(registry) - set(TABLE)
     print("\ncube(cpu) lowering:",
           f"{len(_rows('kernel', TABLE))} primitives on kernels,",
-          f"views: {_rows('view', TABLE)}, NumPy copies: {_rows('copy', TABLE)}")
+          f"views: {_rows('view', TABLE)}, moves: {_rows('move', TABLE)}")
     print(f"primitives on the NumPy fallback (no row): {sorted(unlowered)}")
     print("partly lowered (fallback for): pow/div/atan2 of ints, shifts of bools, conv and pools over 3 "
           f"spatial dims, argsort rows > {MAX_ROW}")

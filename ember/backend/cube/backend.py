@@ -90,7 +90,7 @@ class CubeBackend(Backend):
                     f"{prim.name}: {dtype_of(dtype).name} cannot be held by the cube kernels of {self._where} "
                     f"(they hold {', '.join(d.name for d in self.dtypes)})")
         row = TABLE.get(prim.name)
-        if row is not None and row.how != "copy":
+        if row is not None:
             try:
                 with creating_on(self.runtime):
                     result = row.run(out, *inputs, **params)

@@ -7,7 +7,8 @@ given by the primitive's shape rule), the input arrays and the primitive's param
 - "kernel": a cube kernel (`ember.cube.kernels`, or `kernels.py` beside this file);
 - "view":   metadata only, a NumPy view of the input (reshape copies with the cast kernel when the
             strides cannot express the new shape);
-- "copy":   a NumPy copy of the reference (cat, pad, slice_assign: memory moves, no arithmetic).
+- "move":   memory moves, no arithmetic (cat, pad, slice_assign): the NumPy reference on the host; on a
+            device, a new array that the strided assign kernel writes each input into (its slice of it).
 
 A primitive without a row, or whose row raises `Unlowered` for a case its kernel does not cover, runs
 its NumPy reference; the backend records it in `CubeBackend.fallbacks`.
@@ -26,10 +27,12 @@ import numpy as np
 
 from ...cube import kernels as lib
 from ...cube.kernels import conv_gemm
+from ...cube.kernels.common import assign, empty
 from ...cube.kernels.elementwise import BINARY_OPS, FLOAT_BINARY, UNARY_OPS
 from ...cube.kernels.matmul import tuned_matmul
 from ...cube.kernels.pool import max_pool2d_grad
 from ...cube.kernels.sort import MAX_ROW
+from ...cube.runtime.arguments import DeviceArray
 from ...dtype import bf16
 from ...ops import registry
 from ...ops.primitive import Aval
@@ -217,11 +220,11 @@ def _index_add(out: Aval, x, index, src, *, dim):
 
 
 def _embedding(out: Aval, weight, indices, *, padding_idx, scale_grad_by_freq):
-    if indices.size and (indices.min() < 0 or indices.max() >= weight.shape[0]):
-        # The reference raises the primitive's own out-of-range error.
+    try:  # index_select checks the indices (on a device: one read of them, one wait)
+        return lib.index_select(weight, _reshaped(indices, (indices.size,)), 0).reshape(out.shape)
+    except IndexError:  # out of range: the reference raises the primitive's own error
         return registry["embedding"].reference(weight, indices, padding_idx=padding_idx,
                                                scale_grad_by_freq=scale_grad_by_freq)
-    return lib.index_select(weight, _reshaped(indices, (indices.size,)), 0).reshape(out.shape)
 
 
 # ---- creation ------------------------------------------------------------------------------------
@@ -316,6 +319,38 @@ def _reshaped(x: np.ndarray, shape) -> np.ndarray:
         return _contiguous(x, x.shape).reshape(shape)
 
 
+def _cat(out: Aval, *xs, dim):
+    if not isinstance(xs[0], DeviceArray):
+        return registry["cat"].reference(*xs, dim=dim)
+    result = empty(out.shape, xs[0].dtype, *xs)
+    start = 0
+    for x in xs:
+        if x.size:
+            assign(result[(slice(None),) * dim + (slice(start, start + x.shape[dim]),)], x)
+        start += x.shape[dim]
+    return result
+
+
+def _pad(out: Aval, x, *, pads, value):
+    if not isinstance(x, DeviceArray):
+        return registry["pad"].reference(x, pads=pads, value=value)
+    result = own.fill(out.shape, value, x.dtype)
+    if x.size:
+        assign(result[tuple(slice(before, before + n) for n, (before, _) in zip(x.shape, pads))], x)
+    return result
+
+
+def _slice_assign(out: Aval, x, v, *, ranges):
+    if not isinstance(x, DeviceArray):
+        return registry["slice_assign"].reference(x, v, ranges=ranges)
+    result = empty(x.shape, x.dtype, x)
+    if x.size:
+        assign(result, x)
+    if v.size:
+        assign(result[tuple(slice(*r) for r in ranges)], v)
+    return result
+
+
 def _reference(name: str) -> Callable:
     reference = registry[name].reference
     return lambda out, *arrays, **params: reference(*arrays, **params)
@@ -367,7 +402,7 @@ TABLE: dict[str, Lowering] = {
     "expand": _view("expand"),
     "slice": _view("slice"),
     "flip": _view("flip"),
-    "cat": Lowering(_reference("cat"), "copy"),
-    "pad": Lowering(_reference("pad"), "copy"),
-    "slice_assign": Lowering(_reference("slice_assign"), "copy"),
+    "cat": Lowering(_cat, "move"),
+    "pad": Lowering(_pad, "move"),
+    "slice_assign": Lowering(_slice_assign, "move"),
 }
