@@ -263,12 +263,13 @@ def _where_infer(c: Aval, a: Aval, b: Aval) -> Aval:
 
 
 def _where_vjp(ctx, g):
+    from ..api.math import where
     c = ctx.inputs[0]
     _, (sa, _), (sb, _) = ctx.input_avals
-    zero = g.zeros_like()
-    # A constant branch (relu's and masked_fill's fill value) needs no gradient: skip its select.
-    ga = sum_to(g.where(c, zero), sa) if ctx.needs_grad(1) else None
-    gb = sum_to(zero.where(c, g), sb) if ctx.needs_grad(2) else None
+    # A constant branch (relu's and masked_fill's fill value) needs no gradient: skip its select. The
+    # other side selects against a scalar 0, which fuses; a zeros_like would be a fill run at once.
+    ga = sum_to(where(c, g, 0), sa) if ctx.needs_grad(1) else None
+    gb = sum_to(where(c, 0, g), sb) if ctx.needs_grad(2) else None
     return None, ga, gb
 
 

@@ -16,5 +16,9 @@ def sum_to(g, shape: tuple[int, ...]):
     dims = tuple(range(lead)) + tuple(
         lead + i for i, n in enumerate(shape) if n == 1 and g.shape[lead + i] != 1
     )
-    out = g.sum(dim=dims, keepdim=True) if dims else g
-    return out.reshape(shape)
+    if not dims:
+        return g.reshape(shape)
+    # One sum that gives `shape` itself where it can: without keepdim when only leading dims go (a
+    # bias of a linear layer), with it when only size-1 dims do. A reshape is a fusion sync point.
+    out = g.sum(dim=dims, keepdim=lead == 0)
+    return out if out.shape == shape else out.reshape(shape)

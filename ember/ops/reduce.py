@@ -69,8 +69,8 @@ def _prod_vjp(ctx, g):
     nonzero_prod = x.masked_fill(zero, 1).prod(dim=dims, keepdim=True)
     zeros = zero.cast(i64).sum(dim=dims, keepdim=True)
     plain = g * nonzero_prod / x.masked_fill(zero, 1)
-    single = (g * nonzero_prod).where(zero, g.zeros_like())
-    return (plain.where(zeros == 0, single.where(zeros == 1, g.zeros_like())),)
+    single = (g * nonzero_prod).where(zero, 0)  # scalar zeros fuse; zeros_like would be a fill run at once
+    return (plain.where(zeros == 0, single.where(zeros == 1, 0)),)
 
 
 def _extreme_vjp(ctx, g):
