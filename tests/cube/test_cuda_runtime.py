@@ -189,6 +189,19 @@ def test_views_share_memory_and_read_through_their_strides():
     assert rt.memory_stats().in_use == 0 and rt.memory_cleanup() > 0
 
 
+def test_cublas_reads_rows_and_transposed_views_in_place():
+    from ember.cube.runtime.arguments import DeviceArray
+    from ember.cube.runtime.cublas import operand_layout
+    w = DeviceArray(None, (3072, 768), np.float32)
+    assert operand_layout(w, 3072, 768) == (0, 768)             # rows: no transpose, ld = columns
+    assert operand_layout(w.T, 768, 3072) == (1, 768)           # a transposed view: the transpose flag
+    batch = DeviceArray(None, (4, 64, 32), np.float32)
+    assert operand_layout(batch.transpose(0, 2, 1), 32, 64) == (1, 32)
+    assert operand_layout(batch.transpose(1, 0, 2), 4, 32) is None     # matrices not 64*32 apart: a copy
+    assert operand_layout(w[:, ::2], 3072, 384) is None                 # strided columns: a copy
+    assert operand_layout(DeviceArray(None, (1, 768), np.float32).broadcast_to((5, 1, 768)), 1, 768) is None
+
+
 class FakeDriver:
     """Enough of cuda.bindings.driver for the runtime: host memory stands in for the GPU's."""
 
@@ -441,3 +454,24 @@ def test_a_graph_replays_a_chain_of_launches_on_new_inputs(rt):
     np.testing.assert_allclose(graph.result.numpy(), new * 11, rtol=1e-5)
     graph.replay()  # replays read the input again: same result
     np.testing.assert_allclose(graph.result.numpy(), new * 11, rtol=1e-5)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_cublas_matmul_of_transposed_and_strided_views(rt, dtype):
+    from ember.cube.runtime.cublas import cublas_available, cublas_matmul
+    if not cublas_available()[0]:
+        pytest.skip(cublas_available()[1])
+    rng = np.random.default_rng(3)
+    host = lambda *shape: rng.standard_normal(shape).astype(dtype)
+    a, b = host(70, 50), host(40, 70)                 # b.T is (70, 40): a transposed view on the device
+    c, d = host(3, 50, 60), host(3, 20, 50)           # batched, both sides transposed
+    cases = [(rt.to_device(a), rt.to_device(b).T),
+             (rt.to_device(a).T, rt.to_device(host(70, 30))),
+             (rt.to_device(c).transpose(0, 2, 1), rt.to_device(d).transpose(0, 2, 1)),
+             (rt.to_device(a)[:, ::2], rt.to_device(host(25, 8)))]  # strided columns: copied
+    for x, y in cases:
+        want = x.numpy().astype(np.float64) @ y.numpy().astype(np.float64)
+        got = cublas_matmul(rt, x, y, tf32=False).numpy()
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-4 if dtype == np.float32 else 1e-10, atol=1e-3)

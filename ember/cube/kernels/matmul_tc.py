@@ -222,7 +222,7 @@ def cuda_matmul_autotuner(runtime, level: str | None = None, tf32: bool = True, 
     # cuBLAS first: the default where timing does not pay (small problems, `[autotune] level` minimal).
     candidates = {"cublas": lambda a, b: cublas_matmul(runtime, a, b, tf32)} if cublas_available()[0] else {}
     candidates.update({f"tc_{t.bm}x{t.bn}x{t.bk}_w{t.wm}x{t.wn}_s{t.stages}":
-                       (lambda a, b, t=t: matmul_tc(runtime, a, b, t, tf32)) for t in TILES
+                       (lambda a, b, t=t: matmul_tc(runtime, _rows(a), _rows(b), t, tf32)) for t in TILES
                        if t.shared_bytes(itemsize) <= runtime.limits.max_shared})
 
     def key(a, b) -> tuple:
@@ -237,13 +237,18 @@ def cuda_matmul_autotuner(runtime, level: str | None = None, tf32: bool = True, 
 _tuners: dict = {}
 
 
+def _rows(x):
+    """`x` in C order (the tiles read rows): itself, or a copy."""
+    return x if x.flags.c_contiguous else x.copy()
+
+
 def cuda_matmul(a, b):
     """`a @ b` for CUDA arrays by the fastest of the tensor-core tiles and cuBLAS, or None when neither
     applies (then the caller runs the generic cube kernel).
 
     2-D and 3-D operands of one dtype: f16/bf16, and f32 when `[cuda] allow_tf32` is on, go through
     `cuda_matmul_autotuner`; f32 without TF32 and f64 go to cuBLAS when CuPy is here. Strided operands
-    are made contiguous first (a copy: both candidates read rows).
+    are read in place by cuBLAS when they are transposed views, and copied to rows for the tiles.
 
     Example:
         >>> c = cuda_matmul(rt.to_device(a), rt.to_device(b))   # a CudaArray, or None
@@ -255,7 +260,6 @@ def cuda_matmul(a, b):
         return None
     if len(a.shape) not in (2, 3) or len(b.shape) not in (2, 3) or a.shape[-1] != b.shape[-2]:
         return None
-    a, b = (x if x.flags.c_contiguous else x.copy() for x in (a, b))
     tf32 = settings().get("cuda", "allow_tf32")
     if supports(a.shape, b.shape, a.dtype, tf32) == "":
         key = (id(a.runtime), tf32, a.itemsize)

@@ -1,8 +1,10 @@
 """cuBLAS as a vendor candidate for matmul on the CUDA runtime, through CuPy's cuBLAS bindings.
 
-`cublas_matmul(runtime, a, b)` multiplies C-contiguous device arrays (2-D, or 3-D with a batch that
-may broadcast) with `cublasGemmEx` / `cublasGemmStridedBatchedEx` on the runtime's stream, on the
-same device memory (no copies): CuPy only lends its cuBLAS handle. f16/bf16 accumulate in f32; f32
+`cublas_matmul(runtime, a, b)` multiplies device arrays (2-D, or 3-D with a batch that may broadcast)
+with `cublasGemmStridedBatchedEx` on the runtime's stream, on the same device memory: CuPy only lends
+its cuBLAS handle. Operands whose last two dims are rows (C order) or columns (a transposed view, as
+the matmul's gradients `g @ w.T` and `x.T @ g` pass them) are read in place (cuBLAS's transpose flag);
+other layouts are copied first. f16/bf16 accumulate in f32; f32
 uses TF32 tensor cores when `tf32` is true (as `[cuda] allow_tf32` says), else full f32.
 
 Why CuPy and not cuBLASLt through nvmath-python: CuPy is on the GPU machines we run on and its
@@ -24,7 +26,7 @@ from ...errors import DTypeError, ShapeError
 # cudaDataType and cublasComputeType_t values (cublas_api.h, library_types.h).
 _DATA = {"float16": 2, "bfloat16": 14, "float32": 0, "float64": 1}
 _COMPUTE_32F, _COMPUTE_32F_TF32, _COMPUTE_64F = 68, 77, 70
-_OP_N = 0
+_OP_N, _OP_T = 0, 1
 _GEMM_DEFAULT = -1
 
 
@@ -59,6 +61,31 @@ def product_output(runtime, a, b) -> tuple:
     return out, (m, n, k, batch, sa, sb)
 
 
+def operand_layout(x, rows: int, cols: int) -> tuple | None:
+    """(cuBLAS op, leading dimension) that reads the last two dims of `x` (`rows` x `cols`) in place:
+    (N, cols) for rows in C order, (T, rows) for a transposed view; None for other strides (and for a
+    3-D batch whose matrices are not `rows * cols` elements apart).
+
+    Example:
+        >>> operand_layout(w.T, 768, 3072)        # w a C-contiguous (3072, 768) device array
+        (1, 768)
+    """
+    s = x.itemsize
+    if len(x.shape) == 3 and x.shape[0] > 1 and x.strides[0] != rows * cols * s:
+        return None
+    row_step, col_step = x.strides[-2:]
+    if (col_step == s or cols == 1) and (row_step == cols * s or rows == 1):
+        return _OP_N, max(cols, 1)
+    if (row_step == s or rows == 1) and (col_step == rows * s or cols == 1):
+        return _OP_T, max(rows, 1)
+    return None
+
+
+_streams: dict = {}  # id(runtime) -> CuPy's ExternalStream of its stream (made once)
+_SCALARS = {np.float32: (np.ones(1, np.float32), np.zeros(1, np.float32)),
+            np.float64: (np.ones(1, np.float64), np.zeros(1, np.float64))}  # alpha, beta (read at the call)
+
+
 def cublas_matmul(runtime, a, b, tf32: bool = True):
     """`a @ b` by cuBLAS on `runtime`'s stream; a new device array of the inputs' dtype (see module)."""
     if a.dtype != b.dtype:
@@ -69,6 +96,12 @@ def cublas_matmul(runtime, a, b, tf32: bool = True):
         raise ShapeError("matmul", f"cuBLAS matmul takes 2-D or 3-D operands with matching inner dims, "
                                    f"got {a.shape} @ {b.shape}")
     cublas, device, stream = _bindings()
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    a_layout, b_layout = operand_layout(a, m, k), operand_layout(b, k, n)
+    if a_layout is None:
+        a, a_layout = a.copy(), (_OP_N, max(k, 1))
+    if b_layout is None:
+        b, b_layout = b.copy(), (_OP_N, max(n, 1))
     out, (m, n, k, batch, sa, sb) = product_output(runtime, a, b)
     if out.size == 0:
         return out
@@ -79,14 +112,17 @@ def cublas_matmul(runtime, a, b, tf32: bool = True):
     handle = device.get_cublas_handle()
     data = _DATA[a.dtype.name]
     compute = _COMPUTE_64F if data == 1 else _COMPUTE_32F_TF32 if (data == 0 and tf32) else _COMPUTE_32F
-    scalar = np.float64 if data == 1 else np.float32
-    one, zero = np.ones(1, scalar), np.zeros(1, scalar)
-    # Row-major C = A @ B is column-major C^T = B^T @ A^T: swap the operands, no transposes.
-    with stream.ExternalStream(int(runtime.stream)):  # CuPy sets the handle's stream from the current one
-        cublas.gemmStridedBatchedEx(handle, _OP_N, _OP_N, n, m, k, one.ctypes.data, b.ptr, data, n, sb,
-                                    a.ptr, data, k, sa, zero.ctypes.data, out.ptr, data, n, m * n, batch,
-                                    compute, _GEMM_DEFAULT)
+    one, zero = _SCALARS[np.float64 if data == 1 else np.float32]
+    own_stream = _streams.get(id(runtime))
+    if own_stream is None:
+        own_stream = _streams[id(runtime)] = stream.ExternalStream(int(runtime.stream))
+    # Row-major C = A @ B is column-major C^T = B^T @ A^T: swap the operands; a transposed view is a
+    # column-major matrix, read with the transpose flag.
+    with own_stream:  # CuPy sets the handle's stream from the current one
+        cublas.gemmStridedBatchedEx(handle, b_layout[0], a_layout[0], n, m, k, one.ctypes.data, b.ptr, data,
+                                    b_layout[1], sb, a.ptr, data, a_layout[1], sa, zero.ctypes.data, out.ptr,
+                                    data, n, m * n, batch, compute, _GEMM_DEFAULT)
     return out
 
 
-__all__ = ["cublas_available", "cublas_matmul", "product_output"]
+__all__ = ["cublas_available", "cublas_matmul", "operand_layout", "product_output"]
