@@ -132,7 +132,10 @@ def train(config: MnistConfig, out: str | None, display: str = "auto", resume: b
                       metrics=[Accuracy(), LearningRate(), ItemsPerSecond(), CpuUsage(), MemoryUsage()],
                       best_metric="valid/accuracy", display=display)
     result = learner.fit(train_loader, test_loader, epochs=config.epochs, resume=out if resume else None)
-    return result, learner.evaluate(test_loader)["accuracy"]
+    # The last epoch's validation measured these weights on the test images already (the same batches in
+    # the same order: `Learner.evaluate` would repeat it); a run stopped mid-epoch has newer weights.
+    accuracy = None if result.interrupted else result.final.get("valid/accuracy")
+    return result, accuracy if accuracy is not None else learner.evaluate(test_loader)["accuracy"]
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
