@@ -154,10 +154,9 @@ def resident_bytes() -> int | None:
         >>> resident_bytes() > 0
         True
     """
-    try:
-        return int(_this_process(os.getpid()).memory_info().rss)
-    except ImportError:
-        pass
+    process = _this_process(os.getpid())
+    if process is not None:
+        return int(process.memory_info().rss)
     try:
         with open("/proc/self/statm", encoding="ascii") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -174,7 +173,11 @@ def resident_bytes() -> int | None:
 
 @functools.lru_cache(maxsize=1)
 def _this_process(pid: int) -> Any:
-    """psutil's handle on process `pid`, made once (making one costs ~80 us, reading it ~10 us: the
-    monitor reads it every batch); keyed by pid so a forked child gets its own."""
-    import psutil
+    """psutil's handle on process `pid`, or None without psutil; looked up once (the monitor reads it
+    every batch: a failed `import psutil` costs ~90 us each time, making a handle ~80 us); keyed by pid
+    so a forked child gets its own."""
+    try:
+        import psutil
+    except ImportError:
+        return None
     return psutil.Process(pid)
