@@ -464,7 +464,7 @@ def test_cublas_matmul_of_transposed_and_strided_views(rt, dtype):
         pytest.skip(cublas_available()[1])
     rng = np.random.default_rng(3)
     host = lambda *shape: rng.standard_normal(shape).astype(dtype)
-    a, b = host(70, 50), host(40, 70)                 # b.T is (70, 40): a transposed view on the device
+    a, b = host(70, 50), host(40, 50)                 # b.T is (50, 40): a transposed view on the device
     c, d = host(3, 50, 60), host(3, 20, 50)           # batched, both sides transposed
     cases = [(rt.to_device(a), rt.to_device(b).T),
              (rt.to_device(a).T, rt.to_device(host(70, 30))),
