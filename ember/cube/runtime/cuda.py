@@ -423,6 +423,9 @@ class CudaRuntime(Specializing):
             >>> b = rt.like(a.T); b.strides == a.T.strides
             True
         """
+        if a.flags.c_contiguous and a.size:  # the common case: a plain array of a's shape
+            base = self.empty(a.shape, a.dtype)
+            return base if base.strides == a.strides else base.strided(a.shape, a.strides)
         lo, n = host_span(a)
         base = self.empty(max(n, a.itemsize) // a.itemsize, a.dtype)
         return base.strided(a.shape, a.strides, -lo)

@@ -95,6 +95,8 @@ def host_span(a: np.ndarray) -> tuple[int, int]:
     """
     if a.size == 0:
         return 0, 0
+    if a.flags.c_contiguous:
+        return 0, a.nbytes
     lo = sum(min(0, s * (n - 1)) for s, n in zip(a.strides, a.shape))
     hi = sum(max(0, s * (n - 1)) for s, n in zip(a.strides, a.shape)) + a.itemsize
     return lo, hi - lo
