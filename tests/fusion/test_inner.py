@@ -156,16 +156,26 @@ def test_an_error_in_a_recorded_inner_op_is_raised_on_read_naming_the_op(cpu, rn
     np.testing.assert_allclose((x @ x).numpy(), x.numpy() @ x.numpy(), rtol=1e-5)
 
 
-def test_index_ops_are_still_sync_points_and_raise_at_the_call(cpu, rng):
+def test_index_ops_raise_at_the_call_and_are_recorded_only_with_an_index_in_range(cpu, rng):
     backend = ember.debug.fusion_backend(cpu)
-    x = ember.tensor(rng.standard_normal((4, 5)).astype(np.float32), device=cpu)
+    host = rng.standard_normal((4, 5)).astype(np.float32)
+    x = ember.tensor(host, device=cpu)
     y = x.exp() * 2.0
-    assert backend.stats()["pending"] >= 2
-    with pytest.raises(IndexError, match="out of bounds"):
+    assert backend.stats()["pending"] == 2
+    with pytest.raises(IndexError, match="out of bounds"):  # at the call, as without fusion
         y.index_select(0, ember.tensor(np.array([0, 4]), device=cpu))
+    assert backend.stats()["pending"] == 0  # its input was made concrete first
+    y = x.exp() * 2.0
+    picked = y.index_select(1, ember.tensor(np.array([4, 0]), device=cpu))  # host index in range: recorded
+    rows = y.gather(0, ember.tensor(np.array([[3, 0, 1, 2, 3]]), device=cpu))
+    assert backend.stats()["pending"] == 4
+    pending_index = ember.tensor(np.array([1, 2]), device=cpu) + 1  # not data yet: a sync point
+    chosen = y.index_select(0, pending_index)
     assert backend.stats()["pending"] == 0
-    picked = y.index_select(1, ember.tensor(np.array([4, 0]), device=cpu))
-    np.testing.assert_allclose(picked.numpy(), (np.exp(x.numpy()) * 2)[:, [4, 0]], rtol=1e-6)
+    want = np.exp(host) * 2
+    np.testing.assert_allclose(picked.numpy(), want[:, [4, 0]], rtol=1e-6)
+    np.testing.assert_allclose(rows.numpy(), want[[3, 0, 1, 2, 3], range(5)][None], rtol=1e-6)
+    np.testing.assert_allclose(chosen.numpy(), want[[2, 3]], rtol=1e-6)
 
 
 def test_blocks_with_inner_ops_run_again_on_new_data_stay_right(fused, rng):

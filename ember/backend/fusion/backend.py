@@ -5,8 +5,10 @@ shape-static `ops.INNER` ops: movement, matmul, convolutions, pools, scans): it 
 device's stream and returns a pending `LazyHandle`. Elementwise ops and reductions become fused
 kernels; `INNER` ops run through the inner backend as steps of the plan, between them (so a reshape
 between two elementwise chains, or a matmul and its epilogue, do not cut the block). Any other op
-(index ops, whose out-of-range errors depend on the data; random ops; custom ops) first needs its
-inputs' data, so it is a sync point; it then runs at once through the inner backend. The other sync
+(index ops whose index is pending, on a device or out of range, since their out-of-range errors
+depend on the data and are raised at the call; random ops; custom ops) first needs its inputs' data,
+so it is a sync point; it then runs at once through the inner backend. An index op whose index is
+host data in range is recorded like `INNER` ops (`ops.index_in_range`). The other sync
 points are `to_host`, `sync` and `[fusion] max_ops` recorded ops. At a sync point the block is looked
 up in the plan cache by its normalized key; a miss builds the plan (`fusers.select`), a hit replays it.
 Values whose handles nobody holds any more are never written. An op of the block that raises when the
@@ -42,7 +44,7 @@ from ...ops.primitive import Aval, Primitive
 from ...settings import settings
 from ..base import Backend, Decorator
 from .graph import Block
-from .ops import _RECORDS, _STARTS, records, static_params
+from .ops import _RECORDS, _STARTS, records, starts_block, static_params
 from .plan import Plan, PlanCache
 from .stream import LazyHandle, Stream
 
@@ -86,7 +88,7 @@ class Fusion(Decorator):
     def execute(self, prim: Primitive, inputs: Sequence[LazyHandle], params: dict, out: Aval) -> LazyHandle:
         recorded = _RECORDS.get(prim)  # most primitives' answer, without a call (the dispatch hot path)
         if recorded is None:
-            recorded = records(prim, inputs)
+            recorded = records(prim, inputs, params)
         if recorded and self.enabled and self.records_ops and out.dtype in self._held:
             stream = getattr(self._local, "stream", None)
             if stream is None:  # not `or`: that would ask an empty stream its len() at every op
@@ -96,7 +98,7 @@ class Fusion(Decorator):
                 if rec is not None and rec.stream is not stream:
                     self._flush(rec.stream)  # another thread's pending value: run that stream first
             with stream.lock:
-                if prim in _STARTS and stream.records:
+                if prim in _STARTS and starts_block(stream.records):
                     self._flush(stream)  # a matmul or convolution starts a block (see ops.STARTS_BLOCK)
                 handle = stream.record(prim, inputs, params, out)
                 if len(stream.records) >= self.max_ops:

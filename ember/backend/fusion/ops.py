@@ -16,18 +16,23 @@ Recorded (run at the next sync point, not at the call):
   `argmax`/`argmin` and `argsort`. Recording them is what keeps a reshape or a matmul from being a
   sync point (an elementwise chain, a view, another chain, a matmul and its epilogue are one block).
 
-A matmul or a convolution (`STARTS_BLOCK`) starts a new block: the stream recorded before it is run
-first (its inputs then come in as data). Cuts that depend only on which op comes next put block
-boundaries at the same ops in every step of a training loop, whether or not the loop syncs, so its
-plans repeat. Cutting only every `[fusion] max_ops` records would not: in a loop that never syncs,
-a step of 65 ops cut every 256 starts its blocks at positions that drift through the step, a new plan
-(and new fused kernels to compile) for each of 65 phases; anchored at matmuls it keeps 5 plans. The
-cost is a flush per matmul, which are few next to the elementwise and view ops between them.
+A matmul or a convolution (`STARTS_BLOCK`) starts a new block when an elementwise op or a reduction
+was recorded since the previous one (`starts_block`): the stream recorded before it is run first.
+That depends only on the ops since the previous matmul, so block boundaries sit at the same ops in
+every step of a training loop, whether or not the loop syncs, and its plans repeat. Cutting only every
+`[fusion] max_ops` records would not: in a loop that never syncs, a step of 65 ops cut every 256
+starts its blocks at positions that drift through the step, a new plan (and new fused kernels to
+compile) for each of 65 phases; anchored at matmuls it keeps a handful. The cost is about a flush per
+matmul with an elementwise prologue (a backward pass's `g @ w.T` then `x.T @ g` share a block).
 
 Not recorded, so run at once (their inputs are made concrete first, a sync point):
 
-- index ops (`gather`, `index_select`, `embedding`, `scatter`, `index_add`): an index out of range is
-  a property of the data, raised as an IndexError when the op runs; users rely on it at the call.
+- index ops (`gather`, `index_select`, `embedding`, `scatter`, `index_add`) whose index is pending or
+  on a device, or holds a value out of range: an index out of range is a property of the data, raised
+  as an IndexError when the op runs, and users rely on it at the call. An index op whose index is
+  host data (a NumPy array: the CPU runtime) with every value in range (`index_in_range`, checked at
+  the call) cannot raise later, so it is recorded as an inner step (cross-entropy's `gather` of the
+  targets, an embedding lookup and their gradients' `scatter`/`index_add`).
 - random ops (`uniform`, `normal`, `randint`) and `full`: they read no input, so they never force a
   flush anyway, and random ones stay where the generator's state advanced.
 - primitives registered later (custom ops, `@ember.backend_extension`): nothing is known of them.
@@ -38,13 +43,15 @@ block raise when read (`Fusion.data`), with a note naming the op.
 Example:
     >>> elementwise(registry["exp"], (f32,)), elementwise(registry["div"], (i32, i32))
     (True, False)
-    >>> records(registry["reshape"], [x]), records(registry["gather"], [x, index])
+    >>> records(registry["reshape"], [x], {"shape": (4,)}), records(registry["gather"], [x, pending], {"dim": 0})
     (True, False)
 """
 
 from __future__ import annotations
 
 from typing import Sequence
+
+import numpy as np
 
 from ...cube import ir
 from ...cube.kernels.elementwise import BINARY_OPS, FLOAT_BINARY, UNARY_OPS, binary_op, unary_op
@@ -60,19 +67,54 @@ INNER = frozenset(("reshape", "permute", "expand", "slice", "flip", "cat", "pad"
                    "max_pool_grad", "avg_pool",
                    "unfold", "fold", "cumsum", "cumprod", "cumextreme_index", "argmax", "argmin", "argsort"))
 """Primitives recorded as `Inner` steps (see the module docstring for why these and not the others)."""
+INDEX_OPS = frozenset(("gather", "index_select", "embedding", "scatter", "index_add"))
+"""Ops recorded as `Inner` steps when their index is host data in range (`index_in_range`)."""
 STARTS_BLOCK = frozenset(("matmul", "conv", "conv_transpose", "conv_weight_grad"))
 """`INNER` ops before which the stream is cut (see the module docstring)."""
 _BOOL_OP = {"maximum": "logical_or", "minimum": "logical_and"}
 
 
-def records(prim: Primitive, inputs: Sequence) -> bool:
+def records(prim: Primitive, inputs: Sequence, params: dict) -> bool:
     """Whether the fusion backend records `prim` on `inputs` (handles with an `aval`) instead of running
-    it: an elementwise op that fuses, a reduction, or an `INNER` op. Decided once per primitive where
-    dtypes do not matter (the dispatch hot path)."""
+    it: an elementwise op that fuses, a reduction, an `INNER` op, or an index op whose index is in range
+    (`index_in_range`). Decided once per primitive where dtypes and data do not matter (the dispatch
+    hot path)."""
     known = _RECORDS.get(prim)
     if known is None:
+        if prim.name in INDEX_OPS:
+            return index_in_range(prim.name, inputs, params)
         return reduction(prim) or elementwise(prim, [h.aval.dtype for h in inputs])
     return known
+
+
+def index_in_range(name: str, inputs: Sequence, params: dict) -> bool:
+    """Whether the index (input 1) of index op `name` is host data (a NumPy array, not pending) whose
+    values are all in range for the dim it indexes: then running the op later cannot raise.
+
+    Example:
+        >>> index_in_range("gather", [x, LazyHandle.concrete(np.array([[0, 2]]), aval)], {"dim": 1})
+        True
+    """
+    index = inputs[1]
+    value = index.value
+    if index.record is not None or type(value) is not np.ndarray:
+        return False
+    shape = inputs[0].aval.shape
+    size = shape[0] if name == "embedding" else shape[params["dim"]] if shape else 1
+    return value.size == 0 or (int(value.min()) >= 0 and int(value.max()) < size)
+
+
+def starts_block(records: Sequence) -> bool:
+    """Whether a `STARTS_BLOCK` op recorded after `records` (a stream's, since its last sync point)
+    cuts the stream first: when an op other than an `INNER` one was recorded since the last
+    `STARTS_BLOCK` op (or the sync point)."""
+    for rec in reversed(records):
+        prim = rec.prim
+        if prim in _STARTS:
+            return False
+        if prim not in _INNER:
+            return True
+    return False
 
 
 def elementwise(prim: Primitive, dtypes: Sequence[DType]) -> bool:
@@ -94,6 +136,7 @@ def reduction(prim: Primitive) -> bool:
 
 _RECORDS: dict = {}  # primitive -> whether it is recorded, for those whose answer ignores dtypes
 _STARTS: set = set()  # the primitives of STARTS_BLOCK
+_INNER: set = set()  # the primitives of INNER
 
 
 def _settle() -> None:
@@ -101,12 +144,16 @@ def _settle() -> None:
     for prim in registry.values():
         if prim.name in REDUCTIONS or prim.name in _UNARY or prim.name in _OTHER or prim.name in INNER:
             _RECORDS[prim] = True
+        elif prim.name in INDEX_OPS:
+            continue  # depends on the index's data: `records` asks `index_in_range`
         elif prim.name not in _BINARY:
             _RECORDS[prim] = False
         elif prim.name not in FLOAT_BINARY and not prim.name.endswith("_shift"):
             _RECORDS[prim] = True
         if prim.name in STARTS_BLOCK:
             _STARTS.add(prim)
+        if prim.name in INNER:
+            _INNER.add(prim)
 
 
 def static_params(prim: Primitive, params: dict) -> tuple:
