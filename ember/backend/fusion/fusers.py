@@ -247,10 +247,10 @@ def select(block: Block) -> list:
 
 def _in_program_order(block: Block, steps: list) -> list:
     """`steps` in an order that respects their dependencies and otherwise runs each step when the last
-    op it computes was recorded (as the program would run them one by one): values live about as long
-    as without fusion, so peak memory does too. (Labels give an order as well, but it runs every step
-    as early as it can: with matmuls and views recorded, all of a backward pass's weight gradients
-    would be computed first and held.)"""
+    op it computes was recorded (as the program would run them one by one), so values live about as
+    long as without fusion. Labels give an order as well, but it runs every step as early as it can:
+    in a block of independent chains (views and matmuls are recorded too) each chain's first values
+    would all be computed, and held, before any chain's last ones."""
     writer = {w: k for k, s in enumerate(steps) for w in s.writes}
     waits = [0] * len(steps)
     readers: list[list[int]] = [[] for _ in steps]
