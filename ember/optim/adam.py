@@ -23,6 +23,11 @@ class Adam(Optimizer):
 
     Options: `betas=(0.9, 0.999)`, `eps=1e-8`, `weight_decay=0`, `amsgrad=False`.
 
+    Each parameter's update is one op, `ember.optim.fused.adam_step` (one cube kernel; NumPy on
+    Device.numpy()), in this order of operations; f16/bf16 parameters are computed in f32 and rounded
+    where a value is stored (the parameter after weight decay, the decayed gradient, the moments). The
+    moments are kept in the parameter's dtype.
+
     Example:
         >>> opt = Adam(model, lr=1e-3, amsgrad=True)
         >>> opt.step(loss.backward())
