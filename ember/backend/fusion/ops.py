@@ -106,8 +106,8 @@ def index_in_range(name: str, inputs: Sequence, params: dict) -> bool:
 
 def starts_block(records: Sequence) -> bool:
     """Whether a `STARTS_BLOCK` op recorded after `records` (a stream's, since its last sync point)
-    cuts the stream first: when an op other than an `INNER` one was recorded since the last
-    `STARTS_BLOCK` op (or the sync point)."""
+    cuts the stream first: when an elementwise op or a reduction (an op other than an `INNER` or index
+    one) was recorded since the last `STARTS_BLOCK` op (or the sync point)."""
     for rec in reversed(records):
         prim = rec.prim
         if prim in _STARTS:
@@ -136,7 +136,7 @@ def reduction(prim: Primitive) -> bool:
 
 _RECORDS: dict = {}  # primitive -> whether it is recorded, for those whose answer ignores dtypes
 _STARTS: set = set()  # the primitives of STARTS_BLOCK
-_INNER: set = set()  # the primitives of INNER
+_INNER: set = set()  # the primitives of INNER and INDEX_OPS (recorded as inner steps)
 
 
 def _settle() -> None:
@@ -152,7 +152,7 @@ def _settle() -> None:
             _RECORDS[prim] = True
         if prim.name in STARTS_BLOCK:
             _STARTS.add(prim)
-        if prim.name in INNER:
+        if prim.name in INNER or prim.name in INDEX_OPS:
             _INNER.add(prim)
 
 
