@@ -55,15 +55,19 @@ def test_matmul_bias_relu_is_recorded_and_its_epilogue_fused(cpu, rng):
     np.testing.assert_allclose(got, np.maximum(a @ w + b, 0), rtol=1e-5, atol=1e-6)
 
 
-def test_a_matmul_starts_a_block(cpu, rng):
-    """Blocks are cut before a matmul (ops.STARTS_BLOCK), so their boundaries do not drift in a loop."""
+def test_a_matmul_after_elementwise_ops_starts_a_block(cpu, rng):
+    """Blocks are cut before a matmul that follows elementwise ops or reductions (ops.starts_block), so
+    their boundaries do not drift in a loop; a matmul after only views and matmuls joins the block."""
     backend = ember.debug.fusion_backend(cpu)
-    x = ember.tensor(rng.standard_normal((4, 4)).astype(np.float32), device=cpu)
+    host = rng.standard_normal((4, 4)).astype(np.float32)
+    x = ember.tensor(host, device=cpu)
     y = x.exp()
     assert backend.stats()["pending"] == 1
     z = y @ x
     assert backend.stats()["pending"] == 1  # exp ran; the matmul waits
-    np.testing.assert_allclose(z.numpy(), np.exp(x.numpy()) @ x.numpy(), rtol=1e-5)
+    w = z.T @ x
+    assert backend.stats()["pending"] == 3  # after a view and a matmul: no cut
+    np.testing.assert_allclose(w.numpy(), (np.exp(host) @ host).T @ host, rtol=1e-4)
 
 
 def _block(x, n):
