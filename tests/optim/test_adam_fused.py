@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import ember
+from ember.autodiff.gradients import Gradients
 from ember.errors import DTypeError, ShapeError
 from ember.nn import Module
 from ember.nn.param import Param, ParamGroup
@@ -22,8 +23,9 @@ ADAMW = (AdamW, torch.optim.AdamW, {}, {"amsgrad": True, "weight_decay": 0.2, "e
 # dtype: (rtol, atol) after 3 steps with lr 0.05 (torch computes m by lerp, and bf16 op by op)
 TOLERANCE = {ember.f32: (1e-5, 1e-6), ember.f64: (1e-12, 1e-14), ember.bf16: (2e-2, 2e-2)}
 TORCH = {ember.f32: torch.float32, ember.f64: torch.float64, ember.bf16: torch.bfloat16}
-# Each rule and dtype once per device (the trajectory tests of test_torch_optimizers.py run both in f64)
-CASES = [(ember.f32, *ADAM), (ember.f64, *ADAMW), (ember.bf16, *ADAMW)]
+# Each rule and dtype once per device (the trajectory tests of test_torch_optimizers.py run both in f64);
+# bf16 without AMSGrad, one kernel specialization fewer to compile on a cold CI cache
+CASES = [(ember.f32, *ADAM), (ember.f64, *ADAMW), (ember.bf16, *ADAMW[:3], {"weight_decay": 0.0})]
 
 
 class Params(Module):
@@ -40,21 +42,19 @@ def as_numpy(t) -> np.ndarray:
 
 @pytest.mark.parametrize("dtype, cls, torch_cls, base, group", CASES, ids=[f"{c[1].__name__}-{c[0]}" for c in CASES])
 def test_one_op_update_matches_torch_over_steps(device, rng, dtype, cls, torch_cls, base, group):
-    ad = device.autodiff()
     start = {k: rng.standard_normal(s).astype(np.float32) for k, s in SHAPES.items()}
-    model = Params({k: ember.tensor(v, device=ad).cast(dtype) for k, v in start.items()})
+    model = Params({k: ember.from_numpy(v.astype(dtype.np), device.autodiff()) for k, v in start.items()})
     ours = {k: p for k, p in model.named_parameters()}
     theirs = {k: torch.tensor(v).to(TORCH[dtype]).requires_grad_() for k, v in start.items()}
     opt = cls(model, lr=0.05, groups=[ParamGroup(prefix="b_", **group)], **base)
     torch_opt = torch_cls([{"params": [theirs[k] for k in SHAPES if k.startswith("a_")]},
                            {"params": [theirs[k] for k in SHAPES if k.startswith("b_")], **group}], lr=0.05, **base)
     rtol, atol = TOLERANCE[dtype]
-    for step in range(3):
-        grads = {k: rng.standard_normal(s).astype(np.float32) for k, s in SHAPES.items()}
-        loss = sum((p * ember.tensor(grads[k], device=ad).cast(dtype)).sum() for k, p in ours.items())
-        opt.step(loss.backward())
+    for step in range(3):  # the same random gradients to both (no backward pass: only the update is tested)
+        grads = {k: rng.standard_normal(s).astype(np.float32).astype(dtype.np) for k, s in SHAPES.items()}
+        opt.step(Gradients.from_pairs((p, ember.from_numpy(grads[k], device)) for k, p in ours.items()))
         for k, t in theirs.items():
-            t.grad = torch.tensor(grads[k]).to(TORCH[dtype])
+            t.grad = torch.tensor(grads[k].astype(np.float32)).to(TORCH[dtype])
         torch_opt.step()
         for k, p in ours.items():
             assert p.dtype is dtype and p.shape == SHAPES[k]
@@ -71,14 +71,16 @@ def test_a_step_dispatches_one_update_and_views_per_parameter(monkeypatch):
     device = ember.Device.numpy()
     model = Params({k: ember.ones(*s, device=device.autodiff()) for k, s in SHAPES.items()})
     opt = AdamW(model, lr=0.1, groups=[ParamGroup(prefix="b_", amsgrad=True)])
-    loss = lambda: sum(p.sum() for _, p in model.named_parameters())  # noqa: E731
-    opt.step(loss().backward())  # the first step also makes the zero moments
-    grads = loss().backward()
+
+    def grads():
+        return Gradients.from_pairs((p, ember.ones(*p.shape, device=device)) for _, p in model.named_parameters())
+    opt.step(grads())  # the first step also makes the zero moments
+    given = grads()
     ran = []
     backend = device.backend
     monkeypatch.setattr(backend, "execute", lambda prim, *a: ran.append(prim.name) or type(backend).execute(
         backend, prim, *a))
-    opt.step(grads)
+    opt.step(given)
     assert sorted(set(ran)) == ["adam_update", "adam_update_amsgrad", "reshape", "slice"]
     assert ran.count("adam_update") == 2 and ran.count("adam_update_amsgrad") == 3
     # a row of a 2-parameter group of 3 rows and of b_w and b_s (4 rows; b_s's reshaped to 0-d); the
@@ -87,11 +89,16 @@ def test_a_step_dispatches_one_update_and_views_per_parameter(monkeypatch):
 
 
 def test_bad_operands_are_named(device):
-    p = ember.zeros(3, 2, device=device)
+    def zeros(*shape, dtype=np.float32):
+        return ember.from_numpy(np.zeros(shape, dtype), device)  # no kernel: the rules refuse before any runs
+    p = zeros(3, 2)
     s = adam_scalars(p, lr=0.1, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.0, decoupled=True, step=1)
     with pytest.raises(ShapeError, match="adam_update.*exp_avg_sq has shape \\(2, 3\\)"):
-        adam_step(p, p, p, ember.zeros(2, 3, device=device), None, s)
+        adam_step(p, p, p, zeros(2, 3), None, s)
+    with pytest.raises(ShapeError, match="scalars must have shape \\(9,\\)"):
+        adam_step(p, p, p, p, None, zeros(3))
+    d = zeros(3, 2, dtype=np.float64)
     with pytest.raises(DTypeError, match="scalars must be f64 for a f64 parameter"):
-        adam_step(p.cast(ember.f64), p.cast(ember.f64), p.cast(ember.f64), p.cast(ember.f64), None, s)
+        adam_step(d, d, d, d, None, s)
     with pytest.raises(DTypeError, match="float dtype, got i32"):
-        adam_step(p.cast(ember.i32), p, p, p, None, s)
+        adam_step(zeros(3, 2, dtype=np.int32), p, p, p, None, s)
