@@ -13,7 +13,8 @@ Design choices:
 - The hyperparameters of a step travel in a small tensor (`adam_scalars`, in the parameter's compute
   dtype: f32 for f16/bf16, else its own), not as primitive params: the kernel compiles once per
   (dtypes, AMSGrad), and a recorded or cached plan does not change when the step count or the learning
-  rate does.
+  rate does. Its values are made on the host once per step and option set (on a GPU device, one small
+  host-to-device copy) and shared by the parameters of that step.
 - No gradient: optimizer updates run on the inner device, outside autodiff; reaching the op in a
   backward pass raises an error naming it.
 - The fusion decorator sees an op it does not record: a boundary where its inputs are materialized.
