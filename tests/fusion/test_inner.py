@@ -184,8 +184,8 @@ def test_index_ops_raise_at_the_call_and_are_recorded_only_with_an_index_in_rang
 
 def test_blocks_with_inner_ops_run_again_on_new_data_stay_right(fused, rng):
     """Run four times, each block's plan is replayed (on CUDA: captured as a graph on the second run and
-    replayed after, or refused for good where an op copies through the host, as cat and pad do there).
-    Earlier results must not change when later runs reuse the plan."""
+    replayed after, with the matmul, views, cat and pad inside). Earlier results must not change when
+    later runs reuse the plan."""
     if fused.kind == "wgpu":
         pytest.skip("wgpu replays no launches or graphs (the conformance suite covers its values)")
     results = []

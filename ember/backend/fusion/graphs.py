@@ -17,9 +17,9 @@ afresh at each run, a scalar say, would otherwise stay baked into the graph).
   not interleave with another thread's replay of the same graph).
 - A capture that fails (an op that reads a value on the host, a host fallback, an allocation the
   driver refuses while capturing) runs the plan plainly and refuses that signature for good. Plans
-  hold the recorded inner ops too (`ops.INNER`): a matmul or a view is captured with the fused
-  kernels; cat, pad and slice_assign, which the Cube backend runs through the host on a device, make
-  the capture fail (the runtime refuses host copies while capturing), so their plans run plainly. So do
+  hold the recorded inner ops too (`ops.INNER`: views, matmuls, cat, pad, ...), captured with the
+  fused kernels; one that would copy through the host (a NumPy fallback of the Cube backend) makes
+  the capture fail, as the runtime refuses host copies while capturing, so that plan runs plainly. So do
   plans whose inputs and outputs exceed `[cuda] graph_max_mb`, or whose captured graph pins more:
   large plans are bound by the device, not by launches, and a graph would only hold their memory.
   At most `PER_PLAN` signatures keep a graph per plan (least recently used go).
