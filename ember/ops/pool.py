@@ -81,15 +81,20 @@ def _max_reference(x, *, kernel, stride, padding, dilation, ceil_mode):
     return result
 
 
-def _disjoint(kernel, stride, dilation) -> bool:
-    """Whether no two windows share an input position (then their winners are distinct)."""
+def windows_disjoint(kernel, stride, dilation) -> bool:
+    """Whether no two pooling windows share an input position (then their winners are distinct).
+
+    Example:
+        >>> windows_disjoint((2, 2), (2, 2), (1, 1)), windows_disjoint((3, 3), (2, 2), (1, 1))
+        (True, False)
+    """
     return all(s >= d * (k - 1) + 1 for k, s, d in zip(kernel, stride, dilation))
 
 
 def _max_vjp(ctx, g):
     x, = ctx.inputs
     p = ctx.params
-    if _disjoint(p["kernel"], p["stride"], p["dilation"]):
+    if windows_disjoint(p["kernel"], p["stride"], p["dilation"]):
         return (call("max_pool_grad", x, g, **p),)  # one kernel: no index array, no zero fill, no scatter
     (shape, _), = ctx.input_avals
     index = call("max_pool_indices", x, **p)
@@ -115,7 +120,7 @@ def _grad_reference(x, g, *, kernel, stride, padding, dilation, ceil_mode):
                                ceil_mode=ceil_mode)
     flat = np.zeros(x.shape[:2] + (math.prod(x.shape[2:]),), g.dtype)
     index, values = (a.reshape(a.shape[:2] + (math.prod(a.shape[2:]),)) for a in (index, g))
-    if _disjoint(kernel, stride, dilation):  # distinct winners: a plain put, not NumPy's slow `add.at`
+    if windows_disjoint(kernel, stride, dilation):  # distinct winners: a plain put, not NumPy's slow `add.at`
         np.put_along_axis(flat, index, values, axis=2)
     else:
         np.add.at(flat, (np.arange(flat.shape[0])[:, None, None], np.arange(flat.shape[1])[:, None], index), values)
@@ -124,7 +129,7 @@ def _grad_reference(x, g, *, kernel, stride, padding, dilation, ceil_mode):
 
 def _grad_vjp(ctx, h):
     x, _ = ctx.inputs
-    (shape, _), (gshape, _) = ctx.input_avals
+    _, (gshape, _) = ctx.input_avals
     index = call("max_pool_indices", x, **ctx.params)
     return None, h.flatten(2).gather(2, index.flatten(2)).reshape(gshape)
 

@@ -35,6 +35,7 @@ from ...cube.kernels.sort import MAX_ROW
 from ...cube.runtime.arguments import DeviceArray
 from ...dtype import bf16
 from ...ops import registry
+from ...ops.pool import windows_disjoint
 from ...ops.primitive import Aval
 from . import kernels as own
 from .layout import grouped, merged_operands
@@ -292,7 +293,7 @@ def _max_pool_indices(out: Aval, x, **params):
 
 
 def _max_pool_grad(out: Aval, x, g, **params):
-    if any(s < d * (k - 1) + 1 for k, s, d in zip(params["kernel"], params["stride"], params["dilation"])):
+    if not windows_disjoint(params["kernel"], params["stride"], params["dilation"]):
         raise Unlowered("overlapping windows: their gradients add up (the kernel writes each window's taps)")
     return _spatial_2d("max_pool_grad", (x, g), params, max_pool2d_grad)
 

@@ -5,9 +5,10 @@
 2. Labels: a node's label is at least its inputs' labels, one more across an edge that cannot fuse
    (an edge fuses when both ends are elementwise ops of one shape). Labels are first as early as
    possible, then elementwise nodes move as late as their consumers allow, so that `x * 2` can join
-   the kernel after a reshape or pool recorded later (a matmul starts a block: `ops.STARTS_BLOCK`). Any path that leaves a group and comes back crosses an
-   unfusable edge, so grouping fusable edges of equal labels never makes a cycle: the steps run in
-   an order that respects their dependencies and is otherwise the program's (`_in_program_order`).
+   the kernel after a reshape or pool recorded later (a matmul starts a block: `ops.STARTS_BLOCK`).
+   Any path that leaves a group and comes back crosses an unfusable edge, so grouping fusable edges
+   of equal labels never makes a cycle: the steps run in an order that respects their dependencies
+   and is otherwise the program's (`_in_program_order`).
 3. Groups: elementwise nodes joined by fusable edges of equal labels. A group writes only the values
    still referenced (live) or read by a step outside it; one kernel may write several outputs.
 4. Recompute instead of writing: a group whose outputs nobody holds and that only reductions and
