@@ -58,6 +58,8 @@ MIN_ROW = 64  # a domain whose last dim is at least this long runs line by line 
 # Positions per unit of an elementwise kernel, by target: on the H200 one position per unit of a
 # (8192, 8192) softmax's last pass took 0.48 ms (262144 cubes of 256 units), the bandwidth allows 0.13.
 PER_UNIT = {"cuda": 4}
+# Targets whose line-by-line kernel runs a whole line per cube of MIN_ROW units (see elementwise_kernel).
+WALK_TARGETS = ("cpu",)
 
 
 @dataclass(frozen=True)
@@ -93,7 +95,9 @@ class Reduction:
     dtype: DType       # output dtype
 
 
-DENSE, SCALAR, STRIDED = 0, 1, 2  # how an input is read: by flat position, its one element, its layout
+# How an input is read: by flat position, its one element, its layout, or (line-by-line kernels
+# only) one element per line, the same along the line (a (C, 1, 1) bias against (N, C, H*W)).
+DENSE, SCALAR, STRIDED, LINE = 0, 1, 2, 3
 
 
 def _modes(views: list, shape: tuple) -> tuple:
@@ -101,10 +105,18 @@ def _modes(views: list, shape: tuple) -> tuple:
                  else STRIDED for v in views)
 
 
-def _scalars(b: ir.Builder, arrays: list, modes: tuple) -> dict:
-    """The one-element inputs, loaded once before any branch (gcc will not vectorize a loop whose
-    branch holds a load it cannot prove safe, and these are the same for every unit)."""
-    return {j: b.load(arr, b.const(0, i32)) for j, arr in enumerate(arrays) if modes[j] == SCALAR}
+def _line_modes(modes: tuple, views: list) -> tuple:
+    """`modes` for a line-by-line kernel: a strided input that does not move along the last dim is LINE."""
+    return tuple(LINE if m == STRIDED and v.strides[-1] == 0 else m for m, v in zip(modes, views))
+
+
+def _scalars(b: ir.Builder, arrays: list, modes: tuple, bases: dict | None = None) -> dict:
+    """The inputs that are the same for every unit of a cube, loaded once before any branch (gcc will
+    not vectorize a loop whose branch holds a load it cannot prove safe; a load per unit of a value
+    that does not change would be a gather): the one-element inputs, and the LINE inputs at their
+    line's offset (`bases`, from `_line`)."""
+    return {j: b.load(arr, b.const(0, i32) if modes[j] == SCALAR else bases[j])
+            for j, arr in enumerate(arrays) if modes[j] in (SCALAR, LINE)}
 
 
 def _values(b: ir.Builder, program: Program, arrays: list, index_of, scalars: dict) -> list:
@@ -121,12 +133,13 @@ def _inputs(b: ir.Builder, program: Program) -> list:
 
 def _line(b: ir.Builder, layout, rank: int, modes: tuple, start) -> tuple:
     """For a line of the domain starting at flat position `start` and running along its last dim:
-    each strided input's offset at `start` and its step along the line (values the same for every
+    each strided or LINE input's offset at `start` and each strided one's step along the line (values the same for every
     unit of a cube, so the C target computes them once per cube, divisions included)."""
     bases, steps = {}, {}
     for j, mode in enumerate(modes):
-        if mode == STRIDED:
+        if mode in (STRIDED, LINE):
             bases[j] = offset.__cube_inline__(b, [start, layout, rank, j], {})
+        if mode == STRIDED:
             steps[j] = b.load(layout.array, b.const(rank * (j + 1) + rank - 1, i32))
     return bases, steps
 
@@ -160,28 +173,36 @@ def _guarded(b: ir.Builder, whole, positions: list, limit, body) -> None:
                 body(p)
 
 
-def elementwise_kernel(program: Program, rank: int, modes: tuple, rows: bool, per: int = 1) -> ir.Kernel:
+def elementwise_kernel(program: Program, rank: int, modes: tuple, rows: bool, per: int = 1,
+                       walk: bool = False) -> ir.Kernel:
     """The IR of `program` over `rank`-dim layouts, each input read as `modes[j]` says (DENSE, SCALAR,
-    STRIDED). With `rows`, cube (x, y) covers units x of line y of the domain's last dim, so strided
-    inputs cost one multiply-add per element; otherwise cubes cover flat positions. Each unit computes
-    `per` positions, CUBE_DIM apart (GPU targets: 4, so that a cube's index arithmetic is shared by
-    more elements and the grid has 4x fewer cubes; the C target: 1)."""
+    STRIDED, LINE). With `rows`, cube (x, y) covers units x of line y of the domain's last dim, so strided
+    inputs cost one multiply-add per element and LINE inputs one load per cube; otherwise cubes cover
+    flat positions. Each unit computes `per` positions, CUBE_DIM apart (GPU targets: 4, so that a cube's
+    index arithmetic is shared by more elements and the grid has 4x fewer cubes; the C target: 1).
+
+    With `walk` (and `rows`; the C target), cube y runs all of line y, CUBE_DIM positions at a time, the
+    last step shifted back inside the line (the host keeps lines at least CUBE_DIM long): no unit is
+    ever masked (gcc does not vectorize a masked tail, and a line shorter than a cube of 256 units was
+    all tail: a (64, 32, 196) bias + relu ran 6x slower than memory allows), a few positions are
+    computed twice (the outputs are new arrays, so no input changes under the second pass)."""
     b = ir.Builder("fused")
     arrays = _inputs(b, program)
     outs = [b.array_param(f"out{k}", program.dtype(v)) for k, v in enumerate(program.outputs)]
     layout = ArrayRef(b.array_param("layout", i32))
     n = b.scalar_param("n", i32)
-    scalars = _scalars(b, arrays, modes)
     one = b.const(1, i32)
     span = b.binary("mul", b.builtin("cube_dim"), b.const(per, i32))  # positions a cube covers
     if rows:
         width = b.load(layout.array, b.const(rank - 1, i32))
-        start = b.binary("mul", b.builtin("cube_pos_y"), width)
-        first = b.binary("add", b.binary("mul", b.builtin("cube_pos_x"), span), b.builtin("unit_pos"))
+        start = b.binary("mul", b.builtin("cube_pos" if walk else "cube_pos_y"), width)
         bases, steps = _line(b, layout, rank, modes, start)
+        scalars = _scalars(b, arrays, modes, bases)
+        first = b.binary("add", b.binary("mul", b.builtin("cube_pos_x"), span), b.builtin("unit_pos"))
         end = b.binary("mul", b.binary("add", b.builtin("cube_pos_x"), one), span)
         limit = width
     else:
+        scalars = _scalars(b, arrays, modes)
         first = b.binary("add", b.binary("mul", b.builtin("cube_pos"), span), b.builtin("unit_pos"))
         end = b.binary("mul", b.binary("add", b.builtin("cube_pos"), one), span)
         limit = n
@@ -193,6 +214,11 @@ def elementwise_kernel(program: Program, rank: int, modes: tuple, rows: bool, pe
         for out, v in zip(outs, program.outputs):
             b.store(out, i, values[v])
 
+    if walk:
+        units = b.builtin("cube_dim")
+        with b.loop(b.const(0, i32), width, units) as step:
+            body(b.binary("add", b.binary("min", step, b.binary("sub", width, units)), b.builtin("unit_pos")))
+        return b.kernel
     positions = [first] + [b.binary("add", first, b.binary("mul", b.builtin("cube_dim"), b.const(k, i32)))
                            for k in range(1, per)]
     _guarded(b, b.binary("le", end, limit), positions, limit, body)
@@ -363,14 +389,21 @@ def run_elementwise(program: Program, shape: tuple, arrays: list, runtime=None) 
     merged, views = merged_operands(shape, *arrays)
     modes = _modes(views, merged)
     rank, layout = _layout(merged, views)
+    target = getattr(runtime, "target", "cpu")
+    walk = target in WALK_TARGETS
+    lines = size // merged[-1]
     # line by line needs a cube row per line: CUDA allows at most 65535 of them (else one flat grid)
-    rows = rank > 1 and STRIDED in modes and merged[-1] >= MIN_ROW and size // merged[-1] <= 65535
-    per = PER_UNIT.get(getattr(runtime, "target", "cpu"), 1)
-    dim = cube.CubeDim(UNITS)
-    compiled = _compiled_kernel(("ew", program, rank, modes, rows, per),
-                                lambda: elementwise_kernel(program, rank, modes, rows, per), dim, runtime)
-    if rows:
-        count = cube.CubeCount(-(-merged[-1] // (UNITS * per)), size // merged[-1])
+    rows = rank > 1 and STRIDED in modes and merged[-1] >= MIN_ROW and (walk or lines <= 65535)
+    walk = walk and rows
+    modes = _line_modes(modes, views) if rows else modes
+    per = PER_UNIT.get(target, 1)
+    dim = cube.CubeDim(MIN_ROW if walk else UNITS)
+    compiled = _compiled_kernel(("ew", program, rank, modes, rows, per, walk),
+                                lambda: elementwise_kernel(program, rank, modes, rows, per, walk), dim, runtime)
+    if walk:
+        count = cube.CubeCount(lines)
+    elif rows:
+        count = cube.CubeCount(-(-merged[-1] // (UNITS * per)), lines)
     else:
         count, _ = grid(-(-size // per), UNITS)
     runtime.run(compiled, count, (*views, *(o.reshape(-1) for o in outs), layout, size))

@@ -1,0 +1,62 @@
+"""Line-by-line fused elementwise kernels (`codegen.run_elementwise` with `rows`) against NumPy.
+
+The shapes are those of a convolution's bias + relu: a (N, C, H*W) map with a (C, 1) bias, whose
+bias is read once per line (LINE mode), lines shorter than, equal to and longer than a cube, a
+strided (transposed) operand, and an output of another dtype (the relu mask).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ember.backend.fusion import codegen
+from ember.backend.fusion.codegen import LINE, MIN_ROW, STRIDED, Program
+from ember.backend.cube.layout import merged_operands
+from ember.dtype import bool_, f32, f64
+
+# %3 = a + bias; %4 = %3 <= zero; %5 = where(%4, zero, %3): the fused forward of conv bias + relu
+BIAS_RELU = Program((f32, f32, f32), (("add", (), (0, 1), f32), ("le", (), (3, 2), bool_),
+                                      ("where", (), (4, 2, 3), f32)), (3, 4, 5))
+
+
+def _bias_relu(a, bias):
+    pre = a + bias
+    return [pre, pre <= 0, np.where(pre <= 0, np.float32(0), pre)]
+
+
+@pytest.mark.parametrize("shape", [(3, 5, MIN_ROW), (2, 3, 14, 14), (2, 4, 130), (1, 2, 1000), (0, 3, 70)])
+def test_bias_relu_per_line_equals_numpy(rng, shape):
+    a = rng.standard_normal(shape).astype(np.float32)
+    bias = rng.standard_normal((shape[1],) + (1,) * (len(shape) - 2)).astype(np.float32)
+    zero = np.zeros((), np.float32)
+    got = codegen.run_elementwise(BIAS_RELU, shape, [a, bias, zero])
+    for g, want in zip(got, _bias_relu(a, bias)):
+        assert g.shape == shape and g.dtype == want.dtype
+        np.testing.assert_array_equal(g, want)
+
+
+def test_a_bias_is_read_once_per_line_not_per_element(rng):
+    shape = (4, 3, 196)
+    a = rng.standard_normal(shape).astype(np.float32)
+    bias = rng.standard_normal((3, 1)).astype(np.float32)
+    merged, views = merged_operands(shape, a, bias, np.zeros((), np.float32))
+    assert codegen._line_modes(codegen._modes(views, merged), views)[1] == LINE
+    codegen.run_elementwise(BIAS_RELU, shape, [a, bias, np.zeros((), np.float32)])
+    (source,) = [s for s in codegen.source_of(BIAS_RELU) if "a_in1" in s and "pragma omp simd" in s]
+    units = source[source.index("#pragma omp simd"):]  # the unit loop: the bias load stays outside it
+    assert "a_in1[" in source and "a_in1[" not in units
+
+
+@pytest.mark.parametrize("dtype", [f32, f64])
+def test_strided_and_broadcast_operands_per_line_equal_numpy(rng, dtype):
+    # a transposed operand (STRIDED along the line), a per-line one and a per-column one
+    x = rng.standard_normal((100, 3, 5)).astype(dtype.np).transpose(1, 2, 0)  # (3, 5, 100), line step 15
+    row = rng.standard_normal((3, 5, 1)).astype(dtype.np)
+    col = rng.standard_normal((100,)).astype(dtype.np)
+    p = Program((dtype, dtype, dtype), (("mul", (), (0, 1), dtype), ("add", (), (3, 2), dtype)), (4,))
+    merged, views = merged_operands((3, 5, 100), x, row, col)
+    assert codegen._line_modes(codegen._modes(views, merged), views) == (STRIDED, LINE, STRIDED)
+    (got,) = codegen.run_elementwise(p, (3, 5, 100), [x, row, col])
+    tol = 1e-6 if dtype is f32 else 1e-13  # a multiply-add may be one rounding (FMA) or two
+    np.testing.assert_allclose(got, x * row + col, rtol=tol, atol=tol)
