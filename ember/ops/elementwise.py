@@ -19,8 +19,7 @@ import numpy as np
 
 from ..dtype import DType, bool_
 from ..errors import DTypeError
-from .primitive import (BF16, F16, Aval, broadcast_shapes, primitive, same_aval, saves_inputs, saves_inputs_at,
-                        saves_none, saves_output, saves_partners)
+from .primitive import BF16, F16, Aval, broadcast_shapes, primitive, same_aval
 from .grad_utils import sum_to
 
 LN2 = math.log(2.0)
@@ -131,11 +130,6 @@ UNARY = {
 }
 
 
-# What each rule above reads (`Primitive.saves`): the output, nothing, or (the others) the input.
-_READS_OUTPUT = {"reciprocal", "exp", "exp2", "expm1", "sqrt", "rsqrt", "tan", "tanh", "erfinv", "sigmoid"}
-_READS_NOTHING = {"neg", "sign", "floor", "ceil", "round", "trunc"}
-
-
 def _unary_vjp(rule):
     if rule is None or rule is _zeros:
         return rule
@@ -147,7 +141,6 @@ for _name, (_ref, _rule, _float) in UNARY.items():
         _name,
         infer=_float_only(_name) if _float else same_aval,
         vjp=_unary_vjp(_rule),
-        saves=saves_output if _name in _READS_OUTPUT else saves_none if _name in _READS_NOTHING else saves_inputs,
     )(_upcast(_ref))
 
 # Predicates and bit ops: no gradient.
@@ -211,7 +204,7 @@ def _sides(rule_a, rule_b):
 
 
 def _div_vjp(ctx, g):
-    q = g / ctx.input(1)  # a / b: da = g / b, db = -g * a / b**2 = -(g / b) * out
+    q = g / ctx.inputs[1]  # a / b: da = g / b, db = -g * a / b**2 = -(g / b) * out
     return (q if ctx.needs_grad(0) else None, -q * ctx.output if ctx.needs_grad(1) else None)
 
 
@@ -242,7 +235,7 @@ def _atan2_vjp(ctx, g):
 BINARY = {
     "add": (np.add, lambda c, g: (g, g)),
     "sub": (np.subtract, _sides(lambda c, g: g, lambda c, g: -g)),
-    "mul": (np.multiply, _sides(lambda c, g: g * c.input(1), lambda c, g: g * c.input(0))),
+    "mul": (np.multiply, _sides(lambda c, g: g * c.inputs[1], lambda c, g: g * c.inputs[0])),
     "div": (np.true_divide, _div_vjp),
     "pow": (np.power, _pow_vjp),
     "maximum": (np.maximum, _extreme_vjp(lambda b, a: a < b)),
@@ -252,22 +245,11 @@ BINARY = {
     "floor_divide": (np.floor_divide, None),
 }
 
-
-def _div_saves(tracked: tuple[bool, bool]) -> tuple[tuple[int, ...], bool]:
-    return (1,), tracked[1]  # the divisor; the output for the divisor's own gradient only
-
-
-# What each rule above reads (`Primitive.saves`; pow's reads everything: the default). Each side of mul
-# reads the other only, so `x * c` keeps c, not x.
-_BINARY_SAVES = {"add": saves_none, "sub": saves_none, "mul": saves_partners, "div": _div_saves,
-                 "maximum": saves_inputs, "minimum": saves_inputs, "atan2": saves_inputs, "remainder": saves_inputs}
-
 for _name, (_ref, _rule) in BINARY.items():
     primitive(
         _name,
         infer=_binary_infer(_name, allow_bool=_name in ("add", "mul", "maximum", "minimum")),
         vjp=_binary_vjp(_rule) if _rule else None,
-        saves=_BINARY_SAVES.get(_name),
     )(_upcast(_ref))
 
 
@@ -294,7 +276,7 @@ def _where_infer(c: Aval, a: Aval, b: Aval) -> Aval:
 
 def _where_vjp(ctx, g):
     from ..api.math import where
-    c = ctx.input(0)
+    c = ctx.inputs[0]
     _, (sa, _), (sb, _) = ctx.input_avals
     # A constant branch (relu's and masked_fill's fill value) needs no gradient: skip its select. The
     # other side selects against a scalar 0, which fuses; a zeros_like would be a fill run at once.
@@ -303,7 +285,7 @@ def _where_vjp(ctx, g):
     return None, ga, gb
 
 
-primitive("where", infer=_where_infer, vjp=_where_vjp, saves=saves_inputs_at(0))(lambda c, a, b: np.where(c, a, b))
+primitive("where", infer=_where_infer, vjp=_where_vjp)(lambda c, a, b: np.where(c, a, b))
 
 
 def _cast_infer(x: Aval, *, dtype: DType) -> Aval:
@@ -325,4 +307,4 @@ def _cast_reference(x, *, dtype: DType):
     return x.astype(dtype.np)
 
 
-primitive("cast", infer=_cast_infer, vjp=_cast_vjp, saves=saves_none)(_cast_reference)
+primitive("cast", infer=_cast_infer, vjp=_cast_vjp)(_cast_reference)
