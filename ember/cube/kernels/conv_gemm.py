@@ -193,8 +193,12 @@ _kept_lock = threading.RLock()  # reentrant: a weak reference's callback may run
 def _keep(x: np.ndarray, geometry: tuple, cols: np.ndarray) -> None:
     """Keep `cols` (x's weight-gradient columns for `geometry`) while x lives, within KEEP_BYTES."""
     key = id(x)
-    # dropped with x (its id may then name another array); a newer entry for the id is left alone
-    forget = lambda ref: _kept.pop(key) if _kept.get(key, (None,))[0] is ref else None  # noqa: E731
+
+    def forget(ref) -> None:  # x is gone (its id may then name another array): a newer entry stays
+        with _kept_lock:
+            if _kept.get(key, (None,))[0] is ref:
+                del _kept[key]
+
     with _kept_lock:
         _kept.pop(key, None)
         while _kept and sum(c.nbytes for _, _, c in _kept.values()) + cols.nbytes > KEEP_BYTES:
