@@ -8,10 +8,11 @@ that block: nothing is re-optimized, and a fused kernel compiled for one batch s
 The key of a block is its normalized graph (`Stream` builds it while recording: op names, static
 params, relative input ids, dtypes, shape classes) plus which values are still referenced.
 
-On a runtime that can capture its launches (the CPU runtime's `capture`/`bind`), a fused elementwise
-step's first run for one layout of its inputs (shapes, strides, dtypes) is captured as a marshalled
-launch (`StepReplay`); the next runs with the same layout allocate the outputs and call the kernel with
-the new data pointers, skipping the views, layout and argument checks codegen made the first time.
+On a runtime that can capture its launches (the CPU runtime's `capture`/`bind`), a fused step's first
+run (elementwise, or a reduction that ran as one launch) for one layout of its inputs (shapes, strides,
+dtypes) is captured as a marshalled launch (`StepReplay`); the next runs with the same layout allocate
+the outputs and call the kernel with the new data pointers, skipping the views, layout and argument
+checks codegen made the first time.
 An inner step of an elementwise primitive (a lone op the fusers leave to the kernel library) is
 captured the same way when the library ran it as one launch, with its params part of the layout.
 
@@ -28,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from ...cube.runtime.cpu import cpu_runtime
 from ...cube.runtime.host import empty
+from . import codegen
 from .codegen import run_elementwise, run_reduction
 from .fusers import Fused, FusedReduce, Inner, select
 from .ops import elementwise, reduction
@@ -85,7 +86,9 @@ class Plan:
         if replays is not None:
             return replays.run(self, records, externals, inner)
         env: dict[int, Any] = {}
-        runtime = getattr(inner, "runtime", None)  # fused kernels run where the inner backend's do
+        # Fused kernels run where the inner backend's do; without a runtime of its own, on the codegen's
+        # default (read here, at each run: a capture must record the runtime the kernels run on).
+        runtime = getattr(inner, "runtime", None) or codegen.cpu_runtime()
 
         def value(ref: tuple):
             kind, i = ref
@@ -110,8 +113,10 @@ class Plan:
                 for o, array in zip(step.outputs, outs):
                     env[o] = array
             else:
-                out = run_reduction(step.reduction, records[source].aval.shape, [value(r) for r in refs],
-                                    runtime)
+                domain = records[source].aval.shape
+                arrays = [value(r) for r in refs]
+                out, = self._captured(k, (domain,), arrays, runtime,
+                                      lambda: [run_reduction(step.reduction, domain, arrays, runtime)])
                 env[step.index] = out.reshape(records[step.index].aval.shape)
             for i in frees:
                 del env[i]
@@ -120,8 +125,8 @@ class Plan:
     def _captured(self, k: int, what: tuple, arrays: list, runtime, run) -> list:
         """The outputs of step `k` (`run()`), replayed when `what` and its inputs' layout are those last
         captured (see the module docstring)."""
-        target = runtime or cpu_runtime()  # a launch recorder (`bind`): CudaRuntime.capture makes CUDA graphs
-        capture = getattr(target, "capture", None) if hasattr(target, "bind") else None
+        # Only a launch recorder (`bind`) replays steps: CudaRuntime.capture makes CUDA graphs instead.
+        capture = getattr(runtime, "capture", None) if hasattr(runtime, "bind") else None
         if capture is None:
             return run()
         layout = (*what, *[(a.shape, a.strides, a.dtype) for a in arrays])
@@ -134,7 +139,7 @@ class Plan:
             outs = run()
         if len(replays) >= MAX_LAYOUTS:
             replays.clear()
-        replays.append((layout, StepReplay.of(layout, launches, arrays, outs, target)))
+        replays.append((layout, StepReplay.of(layout, launches, arrays, outs, runtime)))
         return outs
 
 
