@@ -91,6 +91,23 @@ def test_lone_reductions_replay_on_new_data_and_alternating_sizes(cpu, rng):
     assert plans, "no lone reduction kept a replay for each of its two layouts"
 
 
+def test_fused_reductions_replay_on_new_data_layouts_and_sizes(cpu, rng):
+    """A reduction that reads a fused program is captured and replayed per layout: strided and broadcast
+    inputs, sizes of one shape class, and a long row (a split reduction, more than one launch)."""
+    backend = ember.debug.fusion_backend(cpu)
+    cases = [((5, 9), False), ((7, 3), False), ((5, 9), True), ((3, 40000), False)]
+    for shape, transposed in cases * 2:
+        a = rng.standard_normal(shape).astype(np.float32)
+        b = rng.standard_normal(shape[-1:]).astype(np.float32)
+        x = ember.tensor(np.ascontiguousarray(a.T), device=cpu).permute(1, 0) if transposed else \
+            ember.tensor(a, device=cpu)
+        got = ((x * ember.tensor(b, device=cpu)).exp()).sum(dim=-1)
+        np.testing.assert_allclose(got.numpy(), np.exp(a * b).sum(axis=-1), rtol=1e-5)
+    replayed = [r for p in backend.plans._plans.values() for k, s in enumerate(p.steps)
+                if type(s).__name__ == "FusedReduce" for _, r in p.replays[k] if r is not None]
+    assert replayed, "no fused reduction kept a captured launch"
+
+
 def test_threads_with_different_programs_never_share_a_plan(cpu, rng):
     """Key parts are numbered once for every thread: a block recorded first in a new thread (a fresh
     stream) must not find the plan of another program that a different thread recorded first."""
