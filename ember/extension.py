@@ -12,7 +12,8 @@ runtime, size the grid, `kernel.launch(...)`). The decorator registers a real pr
 - `backward(grad, out, *inputs, **params) -> one gradient (a tensor or None) per input`, written with
   ember ops (or other extension ops) on the inputs and output as tensors. Autodiff records the op like
   any primitive, so `loss.backward()` goes through it. Without `backward`, reaching the op in a
-  backward pass raises an error naming it.
+  backward pass raises an error naming it. `saves` (`"all"`, `"inputs"`, `"output"` or `"none"`) says
+  which of them `backward` reads: autodiff keeps only those for it (the others arrive as None).
 - `reference(*arrays, **params) -> array` (optional): the same op in NumPy. Devices without a cube
   target (`Device.numpy()`) run it, and tests use it as the oracle; without it, calling the op there
   raises `DeviceError` naming the op and the device.
@@ -21,8 +22,13 @@ Positional parameters of the forward are the op's tensor inputs; keyword-only on
 (hashable values: ints, floats, strings, tuples), passed to every rule.
 
 On a cube backend the op has a row in the lowering table (`how == "kernel"`), so it never shows as a
-NumPy fallback. The fusion decorator does not fuse it: it is a boundary where the stream before it is
-materialized (fusing a declared elementwise epilogue into it is not built yet).
+NumPy fallback. The fusion decorator does not fuse it (fusing a declared elementwise epilogue into it is
+not built yet). By default it is a boundary where the stream before it is materialized and the op runs
+at once. `pure=True` declares that the forward only reads its inputs and returns a new array, and that
+every error it can raise is raised by the shape and dtype rules at the call: the fusion decorator then
+records the op as an inner step of its plan (`ember.backend.fusion.ops.record_inner`), run at the next
+sync point with the ops around it, so it no longer cuts the stream (an optimizer update after the
+backward pass joins the step's plan).
 
 Example:
     >>> @ember.backend_extension(shape=lambda x: x, reference=lambda x: np.maximum(x, 0),
@@ -46,8 +52,11 @@ import numpy as np
 from .dispatch import bind
 from .dtype import DType, dtype_of
 from .errors import DeviceError, EmberError
-from .ops.primitive import Aval, Primitive, VjpContext, registry
+from .ops.primitive import Aval, Primitive, VjpContext, registry, saves_all, saves_inputs, saves_none, saves_output
 from .tensor import Tensor
+
+# `saves=` of `backend_extension`: what the op's `backward` reads, as the primitive's `saves` rule.
+SAVES = {"all": saves_all, "inputs": saves_inputs, "output": saves_output, "none": saves_none}
 
 
 def cube_target(device) -> str | None:
@@ -73,7 +82,10 @@ class Extension:
     """A custom op made by `backend_extension`: call it on tensors (see the module docstring)."""
 
     def __init__(self, forward: Callable, *, name: str, shape: Callable, dtype: Callable | None,
-                 backward: Callable | None, reference: Callable | None) -> None:
+                 backward: Callable | None, reference: Callable | None, saves: str = "all",
+                 pure: bool = False) -> None:
+        if saves not in SAVES:
+            raise ValueError(f"backend_extension: saves must be one of {sorted(SAVES)}, got {saves!r}")
         self.name = name
         self.forward = forward
         self.shape = shape
@@ -86,8 +98,13 @@ class Extension:
         if name in registry:
             raise ValueError(f"backend_extension: an op named {name!r} is already registered; pass name=...")
         self.primitive = registry[name] = Primitive(name, infer=self._infer, reference=self._reference,
-                                                    vjp=self._vjp, cost="compute")
+                                                    vjp=self._vjp, cost="compute", saves=SAVES[saves])
+        self.saves = saves
+        self.pure = bool(pure)
         _register_lowering(name, self._run)
+        if self.pure:
+            from .backend.fusion.ops import record_inner
+            record_inner(self.primitive)
 
     def __repr__(self) -> str:
         return f"<ember.backend_extension {self.name}>"
@@ -148,8 +165,9 @@ class Extension:
     def _vjp(self, ctx: VjpContext, g: Tensor) -> tuple:
         if self.backward is None:
             raise EmberError(f"{self.name}: has no gradient; pass backward= to @ember.backend_extension")
-        inputs = ctx.inputs
-        grads = self.backward(g, ctx.output, *inputs, **ctx.params)
+        inputs = ctx.inputs if self.saves in ("all", "inputs") else (None,) * len(ctx.input_avals)
+        output = ctx.output if self.saves in ("all", "output") else None
+        grads = self.backward(g, output, *inputs, **ctx.params)
         grads = tuple(grads) if isinstance(grads, (tuple, list)) else (grads,)
         if len(grads) != len(inputs):
             raise EmberError(f"{self.name}: backward returned {len(grads)} gradients for {len(inputs)} inputs")
@@ -184,7 +202,7 @@ def _register_lowering(name: str, run: Callable) -> None:
 
 def backend_extension(fn: Callable | None = None, *, shape: Callable, backward: Callable | None = None,
                       reference: Callable | None = None, dtype: Callable | None = None,
-                      name: str | None = None):
+                      name: str | None = None, saves: str = "all", pure: bool = False):
     """Decorator: a custom op from a forward that launches cube kernels (see the module docstring).
 
     Example:
@@ -197,5 +215,5 @@ def backend_extension(fn: Callable | None = None, *, shape: Callable, backward: 
     """
     def make(forward: Callable) -> Extension:
         return Extension(forward, name=name or forward.__name__, shape=shape, dtype=dtype, backward=backward,
-                         reference=reference)
+                         reference=reference, saves=saves, pure=pure)
     return make if fn is None else make(fn)

@@ -17,7 +17,9 @@ Design choices:
   host-to-device copy) and shared by the parameters of that step.
 - No gradient: optimizer updates run on the inner device, outside autodiff; reaching the op in a
   backward pass raises an error naming it.
-- The fusion decorator sees an op it does not record: a boundary where its inputs are materialized.
+- Both are pure (`pure=True`: every error is raised at the call, by the shape and dtype rules), so the
+  fusion decorator records them as inner steps: a training step's updates join the plan of its
+  backward pass instead of flushing the stream at the first one.
 - The new parameter and moments are views of one packed array, which stays alive while any of them
   does (an old parameter value kept elsewhere keeps its step's moments alive too).
 
@@ -55,7 +57,7 @@ def _dtype(*dtypes: DType) -> DType:
     return dtypes[0]
 
 
-@backend_extension(shape=_shape, dtype=_dtype, name="adam_update",
+@backend_extension(shape=_shape, dtype=_dtype, name="adam_update", pure=True,
                    reference=lambda p, g, m, v, s: kernels.adam_reference(p, g, m, v, None, s))
 def adam_update(param, grad, exp_avg, exp_avg_sq, scalars):
     """One Adam step without AMSGrad: the new parameter, exp_avg and exp_avg_sq packed along the first
@@ -63,7 +65,8 @@ def adam_update(param, grad, exp_avg, exp_avg_sq, scalars):
     return kernels.adam_update(param, grad, exp_avg, exp_avg_sq, None, scalars)
 
 
-@backend_extension(shape=_shape, dtype=_dtype, name="adam_update_amsgrad", reference=kernels.adam_reference)
+@backend_extension(shape=_shape, dtype=_dtype, name="adam_update_amsgrad", pure=True,
+                   reference=kernels.adam_reference)
 def adam_update_amsgrad(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, scalars):
     """One Adam step with AMSGrad: the new parameter, exp_avg, exp_avg_sq and max_exp_avg_sq packed along
     the first dim (`ember.cube.kernels.optim`)."""

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import ember
+import ember.debug
 from ember import cube
 from ember.cube.kernels.common import contiguous, empty, grid
 from ember.errors import DeviceError, DTypeError, EmberError, ShapeError
@@ -99,12 +100,15 @@ def scale_kernel(x: cube.Array, out: cube.Array, factor: cube.Comptime[float]):
         out[i] = x[i] * x.dtype(factor)
 
 
-@ember.backend_extension(shape=lambda x, **_: x)
-def ext_test_scale(x: np.ndarray, *, factor: float) -> np.ndarray:
+def scale(x: np.ndarray, *, factor: float) -> np.ndarray:
     x = contiguous(x)
     out = empty(x.shape, x.dtype, x)
     scale_kernel.launch(*grid(x.size), x.reshape(-1), out.reshape(-1), factor=factor)
     return out
+
+
+ext_test_scale = ember.backend_extension(shape=lambda x, **_: x, name="ext_test_scale")(scale)
+ext_test_scale_pure = ember.backend_extension(shape=lambda x, **_: x, name="ext_test_scale_pure", pure=True)(scale)
 
 
 @ember.backend_extension(shape=lambda x: x, reference=lambda x: x[:1])
@@ -121,6 +125,30 @@ def test_an_op_without_reference_runs_only_where_there_is_a_cube_target(device, 
         return
     np.testing.assert_allclose(ext_test_scale(x, factor=3.0).numpy(), a * 3, rtol=1e-6)
     np.testing.assert_allclose(ext_test_scale(x[:, 1:3], factor=3.0).numpy(), a[:, 1:3] * 3, rtol=1e-6)
+
+
+def test_a_pure_op_is_recorded_into_the_fused_block_and_replays_with_its_own_params(rng):
+    """`pure=True`: the fusion decorator records the op as an inner step (no flush at the call, one
+    block with the chains around it, replayed with each call's param); without it the op is a sync point."""
+    device = ember.Device.cpu()
+    backend = ember.debug.fusion_backend(device)
+    if backend is None:
+        pytest.skip("fusion is off ([fusion] enabled = false or EMBER_FUSION=0)")
+    previous = ember.debug.set_fusion(device, True)
+    try:
+        for factor in (3.0, -0.5):
+            a = rng.standard_normal((4, 0 if factor < 0 else 6)).astype(np.float32)  # an empty one too
+            x = ember.tensor(a, device=device)
+            before = backend.stats()
+            y = ext_test_scale_pure((x * 2.0).exp(), factor=factor) + 1.0
+            assert backend.stats()["pending"] == 4 and backend.stats()["flushes"] == before["flushes"]
+            np.testing.assert_allclose(y.numpy(), np.exp(a * 2) * factor + 1, rtol=1e-6)
+            assert backend.stats()["flushes"] == before["flushes"] + 1
+        ext_test_scale(x.exp(), factor=2.0)  # not declared pure: its input is made concrete first
+        assert backend.stats()["pending"] == 0
+    finally:
+        backend.flush()
+        ember.debug.set_fusion(device, previous)
 
 
 def test_an_op_without_backward_names_itself_when_a_gradient_reaches_it():

@@ -182,6 +182,62 @@ def test_index_ops_raise_at_the_call_and_are_recorded_only_with_an_index_in_rang
     np.testing.assert_allclose(chosen.numpy(), want[[2, 3]], rtol=1e-6)
 
 
+def test_an_index_made_by_views_and_where_of_host_data_is_bounded_by_it(cpu, rng):
+    """`ops.index_bounds`: views and `where`s of host data (cross entropy's targets with ignored ones
+    masked to 0) bound the index by the union of the host values without running it, so the index op is
+    recorded when that union is in range; otherwise it is a sync point, raising at the call if the
+    values really are out of range."""
+    backend = ember.debug.fusion_backend(cpu)
+    host = rng.standard_normal((6, 4)).astype(np.float32)
+    x = ember.tensor(host, device=cpu)
+    for target, recorded in (([3, 0, 0, 2, 1, 1], True), ([3, -1, 0, 2, -1, 1], False)):
+        t = ember.tensor(np.array(target), device=cpu)
+        y = x.exp()
+        flushes = backend.stats()["flushes"]
+        picked = y.gather(1, t.masked_fill(t == -1, 0).unsqueeze(1)).squeeze(1)
+        assert (backend.stats()["flushes"] == flushes) == recorded  # not recorded: the block was run first
+        want = np.exp(host)[range(6), np.maximum(target, 0)]
+        np.testing.assert_allclose(picked.numpy(), want, rtol=1e-6)
+    flushes = backend.stats()["flushes"]
+    empty = ember.tensor(np.zeros((0, 1), np.int64), device=cpu).expand(0, 3)  # no values: in range
+    assert x.exp().gather(0, empty).numpy().shape == (0, 3) and backend.stats()["flushes"] == flushes + 1
+    y = x.exp()
+    with pytest.raises(IndexError, match="out of bounds"):
+        y.gather(1, t.masked_fill(t == -1, 4).unsqueeze(1))
+    assert backend.stats()["pending"] == 0
+
+
+def test_adam_updates_after_a_backward_pass_are_recorded_into_its_block(cpu, rng):
+    """The fused Adam update is a pure backend extension (`ember.optim.fused`): an inner step of the
+    plan, so a step after a backward pass flushes nothing; values and moments match PyTorch's when read."""
+    import torch
+    from ember.nn import Module
+    from ember.nn.param import Param
+    from ember.optim import AdamW
+
+    class One(Module):
+        def __init__(self, w) -> None:
+            self.w = Param(w)
+    backend = ember.debug.fusion_backend(cpu)
+    a, w = rng.standard_normal((5, 4)).astype(np.float32), rng.standard_normal((4, 3)).astype(np.float32)
+    model = One(ember.from_numpy(w, cpu.autodiff()))
+    theirs = torch.tensor(w, requires_grad=True)
+    opt, torch_opt = AdamW(model, lr=0.05, amsgrad=True), torch.optim.AdamW([theirs], lr=0.05, amsgrad=True)
+    x = ember.from_numpy(a, cpu)
+    for _ in range(2):
+        grads = (x @ model.w).relu().sum().backward()
+        flushes = backend.stats()["flushes"]
+        opt.step(grads)
+        assert backend.stats()["flushes"] == flushes and backend.stats()["pending"] > 0
+        torch_opt.zero_grad()
+        (torch.tensor(a) @ theirs).relu().sum().backward()
+        torch_opt.step()
+    np.testing.assert_allclose(model.w.numpy(), theirs.detach().numpy(), rtol=1e-5, atol=1e-6)
+    for key in ("exp_avg", "exp_avg_sq", "max_exp_avg_sq"):
+        np.testing.assert_allclose(opt.state["w"][key].numpy(), torch_opt.state[theirs][key].numpy(),
+                                   rtol=1e-5, atol=1e-7, err_msg=key)
+
+
 def test_blocks_with_inner_ops_run_again_on_new_data_stay_right(fused, rng):
     """Run four times, each block's plan is replayed (on CUDA: captured as a graph on the second run and
     replayed after, with the matmul, views, cat and pad inside). Earlier results must not change when

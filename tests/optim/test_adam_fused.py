@@ -102,3 +102,7 @@ def test_bad_operands_are_named(device):
         adam_step(d, d, d, d, None, s)
     with pytest.raises(DTypeError, match="float dtype, got i32"):
         adam_step(zeros(3, 2, dtype=np.int32), p, p, p, None, s)
+    huge = zeros(1).expand(2**30)  # a view: nothing allocated; refused at the call, as its packed rows
+    with pytest.raises(ShapeError, match="more than 2\\*\\*31 - 1 elements"):  # could not be indexed
+        adam_step(huge, huge, huge, huge, None, adam_scalars(huge, lr=0.1, betas=(0.9, 0.99), eps=1e-8,
+                                                             weight_decay=0.0, decoupled=True, step=1))

@@ -27,15 +27,19 @@ matmul with an elementwise prologue (a backward pass's `g @ w.T` then `x.T @ g` 
 
 Not recorded, so run at once (their inputs are made concrete first, a sync point):
 
-- index ops (`gather`, `index_select`, `embedding`, `scatter`, `index_add`) whose index is pending or
-  on a device, or holds a value out of range: an index out of range is a property of the data, raised
-  as an IndexError when the op runs, and users rely on it at the call. An index op whose index is
-  host data (a NumPy array: the CPU runtime) with every value in range (`index_in_range`, checked at
-  the call) cannot raise later, so it is recorded as an inner step (cross-entropy's `gather` of the
-  targets, an embedding lookup and their gradients' `scatter`/`index_add`).
+- index ops (`gather`, `index_select`, `embedding`, `scatter`, `index_add`) whose index is on a device,
+  computed by ops whose values host data does not bound, or holds a value out of range: an index out
+  of range is a property of the data, raised as an IndexError when the op runs, and users rely on it
+  at the call. An index op whose index is host data (a NumPy array: the CPU runtime), or a pending
+  view or `where` of host data (`index_bounds`), with every value in range (`index_in_range`, checked
+  at the call) cannot raise later, so it is recorded as an inner step (cross-entropy's `gather` of the
+  targets with ignored ones masked to 0, an embedding lookup and their gradients' `scatter`/`index_add`).
 - random ops (`uniform`, `normal`, `randint`) and `full`: they read no input, so they never force a
   flush anyway, and random ones stay where the generator's state advanced.
-- primitives registered later (custom ops, `@ember.backend_extension`): nothing is known of them.
+- primitives registered later (custom ops, `@ember.backend_extension`): nothing is known of them,
+  unless they declare themselves pure (`backend_extension(..., pure=True)`, which calls
+  `record_inner`): then they are recorded as inner steps, like `INNER` ops (a training step's
+  optimizer updates, `ember.optim.fused.adam_update`, join its plan instead of flushing it).
 
 A recorded op that raises when its block runs (an inner kernel failing) makes every value of the
 block raise when read (`Fusion.data`), with a note naming the op.
@@ -88,20 +92,53 @@ def records(prim: Primitive, inputs: Sequence, params: dict) -> bool:
 
 
 def index_in_range(name: str, inputs: Sequence, params: dict) -> bool:
-    """Whether the index (input 1) of index op `name` is host data (a NumPy array, not pending) whose
-    values are all in range for the dim it indexes: then running the op later cannot raise.
+    """Whether the values of the index (input 1) of index op `name` are all in range for the dim it
+    indexes, as far as host data shows (`index_bounds`): then running the op later cannot raise.
 
     Example:
         >>> index_in_range("gather", [x, LazyHandle.concrete(np.array([[0, 2]]), aval)], {"dim": 1})
         True
     """
     index = inputs[1]
-    value = index.value
-    if index.record is not None or type(value) is not np.ndarray:
+    bounds = index_bounds(index.record if index.record is not None else index.value)
+    if bounds is None:
         return False
     shape = inputs[0].aval.shape
     size = shape[0] if name == "embedding" else shape[params["dim"]] if shape else 1
-    return value.size == 0 or (int(value.min()) >= 0 and int(value.max()) < size)
+    return bounds is EMPTY or (bounds[0] >= 0 and bounds[1] < size)
+
+
+EMPTY = ()
+"""`index_bounds` of a value with no elements."""
+_SAME_VALUES = frozenset(("reshape", "permute", "expand", "slice", "flip"))
+"""Movement ops whose every output value is a value of their input."""
+
+
+def index_bounds(value, depth: int = 8) -> tuple[int, int] | tuple | None:
+    """(min, max) of the integer values `value` (a stream `Record` or a concrete array) will hold, known
+    from host data without running anything: a NumPy array's own; a movement op's (`_SAME_VALUES`)
+    its input's; a `where`'s the union of its two choices' (a `masked_fill` of host targets). `EMPTY`
+    for no values; None when unknown (data on a device, another op, `depth` records deep).
+
+    Example:
+        >>> index_bounds(np.array([3, 1, 2]))
+        (1, 3)
+    """
+    if type(value) is np.ndarray:
+        if value.dtype.kind not in "iub":
+            return None
+        return EMPTY if value.size == 0 else (int(value.min()), int(value.max()))
+    name = getattr(getattr(value, "prim", None), "name", None)
+    if depth == 0 or name is None:
+        return None
+    if name in _SAME_VALUES:
+        return index_bounds(value.inputs[0], depth - 1)
+    if name == "where":
+        a, b = (index_bounds(v, depth - 1) for v in value.inputs[1:])
+        if a is None or b is None:
+            return None
+        return b if a is EMPTY else a if b is EMPTY else (min(a[0], b[0]), max(a[1], b[1]))
+    return None
 
 
 def starts_block(records: Sequence) -> bool:
@@ -154,6 +191,21 @@ def _settle() -> None:
             _STARTS.add(prim)
         if prim.name in INNER or prim.name in INDEX_OPS:
             _INNER.add(prim)
+
+
+def record_inner(prim: Primitive) -> None:
+    """Record `prim`, a primitive registered after the built-in ones, as an inner step of the plan like
+    the `INNER` ops: only for a pure op (it reads only its inputs and returns a new array) whose output
+    shape and dtype follow from its inputs' and params', and whose errors are all raised at the call
+    (by its shape and dtype rules), since a recorded op runs later, at the next sync point.
+
+    Example:
+        >>> record_inner(adam_update.primitive)
+        >>> records(adam_update.primitive, [p, g, m, v, s], {})
+        True
+    """
+    _RECORDS[prim] = True
+    _INNER.add(prim)
 
 
 def static_params(prim: Primitive, params: dict) -> tuple:

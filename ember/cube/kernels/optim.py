@@ -39,7 +39,7 @@ import numpy as np
 
 from ... import cube
 from ...errors import DTypeError, ShapeError
-from .common import check_size, contiguous, cube_dtype, empty, grid, position
+from .common import MAX_ELEMENTS, contiguous, cube_dtype, empty, grid, position
 from .elementwise import binary_op
 
 SCALARS = ("keep", "l2", "b1", "one_minus_b1", "b2", "one_minus_b2", "bias2", "eps", "step_size")
@@ -113,7 +113,8 @@ def packed_shape(shape: tuple, rows: int) -> tuple:
 def check_shapes(param: tuple, grad: tuple, exp_avg: tuple, exp_avg_sq: tuple, max_exp_avg_sq: tuple | None,
                  scalars_: tuple) -> None:
     """Raise `ShapeError` unless operands of these shapes fit one Adam update (`max_exp_avg_sq` None:
-    no AMSGrad).
+    no AMSGrad) whose packed result the kernel can index (at most 2**31 - 1 elements; checked here, with
+    the shapes, so that the op raises at the call on every device, even where it runs later).
 
     Example:
         >>> check_shapes((4, 5), (4, 5), (4, 5), (4, 5), None, (len(SCALARS),))
@@ -125,6 +126,10 @@ def check_shapes(param: tuple, grad: tuple, exp_avg: tuple, exp_avg_sq: tuple, m
     if tuple(scalars_) != (len(SCALARS),):
         raise ShapeError("adam_update", f"scalars must have shape ({len(SCALARS)},) (the slots {SCALARS}), "
                                         f"got {tuple(scalars_)}")
+    packed = packed_shape(param, 3 if max_exp_avg_sq is None else 4)
+    if math.prod(packed) > MAX_ELEMENTS:
+        raise ShapeError("adam_update", f"the packed result {packed} has more than 2**31 - 1 elements "
+                                        f"(kernels index with i32)")
 
 
 @functools.lru_cache(maxsize=256)  # dtypes are few and hashable: the checks run once per combination
@@ -163,7 +168,6 @@ def adam_update(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, scalars_):
     arrays = [contiguous(a) for a in (param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq if amsgrad else exp_avg_sq,
                                       scalars_)]
     out = empty(packed_shape(param.shape, 4 if amsgrad else 3), param.dtype, arrays[0])
-    check_size("adam_update", out)
     n = int(param.size)
     if n:
         count, dim = grid(n)
