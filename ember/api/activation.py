@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import math
 
-from ._common import Tensor
+from ..dtype import default_float
+from ._common import Tensor, apply
 from .math import where
 
 SELU_ALPHA = 1.6732632423543772848170429916717
@@ -46,7 +47,8 @@ def gelu(x: Tensor, approximate: str = "none") -> Tensor:
         return x * 0.5 * (inner.tanh() + 1)
     if approximate != "none":
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    return x * 0.5 * ((x * (1.0 / math.sqrt(2.0))).erf() + 1)
+    # One primitive (its gradient keeps x alone; the composition kept three intermediates as large).
+    return apply("gelu", x if x.dtype.is_float else x.cast(default_float()))
 
 
 def sigmoid(x: Tensor) -> Tensor:

@@ -57,8 +57,11 @@ class Autodiff(Decorator):
         if not grad_enabled():  # checked last: reading the thread-local costs more than the rest
             return Tracked(result, None, out)
         parents = tuple(h.node if h.node is not None else Const(h.primal, h.aval) for h in inputs)
-        keep = self.checkpointing is None or prim.cost == "compute"
-        return Tracked(result, Node(prim, params, parents, out, result, self, keep), out)
+        if self.checkpointing is None:  # keep what the rule reads (`Primitive.saves`), nothing more
+            read, keep = prim.saves(tuple(h.node is not None for h in inputs))
+            saved = tuple(inputs[i].primal for i in read if inputs[i].node is not None) if read else None
+            return Tracked(result, Node(prim, params, parents, out, result, self, keep, False, saved), out)
+        return Tracked(result, Node(prim, params, parents, out, result, self, prim.cost == "compute"), out)
 
     def from_host(self, array: np.ndarray) -> Tracked:
         from ..dtype import dtype_of

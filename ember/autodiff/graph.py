@@ -6,11 +6,18 @@ nodes in reverse topological order and calls each primitive's `vjp` rule with th
 output, accumulating the cotangents of its parents.
 
 Values a rule needs (the op's inputs or output) are read through `Node.primal()`. Without checkpointing a
-node keeps its output. With checkpointing, nodes of cheap primitives (`cost == "memory"`) keep only a
-weak reference: if the user still holds the value it is reused, otherwise it is recomputed from the
-parents when a rule asks for it (recursively up to the nearest kept value). A recomputed value is cached
-on its node until the backward walk has passed that node, and a chain of cheap ops keeps every
+node keeps what its primitive's `saves` names (PyTorch's saved tensors): its output, strongly, when the
+rule reads it, and the inputs the rule reads (`Node.saved`); every other value is held through a weak
+reference, so it is freed (under fusion: never written) once the user drops it. With checkpointing,
+nodes of cheap primitives (`cost == "memory"`) keep only a weak reference and the others their output:
+if the user still holds a value it is reused, otherwise it is recomputed from the parents when a rule
+asks for it (up to the nearest held values). A recomputed value is cached on its node until the backward
+walk has passed that node, and under checkpointing a chain of cheap ops keeps every
 `MAX_RECOMPUTE_DEPTH`-th value, so long residual chains never recompute from their start.
+
+The backward walk releases what a node kept once the node's rule has run (`Node.release`), so the
+activations are freed during the walk, as PyTorch frees its saved tensors. The graph can still be walked
+again: a later walk recomputes the released values from the leaves and constants, which stay held.
 """
 
 from __future__ import annotations
@@ -40,18 +47,20 @@ class Const:
 class Node:
     """A tracked value: a leaf (`prim is None`) or the output of a recorded primitive."""
 
-    __slots__ = ("prim", "params", "parents", "aval", "_value", "_cache", "depth", "tape", "__weakref__")
+    __slots__ = ("prim", "params", "parents", "aval", "_value", "_cache", "depth", "tape", "saved",
+                 "__weakref__")
 
     def __init__(self, prim: Primitive | None, params: dict, parents: tuple, aval: Aval,
-                 value: Any, tape, keep: bool = True) -> None:
+                 value: Any, tape, keep: bool = True, capped: bool = True, saved: tuple | None = None) -> None:
         self.prim = prim
         self.params = params
         self.parents = parents
         self.aval = aval
         self.tape = tape
+        self.saved = saved  # the inputs the rule reads, held for it until it has run
         self._cache = None
-        # How many recomputations reaching this value would chain; past the limit it is kept.
-        self.depth = 0 if keep else 1 + max((p.depth for p in parents), default=0)
+        # How many recomputations reaching this value would chain; past the limit (when `capped`) it is kept.
+        self.depth = 0 if keep or not capped else 1 + max((p.depth for p in parents), default=0)
         if keep or self.depth > MAX_RECOMPUTE_DEPTH:
             self._value, self.depth = value, 0
         else:
@@ -67,9 +76,43 @@ class Node:
             if value is None:
                 value = self._cache
             if value is None:
-                inputs = [p.primal() for p in self.parents]
-                value = self._cache = self.tape.inner.execute(self.prim, inputs, self.params, self.aval)
+                value = self._recompute()
         return value
+
+    def _held(self) -> Any:
+        """The value if it is at hand (kept, alive elsewhere or cached), else None."""
+        value = self._value
+        if type(value) is weakref.ref:
+            value = value()
+            if value is None:
+                value = self._cache
+        return value
+
+    def _recompute(self) -> Any:
+        """Recompute this value and the missing values it needs, parents first (a loop, not recursion:
+        after a walk has released a deep graph, a later walk may reach back to the leaves)."""
+        stack = [self]
+        while stack:
+            node = stack[-1]
+            missing = [p for p in node.parents if type(p) is Node and p._held() is None]
+            if missing:
+                stack.extend(missing)
+                continue
+            stack.pop()
+            if node._held() is None:
+                inputs = [p.primal() for p in node.parents]
+                node._cache = node.tape.inner.execute(node.prim, inputs, node.params, node.aval)
+        return self._cache
+
+    def release(self) -> None:
+        """Drop what this node keeps for its rule (its rule has run); a later walk recomputes it."""
+        self.saved = None
+        value = self._value
+        if self.prim is not None and type(value) is not weakref.ref:
+            try:
+                self._value = weakref.ref(value)
+            except TypeError:  # handles without weak references stay kept
+                pass
 
     # What a gradient rule reads, as tensors on the inner (non-autodiff) device.
     @property
@@ -82,6 +125,10 @@ class Node:
     def input_tensors(self) -> tuple:
         wrap = self.tape.wrap_inner
         return tuple(wrap(p.primal(), p.aval) for p in self.parents)
+
+    def input_tensor(self, i: int):
+        parent = self.parents[i]
+        return self.tape.wrap_inner(parent.primal(), parent.aval)
 
     def output_tensor(self):
         return self.tape.wrap_inner(self.primal(), self.aval)
@@ -115,12 +162,14 @@ def backward(root: Node, cotangent) -> dict[Node, Any]:
         g = pending.pop(node, None)
         if g is None:
             node._cache = None
+            node.release()
             continue
         if node.prim is None:
             leaves[node] = g
             continue
         grads = node.prim.vjp(VjpContext(node, node.params), g)
         node._cache = None  # every rule that could read this value has run
+        node.release()
         for parent, pg in zip(node.parents, grads):
             if pg is None or type(parent) is not Node:
                 continue

@@ -19,11 +19,14 @@ import numpy as np
 
 from ..dtype import DType, bool_
 from ..errors import DTypeError
-from .primitive import BF16, F16, Aval, broadcast_shapes, primitive, same_aval
+from .primitive import (BF16, F16, Aval, broadcast_shapes, primitive, same_aval, saves_inputs, saves_inputs_at,
+                        saves_none, saves_output, saves_partners)
 from .grad_utils import sum_to
 
 LN2 = math.log(2.0)
 LN10 = math.log(10.0)
+SQRT1_2 = math.sqrt(0.5)
+INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 
 def _upcast(fn):
@@ -92,6 +95,16 @@ def _zeros(ctx, g):
     return (g.zeros_like(),)
 
 
+def _gelu(x):
+    return 0.5 * x * (1.0 + _erf(x * SQRT1_2))
+
+
+def _gelu_vjp(ctx, g):
+    # d/dx x Phi(x) = Phi(x) + x phi(x): one fused kernel from the kept input (PyTorch's formula)
+    x = ctx.inputs[0]
+    return g * ((x * SQRT1_2).erf() * 0.5 + 0.5 + x * (x * x * -0.5).exp() * INV_SQRT_2PI)
+
+
 # name: (reference, vjp(ctx, g) -> input cotangent, float-only?)
 UNARY = {
     "neg": (np.negative, lambda c, g: -g, False),
@@ -123,11 +136,17 @@ UNARY = {
     "erf": (_erf, lambda c, g: g * (-(c.inputs[0] ** 2)).exp() * (2 / math.sqrt(math.pi)), True),
     "erfinv": (_erfinv, lambda c, g: g * (c.output ** 2).exp() * (math.sqrt(math.pi) / 2), True),
     "sigmoid": (lambda x: 0.5 * (np.tanh(0.5 * x) + 1), lambda c, g: g * c.output * (1 - c.output), True),
+    "gelu": (_gelu, _gelu_vjp, True),  # exact (erf) GELU: one op keeps x only, its composition four values
     "floor": (np.floor, _zeros, True),
     "ceil": (np.ceil, _zeros, True),
     "round": (np.round, _zeros, True),
     "trunc": (np.trunc, _zeros, True),
 }
+
+
+# What each rule above reads (`Primitive.saves`): the output, nothing, or (the others) the input.
+_READS_OUTPUT = {"reciprocal", "exp", "exp2", "expm1", "sqrt", "rsqrt", "tan", "tanh", "erfinv", "sigmoid"}
+_READS_NOTHING = {"neg", "sign", "floor", "ceil", "round", "trunc"}
 
 
 def _unary_vjp(rule):
@@ -141,6 +160,7 @@ for _name, (_ref, _rule, _float) in UNARY.items():
         _name,
         infer=_float_only(_name) if _float else same_aval,
         vjp=_unary_vjp(_rule),
+        saves=saves_output if _name in _READS_OUTPUT else saves_none if _name in _READS_NOTHING else saves_inputs,
     )(_upcast(_ref))
 
 # Predicates and bit ops: no gradient.
@@ -204,7 +224,7 @@ def _sides(rule_a, rule_b):
 
 
 def _div_vjp(ctx, g):
-    q = g / ctx.inputs[1]  # a / b: da = g / b, db = -g * a / b**2 = -(g / b) * out
+    q = g / ctx.input(1)  # a / b: da = g / b, db = -g * a / b**2 = -(g / b) * out
     return (q if ctx.needs_grad(0) else None, -q * ctx.output if ctx.needs_grad(1) else None)
 
 
@@ -235,7 +255,7 @@ def _atan2_vjp(ctx, g):
 BINARY = {
     "add": (np.add, lambda c, g: (g, g)),
     "sub": (np.subtract, _sides(lambda c, g: g, lambda c, g: -g)),
-    "mul": (np.multiply, _sides(lambda c, g: g * c.inputs[1], lambda c, g: g * c.inputs[0])),
+    "mul": (np.multiply, _sides(lambda c, g: g * c.input(1), lambda c, g: g * c.input(0))),
     "div": (np.true_divide, _div_vjp),
     "pow": (np.power, _pow_vjp),
     "maximum": (np.maximum, _extreme_vjp(lambda b, a: a < b)),
@@ -245,11 +265,22 @@ BINARY = {
     "floor_divide": (np.floor_divide, None),
 }
 
+
+def _div_saves(tracked: tuple[bool, bool]) -> tuple[tuple[int, ...], bool]:
+    return (1,), tracked[1]  # the divisor; the output for the divisor's own gradient only
+
+
+# What each rule above reads (`Primitive.saves`; pow's reads everything: the default). Each side of mul
+# reads the other only, so `x * c` keeps c, not x.
+_BINARY_SAVES = {"add": saves_none, "sub": saves_none, "mul": saves_partners, "div": _div_saves,
+                 "maximum": saves_inputs, "minimum": saves_inputs, "atan2": saves_inputs, "remainder": saves_inputs}
+
 for _name, (_ref, _rule) in BINARY.items():
     primitive(
         _name,
         infer=_binary_infer(_name, allow_bool=_name in ("add", "mul", "maximum", "minimum")),
         vjp=_binary_vjp(_rule) if _rule else None,
+        saves=_BINARY_SAVES.get(_name),
     )(_upcast(_ref))
 
 
@@ -276,7 +307,7 @@ def _where_infer(c: Aval, a: Aval, b: Aval) -> Aval:
 
 def _where_vjp(ctx, g):
     from ..api.math import where
-    c = ctx.inputs[0]
+    c = ctx.input(0)
     _, (sa, _), (sb, _) = ctx.input_avals
     # A constant branch (relu's and masked_fill's fill value) needs no gradient: skip its select. The
     # other side selects against a scalar 0, which fuses; a zeros_like would be a fill run at once.
@@ -285,7 +316,7 @@ def _where_vjp(ctx, g):
     return None, ga, gb
 
 
-primitive("where", infer=_where_infer, vjp=_where_vjp)(lambda c, a, b: np.where(c, a, b))
+primitive("where", infer=_where_infer, vjp=_where_vjp, saves=saves_inputs_at(0))(lambda c, a, b: np.where(c, a, b))
 
 
 def _cast_infer(x: Aval, *, dtype: DType) -> Aval:
@@ -307,4 +338,4 @@ def _cast_reference(x, *, dtype: DType):
     return x.astype(dtype.np)
 
 
-primitive("cast", infer=_cast_infer, vjp=_cast_vjp)(_cast_reference)
+primitive("cast", infer=_cast_infer, vjp=_cast_vjp, saves=saves_none)(_cast_reference)

@@ -18,7 +18,7 @@ import math
 import numpy as np
 
 from ..errors import DTypeError, ShapeError
-from .primitive import Aval, primitive
+from .primitive import Aval, primitive, saves_inputs_at
 
 
 def _embedding_infer(weight: Aval, indices: Aval, *, padding_idx, scale_grad_by_freq) -> Aval:
@@ -38,7 +38,7 @@ def _embedding_reference(weight, indices, *, padding_idx, scale_grad_by_freq):
 
 
 def _embedding_vjp(ctx, g):
-    _, indices = ctx.inputs
+    indices = ctx.input(1)
     (table, _), _ = ctx.input_avals
     p = ctx.params
     flat = indices.reshape(math.prod(indices.shape))
@@ -51,4 +51,4 @@ def _embedding_vjp(ctx, g):
     return g.new_zeros(table).index_add(0, flat, rows), None
 
 
-primitive("embedding", infer=_embedding_infer, vjp=_embedding_vjp)(_embedding_reference)
+primitive("embedding", infer=_embedding_infer, vjp=_embedding_vjp, saves=saves_inputs_at(1))(_embedding_reference)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import DTypeError, ShapeError
-from .primitive import Aval, primitive
+from .primitive import Aval, primitive, saves_inputs_at
 
 
 def _check_index(op: str, index: Aval) -> None:
@@ -54,12 +54,12 @@ def _gather_reference(x, index, *, dim):
 
 
 def _gather_vjp(ctx, g):
-    _, index = ctx.inputs
+    index = ctx.input(1)
     (shape, _), _ = ctx.input_avals
     return g.new_zeros(shape).scatter_add(ctx.params["dim"], index, g), None
 
 
-primitive("gather", infer=_gather_infer, vjp=_gather_vjp)(_gather_reference)
+primitive("gather", infer=_gather_infer, vjp=_gather_vjp, saves=saves_inputs_at(1))(_gather_reference)
 
 
 def _scatter_infer(x: Aval, index: Aval, src: Aval, *, dim: int, reduce) -> Aval:
@@ -89,7 +89,7 @@ def _scatter_reference(x, index, src, *, dim, reduce):
 
 
 def _scatter_vjp(ctx, g):
-    _, index, src = ctx.inputs
+    index = ctx.input(1)
     dim = ctx.params["dim"]
     gx = g if ctx.params["reduce"] == "add" else g.scatter(dim, index, g.new_zeros(index.shape))
     gsrc_part = g.gather(dim, index)
@@ -100,7 +100,7 @@ def _scatter_vjp(ctx, g):
     return gx, None, gsrc_part
 
 
-primitive("scatter", infer=_scatter_infer, vjp=_scatter_vjp)(_scatter_reference)
+primitive("scatter", infer=_scatter_infer, vjp=_scatter_vjp, saves=saves_inputs_at(1))(_scatter_reference)
 
 
 def _index_select_infer(x: Aval, index: Aval, *, dim: int) -> Aval:
@@ -118,12 +118,12 @@ def _index_select_reference(x, index, *, dim):
 
 
 def _index_select_vjp(ctx, g):
-    _, index = ctx.inputs
+    index = ctx.input(1)
     (shape, _), _ = ctx.input_avals
     return g.new_zeros(shape).index_add(ctx.params["dim"], index, g), None
 
 
-primitive("index_select", infer=_index_select_infer, vjp=_index_select_vjp)(_index_select_reference)
+primitive("index_select", infer=_index_select_infer, vjp=_index_select_vjp, saves=saves_inputs_at(1))(_index_select_reference)
 
 
 def _index_add_infer(x: Aval, index: Aval, src: Aval, *, dim: int) -> Aval:
@@ -147,8 +147,8 @@ def _index_add_reference(x, index, src, *, dim):
 
 
 def _index_add_vjp(ctx, g):
-    _, index, _ = ctx.inputs
+    index = ctx.input(1)
     return g, None, g.index_select(ctx.params["dim"], index)
 
 
-primitive("index_add", infer=_index_add_infer, vjp=_index_add_vjp)(_index_add_reference)
+primitive("index_add", infer=_index_add_infer, vjp=_index_add_vjp, saves=saves_inputs_at(1))(_index_add_reference)

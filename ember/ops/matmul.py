@@ -13,7 +13,7 @@ import numpy as np
 
 from ..errors import DTypeError, ShapeError
 from .grad_utils import sum_to
-from .primitive import Aval, broadcast_shapes, is_half, primitive
+from .primitive import Aval, broadcast_shapes, is_half, primitive, saves_partners
 
 
 def _matmul_infer(a: Aval, b: Aval) -> Aval:
@@ -34,10 +34,9 @@ def _matmul_infer(a: Aval, b: Aval) -> Aval:
 
 
 def _matmul_vjp(ctx, g):
-    a, b = ctx.inputs
-    (sa, _), (sb, _) = ctx.input_avals
-    ga = sum_to(g @ b.transpose(-1, -2), sa) if ctx.needs_grad(0) else None
-    gb = sum_to(a.transpose(-1, -2) @ g, sb) if ctx.needs_grad(1) else None
+    (sa, _), (sb, _) = ctx.input_avals  # each side reads the other only (`saves_partners`)
+    ga = sum_to(g @ ctx.input(1).transpose(-1, -2), sa) if ctx.needs_grad(0) else None
+    gb = sum_to(ctx.input(0).transpose(-1, -2) @ g, sb) if ctx.needs_grad(1) else None
     return ga, gb
 
 
@@ -47,4 +46,4 @@ def _matmul_reference(a, b):
     return np.matmul(a, b)
 
 
-primitive("matmul", infer=_matmul_infer, vjp=_matmul_vjp, cost="compute")(_matmul_reference)
+primitive("matmul", infer=_matmul_infer, vjp=_matmul_vjp, cost="compute", saves=saves_partners)(_matmul_reference)

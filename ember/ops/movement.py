@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import DTypeError, ShapeError
 from .grad_utils import sum_to
-from .primitive import Aval, primitive
+from .primitive import Aval, primitive, saves_none
 
 
 def _reshape_infer(x: Aval, *, shape: tuple[int, ...]) -> Aval:
@@ -27,7 +27,7 @@ def _reshape_infer(x: Aval, *, shape: tuple[int, ...]) -> Aval:
     return Aval(shape, x.dtype)
 
 
-primitive("reshape", infer=_reshape_infer,
+primitive("reshape", infer=_reshape_infer, saves=saves_none,
           vjp=lambda ctx, g: (g.reshape(ctx.input_avals[0].shape),))(
     lambda x, *, shape: x.reshape(shape))
 
@@ -46,7 +46,7 @@ def _permute_vjp(ctx, g):
     return (g.permute(*inverse),)
 
 
-primitive("permute", infer=_permute_infer, vjp=_permute_vjp)(lambda x, *, dims: x.transpose(dims))
+primitive("permute", infer=_permute_infer, vjp=_permute_vjp, saves=saves_none)(lambda x, *, dims: x.transpose(dims))
 
 
 def _expand_infer(x: Aval, *, shape: tuple[int, ...]) -> Aval:
@@ -57,7 +57,7 @@ def _expand_infer(x: Aval, *, shape: tuple[int, ...]) -> Aval:
     return Aval(shape, x.dtype)
 
 
-primitive("expand", infer=_expand_infer,
+primitive("expand", infer=_expand_infer, saves=saves_none,
           vjp=lambda ctx, g: (sum_to(g, ctx.input_avals[0].shape),))(
     lambda x, *, shape: np.broadcast_to(x, shape))
 
@@ -81,7 +81,7 @@ def _slice_vjp(ctx, g):
     return (g.new_zeros(shape)._slice_assign_ranges(ctx.params["ranges"], g),)
 
 
-primitive("slice", infer=_slice_infer, vjp=_slice_vjp)(lambda x, *, ranges: x[_slices(ranges)])
+primitive("slice", infer=_slice_infer, vjp=_slice_vjp, saves=saves_none)(lambda x, *, ranges: x[_slices(ranges)])
 
 
 def _slice_assign_infer(x: Aval, v: Aval, *, ranges) -> Aval:
@@ -104,7 +104,7 @@ def _slice_assign_vjp(ctx, g):
     return g._slice_assign_ranges(ranges, g.new_zeros(ctx.input_avals[1].shape)), g._slice_ranges(ranges)
 
 
-primitive("slice_assign", infer=_slice_assign_infer, vjp=_slice_assign_vjp)(_slice_assign_reference)
+primitive("slice_assign", infer=_slice_assign_infer, vjp=_slice_assign_vjp, saves=saves_none)(_slice_assign_reference)
 
 
 def _cat_infer(*xs: Aval, dim: int) -> Aval:
@@ -128,7 +128,7 @@ def _cat_vjp(ctx, g):
     return tuple(out)
 
 
-primitive("cat", infer=_cat_infer, vjp=_cat_vjp)(lambda *xs, dim: np.concatenate(xs, axis=dim))
+primitive("cat", infer=_cat_infer, vjp=_cat_vjp, saves=saves_none)(lambda *xs, dim: np.concatenate(xs, axis=dim))
 
 
 def _pad_infer(x: Aval, *, pads: tuple[tuple[int, int], ...], value) -> Aval:
@@ -143,7 +143,7 @@ def _pad_vjp(ctx, g):
     return (g._slice_ranges(ranges),)
 
 
-primitive("pad", infer=_pad_infer, vjp=_pad_vjp)(
+primitive("pad", infer=_pad_infer, vjp=_pad_vjp, saves=saves_none)(
     lambda x, *, pads, value: np.pad(x, pads, constant_values=np.asarray(value).astype(x.dtype)))
 
 
@@ -151,5 +151,5 @@ def _flip_infer(x: Aval, *, dims: tuple[int, ...]) -> Aval:
     return x
 
 
-primitive("flip", infer=_flip_infer, vjp=lambda ctx, g: (g.flip(*ctx.params["dims"]),))(
+primitive("flip", infer=_flip_infer, saves=saves_none, vjp=lambda ctx, g: (g.flip(*ctx.params["dims"]),))(
     lambda x, *, dims: np.flip(x, dims) if dims else x)

@@ -11,6 +11,11 @@ A `Primitive` carries everything ember knows about one op of the backend protoco
   cotangent `g` of the output and returns one cotangent (or `None`) per input.
 - `cost`: `"memory"` for cheap ops whose outputs autodiff may recompute instead of keeping (elementwise,
   movement), `"compute"` for ops worth keeping (matmul, conv, reductions, sorts).
+- `saves(tracked) -> (input indices, output?)`: what `vjp` reads, given which inputs are tracked; autodiff
+  keeps exactly these values for the backward pass (PyTorch's saved tensors), so a value no rule reads
+  is freed (or, under fusion, never written) as soon as the user drops it. The default, `saves_all`,
+  keeps every input and the output; `saves_none`, `saves_inputs`, `saves_output` and `saves_partners`
+  (input i's gradient reads the other inputs, as `mul` and `matmul`) cover most rules.
 
 Every primitive has exactly one output; ops that return several tensors (sort, max with indices) are
 compositions of single-output primitives in the tensor layer.
@@ -56,6 +61,10 @@ class VjpContext:
     def inputs(self) -> tuple:
         return self._node.input_tensors()
 
+    def input(self, i: int):
+        """Input `i` alone (a rule that reads one input asks for that one, so the others need not be kept)."""
+        return self._node.input_tensor(i)
+
     @property
     def output(self):
         return self._node.output_tensor()
@@ -72,7 +81,7 @@ class VjpContext:
 class Primitive:
     """A named op of the backend protocol with its shape rule, NumPy reference and gradient rule."""
 
-    __slots__ = ("name", "infer", "reference", "vjp", "cost")
+    __slots__ = ("name", "infer", "reference", "vjp", "cost", "saves")
 
     def __init__(
         self,
@@ -82,12 +91,14 @@ class Primitive:
         reference: Callable[..., Any],
         vjp: Callable[[VjpContext, Any], tuple] | None = None,
         cost: str = "memory",
+        saves: Callable[[tuple[bool, ...]], tuple[tuple[int, ...], bool]] | None = None,
     ) -> None:
         self.name = name
         self.infer = infer
         self.reference = reference
         self.vjp = vjp
         self.cost = cost
+        self.saves = saves or saves_all
 
     def __repr__(self) -> str:
         return f"Primitive({self.name})"
@@ -96,11 +107,73 @@ class Primitive:
 registry: dict[str, Primitive] = {}
 
 
-def primitive(name: str, *, infer, vjp=None, cost: str = "memory"):
+# ---- what a gradient rule reads (`Primitive.saves`): (input indices, whether the output) ---------
+
+def saves_all(tracked: tuple[bool, ...]) -> tuple[tuple[int, ...], bool]:
+    """Every input and the output (the default: right for any rule).
+
+    Example:
+        >>> saves_all((True, False))
+        ((0, 1), True)
+    """
+    return tuple(range(len(tracked))), True
+
+
+def saves_none(tracked: tuple[bool, ...]) -> tuple[tuple[int, ...], bool]:
+    """Nothing: the rule reads only the cotangent, avals and params (add, reshape, sum).
+
+    Example:
+        >>> saves_none((True, True))
+        ((), False)
+    """
+    return (), False
+
+
+def saves_inputs(tracked: tuple[bool, ...]) -> tuple[tuple[int, ...], bool]:
+    """Every input, not the output (log, sin).
+
+    Example:
+        >>> saves_inputs((True,))
+        ((0,), False)
+    """
+    return tuple(range(len(tracked))), False
+
+
+def saves_output(tracked: tuple[bool, ...]) -> tuple[tuple[int, ...], bool]:
+    """The output only (exp, tanh, sigmoid).
+
+    Example:
+        >>> saves_output((True,))
+        ((), True)
+    """
+    return (), True
+
+
+def saves_partners(tracked: tuple[bool, ...]) -> tuple[tuple[int, ...], bool]:
+    """Input j when another input is tracked: input i's gradient reads the others (mul, matmul).
+
+    Example:
+        >>> saves_partners((True, False))   # x * c: c is kept, x is not
+        ((1,), False)
+    """
+    return tuple(j for j in range(len(tracked)) if any(t for i, t in enumerate(tracked) if i != j)), False
+
+
+def saves_inputs_at(*indices: int) -> Callable[[tuple[bool, ...]], tuple[tuple[int, ...], bool]]:
+    """The inputs at `indices`, not the output (an index op's rule reads its index only).
+
+    Example:
+        >>> saves_inputs_at(1)((True, False))
+        ((1,), False)
+    """
+    return lambda tracked: (indices, False)
+
+
+def primitive(name: str, *, infer, vjp=None, cost: str = "memory", saves=None):
     """Register the decorated NumPy reference as primitive `name` with its rules.
 
     Example:
-        >>> @primitive("double", infer=same_aval, vjp=lambda ctx, g: (g * 2,))
+        >>> @primitive("double", infer=same_aval, vjp=lambda ctx, g: (g * 2,), saves=saves_none)
         ... def double(x):
         ...     return x * 2
     """
@@ -108,7 +181,7 @@ def primitive(name: str, *, infer, vjp=None, cost: str = "memory"):
     def register(reference: Callable) -> Primitive:
         if name in registry:
             raise ValueError(f"primitive {name!r} registered twice")
-        prim = Primitive(name, infer=infer, reference=reference, vjp=vjp, cost=cost)
+        prim = Primitive(name, infer=infer, reference=reference, vjp=vjp, cost=cost, saves=saves)
         registry[name] = prim
         return prim
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..dtype import i64
 from ..errors import ShapeError
-from .primitive import Aval, is_half, primitive
+from .primitive import Aval, is_half, primitive, saves_none
 
 
 def _reduced_shape(shape, dims, keepdim):
@@ -82,7 +82,7 @@ def _extreme_vjp(ctx, g):
     return (_restore(g, ctx) * mask / mask.sum(dim=dims, keepdim=True),)
 
 
-primitive("sum", infer=_reduce_infer("sum"), vjp=_sum_vjp, cost="compute")(_accumulate(np.add))
+primitive("sum", infer=_reduce_infer("sum"), vjp=_sum_vjp, cost="compute", saves=saves_none)(_accumulate(np.add))
 primitive("prod", infer=_reduce_infer("prod"), vjp=_prod_vjp, cost="compute")(_accumulate(np.multiply))
 primitive("amax", infer=_reduce_infer("amax", True), vjp=_extreme_vjp, cost="compute")(_accumulate(np.maximum))
 primitive("amin", infer=_reduce_infer("amin", True), vjp=_extreme_vjp, cost="compute")(_accumulate(np.minimum))
@@ -165,7 +165,7 @@ def _cumprod_vjp_exact(x, g, dim):
     return (before * (span * gm.unsqueeze(-2)).sum(dim=-1)).movedim(-1, dim)
 
 
-primitive("cumsum", infer=_scan_infer, vjp=_cumsum_vjp, cost="compute")(_scan(np.cumsum))
+primitive("cumsum", infer=_scan_infer, vjp=_cumsum_vjp, cost="compute", saves=saves_none)(_scan(np.cumsum))
 primitive("cumprod", infer=_scan_infer, vjp=_cumprod_vjp, cost="compute")(_scan(np.cumprod))
 
 

@@ -92,7 +92,8 @@ def _rows(how: str, names) -> list:
 
 UNARY = ["neg", "abs", "sign", "reciprocal", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt",
          "rsqrt", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh",
-         "erf", "erfinv", "sigmoid", "floor", "ceil", "round", "trunc", "logical_not", "bitwise_not", "isnan", "isinf"]
+         "erf", "erfinv", "sigmoid", "gelu", "floor", "ceil", "round", "trunc", "logical_not", "bitwise_not", "isnan",
+         "isinf"]
 BINARY = ["add", "sub", "mul", "div", "pow", "maximum", "minimum", "atan2", "remainder", "floor_divide", "eq", "ne",
           "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor", "bitwise_and", "bitwise_or",
           "bitwise_xor", "left_shift", "right_shift"]

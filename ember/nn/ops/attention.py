@@ -143,7 +143,7 @@ def attention_grad_kv(q, k, v, out, g, *, scale: float, causal: bool, offset: in
                    reference=lambda packed, *, width, dtype: _columns_reference(packed, width, dtype),
                    backward=lambda g, out, packed, *, width, dtype: (
                        _columns(g, width=packed.shape[-1], dtype=packed.dtype.name),),
-                   name="attention_columns")
+                   name="attention_columns", saves="inputs")  # packed is the attention's kept output
 def _columns(packed, *, width: int, dtype: str):
     """`packed`'s rows cut (or zero-padded) to `width` columns as `dtype` (the output rows of the packed
     result, and their gradient back into the packed shape: no slice_assign, which device backends run
