@@ -219,19 +219,34 @@ def replays_for(inner) -> GraphReplays | None:
         >>> replays_for(CubeBackend()) is None   # the CPU runtime has no graphs
         True
     """
+    last = _last  # every flush asks: the last answer, without the weak map's lookup
+    if last is not None and last[0]() is inner:
+        return last[1]
     try:
-        return _replays[inner]
+        found = _replays[inner]
     except KeyError:
         pass
     except TypeError:  # an inner backend that cannot be weakly referenced: no graphs
         return None
+    else:
+        _remember(inner, found)
+        return found
     runtime = getattr(inner, "runtime", None)
     found = None
     if runtime is not None and hasattr(runtime, "copy_span") and hasattr(runtime, "capture") \
             and settings().get("cuda", "graphs"):
         found = _for_runtime(runtime)
     _replays[inner] = found
+    _remember(inner, found)
     return found
+
+
+_last: tuple | None = None  # (weak reference to an inner backend, its answer): the one most recently asked
+
+
+def _remember(inner, found: GraphReplays | None) -> None:
+    global _last
+    _last = (weakref.ref(inner), found)
 
 
 _by_runtime: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # one per runtime, shared by its backends
