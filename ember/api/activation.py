@@ -105,8 +105,12 @@ def log_softmax(x: Tensor, dim: int = -1) -> Tensor:
     """`x - logsumexp(x)` along `dim`."""
     if not x.dtype.is_float:
         x = x.cast("f32")
-    shifted = _shift(x, dim)
-    return shifted - shifted.exp().sum(dim=dim, keepdim=True).log()
+    if x.numel == 0:
+        return x - x.exp().sum(dim=dim, keepdim=True).log()
+    m = x.amax(dim=dim, keepdim=True).detach()
+    # `x - m` twice rather than one shared value: shared, the fusion writes it in full (and, unfused, a
+    # broadcast copy of m as well) beside the input; twice, each fuses into its reader (the sum, the result).
+    return (x - m) - (x - m).exp().sum(dim=dim, keepdim=True).log()
 
 
 def _shift(x: Tensor, dim: int) -> Tensor:

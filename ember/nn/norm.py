@@ -72,7 +72,8 @@ def layer_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, bias: 
     """
     shape = _normalized_shape(normalized_shape)
     dims = _check_trailing("layer_norm", x, shape)
-    y = _standardize(x, x.mean(dims, keepdim=True), x.var(dims, correction=0, keepdim=True), eps)
+    centered = x - x.mean(dims, keepdim=True)  # once: the variance and the result share it (and its kept copy)
+    y = centered * ((centered * centered).mean(dims, keepdim=True) + eps).rsqrt()
     return _affine(y, weight, bias, shape)
 
 

@@ -60,3 +60,18 @@ def test_the_numpy_device_has_no_pool():
         ember.Device.numpy().memory_stats()
     with pytest.raises(DeviceError, match="no memory pool"):
         ember.Device.numpy().memory_cleanup()
+
+
+def test_a_matmul_product_is_counted():
+    """GEMM products (BLAS on the CPU, or a tile kernel, whichever the autotuner picked) come from the pool."""
+    device = ember.Device.cpu()
+    rng = np.random.default_rng(0)
+    a, b = (ember.tensor(rng.standard_normal(s, dtype=np.float32), device=device) for s in ((256, 128), (128, 320)))
+    a @ b  # autotuned and compiled before counting
+    gc.collect()
+    device.sync()
+    before = device.memory_stats().in_use
+    c = a @ b
+    device.sync()
+    assert device.memory_stats().in_use - before >= 256 * 320 * 4
+    np.testing.assert_allclose(c.numpy(), a.numpy() @ b.numpy(), rtol=1e-4, atol=1e-4)

@@ -33,6 +33,7 @@ import numpy as np
 
 from ..compile_cache import cache_key
 from .cpu import FLAGS, cpu_runtime, data_pointer
+from .host import empty
 
 ENTRY = "ember_gemm"
 SERIAL_FLOPS = 1 << 21  # below this a GEMM runs on the calling thread (a parallel region costs more)
@@ -153,7 +154,7 @@ class HostBlas:
         if k != b.shape[-2]:
             raise ValueError(f"matmul: inner dims differ: {a.shape} @ {b.shape}")
         batch_shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-        out = np.empty(batch_shape + (m, n), a.dtype)
+        out = empty(batch_shape + (m, n), a.dtype)  # from the host pool: `Device.cpu().memory_stats()` counts it
         if out.size == 0:
             return out
         if k == 0:
