@@ -265,3 +265,19 @@ def test_kept_columns_are_dropped_with_their_input_and_within_the_budget(monkeyp
     big = rng.standard_normal((2, 3, 8, 8)).astype(np.float32)
     np.testing.assert_allclose(conv2d_gemm(big, w, 1, 1, keep=True), conv2d_gemm(big, w, 1, 1), rtol=1e-6)
     assert id(big) not in conv_gemm._kept
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_weight_grad_cut_along_its_k_equals_one_gemm(dtype, monkeypatch):
+    import ember.cube.kernels.conv_gemm as conv_gemm
+    xs, ws, s, p, d, g = ADJOINT_CASES[1]  # strided, dilated, 2 groups
+    x = rng.standard_normal((4,) + xs[1:]).astype(dtype)
+    for n in (4, 2):  # cut in 4, in 2
+        cot = rng.standard_normal(conv_ref(x[:n], rng.standard_normal(ws), s, p, d, g).shape).astype(dtype)
+        whole = conv_weight_grad2d(x[:n], cot, ws[2:], s, p, d, g)
+        monkeypatch.setattr(conv_gemm, "K_PART_MIN", 1)
+        cut = conv_weight_grad2d(x[:n], cot, ws[2:], s, p, d, g)
+        monkeypatch.setattr(conv_gemm, "K_PART_MIN", 1 << 30)
+        assert cut.dtype == whole.dtype == np.dtype(dtype)
+        np.testing.assert_allclose(cut, whole, rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-4)
+        assert cut.shape == ws

@@ -50,6 +50,11 @@ from .matmul import tuned_matmul
 
 UNITS = 128
 COLUMN_BYTES = 256 << 20  # the most memory one im2col buffer may take
+# The weight gradient's GEMM has a long k (batch x pixels) and a small output: split over rows or
+# columns (the host BLAS's way) each thread packs all of k again; cut along k into K_PARTS batched GEMMs
+# (when the batch divides, each part at least K_PART_MIN long) it packs each part once.
+K_PARTS, K_PART_MIN = 4, 2048
+_HOST_BLAS_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 KEEP_BYTES = 64 << 20  # the most memory kept columns may take in all (see the module docstring)
 UNROLL_TAPS = 25  # col2im unrolls kernels of at most this many taps (a compiled variant per kernel size)
 # geometry layout: the host writes these i32 values in this order
@@ -351,5 +356,10 @@ def conv_weight_grad2d(x: np.ndarray, grad: np.ndarray, kernel, stride=1, paddin
     cols = cols.reshape(groups, cg * kh * kw, nb * gh * gw)
     # (O, N, P) as one contiguous copy: the batch folded into the GEMM's k, like the columns.
     grads = cast(grad.reshape(nb, o, gh * gw).transpose(1, 0, 2), grad.dtype).reshape(groups, o // groups, -1)
+    parts = next(p for p in (K_PARTS, 2, 1) if nb % p == 0) if x.dtype in _HOST_BLAS_DTYPES else 1
+    if isinstance(x, np.ndarray) and parts > 1 and cols.shape[-1] >= K_PART_MIN * parts:
+        # the batch cut into `parts` GEMMs of a batched call (one per thread and more), summed after
+        split = lambda a: a.reshape(groups, a.shape[1], parts, -1).transpose(2, 0, 1, 3)  # noqa: E731
+        return np.add.reduce(tuned_matmul(split(grads), split(cols).transpose(0, 1, 3, 2)), 0).reshape(o, cg, kh, kw)
     dw = tuned_matmul(grads, cols.transpose(0, 2, 1))  # (G, Og, Cg*KH*KW)
     return dw.reshape(o, cg, kh, kw)
