@@ -145,16 +145,19 @@ def _unify(prim_name: str, inputs: tuple) -> tuple[Device, tuple]:
 
 def bind(prim: Primitive, inputs: tuple, params: dict):
     """Apply `prim` to tensors `inputs` with `params`; the result is a tensor on their device."""
-    device = inputs[0]._device
-    for t in inputs:
-        if t._device is not device:
-            device, inputs = _unify(prim.name, inputs)
-            break
-    if len(inputs) == 2:  # the common binary op, without the two comprehensions' frames
+    if len(inputs) == 2:  # the common binary op, without the loop and the two comprehensions' frames
         a, b = inputs
+        device = a._device
+        if b._device is not device:
+            device, (a, b) = _unify(prim.name, inputs)
         aval = prim.infer(a._aval, b._aval, **params)
         handles = [a._handle, b._handle]
     else:
+        device = inputs[0]._device
+        for t in inputs:
+            if t._device is not device:
+                device, inputs = _unify(prim.name, inputs)
+                break
         aval = prim.infer(*[t._aval for t in inputs], **params)
         handles = [t._handle for t in inputs]
     backend = device._backend or device.backend

@@ -158,7 +158,8 @@ class Tensor:
 
     def inner(self) -> "Tensor":
         """The same value on the device without autodiff (shares the data)."""
-        return self.to(self._device.inner)
+        from .dispatch import transfer
+        return transfer(self, self._device.inner)
 
     def backward(self, grad: "Tensor | None" = None):
         """Reverse-mode autodiff from this tensor; returns `Gradients`.

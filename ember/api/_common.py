@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..dispatch import bind, create
-from ..dtype import DType, default_float, dtype_of, result_type
+from ..dtype import FLOAT, DType, default_float, dtype_of, result_type
 from ..ops import registry
 from ..ops.primitive import Aval
 from ..tensor import Tensor
@@ -63,12 +63,12 @@ def promote(*operands, float_only: bool = False) -> tuple[Tensor, ...]:
         # tensor with a Python number.
         other = operands[1]
         dtype = first._aval.dtype
-        if type(other) is Tensor and other._aval.dtype is dtype or (
-                dtype.is_float and type(other) in (float, int)):
-            if not float_only or dtype.is_float:
-                if type(other) is Tensor:
-                    return first, other
-                return first, scalar_like(other, dtype, first._device)
+        kind = type(other)
+        if kind is Tensor:
+            if other._aval.dtype is dtype and (not float_only or dtype.category == FLOAT):
+                return first, other
+        elif (kind is float or kind is int) and dtype.category == FLOAT:
+            return first, scalar_like(other, dtype, first._device)
     elif len(operands) == 2 and type(operands[1]) is Tensor and type(first) in (float, int):
         # A Python number with a float tensor on the right (`0.9 * m`, `1 - x`): the tensor's dtype.
         other = operands[1]

@@ -332,11 +332,13 @@ _OPERANDS = (Tensor, bool, int, float, np.number, np.bool_)
 def _operator(fn):
     """An operator form: other operand types get NotImplemented, so Python can try their side."""
     def op(x, other):
-        if isinstance(other, np.ndarray):  # a NumPy array takes part as a tensor, as in PyTorch
-            from .creation import tensor
-            other = tensor(other, device=x._device.inner)
-        elif not isinstance(other, _OPERANDS):
-            return NotImplemented
+        kind = type(other)
+        if kind is not Tensor and kind is not float and kind is not int:  # the common operands pass at once
+            if isinstance(other, np.ndarray):  # a NumPy array takes part as a tensor, as in PyTorch
+                from .creation import tensor
+                other = tensor(other, device=x._device.inner)
+            elif not isinstance(other, _OPERANDS):
+                return NotImplemented
         return fn(x, other)
 
     return op
