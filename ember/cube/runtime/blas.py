@@ -153,7 +153,7 @@ class HostBlas:
         (m, k), n = a.shape[-2:], b.shape[-1]
         if k != b.shape[-2]:
             raise ValueError(f"matmul: inner dims differ: {a.shape} @ {b.shape}")
-        batch_shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        batch_shape = () if a.ndim == b.ndim == 2 else np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
         out = empty(batch_shape + (m, n), a.dtype)  # from the host pool: `Device.cpu().memory_stats()` counts it
         if out.size == 0:
             return out
@@ -181,7 +181,7 @@ def _operand(x: np.ndarray, batch_shape: tuple) -> tuple[np.ndarray, int, int, i
     if all(s >= 0 and s % item == 0 for s in x.strides):
         rows, cols = x.shape[-2:]
         row_stride, col_stride = x.strides[-2] // item, x.strides[-1] // item
-        step = _batch_step(x, batch_shape)
+        step = _batch_step(x, batch_shape) if batch_shape else 0
         if step is not None and (col_stride == 1 or cols == 1) and (rows == 1 or row_stride >= cols):
             return x, 111, row_stride if rows > 1 else cols, step
         if step is not None and (row_stride == 1 or rows == 1) and (cols == 1 or col_stride >= rows):
