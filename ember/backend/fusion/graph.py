@@ -46,13 +46,14 @@ class Block:
     needed: list[bool] = field(default_factory=list)
 
     @staticmethod
-    def of(records: list, externals: list, external_avals: list[Aval], live: list[bool]) -> "Block":
-        """The graph of recorded ops reading `externals` (whose avals are `external_avals`)."""
+    def of(records: list, externals: list, external_avals: list[Aval], live) -> "Block":
+        """The graph of recorded ops reading `externals` (whose avals are `external_avals`); `live[i]` is
+        true when record i's handle is still held (a sequence of bools, or `Stream.take`'s bytes)."""
         slots = {id(a): j for j, a in enumerate(externals)}
         nodes = []
         for rec, is_live in zip(records, live):
             refs = tuple(("r", x.index) if type(x) is Record else ("x", slots[id(x)]) for x in rec.inputs)
-            nodes.append(Node(rec.index, rec.prim, rec.params, refs, rec.aval, is_live))
+            nodes.append(Node(rec.index, rec.prim, rec.params, refs, rec.aval, bool(is_live)))
         block = Block(nodes, list(external_avals))
         block._link()
         return block

@@ -78,6 +78,7 @@ def shape_class(shape: tuple, sizes: dict) -> tuple:
 
 
 _new = object.__new__
+_ref = weakref.ref
 
 # Each distinct key part gets a small int once, so a block's key is a string of ints: hashing and
 # comparing it at a sync point costs little more than its length. The numbering is shared by every
@@ -106,7 +107,6 @@ class Stream:
         self.records: list[Record] = []
         self.externals: list = []        # concrete arrays read by the block, each once
         self.external_avals: list[Aval] = []
-        self._outs: list[weakref.ref] = []  # each record's handle, weakly (its `out`)
         self._slots: dict[int, tuple] = {}  # id(array) -> ("x", position in externals)
         self._sizes: dict[int, int] = {}
         self._classes: dict[tuple, tuple] = {}  # shape -> shape class, in this block
@@ -139,10 +139,9 @@ class Stream:
         handle.aval, handle.value = aval, None
         rec = _new(Record)
         rec.prim, rec.params, rec.inputs, rec.aval, rec.index, rec.stream = prim, params, tuple(inputs), aval, index, self
-        rec.out = out = weakref.ref(handle)
+        rec.out = _ref(handle)
         handle.record = rec
         records.append(rec)
-        self._outs.append(out)
         return handle
 
     def _external(self, array: Any, aval: Aval) -> tuple:
@@ -160,11 +159,11 @@ class Stream:
             found = self._classes[shape] = shape_class(shape, self._sizes)
         return found
 
-    def take(self) -> tuple[list[Record], list, list[Aval], tuple, tuple]:
-        """(records, externals, their avals, which records' handles are still held, the block's key with
-        that liveness) of the block; the stream is emptied."""
-        live = tuple([out() is not None for out in self._outs])
-        block = (self.records, self.externals, self.external_avals, live, (self._key.tobytes(), bytes(live)))
-        self.records, self.externals, self.external_avals, self._outs, self._key = [], [], [], [], array("I")
+    def take(self) -> tuple[list[Record], list, list[Aval], bytes, tuple]:
+        """(records, externals, their avals, which records' handles are still held (1) or not (0), the
+        block's key with that liveness) of the block; the stream is emptied."""
+        live = bytes([rec.out() is not None for rec in self.records])
+        block = (self.records, self.externals, self.external_avals, live, (self._key.tobytes(), live))
+        self.records, self.externals, self.external_avals, self._key = [], [], [], array("I")
         self._slots, self._sizes, self._classes = {}, {}, {}
         return block
