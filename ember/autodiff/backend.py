@@ -44,22 +44,23 @@ class Autodiff(Decorator):
         self.name = f"autodiff({inner.name})"
         self.inner_device = inner_device
         self.checkpointing = checkpointing
+        self._saves: dict[tuple, tuple] = {}  # (prim, which inputs are tracked) -> prim.saves(tracked)
 
     def execute(self, prim: Primitive, inputs: Sequence[Tracked], params: dict, out: Aval) -> Tracked:
         result = self.inner.execute(prim, [h.primal for h in inputs], params, out)
         if prim.vjp is None:
             return Tracked(result, None, out)
-        for h in inputs:
-            if h.node is not None:
-                break
-        else:
+        tracked = tuple([h.node is not None for h in inputs])
+        if True not in tracked or not grad_enabled():  # the thread-local is read last: it costs the most
             return Tracked(result, None, out)
-        if not grad_enabled():  # checked last: reading the thread-local costs more than the rest
-            return Tracked(result, None, out)
-        parents = tuple(h.node if h.node is not None else Const(h.primal, h.aval) for h in inputs)
+        parents = tuple([h.node if h.node is not None else Const(h.primal, h.aval) for h in inputs])
         if self.checkpointing is None:  # keep what the rule reads (`Primitive.saves`), nothing more
-            read, keep = prim.saves(tuple(h.node is not None for h in inputs))
-            saved = tuple(inputs[i].primal for i in read if inputs[i].node is not None) if read else None
+            key = (prim, tracked)
+            found = self._saves.get(key)
+            if found is None:  # a rule reads the same values whenever the same inputs are tracked
+                found = self._saves[key] = prim.saves(tracked)
+            read, keep = found
+            saved = tuple([inputs[i].primal for i in read if tracked[i]]) if read else None
             return Tracked(result, Node(prim, params, parents, out, result, self, keep, False, saved), out)
         return Tracked(result, Node(prim, params, parents, out, result, self, prim.cost == "compute"), out)
 
