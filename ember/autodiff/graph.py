@@ -70,14 +70,8 @@ class Node:
                 self._value, self.depth = value, 0
 
     def primal(self) -> Any:
-        value = self._value
-        if type(value) is weakref.ref:
-            value = value()
-            if value is None:
-                value = self._cache
-            if value is None:
-                value = self._recompute()
-        return value
+        value = self._held()
+        return self._recompute() if value is None else value
 
     def _held(self) -> Any:
         """The value if it is at hand (kept, alive elsewhere or cached), else None."""
