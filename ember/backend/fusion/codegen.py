@@ -133,8 +133,8 @@ def _inputs(b: ir.Builder, program: Program) -> list:
 
 def _line(b: ir.Builder, layout, rank: int, modes: tuple, start) -> tuple:
     """For a line of the domain starting at flat position `start` and running along its last dim:
-    each strided or LINE input's offset at `start` and each strided one's step along the line (values the same for every
-    unit of a cube, so the C target computes them once per cube, divisions included)."""
+    each strided or LINE input's offset at `start` and each strided one's step along the line (values
+    the same for every unit of a cube, so the C target computes them once per cube, divisions included)."""
     bases, steps = {}, {}
     for j, mode in enumerate(modes):
         if mode in (STRIDED, LINE):
@@ -191,21 +191,13 @@ def elementwise_kernel(program: Program, rank: int, modes: tuple, rows: bool, pe
     outs = [b.array_param(f"out{k}", program.dtype(v)) for k, v in enumerate(program.outputs)]
     layout = ArrayRef(b.array_param("layout", i32))
     n = b.scalar_param("n", i32)
-    one = b.const(1, i32)
-    span = b.binary("mul", b.builtin("cube_dim"), b.const(per, i32))  # positions a cube covers
     if rows:
         width = b.load(layout.array, b.const(rank - 1, i32))
         start = b.binary("mul", b.builtin("cube_pos" if walk else "cube_pos_y"), width)
         bases, steps = _line(b, layout, rank, modes, start)
         scalars = _scalars(b, arrays, modes, bases)
-        first = b.binary("add", b.binary("mul", b.builtin("cube_pos_x"), span), b.builtin("unit_pos"))
-        end = b.binary("mul", b.binary("add", b.builtin("cube_pos_x"), one), span)
-        limit = width
     else:
         scalars = _scalars(b, arrays, modes)
-        first = b.binary("add", b.binary("mul", b.builtin("cube_pos"), span), b.builtin("unit_pos"))
-        end = b.binary("mul", b.binary("add", b.builtin("cube_pos"), one), span)
-        limit = n
 
     def body(position) -> None:
         i = b.binary("add", start, position) if rows else position
@@ -219,9 +211,14 @@ def elementwise_kernel(program: Program, rank: int, modes: tuple, rows: bool, pe
         with b.loop(b.const(0, i32), width, units) as step:
             body(b.binary("add", b.binary("min", step, b.binary("sub", width, units)), b.builtin("unit_pos")))
         return b.kernel
+    one = b.const(1, i32)
+    span = b.binary("mul", b.builtin("cube_dim"), b.const(per, i32))  # positions a cube covers
+    cube_pos = b.builtin("cube_pos_x" if rows else "cube_pos")
+    first = b.binary("add", b.binary("mul", cube_pos, span), b.builtin("unit_pos"))
+    end = b.binary("mul", b.binary("add", cube_pos, one), span)
     positions = [first] + [b.binary("add", first, b.binary("mul", b.builtin("cube_dim"), b.const(k, i32)))
                            for k in range(1, per)]
-    _guarded(b, b.binary("le", end, limit), positions, limit, body)
+    _guarded(b, b.binary("le", end, width if rows else n), positions, width if rows else n, body)
     return b.kernel
 
 
