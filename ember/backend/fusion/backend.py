@@ -6,9 +6,10 @@ device's stream and returns a pending `LazyHandle`. Elementwise ops and reductio
 kernels; `INNER` ops run through the inner backend as steps of the plan, between them (so a reshape
 between two elementwise chains, or a matmul and its epilogue, do not cut the block). Any other op
 (index ops whose index is pending, on a device or out of range, since their out-of-range errors
-depend on the data and are raised at the call; random ops; custom ops) first needs its inputs' data,
-so it is a sync point; it then runs at once through the inner backend. An index op whose index is
-host data in range is recorded like `INNER` ops (`ops.index_in_range`). The other sync
+depend on the data and are raised at the call; random ops; custom ops not declared `pure`) first
+needs its inputs' data, so it is a sync point; it then runs at once through the inner backend. An
+index op whose index is host data in range (or a view or `where` of it) is recorded like `INNER` ops
+(`ops.index_in_range`). The other sync
 points are `to_host`, `sync` and `[fusion] max_ops` recorded ops. At a sync point the block is looked
 up in the plan cache by its normalized key; a miss builds the plan (`fusers.select`), a hit replays it.
 Values whose handles nobody holds any more are never written. An op of the block that raises when the
