@@ -48,11 +48,18 @@ class Autodiff(Decorator):
 
     def execute(self, prim: Primitive, inputs: Sequence[Tracked], params: dict, out: Aval) -> Tracked:
         result = self.inner.execute(prim, [h.primal for h in inputs], params, out)
-        if prim.vjp is None:
-            return Tracked(result, None, out)
-        tracked = tuple([h.node is not None for h in inputs])
-        if True not in tracked or not grad_enabled():  # the thread-local is read last: it costs the most
-            return Tracked(result, None, out)
+        node = None
+        if prim.vjp is not None:
+            tracked = tuple([h.node is not None for h in inputs])
+            if True in tracked and grad_enabled():  # the thread-local is read last: it costs the most
+                node = self._node(prim, inputs, tracked, params, out, result)
+        handle = _new(Tracked)  # Tracked's fields set here: no __init__ frame on the dispatch hot path
+        handle.primal, handle.node, handle.aval = result, node, out
+        return handle
+
+    def _node(self, prim: Primitive, inputs: Sequence[Tracked], tracked: tuple, params: dict, out: Aval,
+              result: Any) -> Node:
+        """The graph node recording `prim(inputs)` (whose inputs `tracked` says are tracked)."""
         parents = tuple([h.node if h.node is not None else Const(h.primal, h.aval) for h in inputs])
         if self.checkpointing is None:  # keep what the rule reads (`Primitive.saves`), nothing more
             key = (prim, tracked)
@@ -61,8 +68,8 @@ class Autodiff(Decorator):
                 found = self._saves[key] = prim.saves(tracked)
             read, keep = found
             saved = tuple([inputs[i].primal for i in read if tracked[i]]) if read else None
-            return Tracked(result, Node(prim, params, parents, out, result, self, keep, False, saved), out)
-        return Tracked(result, Node(prim, params, parents, out, result, self, prim.cost == "compute"), out)
+            return Node(prim, params, parents, out, result, self, keep, False, saved)
+        return Node(prim, params, parents, out, result, self, prim.cost == "compute")
 
     def from_host(self, array: np.ndarray) -> Tracked:
         from ..dtype import dtype_of
@@ -85,6 +92,7 @@ class Autodiff(Decorator):
         return (_Tensor or _tensor_class())._make(self.inner_device, inner_handle, aval)
 
 
+_new = object.__new__
 _Tensor = None  # ember.tensor imports this package: imported at the first use, then kept
 
 

@@ -89,16 +89,12 @@ class Plan:
         # Fused kernels run where the inner backend's do; without a runtime of its own, on the codegen's
         # default (read here, at each run: a capture must record the runtime the kernels run on).
         runtime = getattr(inner, "runtime", None) or codegen.cpu_runtime()
-
-        def value(ref: tuple):
-            kind, i = ref
-            return env[i] if kind == "r" else externals[i]
-
         for k, (step, refs, source, frees) in enumerate(zip(self.steps, self.refs, self.sources, self.frees)):
+            # Each input from the block's values ("r") or its externals ("x"), without a call per ref.
+            arrays = [env[i] if where == "r" else externals[i] for where, i in refs]
             kind = type(step)
             if kind is Inner:
                 rec = records[step.index]
-                arrays = [value(r) for r in refs]
                 if self.captures[k]:
                     env[step.index], = self._captured(
                         k, (rec.aval, rec.params), arrays, runtime,
@@ -107,14 +103,12 @@ class Plan:
                     env[step.index] = inner.execute(rec.prim, arrays, rec.params, rec.aval)
             elif kind is Fused:
                 shape = records[step.outputs[0]].aval.shape
-                arrays = [value(r) for r in refs]
                 outs = self._captured(k, (shape,), arrays, runtime,
                                       lambda: run_elementwise(step.program, shape, arrays, runtime))
                 for o, array in zip(step.outputs, outs):
                     env[o] = array
             else:
                 domain = records[source].aval.shape
-                arrays = [value(r) for r in refs]
                 out, = self._captured(k, (domain,), arrays, runtime,
                                       lambda: [run_reduction(step.reduction, domain, arrays, runtime)])
                 env[step.index] = out.reshape(records[step.index].aval.shape)
