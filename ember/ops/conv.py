@@ -29,7 +29,7 @@ import math
 import numpy as np
 
 from ..errors import ShapeError
-from .primitive import Aval, primitive
+from .primitive import Aval, primitive, saves_inputs
 from .spatial import batch_slices, call, check_float, check_layout, col2im, compute_dtype, conv_out_size, \
     crop, pad_spatial, window_view
 
@@ -108,7 +108,7 @@ def _transpose_output_padding(size, out, kernel, stride, padding, dilation) -> t
                  for n, o, k, s, p, d in zip(size, out, kernel, stride, padding, dilation))
 
 
-primitive("conv", infer=_conv_infer, vjp=_conv_vjp, cost="compute")(_conv_reference)
+primitive("conv", infer=_conv_infer, vjp=_conv_vjp, cost="compute", saves=saves_inputs)(_conv_reference)
 
 
 # ---- conv_transpose ------------------------------------------------------------------------------
@@ -174,7 +174,8 @@ def _conv_transpose_vjp(ctx, g):
     return gx, gw
 
 
-primitive("conv_transpose", infer=_conv_transpose_infer, vjp=_conv_transpose_vjp, cost="compute")(
+primitive("conv_transpose", infer=_conv_transpose_infer, vjp=_conv_transpose_vjp, cost="compute",
+          saves=saves_inputs)(
     _conv_transpose_reference)
 
 
@@ -225,5 +226,6 @@ def _weight_grad_vjp(ctx, cot):
     return gx, gg
 
 
-primitive("conv_weight_grad", infer=_weight_grad_infer, vjp=_weight_grad_vjp, cost="compute")(
+primitive("conv_weight_grad", infer=_weight_grad_infer, vjp=_weight_grad_vjp, cost="compute",
+          saves=saves_inputs)(
     _weight_grad_reference)

@@ -29,7 +29,7 @@ import numpy as np
 
 from ..dtype import i64
 from ..errors import DTypeError, ShapeError
-from .primitive import Aval, primitive
+from .primitive import Aval, primitive, saves_inputs, saves_none
 from .spatial import call, check_float, check_layout, compute_dtype, pad_spatial, pool_out_size, window_view
 
 
@@ -102,7 +102,7 @@ def _max_vjp(ctx, g):
     return (flat.scatter_add(2, index.flatten(2), g.flatten(2)).reshape(shape),)
 
 
-primitive("max_pool", infer=_max_infer, vjp=_max_vjp, cost="compute")(_max_reference)
+primitive("max_pool", infer=_max_infer, vjp=_max_vjp, cost="compute", saves=saves_inputs)(_max_reference)
 
 
 # ---- max_pool_grad -------------------------------------------------------------------------------
@@ -134,7 +134,7 @@ def _grad_vjp(ctx, h):
     return None, h.flatten(2).gather(2, index.flatten(2)).reshape(gshape)
 
 
-primitive("max_pool_grad", infer=_grad_infer, vjp=_grad_vjp, cost="compute")(_grad_reference)
+primitive("max_pool_grad", infer=_grad_infer, vjp=_grad_vjp, cost="compute", saves=saves_inputs)(_grad_reference)
 
 
 # ---- max_pool_indices ----------------------------------------------------------------------------
@@ -238,4 +238,4 @@ def _avg_vjp(ctx, g):
     return (gx,)
 
 
-primitive("avg_pool", infer=_avg_infer, vjp=_avg_vjp, cost="compute")(_avg_reference)
+primitive("avg_pool", infer=_avg_infer, vjp=_avg_vjp, cost="compute", saves=saves_none)(_avg_reference)
