@@ -18,7 +18,7 @@ import math
 import numpy as np
 
 from ..errors import ShapeError
-from .primitive import Aval, primitive
+from .primitive import Aval, primitive, saves_none
 from .spatial import call, check_layout, col2im, conv_out_size, crop, pad_spatial, window_view
 
 
@@ -43,7 +43,7 @@ def _unfold_vjp(ctx, g):
     return (call("fold", g, output_size=tuple(shape[2:]), **ctx.params),)
 
 
-primitive("unfold", infer=_unfold_infer, vjp=_unfold_vjp)(_unfold_reference)
+primitive("unfold", infer=_unfold_infer, vjp=_unfold_vjp, saves=saves_none)(_unfold_reference)
 
 
 def _fold_infer(x: Aval, *, output_size, kernel, stride, padding, dilation) -> Aval:
@@ -71,4 +71,4 @@ def _fold_vjp(ctx, g):
     return (call("unfold", g, **params),)
 
 
-primitive("fold", infer=_fold_infer, vjp=_fold_vjp)(_fold_reference)
+primitive("fold", infer=_fold_infer, vjp=_fold_vjp, saves=saves_none)(_fold_reference)
