@@ -93,24 +93,40 @@ def softsign(x: Tensor) -> Tensor:
 
 
 def softmax(x: Tensor, dim: int = -1) -> Tensor:
-    """`exp(x) / sum(exp(x))` along `dim`, shifted by the maximum for stability."""
+    """`exp(x) / sum(exp(x))` along `dim`, shifted by the maximum for stability (over the last dim on a
+    GPU cube target: one op, `ember.nn.ops.rowwise`)."""
     if not x.dtype.is_float:
         x = x.cast("f32")
+    rows = _rows_op(x, dim)
+    if rows is not None:
+        return rows(x, log=False)
     shifted = _shift(x, dim)
     e = shifted.exp()
     return e / e.sum(dim=dim, keepdim=True)
 
 
 def log_softmax(x: Tensor, dim: int = -1) -> Tensor:
-    """`x - logsumexp(x)` along `dim`."""
+    """`x - logsumexp(x)` along `dim` (as `softmax`, one op over the last dim on a GPU cube target)."""
     if not x.dtype.is_float:
         x = x.cast("f32")
+    rows = _rows_op(x, dim)
+    if rows is not None:
+        return rows(x, log=True)
     if x.numel == 0:
         return x - x.exp().sum(dim=dim, keepdim=True).log()
     m = x.amax(dim=dim, keepdim=True).detach()
     # `x - m` twice rather than one shared value: shared, the fusion writes it in full (and, unfused, a
     # broadcast copy of m as well) beside the input; twice, each fuses into its reader (the sum, the result).
     return (x - m) - (x - m).exp().sum(dim=dim, keepdim=True).log()
+
+
+def _rows_op(x: Tensor, dim: int):
+    """The one-op softmax over the last dim (`ember.nn.ops.rowwise.softmax_rows`) when it takes `x` along
+    `dim`, else None (the composition)."""
+    if dim not in (-1, x.ndim - 1):
+        return None
+    from ..nn.ops import rowwise
+    return rowwise.softmax_rows if rowwise.routes(x) else None
 
 
 def _shift(x: Tensor, dim: int) -> Tensor:

@@ -55,6 +55,26 @@ def _check_trailing(op: str, x: Tensor, shape: tuple[int, ...]) -> tuple[int, ..
     return tuple(range(x.ndim - len(shape), x.ndim))
 
 
+def _rows_routed(x: Tensor, shape: tuple, weight: Tensor | None, bias: Tensor | None) -> bool:
+    """Whether layer/RMS norm over the trailing `shape` of `x` runs as one op (`ember.nn.ops.rowwise`):
+    on a GPU cube target, with the parameters (if any) of `shape` and of x's dtype and device."""
+    from .ops.rowwise import routes
+    params = [p for p in (weight, bias) if p is not None]
+    return (len(shape) >= 1 and routes(x) and all(isinstance(p, Tensor) and p.shape == shape and p.dtype is x.dtype
+                                                   and p.device == x.device for p in params))
+
+
+def _norm_rows(x: Tensor, shape: tuple, weight: Tensor | None, bias: Tensor | None, eps: float, rms: bool) -> Tensor:
+    """The norm over the trailing `shape` as rows of prod(shape) elements (`rowwise.norm_rows`)."""
+    from .ops.rowwise import norm_rows
+    n = math.prod(shape)
+    rows = x.reshape(x.shape[:x.ndim - len(shape)] + (n,)) if len(shape) > 1 else x
+    flat = [p.reshape(n) if p is not None and len(shape) > 1 else p for p in (weight, bias)]
+    y = norm_rows(rows, *(p if p is not None else rows for p in flat), eps=float(eps), rms=rms,
+                  has_weight=weight is not None, has_bias=bias is not None)
+    return y.reshape(x.shape) if len(shape) > 1 else y
+
+
 def layer_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, bias: Tensor | None = None,
                eps: float = 1e-5) -> Tensor:
     """Standardize over the last dims given by `normalized_shape`, then scale and shift.
@@ -72,6 +92,8 @@ def layer_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, bias: 
     """
     shape = _normalized_shape(normalized_shape)
     dims = _check_trailing("layer_norm", x, shape)
+    if _rows_routed(x, shape, weight, bias):
+        return _norm_rows(x, shape, weight, bias, eps, rms=False)
     centered = x - x.mean(dims, keepdim=True)  # once: the variance and the result share it (and its kept copy)
     y = centered * ((centered * centered).mean(dims, keepdim=True) + eps).rsqrt()
     return _affine(y, weight, bias, shape)
@@ -94,6 +116,8 @@ def rms_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, eps: flo
     dims = _check_trailing("rms_norm", x, shape)
     if eps is None:
         eps = float(np.finfo(x.dtype.np).eps)
+    if _rows_routed(x, shape, weight, None):
+        return _norm_rows(x, shape, weight, None, eps, rms=True)
     y = x * ((x * x).mean(dims, keepdim=True) + eps).rsqrt()
     return y * weight if weight is not None else y
 

@@ -37,11 +37,11 @@ except ImportError:
 from ember.cube.kernels.scan import scan
 from ember.cube.kernels.random import randint
 from ember.backend.cube.kernels import fill
-from ember.cube.kernels.norm import layer_norm, rms_norm
+from ember.cube.kernels.norm import layer_norm, norm_grad, rms_norm
 from ember.cube.kernels.pool import avg_pool2d, max_pool2d, max_pool2d_grad, max_pool2d_indices
 from ember.cube.kernels.random import bits, normal, uniform
 from ember.cube.kernels.reduce import OPS as REDUCE_OPS, reduce
-from ember.cube.kernels.softmax import softmax
+from ember.cube.kernels.softmax import softmax, softmax_grad
 from ember.cube.kernels.sort import sort, topk
 from ember.cube.passes import optimize
 from ember.cube.runtime.nvrtc import CudaCompileError, compile_cuda, compile_error_message, nvrtc_available
@@ -113,6 +113,14 @@ def library_calls() -> list:
     calls += [lambda t=t, log=log: on_target("cuda", softmax, rng.standard_normal((3, 40)).astype(t), log)
               for t in (F32, F16) for log in (False, True)]  # GPU targets' unit classes (C: one vector)
     calls += [lambda n=n: on_target("cuda", softmax, rng.standard_normal((3, n)).astype(F32)) for n in (3, 7)]
+    # rows held in registers (8192: every slot used; 300: masked) and a row past them (three passes)
+    calls += [lambda n=n, f=f: on_target("cuda", f, rng.standard_normal((2, n)).astype(F32)) for n in (300, 8192, 9000)
+              for f in (softmax, layer_norm)]
+    calls += [lambda: on_target("cuda", rms_norm, rng.standard_normal((2, 8192)).astype(BF16), np.ones(8192, BF16))]
+    calls += [lambda n=n, log=log: on_target("cuda", softmax_grad, *rng.standard_normal((2, 2, n)).astype(F32), log)
+              for n in (300, 8192) for log in (False, True)]  # the GPU ops' backward: a plane, a cube per row
+    calls += [lambda x=rng.standard_normal((3, n)).astype(F32), rms=rms:
+              on_target("cuda", norm_grad, x, x[0], x, 1e-5, rms) for n in (300, 8192) for rms in (False, True)]
     calls += [lambda n=n: on_target("cuda", layer_norm, rng.standard_normal((3, n)).astype(F32)) for n in (3, 7)]
     calls += [lambda: on_target("cuda", layer_norm, x3d, w, bias), lambda: on_target("cuda", rms_norm, x3d)]
     calls += [lambda t=t: matmul(x.astype(t), x.T.astype(t)) for t in (F32, F16, BF16, F64, np.int32, np.int64)]

@@ -4,10 +4,10 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from ember.cube.kernels.norm import layer_norm, rms_norm
+from ember.cube.kernels.norm import layer_norm, norm_grad, rms_norm
 from ember.cube.kernels.reduce import reduce
 from ember.cube.kernels.scan import scan
-from ember.cube.kernels.softmax import softmax
+from ember.cube.kernels.softmax import softmax, softmax_grad
 from ember.errors import DTypeError, ShapeError
 
 rng = np.random.default_rng(2)
@@ -163,6 +163,61 @@ def test_layer_norm_and_rms_norm(affine, n):
         ln, rn = ln * w + b, rn * w
     np.testing.assert_allclose(layer_norm(x, w, b), ln, rtol=1e-10, atol=1e-10)
     np.testing.assert_allclose(rms_norm(x, w), rn, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("n", [1, 33, 257, 8192, 8193])  # 8192: the whole row held (full); 8193: three passes
+def test_row_resident_kernels_of_gpu_targets(monkeypatch, n):
+    """The GPU targets' single-read softmax and norms (`reduce.resident_shape`), run on the C target with
+    its shared-memory cube reductions (a WGSL-shaped launch): any row length, halves, with and without
+    the affine map; rows over 8192 take the three-pass kernels."""
+    import importlib
+    for name in ("softmax", "norm"):
+        monkeypatch.setattr(importlib.import_module(f"ember.cube.kernels.{name}"), "launch_target", lambda x: "wgsl")
+    x = (rng.standard_normal((3, n)) * 4 + 1).astype(np.float32)
+    x64 = x.astype(np.float64)
+    e = np.exp(x64 - x64.max(-1, keepdims=True))
+    np.testing.assert_allclose(softmax(x), e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(softmax(x, log=True), np.log(e / e.sum(-1, keepdims=True)), rtol=1e-5, atol=2e-5)
+    w, b = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    centred = x64 - x64.mean(-1, keepdims=True)
+    ln = centred / np.sqrt((centred ** 2).mean(-1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(layer_norm(x, w, b), ln * w + b, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(rms_norm(x), x64 / np.sqrt((x64 ** 2).mean(-1, keepdims=True) + 1e-6), rtol=1e-4,
+                               atol=1e-5)
+    if n == 257:
+        half = x.astype(np.float16)
+        h64 = half.astype(np.float64)
+        e = np.exp(h64 - h64.max(-1, keepdims=True))
+        got = softmax(half)
+        assert got.dtype == np.float16
+        np.testing.assert_allclose(got.astype(np.float64), e / e.sum(-1, keepdims=True), atol=1e-3)
+        assert layer_norm(np.zeros((0, n), np.float16)).shape == (0, n)
+
+
+@pytest.mark.parametrize("shape", [(3, 1), (4, 3, 300), (2, 8192), (0, 5)])
+def test_softmax_and_norm_gradients_of_held_rows(shape):
+    """`softmax_grad` and `norm_grad` (the GPU ops' backward kernels) against the formulas in f64, on the
+    C target; `norm_grad` packs the input's gradient rows, then the weight's and the bias's."""
+    x, g = rng.standard_normal(shape) * 3 + 1, rng.standard_normal(shape)
+    n = shape[-1]
+    for log in (False, True):
+        y = softmax(x, log)
+        want = g - np.exp(y) * g.sum(-1, keepdims=True) if log else y * (g - (g * y).sum(-1, keepdims=True))
+        np.testing.assert_allclose(softmax_grad(y, g, log), want, rtol=1e-9, atol=1e-12)
+    w = rng.standard_normal(n)
+    for rms in (False, True):
+        d = x if rms else x - x.mean(-1, keepdims=True)
+        inv = 1 / np.sqrt((d * d).mean(-1, keepdims=True) + 1e-5)
+        xhat, gw = d * inv, g * w
+        dx = gw - xhat * (gw * xhat).mean(-1, keepdims=True) - (0 if rms else gw.mean(-1, keepdims=True))
+        packed = norm_grad(x, w, g, 1e-5, rms)
+        rows = x.size // n
+        assert packed.shape == (rows + 2, n)
+        np.testing.assert_allclose(packed[:rows].reshape(shape), dx * inv, rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(packed[rows], (g * xhat).reshape(-1, n).sum(0), rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(packed[rows + 1], g.reshape(-1, n).sum(0), rtol=1e-9, atol=1e-9)
+    with pytest.raises(ShapeError, match="longer"):
+        softmax_grad(np.zeros((1, 8193)), np.zeros((1, 8193)))
 
 
 @pytest.mark.parametrize("op", ["cumsum", "cumprod"])

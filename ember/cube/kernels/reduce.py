@@ -70,6 +70,9 @@ SHORT_ROW = 32
 MIN_CUBES = {"cpu": 16, "wgsl": 64, "cuda": 1024}
 # Bytes a row's units read at once on targets without planes (the C target: two AVX2 vectors).
 VEC = {"cpu": 64, "wgsl": 256}
+# Elements per unit of a row held in registers (`resident_shape`): rows up to MAX_UNITS * RESIDENT_PER
+# (8192) are read once by the GPU softmax and norms; longer rows take their three-pass kernels.
+RESIDENT_PER = 32
 
 
 # Units per cube come in three size classes rather than every power of two: each class is a kernel
@@ -208,6 +211,49 @@ def lanes_combine(kind, v, lanes, units, T):
     if lanes == units:
         return block_reduce(kind, v, units)
     return plane_combine(kind, v, lanes, T)
+
+
+@cube.function
+def units_combine(op, v, span, lanes, T):
+    """`v` combined over the `span` units that share a row (every one of them getting the result): a
+    plane (`span == lanes`: plane ops alone), or the whole cube (`span` = its units): with planes
+    (`lanes` > 1) a plane op, then the planes' results through shared memory; without (`lanes == 1`),
+    `block_reduce`'s tree."""
+    if lanes == 1:
+        return block_reduce(op, v, span)
+    r = plane_combine(op, v, lanes, T)
+    planes = span // lanes
+    if planes == 1:
+        return r
+    sh = cube.shared(T, planes)
+    if cube.UNIT_POS % lanes == 0:
+        sh[cube.UNIT_POS // lanes] = r
+    cube.sync_units()
+    total = sh[0]
+    for p in cube.unroll(range(1, planes)):
+        total = combine(op, total, sh[p])
+    cube.sync_units()  # every unit has read the slots before the shared memory can be reused
+    return total
+
+
+def resident_shape(n: int, target: str) -> tuple | None:
+    """(units, span, per, lanes) of cubes that hold whole rows of `n` elements in their units' registers:
+    `span` units share a row (the whole cube of `units`, or one plane of `lanes` units on targets with
+    planes wider than one unit, for rows up to `lanes * RESIDENT_PER`: `units // span` rows per cube),
+    `per` elements each (a power of two). For the single-read softmax and norms (the GPU targets'
+    forward; their gradients); None for rows over MAX_UNITS * RESIDENT_PER.
+
+    Example:
+        >>> resident_shape(8192, "cuda"), resident_shape(768, "cuda"), resident_shape(100, "wgsl")
+        ((256, 256, 32, 32), (256, 32, 32, 32), (32, 32, 4, 1))
+    """
+    if n > MAX_UNITS * RESIDENT_PER:
+        return None
+    lanes = PLANE_WIDTH.get(target, 1)
+    if lanes > 1 and n <= lanes * RESIDENT_PER:
+        return MAX_UNITS, lanes, 1 << max(0, -(-n // lanes) - 1).bit_length(), lanes
+    units = 32 if n <= 32 * 8 else MAX_UNITS
+    return units, units, 1 << max(0, -(-n // units) - 1).bit_length(), lanes
 
 
 @cube.function

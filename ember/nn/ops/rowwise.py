@@ -1,0 +1,153 @@
+"""Softmax, log-softmax, layer norm and RMS norm over the last dim as one op each on GPU cube targets.
+
+The tensor API composes these from primitives (max, sub, exp, sum, div; mean, var, ...), which the
+fusion layer runs as three or four passes over the input. On a GPU cube target (CUDA, wgpu) they are
+instead `@ember.backend_extension` primitives (ember/extension.py) over the kernel library's row
+kernels (`ember/cube/kernels/softmax.py`, `norm.py`), which read a row of up to 8192 elements once and
+write it once (`reduce.resident_shape`): on the H200, (8192, 8192) f32 in about the time of a copy.
+
+- `softmax_rows(x, log=...)`: exp(x) / sum(exp(x)) over the last dim, or its log;
+- `norm_rows(x, weight, bias, eps=..., rms=..., has_weight=..., has_bias=...)`: layer norm (biased
+  variance) or RMS norm over the last dim, then the optional affine map; `weight`/`bias` are the (n,)
+  parameters, or any tensor (x itself) standing in for a missing one.
+
+The gradients are written with ember ops (fused reductions and elementwise kernels on a fused device):
+softmax's `y * (g - sum(g * y))`, log-softmax's `g - exp(y) * sum(g)`, and the norms' usual formulas
+from the recomputed statistics. `routes(x)` says when the tensor API takes these ops; each has a NumPy
+reference (the tests' oracle).
+
+Example:
+    >>> x = ember.randn(4, 10, device=ember.Device.wgpu())
+    >>> routes(x), softmax_rows(x, log=False).sum(-1).shape
+    (True, (4,))
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ...cube.kernels import norm as norm_kernels
+from ...cube.kernels.reduce import resident_shape
+from ...cube.kernels.softmax import softmax as softmax_kernel, softmax_grad as softmax_grad_kernel
+from ...extension import backend_extension, cube_target
+from ...ops.primitive import is_half
+from ...tensor import Tensor
+
+GPU_TARGETS = ("cuda", "wgsl")
+
+
+def routes(x: Tensor) -> bool:
+    """Whether the tensor API runs softmax / norms of `x` over its last dim as the ops of this module:
+    a non-empty float tensor of at least one dim on a device with a GPU cube target.
+
+    Example:
+        >>> routes(ember.randn(3, 4, device=ember.Device.numpy()))
+        False
+    """
+    return x.ndim >= 1 and x.dtype.is_float and x.numel > 0 and cube_target(x.device) in GPU_TARGETS
+
+
+def _softmax_reference(x: np.ndarray, *, log: bool) -> np.ndarray:
+    w = x.astype(np.float32) if is_half(x.dtype) else x
+    shifted = w - w.max(-1, keepdims=True)
+    e = np.exp(shifted)
+    s = e.sum(-1, keepdims=True)
+    return (shifted - np.log(s) if log else e / s).astype(x.dtype)
+
+
+def _held(x: Tensor) -> bool:
+    """Whether the rows of `x` fit the gradient kernels (held in a cube's registers)."""
+    return resident_shape(x.shape[-1], cube_target(x.device)) is not None
+
+
+def _softmax_backward(g: Tensor, out: Tensor, x: Tensor, *, log: bool) -> tuple:
+    if _held(out) and g.dtype is out.dtype:
+        return (softmax_rows_grad(out, g, log=log),)
+    if log:
+        return (g - out.exp() * g.sum(-1, keepdim=True),)
+    return (out * (g - (g * out).sum(-1, keepdim=True)),)
+
+
+def _softmax_grad_reference(y: np.ndarray, g: np.ndarray, *, log: bool) -> np.ndarray:
+    w, gw = (a.astype(np.float32) if is_half(a.dtype) else a for a in (y, g))
+    dx = gw - np.exp(w) * gw.sum(-1, keepdims=True) if log else w * (gw - (gw * w).sum(-1, keepdims=True))
+    return dx.astype(y.dtype)
+
+
+@backend_extension(shape=lambda y, g, *, log: y, reference=_softmax_grad_reference, name="softmax_rows_grad")
+def softmax_rows_grad(y, g, *, log: bool):
+    """The input gradient of `softmax_rows` from its output `y` and the output's gradient `g`."""
+    return softmax_grad_kernel(y, g, log)
+
+
+@backend_extension(shape=lambda x, *, log: x, reference=_softmax_reference, backward=_softmax_backward,
+                   name="softmax_rows", saves="output")  # the rule reads y only: autodiff need not keep x
+def softmax_rows(x, *, log: bool):
+    """Softmax (or log-softmax, `log`) of `x`'s rows (its last dim) by the library's row kernel."""
+    return softmax_kernel(x, log)
+
+
+def _norm_reference(x, weight, bias, *, eps: float, rms: bool, has_weight: bool, has_bias: bool) -> np.ndarray:
+    w = x.astype(np.float32) if is_half(x.dtype) else x
+    d = w if rms else w - w.mean(-1, keepdims=True)
+    y = d / np.sqrt((d * d).mean(-1, keepdims=True) + eps)
+    if has_weight:
+        y = y * weight
+    if has_bias:
+        y = y + bias
+    return y.astype(x.dtype)
+
+
+def _norm_backward(g: Tensor, out: Tensor, x: Tensor, weight: Tensor, bias: Tensor, *, eps: float, rms: bool,
+                   has_weight: bool, has_bias: bool) -> tuple:
+    n = x.shape[-1]
+    rows = math.prod(x.shape[:-1])
+    if _held(x) and g.dtype is x.dtype:
+        packed = norm_rows_grad(x, weight, g, eps=eps, rms=rms, has_weight=has_weight)
+        return (packed[:rows].reshape(x.shape), packed[rows] if has_weight else None,
+                packed[rows + 1] if has_bias else None)
+    d = x if rms else x - x.mean(-1, keepdim=True)
+    inv = ((d * d).mean(-1, keepdim=True) + eps).rsqrt()
+    xhat = d * inv
+    gw = g * weight if has_weight else g
+    inner = gw - xhat * (gw * xhat).mean(-1, keepdim=True)
+    dx = (inner if rms else inner - gw.mean(-1, keepdim=True)) * inv
+    dw = (g * xhat).reshape(rows, n).sum(0) if has_weight else None
+    db = g.reshape(rows, n).sum(0) if has_bias else None
+    return dx, dw, db
+
+
+def _norm_shape(x, weight, bias, *, eps, rms, has_weight, has_bias) -> tuple:
+    norm_kernels.check_params("rms_norm" if rms else "layer_norm", x,
+                              weight if has_weight else None, bias if has_bias else None)
+    return x
+
+
+@backend_extension(shape=_norm_shape, reference=_norm_reference, backward=_norm_backward, name="norm_rows",
+                   saves="inputs")  # the rule recomputes the statistics from x: autodiff need not keep y
+def norm_rows(x, weight, bias, *, eps: float, rms: bool, has_weight: bool, has_bias: bool):
+    """Layer norm (or RMS norm, `rms`) of `x`'s rows with the optional affine map, by the library's kernel."""
+    return norm_kernels.norm(x, weight if has_weight else None, bias if has_bias else None, eps, rms)
+
+
+def _norm_grad_reference(x, weight, g, *, eps: float, rms: bool, has_weight: bool) -> np.ndarray:
+    w, gw = (a.astype(np.float32) if is_half(a.dtype) else a for a in (x, g))
+    n = x.shape[-1]
+    d = w if rms else w - w.mean(-1, keepdims=True)
+    inv = 1 / np.sqrt((d * d).mean(-1, keepdims=True) + eps)
+    xhat = d * inv
+    gs = gw * weight if has_weight else gw
+    inner = gs - xhat * (gs * xhat).mean(-1, keepdims=True)
+    dx = (inner if rms else inner - gs.mean(-1, keepdims=True)) * inv
+    sums = [(gw * xhat).reshape(-1, n).sum(0), gw.reshape(-1, n).sum(0)]
+    return np.concatenate([dx.reshape(-1, n)] + [s[None] for s in sums]).astype(x.dtype)
+
+
+@backend_extension(shape=lambda x, weight, g, **_: (math.prod(x[:-1]) + 2, x[-1]), reference=_norm_grad_reference,
+                   name="norm_rows_grad")
+def norm_rows_grad(x, weight, g, *, eps: float, rms: bool, has_weight: bool):
+    """The gradients of `norm_rows` packed as (rows + 2, n): the input's rows, then the weight's and the
+    bias's (`ember.cube.kernels.norm.norm_grad`)."""
+    return norm_kernels.norm_grad(x, weight if has_weight else None, g, eps, rms)

@@ -1,0 +1,93 @@
+"""Softmax, log-softmax, layer norm and RMS norm as one op each on a GPU cube target (ember/nn/ops/rowwise.py):
+the tensor API routes to them on wgpu (lavapipe here) over the last dim only, and their outputs and
+gradients (input, weight, bias) match torch; their NumPy references match torch too."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as TF
+
+import ember
+from ember import activation as F
+from ember.cube.runtime.wgpu import wgpu_available
+from ember.nn.norm import layer_norm, rms_norm
+from ember.nn.ops import rowwise
+from ops.torch_check import check_op, random
+
+needs_wgpu = pytest.mark.skipif(not wgpu_available()[0], reason=f"no wgpu adapter: {wgpu_available()[1]}")
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """Counts of the calls of the one-op softmax and norm (which still run)."""
+    counts = {"softmax_rows": 0, "norm_rows": 0}
+    for name in counts:
+        op = getattr(rowwise, name)
+
+        def counted(*args, op=op, name=name, **params):
+            counts[name] += 1
+            return op(*args, **params)
+        monkeypatch.setattr(rowwise, name, counted)
+    return counts
+
+
+@needs_wgpu
+def test_routed_only_over_the_last_dim_of_float_tensors_on_gpu_targets(calls, rng):
+    x = ember.tensor(random(rng, (3, 4, 5), "f32"), device=ember.Device.wgpu())
+    F.softmax(x, -1), F.log_softmax(x, 2)
+    assert calls["softmax_rows"] == 2
+    F.softmax(x, 1)  # another dim: the composition
+    F.softmax(x.to(ember.Device.cpu()), -1)  # the C target keeps its composition
+    assert calls["softmax_rows"] == 2
+    layer_norm(x, (4, 5)), rms_norm(x, 5)
+    layer_norm(x, 5, ember.tensor(np.ones(5, np.float64), device=x.device))  # a weight of another dtype
+    assert calls["norm_rows"] == 2
+    assert not rowwise.routes(ember.tensor(np.zeros((0, 3), np.float32), device=x.device))
+
+
+@needs_wgpu
+@pytest.mark.parametrize("shape", [(2, 3, 40), (3, 300)])
+def test_softmax_output_and_gradient_match_torch(calls, rng, shape):
+    x = random(rng, shape, "f32") * 4
+    device = ember.Device.wgpu()
+    check_op(lambda t: F.softmax(t, -1), lambda t: torch.softmax(t, -1), [x], device, rng=rng)
+    check_op(lambda t: F.log_softmax(t, -1), lambda t: torch.log_softmax(t, -1), [x], device, rng=rng)
+    assert calls["softmax_rows"] == 2
+
+
+@needs_wgpu
+@pytest.mark.parametrize("affine", ["both", "weight", "none"])
+def test_layer_norm_output_and_gradients_match_torch(calls, rng, affine):
+    x, w, b = random(rng, (2, 3, 4, 10), "f32") * 3 + 1, random(rng, (4, 10), "f32"), random(rng, (4, 10), "f32")
+    device = ember.Device.wgpu()
+    if affine == "both":
+        check_op(lambda t, w, b: layer_norm(t, (4, 10), w, b), lambda t, w, b: TF.layer_norm(t, (4, 10), w, b),
+                 [x, w, b], device, grads=(0, 1, 2), rng=rng)
+    elif affine == "weight":
+        check_op(lambda t, w: layer_norm(t, (4, 10), w), lambda t, w: TF.layer_norm(t, (4, 10), w),
+                 [x, w], device, grads=(0, 1), rng=rng)
+    else:
+        check_op(lambda t: layer_norm(t, 10, eps=0.1), lambda t: TF.layer_norm(t, (10,), eps=0.1), [x], device,
+                 rng=rng)
+    assert calls["norm_rows"] == 1
+
+
+@needs_wgpu
+def test_rms_norm_output_and_gradients_match_torch(calls, rng):
+    x, w = random(rng, (6, 70), "f32") * 2, random(rng, 70, "f32")
+    check_op(lambda t, w: rms_norm(t, 70, w, 1e-5), lambda t, w: TF.rms_norm(t, (70,), w, 1e-5), [x, w],
+             ember.Device.wgpu(), grads=(0, 1), rng=rng)
+    assert calls["norm_rows"] == 1
+
+
+def test_references_match_torch(rng):
+    x, w, b = random(rng, (4, 9)), random(rng, 9), random(rng, 9)
+    t = torch.from_numpy(x)
+    np.testing.assert_allclose(rowwise._softmax_reference(x, log=True), torch.log_softmax(t, -1), rtol=1e-12)
+    np.testing.assert_allclose(rowwise._softmax_reference(x, log=False), torch.softmax(t, -1), rtol=1e-12)
+    got = rowwise._norm_reference(x, w, b, eps=1e-5, rms=False, has_weight=True, has_bias=True)
+    np.testing.assert_allclose(got, TF.layer_norm(t, (9,), torch.from_numpy(w), torch.from_numpy(b)), rtol=1e-10)
+    got = rowwise._norm_reference(x, w, x, eps=1e-6, rms=True, has_weight=True, has_bias=False)
+    np.testing.assert_allclose(got, TF.rms_norm(t, (9,), torch.from_numpy(w), 1e-6), rtol=1e-10)
