@@ -119,7 +119,7 @@ def test_avg_pool(k, s, p, d, ceil_mode, count_include_pad):
 
 from ember.backend.cube import CubeBackend  # noqa: E402
 from ember.backend.numpy import NumpyBackend  # noqa: E402
-from ember.cube.kernels.conv_gemm import conv2d_gemm, conv_transpose2d, conv_weight_grad2d, im2col  # noqa: E402
+from ember.cube.kernels.conv_gemm import conv2d_gemm, conv_transpose2d, conv_weight_grad2d  # noqa: E402
 from ember.dtype import dtype_of  # noqa: E402
 from ember.errors import DTypeError, ShapeError  # noqa: E402
 from ember.ops import registry  # noqa: E402
@@ -220,51 +220,6 @@ def test_conv2d_gemm_in_batch_slices(monkeypatch):
     monkeypatch.setattr(conv_gemm, "COLUMN_BYTES", 1)  # one sample per im2col buffer
     x, w = rng.standard_normal((3, 4, 6, 5)), rng.standard_normal((2, 4, 3, 3))
     np.testing.assert_allclose(conv2d_gemm(x, w, 1, 1), conv_ref(x, w, (1, 1), (1, 1), (1, 1), 1), rtol=1e-10)
-
-
-@pytest.mark.parametrize("case", CONV_CASES[:3] + ADJOINT_CASES[1:2])
-def test_kept_columns_serve_the_weight_gradient_of_that_very_input(case, monkeypatch):
-    import ember.cube.kernels.conv_gemm as conv_gemm
-    xs, ws, s, p, d, g = case
-    x, w = rng.standard_normal(xs), rng.standard_normal(ws)
-    want = conv_ref(x, w, s, p, d, g)
-    np.testing.assert_allclose(conv2d_gemm(x, w, s, p, d, g, keep=True), want, rtol=1e-10, atol=1e-12)
-    cot = rng.standard_normal(want.shape)
-    copies = []
-    monkeypatch.setattr(conv_gemm, "im2col", lambda *a, **k: copies.append(a) or im2col(*a, **k))
-    dw = conv_weight_grad2d(x, cot, ws[2:], s, p, d, g)  # the kept columns: no im2col
-    assert not copies
-    np.testing.assert_allclose((w * dw).sum(), (want * cot).sum(), rtol=1e-9)  # the adjoint identity
-    np.testing.assert_allclose(conv_weight_grad2d(x.copy(), cot, ws[2:], s, p, d, g), dw, rtol=1e-10)
-    assert len(copies) == 1  # another array (equal values) has no kept columns
-    if want.shape[-1] > 1:  # a gradient of the leading outputs only: another geometry, its own columns
-        part = cot[..., :-1]
-        np.testing.assert_allclose(conv_weight_grad2d(x, part, ws[2:], s, p, d, g),
-                                   conv_weight_grad2d(x.copy(), part, ws[2:], s, p, d, g), rtol=1e-10)
-
-
-def test_kept_columns_are_dropped_with_their_input_and_within_the_budget(monkeypatch):
-    import gc
-    import ember.cube.kernels.conv_gemm as conv_gemm
-    monkeypatch.setattr(conv_gemm, "_kept", {})
-    w = rng.standard_normal((2, 3, 3, 3)).astype(np.float32)
-    xs = [rng.standard_normal((2, 3, 8, 8)).astype(np.float32) for _ in range(3)]
-    cols = 2 * 3 * 9 * 8 * 8 * 4  # bytes of one input's columns (padding 1 keeps 8x8 outputs)
-    monkeypatch.setattr(conv_gemm, "KEEP_BYTES", 2 * cols)
-    for x in xs:
-        conv2d_gemm(x, w, 1, 1, keep=True)
-    assert [k for k in conv_gemm._kept] == [id(xs[1]), id(xs[2])]  # the oldest dropped for the newest
-    del xs[2], x
-    gc.collect()
-    assert [k for k in conv_gemm._kept] == [id(xs[1])]
-    few = rng.standard_normal((2, 1, 8, 8)).astype(np.float32)  # 9 taps, 16 outputs: kept columns would not pay
-    np.testing.assert_allclose(conv2d_gemm(few, w[:, :1].repeat(8, 0), 1, 1, keep=True),
-                               conv_ref(few, w[:, :1].repeat(8, 0), (1, 1), (1, 1), (1, 1), 1), rtol=1e-5, atol=1e-5)
-    assert id(few) not in conv_gemm._kept
-    monkeypatch.setattr(conv_gemm, "KEEP_BYTES", cols - 1)  # too large to keep: not kept, same result
-    big = rng.standard_normal((2, 3, 8, 8)).astype(np.float32)
-    np.testing.assert_allclose(conv2d_gemm(big, w, 1, 1, keep=True), conv2d_gemm(big, w, 1, 1), rtol=1e-6)
-    assert id(big) not in conv_gemm._kept
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

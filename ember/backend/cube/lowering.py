@@ -262,8 +262,7 @@ def _spatial_2d(op: str, arrays: tuple, params: dict, kernel: Callable) -> np.nd
 
 
 def _conv(out: Aval, x, w, **params):
-    # keep: tensors are immutable, so the columns may serve this x's weight gradient (conv_gemm's docstring)
-    return _spatial_2d("conv", (x, w), dict(params, keep=True), conv_gemm.conv2d_gemm)
+    return _spatial_2d("conv", (x, w), params, conv_gemm.conv2d_gemm)
 
 
 def _conv_transpose(out: Aval, x, w, **params):

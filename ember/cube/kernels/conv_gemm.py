@@ -5,22 +5,10 @@ the cube kernel, whichever the autotuner picked), fed by a cube kernel that copi
 
     conv2d:            cols = im2col(x)            (N, G, Cg*KH*KW, OH*OW)
                        y    = W (G, Og, Cg*KH*KW) @ cols -> (N, O, OH*OW)  (one GEMM per sample)
-      with keep=True:  cols = im2col(x) laid out (G, Cg*KH*KW, N*OH*OW), kept for the weight gradient
-                       y    = W @ cols -> (O, N, OH*OW), copied batch first
     conv_transpose2d:  patches = W^T (G, Og*KH*KW, Cg) @ x (G, Cg, N*H*W), x copied channel first
                        y = col2im(patches), cropped by `padding`        (a gather: no atomics)
-    conv_weight_grad2d: cols = im2col(x) laid out (G, Cg*KH*KW, N*OH*OW), or those kept by conv2d
+    conv_weight_grad2d: cols = im2col(x) laid out (G, Cg*KH*KW, N*OH*OW)
                        dW = g (G, Og, N*OH*OW) @ cols^T                 (the batch folded into k)
-
-Kept columns (`keep=True`, which the backend's lowering passes: its arrays are immutable tensors'):
-a training step's backward needs the weight gradient's im2col of the very input its forward already
-copied, so the forward lays its columns out for the weight gradient and keeps them while that input
-array lives, at most KEEP_BYTES of them in all (the oldest dropped first). That layout costs the
-forward a transposing copy of its output, so columns are kept only where they outweigh it (more than
-twice as many taps C*KH*KW as output channels). On the MNIST CNN (batch 64) that is conv2's 7.2 MB
-held from forward to backward, for one im2col of 7.2 MB less per step. Larger columns are not kept
-(the weight gradient copies its own, as without `keep`); arrays other than NumPy's (device runtimes)
-are not kept either.
 
 `im2col` reads a zero-padded copy of the input (made once when there is padding, so its loads need
 no bounds tests) and writes each window element once; a batch whose columns would exceed
@@ -35,9 +23,6 @@ Example:
 """
 
 from __future__ import annotations
-
-import threading
-import weakref
 
 import numpy as np
 
@@ -55,7 +40,6 @@ COLUMN_BYTES = 256 << 20  # the most memory one im2col buffer may take
 # (when the batch divides, each part at least K_PART_MIN long) it packs each part once.
 K_PARTS, K_PART_MIN = 4, 2048
 _HOST_BLAS_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
-KEEP_BYTES = 64 << 20  # the most memory kept columns may take in all (see the module docstring)
 UNROLL_TAPS = 25  # col2im unrolls kernels of at most this many taps (a compiled variant per kernel size)
 # geometry layout: the host writes these i32 values in this order
 GEOMETRY = ("N", "C", "H", "W", "KH", "KW", "OH", "OW", "sh", "sw", "ph", "pw", "dh", "dw",
@@ -191,33 +175,6 @@ def im2col(x: np.ndarray, kernel: tuple, stride, padding, dilation, out_size: tu
     return cols
 
 
-_kept: dict = {}  # id(x) -> (weak reference to x, geometry, columns), oldest first
-_kept_lock = threading.RLock()  # reentrant: a weak reference's callback may run inside the lock
-
-
-def _keep(x: np.ndarray, geometry: tuple, cols: np.ndarray) -> None:
-    """Keep `cols` (x's weight-gradient columns for `geometry`) while x lives, within KEEP_BYTES."""
-    key = id(x)
-
-    def forget(ref) -> None:  # x is gone (its id may then name another array): a newer entry stays
-        with _kept_lock:
-            if _kept.get(key, (None,))[0] is ref:
-                del _kept[key]
-
-    with _kept_lock:
-        _kept.pop(key, None)
-        while _kept and sum(c.nbytes for _, _, c in _kept.values()) + cols.nbytes > KEEP_BYTES:
-            del _kept[next(iter(_kept))]
-        _kept[key] = (weakref.ref(x, forget), geometry, cols)
-
-
-def _kept_columns(x: np.ndarray, geometry: tuple) -> np.ndarray | None:
-    """The columns `conv2d_gemm(..., keep=True)` kept for this very x array and geometry, else None."""
-    with _kept_lock:
-        found = _kept.get(id(x))
-    return found[2] if found is not None and found[0]() is x and found[1] == geometry else None
-
-
 def _check(op: str, x, w, groups: int) -> None:
     if x.ndim != 4 or w.ndim != 4:
         raise ShapeError(op, f"needs 4-D input and weight (N, C, H, W), got {x.shape} and {w.shape}")
@@ -235,12 +192,9 @@ def _out_size(op: str, size, kernel, stride, padding, dilation) -> tuple:
     return out
 
 
-def conv2d_gemm(x: np.ndarray, w: np.ndarray, stride=1, padding=0, dilation=1, groups: int = 1,
-                keep: bool = False) -> np.ndarray:
+def conv2d_gemm(x: np.ndarray, w: np.ndarray, stride=1, padding=0, dilation=1, groups: int = 1) -> np.ndarray:
     """PyTorch's conv2d (cross-correlation) of x (N, C, H, W) with w (O, C/groups, KH, KW), as im2col and
-    the tuned matmul. Output size per spatial dim: (n + 2p - d(k - 1) - 1) // s + 1. With `keep`, the
-    columns are kept for `conv_weight_grad2d` of this x (the caller promises x is never written to;
-    see the module docstring).
+    the tuned matmul. Output size per spatial dim: (n + 2p - d(k - 1) - 1) // s + 1.
 
     Example:
         >>> conv2d_gemm(np.ones((2, 4, 5, 5), np.float32), np.ones((6, 2, 3, 3), np.float32), groups=2).shape
@@ -255,21 +209,11 @@ def conv2d_gemm(x: np.ndarray, w: np.ndarray, stride=1, padding=0, dilation=1, g
     oh, ow = _out_size("conv2d", x.shape[2:], w.shape[2:], stride, padding, dilation)
     if cg == 0 or nb == 0 or o == 0:
         return zeros((nb, o, oh, ow), x.dtype, x)
-    weights = w.reshape(o, -1) if groups == 1 else w.reshape(groups, o // groups, -1)
-    per_sample = c * w.shape[2] * w.shape[3] * oh * ow * x.itemsize  # bytes of columns
-    step = max(1, COLUMN_BYTES // per_sample)
-    geometry = (tuple(w.shape[2:]), _pair(stride), _pair(padding), _pair(dilation), groups, (oh, ow))
-    # Kept when it saves more than it costs: the weight gradient's im2col writes C*KH*KW values per output
-    # pixel, the transposing copy here moves O twice (MNIST: kept for conv2, 144 > 64; not conv1, 9 < 32).
-    if keep and isinstance(x, np.ndarray) and per_sample * nb <= KEEP_BYTES and c * w.shape[2] * w.shape[3] > 2 * o:
-        # the weight gradient's layout: one GEMM over the whole batch, its (O, N, P) result copied batch first
-        cols = im2col(x, w.shape[2:], stride, padding, dilation, (oh, ow), batch_major=False)  # (K, N, P)
-        _keep(x, geometry, cols)
-        y = tuned_matmul(weights, cols.reshape(weights.shape[:-2] + (-1, nb * oh * ow)))
-        return cast(y.reshape(o, nb, oh * ow).transpose(1, 0, 2), y.dtype).reshape(nb, o, oh, ow)
     # (Og, K) or (G, Og, K) against the columns (n, K, P) or (n, G, K, P): one GEMM per sample (and group)
     # writes the output batch first, with no copy after it. The host BLAS spreads the batch over its
     # threads, as fast here as one GEMM over the whole batch with a transposing copy of its result.
+    weights = w.reshape(o, -1) if groups == 1 else w.reshape(groups, o // groups, -1)
+    step = max(1, COLUMN_BYTES // (c * w.shape[2] * w.shape[3] * oh * ow * x.itemsize))
     parts = []
     for n0 in range(0, nb, step):  # one part unless the columns would be too large
         cols = im2col(x[n0:n0 + step], w.shape[2:], stride, padding, dilation, (oh, ow))  # (n, K, P)
@@ -349,10 +293,7 @@ def conv_weight_grad2d(x: np.ndarray, grad: np.ndarray, kernel, stride=1, paddin
     cg = c // groups
     if o == 0 or cg == 0 or nb * gh * gw == 0:
         return zeros((o, cg, kh, kw), x.dtype, x)
-    geometry = ((kh, kw), _pair(stride), _pair(padding), _pair(dilation), groups, (gh, gw))
-    cols = _kept_columns(x, geometry)
-    if cols is None:
-        cols = im2col(x, (kh, kw), stride, padding, dilation, (gh, gw), batch_major=False)  # (C*KH*KW, N, P)
+    cols = im2col(x, (kh, kw), stride, padding, dilation, (gh, gw), batch_major=False)  # (C*KH*KW, N, P)
     cols = cols.reshape(groups, cg * kh * kw, nb * gh * gw)
     # (O, N, P) as one contiguous copy: the batch folded into the GEMM's k, like the columns.
     grads = cast(grad.reshape(nb, o, gh * gw).transpose(1, 0, 2), grad.dtype).reshape(groups, o // groups, -1)
