@@ -25,8 +25,15 @@ def _bias_relu(a, bias):
     return [pre, pre <= 0, np.where(pre <= 0, np.float32(0), pre)]
 
 
+@pytest.fixture(params=["walk", "cubes along lines"])
+def grid(request, monkeypatch):
+    """Both line-by-line grids of the C target: a cube walking each line, cubes of UNITS along it."""
+    monkeypatch.setattr(codegen, "WALK_MIN_LINES", 1 if request.param == "walk" else 1 << 30)
+    return request.param
+
+
 @pytest.mark.parametrize("shape", [(3, 5, MIN_ROW), (2, 3, 14, 14), (2, 4, 130), (1, 2, 1000), (0, 3, 70)])
-def test_bias_relu_per_line_equals_numpy(rng, shape):
+def test_bias_relu_per_line_equals_numpy(rng, shape, grid):
     a = rng.standard_normal(shape).astype(np.float32)
     bias = rng.standard_normal((shape[1],) + (1,) * (len(shape) - 2)).astype(np.float32)
     zero = np.zeros((), np.float32)
@@ -36,20 +43,20 @@ def test_bias_relu_per_line_equals_numpy(rng, shape):
         np.testing.assert_array_equal(g, want)
 
 
-def test_a_bias_is_read_once_per_line_not_per_element(rng):
+def test_a_bias_is_read_once_per_line_not_per_element(rng, grid):
     shape = (4, 3, 196)
     a = rng.standard_normal(shape).astype(np.float32)
     bias = rng.standard_normal((3, 1)).astype(np.float32)
     merged, views = merged_operands(shape, a, bias, np.zeros((), np.float32))
     assert codegen._line_modes(codegen._modes(views, merged), views)[1] == LINE
     codegen.run_elementwise(BIAS_RELU, shape, [a, bias, np.zeros((), np.float32)])
-    (source,) = [s for s in codegen.source_of(BIAS_RELU) if "a_in1" in s and "pragma omp simd" in s]
-    units = source[source.index("#pragma omp simd"):]  # the unit loop: the bias load stays outside it
-    assert "a_in1[" in source and "a_in1[" not in units
+    for source in codegen.source_of(BIAS_RELU):  # each grid's kernel: the bias load stays outside the unit loops
+        units = source[source.index("#pragma omp simd"):]
+        assert "a_in1[" in source and "a_in1[" not in units
 
 
 @pytest.mark.parametrize("dtype", [f32, f64])
-def test_strided_and_broadcast_operands_per_line_equal_numpy(rng, dtype):
+def test_strided_and_broadcast_operands_per_line_equal_numpy(rng, dtype, grid):
     # a transposed operand (STRIDED along the line), a per-line one and a per-column one
     x = rng.standard_normal((100, 3, 5)).astype(dtype.np).transpose(1, 2, 0)  # (3, 5, 100), line step 15
     row = rng.standard_normal((3, 5, 1)).astype(dtype.np)

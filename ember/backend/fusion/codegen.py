@@ -58,8 +58,10 @@ MIN_ROW = 64  # a domain whose last dim is at least this long runs line by line 
 # Positions per unit of an elementwise kernel, by target: on the H200 one position per unit of a
 # (8192, 8192) softmax's last pass took 0.48 ms (262144 cubes of 256 units), the bandwidth allows 0.13.
 PER_UNIT = {"cuda": 4}
-# Targets whose line-by-line kernel runs a whole line per cube of MIN_ROW units (see elementwise_kernel).
-WALK_TARGETS = ("cpu",)
+# Targets whose line-by-line kernel runs a whole line per cube of MIN_ROW units (see elementwise_kernel),
+# when there are at least WALK_MIN_LINES lines (cubes enough for any core count; fewer, longer lines
+# keep cubes of UNITS along the line, whose masked tail is then a small part of each line).
+WALK_TARGETS, WALK_MIN_LINES = ("cpu",), 256
 
 
 @dataclass(frozen=True)
@@ -387,8 +389,8 @@ def run_elementwise(program: Program, shape: tuple, arrays: list, runtime=None) 
     modes = _modes(views, merged)
     rank, layout = _layout(merged, views)
     target = getattr(runtime, "target", "cpu")
-    walk = target in WALK_TARGETS
     lines = size // merged[-1]
+    walk = target in WALK_TARGETS and lines >= WALK_MIN_LINES
     # line by line needs a cube row per line: CUDA allows at most 65535 of them (else one flat grid)
     rows = rank > 1 and STRIDED in modes and merged[-1] >= MIN_ROW and (walk or lines <= 65535)
     walk = walk and rows
