@@ -8,7 +8,11 @@ A pool owns *pages* obtained from the device (`allocate(nbytes)` / `release(page
 - **large** allocations come from pages managed first-fit with coalescing of free ranges. A new large
   page is `max(request, target)` bytes where `target` follows the observed sizes: four times the
   power of two above the median of the last 64 large requests (between 2 MiB and 256 MiB), or the
-  configured `[memory] page_size_mb` when it is set.
+  configured `[memory] page_size_mb` when it is set. A request above the target gets a *dedicated* page
+  of its own size, which then serves only requests of at least half its size (small slices would pin
+  it, and the next request of its size would need a new page); before a new large page is made, the
+  empty dedicated pages are given back, so that memory is not held twice across phases that use big and
+  ordinary tensors in turn (a training step's logits, then the optimizer's packed state).
 
 A page with nothing allocated for `free_after_s` seconds is given back at the next allocation;
 `cleanup()` gives back every empty page at once. Live slices never move. `stats()` reports reserved
@@ -66,10 +70,11 @@ class MemoryStats:
 class Page:
     """One device allocation and the ranges of it that are free."""
 
-    def __init__(self, buffer: Any, size: int, chunk: int = 0) -> None:
+    def __init__(self, buffer: Any, size: int, chunk: int = 0, floor: int = 0) -> None:
         self.buffer = buffer
         self.size = size
         self.chunk = chunk                      # slab chunk size, 0 for a large page
+        self.floor = floor                      # the smallest request served: 0, or half a dedicated page
         self.live = 0                           # slices handed out
         self.empty_since = time.monotonic()
         if chunk:
@@ -170,13 +175,17 @@ class MemoryPool:
                 self._recent.append(size)
                 pages = self._large
                 for page in pages:  # first fit; pages whose longest free range is too short are skipped
-                    if page.largest >= size:
+                    if page.largest >= size >= page.floor:
                         offset = page.take(size)
                         if offset is not None:
                             break
             if offset is None:
-                page = self._new_page(max(SLAB_PAGE, size), size) if nbytes <= self.small_limit else \
-                    self._new_page(max(size, self._target()), 0)
+                if nbytes <= self.small_limit:
+                    page = self._new_page(max(SLAB_PAGE, size), size)
+                else:
+                    self._free_pages(lambda page: page.floor > 0)  # empty dedicated pages (see above)
+                    target = self._target()
+                    page = self._new_page(size, 0, size // 2) if size > target else self._new_page(target, 0)
                 pages.append(page)
                 offset = page.take(size)
             self._in_use += size
@@ -226,8 +235,8 @@ class MemoryPool:
         typical = statistics.median(self._recent)
         return min(self.max_page, max(MIN_PAGE, 4 << (int(typical) - 1).bit_length()))
 
-    def _new_page(self, size: int, chunk: int) -> Page:
-        page = Page(self._allocate(size), size, chunk)
+    def _new_page(self, size: int, chunk: int, floor: int = 0) -> Page:
+        page = Page(self._allocate(size), size, chunk, floor)
         self._reserved += size
         self._peak_reserved = max(self._peak_reserved, self._reserved)
         return page
