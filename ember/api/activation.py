@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import math
 
-from ..dtype import default_float
-from ._common import Tensor, apply
-from .math import where
+from ._common import Tensor
+from .math import _float_unary, where
+
+_exact_gelu = _float_unary("gelu")  # ints and bools become the default float first, as for erf
 
 SELU_ALPHA = 1.6732632423543772848170429916717
 SELU_SCALE = 1.0507009873554804934193349852946
@@ -48,7 +49,7 @@ def gelu(x: Tensor, approximate: str = "none") -> Tensor:
     if approximate != "none":
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
     # One primitive (its gradient keeps x alone; the composition kept three intermediates as large).
-    return apply("gelu", x if x.dtype.is_float else x.cast(default_float()))
+    return _exact_gelu(x)
 
 
 def sigmoid(x: Tensor) -> Tensor:
