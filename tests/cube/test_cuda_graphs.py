@@ -220,7 +220,7 @@ def test_only_runtimes_that_capture_get_graphs_and_the_setting_switches_them_off
     inner = Inner(FakeRuntime())
     found = replays_for(inner)
     assert isinstance(found, GraphReplays) and found.runtime is inner.runtime
-    assert found.max_bytes == 64 << 20 and replays_for(inner) is found
+    assert found.max_bytes == 16 << 20 and replays_for(inner) is found
     monkeypatch.setenv("EMBER_CUDA_GRAPHS", "0")
     settings.reload()
     try:
