@@ -207,7 +207,7 @@ class Fusion(Decorator):
                     handle.value = values[i]
                     handle.record = None
 
-    def _run_unfused(self, records: list, externals: list, live: tuple) -> dict:
+    def _run_unfused(self, records: list, externals: list, live: bytes) -> dict:
         block = Block.of(records, externals, [None] * len(externals), live)
         values: dict = {}
         for node, rec in zip(block.nodes, records):

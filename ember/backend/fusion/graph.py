@@ -46,7 +46,7 @@ class Block:
     needed: list[bool] = field(default_factory=list)
 
     @staticmethod
-    def of(records: list, externals: list, external_avals: list[Aval], live) -> "Block":
+    def of(records: list, externals: list, external_avals: list[Aval], live: bytes | list[bool]) -> "Block":
         """The graph of recorded ops reading `externals` (whose avals are `external_avals`); `live[i]` is
         true when record i's handle is still held (a sequence of bools, or `Stream.take`'s bytes)."""
         slots = {id(a): j for j, a in enumerate(externals)}
