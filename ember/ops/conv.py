@@ -29,7 +29,7 @@ import math
 import numpy as np
 
 from ..errors import ShapeError
-from .primitive import Aval, primitive, saves_inputs
+from .primitive import Aval, primitive, saves_partners
 from .spatial import batch_slices, call, check_float, check_layout, col2im, compute_dtype, conv_out_size, \
     crop, pad_spatial, window_view
 
@@ -92,13 +92,12 @@ def _channels_first(a: np.ndarray, groups: int) -> np.ndarray:
 
 
 def _conv_vjp(ctx, g):
-    x, w = ctx.inputs
-    (x_shape, _), (w_shape, _) = ctx.input_avals
+    (x_shape, _), (w_shape, _) = ctx.input_avals  # each side reads the other only (`saves_partners`)
     p = ctx.params
     extra = _transpose_output_padding(x_shape[2:], g.shape[2:], w_shape[2:], p["stride"], p["padding"],
                                       p["dilation"])
-    gx = call("conv_transpose", g, w, output_padding=extra, **p) if ctx.needs_grad(0) else None
-    gw = call("conv_weight_grad", x, g, kernel=tuple(w_shape[2:]), **p) if ctx.needs_grad(1) else None
+    gx = call("conv_transpose", g, ctx.input(1), output_padding=extra, **p) if ctx.needs_grad(0) else None
+    gw = call("conv_weight_grad", ctx.input(0), g, kernel=tuple(w_shape[2:]), **p) if ctx.needs_grad(1) else None
     return gx, gw
 
 
@@ -108,7 +107,7 @@ def _transpose_output_padding(size, out, kernel, stride, padding, dilation) -> t
                  for n, o, k, s, p, d in zip(size, out, kernel, stride, padding, dilation))
 
 
-primitive("conv", infer=_conv_infer, vjp=_conv_vjp, cost="compute", saves=saves_inputs)(_conv_reference)
+primitive("conv", infer=_conv_infer, vjp=_conv_vjp, cost="compute", saves=saves_partners)(_conv_reference)
 
 
 # ---- conv_transpose ------------------------------------------------------------------------------
@@ -157,8 +156,7 @@ def _conv_transpose_reference(x, w, *, stride, padding, output_padding, dilation
 
 
 def _conv_transpose_vjp(ctx, g):
-    x, w = ctx.inputs
-    (x_shape, _), (w_shape, _) = ctx.input_avals
+    (x_shape, _), (w_shape, _) = ctx.input_avals  # each side reads the other only (`saves_partners`)
     p = dict(ctx.params)
     extra = p.pop("output_padding")
     if any(e < 0 for e in extra):
@@ -166,16 +164,16 @@ def _conv_transpose_vjp(ctx, g):
         g = g.pad([a for e in reversed(extra) for a in (0, max(-e, 0))])
     gx = gw = None
     if ctx.needs_grad(0):
-        gx = call("conv", g, w, **p)
+        gx = call("conv", g, ctx.input(1), **p)
         if gx.shape != tuple(x_shape):  # output_padding >= stride made outputs no input pixel reaches
             gx = gx._slice_ranges(tuple((0, n, 1) for n in x_shape))
     if ctx.needs_grad(1):
-        gw = call("conv_weight_grad", g, x, kernel=tuple(w_shape[2:]), **p)
+        gw = call("conv_weight_grad", g, ctx.input(0), kernel=tuple(w_shape[2:]), **p)
     return gx, gw
 
 
 primitive("conv_transpose", infer=_conv_transpose_infer, vjp=_conv_transpose_vjp, cost="compute",
-          saves=saves_inputs)(
+          saves=saves_partners)(
     _conv_transpose_reference)
 
 
@@ -212,20 +210,19 @@ def _weight_grad_reference(x, g, *, kernel, stride, padding, dilation, groups):
 
 
 def _weight_grad_vjp(ctx, cot):
-    x, g = ctx.inputs
-    (x_shape, _), (g_shape, _) = ctx.input_avals
+    (x_shape, _), (g_shape, _) = ctx.input_avals  # each side reads the other only (`saves_partners`)
     p = dict(ctx.params)
     kernel = p.pop("kernel")
     extra = _transpose_output_padding(x_shape[2:], g_shape[2:], kernel, p["stride"], p["padding"], p["dilation"])
-    gx = call("conv_transpose", g, cot, output_padding=extra, **p) if ctx.needs_grad(0) else None
+    gx = call("conv_transpose", ctx.input(1), cot, output_padding=extra, **p) if ctx.needs_grad(0) else None
     gg = None
     if ctx.needs_grad(1):
-        gg = call("conv", x, cot, **p)
+        gg = call("conv", ctx.input(0), cot, **p)
         if gg.shape != tuple(g_shape):
             gg = gg._slice_ranges(tuple((0, n, 1) for n in g_shape))
     return gx, gg
 
 
 primitive("conv_weight_grad", infer=_weight_grad_infer, vjp=_weight_grad_vjp, cost="compute",
-          saves=saves_inputs)(
+          saves=saves_partners)(
     _weight_grad_reference)
