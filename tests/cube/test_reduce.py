@@ -218,6 +218,14 @@ def test_softmax_and_norm_gradients_of_held_rows(shape):
         np.testing.assert_allclose(packed[rows + 1], g.reshape(-1, n).sum(0), rtol=1e-9, atol=1e-9)
     with pytest.raises(ShapeError, match="longer"):
         softmax_grad(np.zeros((1, 8193)), np.zeros((1, 8193)))
+    with pytest.raises(ShapeError, match=r"one shape, got \(2, 3\) and \(3, 2\)"):
+        softmax_grad(np.zeros((2, 3)), np.zeros((3, 2)))
+    with pytest.raises(DTypeError, match="float64 and float32"):
+        softmax_grad(np.zeros((2, 3)), np.zeros((2, 3), np.float32))
+    with pytest.raises(ShapeError, match=r"layer_norm_grad: .* got \(2, 3\) and \(2, 4\)"):
+        norm_grad(np.zeros((2, 3)), None, np.zeros((2, 4)), 1e-5, False)
+    with pytest.raises(DTypeError, match="rms_norm_grad .* float dtype"):
+        norm_grad(np.zeros((2, 3), np.int32), None, np.zeros((2, 3), np.int32), 1e-5, True)
 
 
 @pytest.mark.parametrize("op", ["cumsum", "cumprod"])

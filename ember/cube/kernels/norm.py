@@ -238,9 +238,11 @@ def norm_grad(x: np.ndarray, weight, g: np.ndarray, eps: float, rms: bool) -> np
     """
     name = "rms_norm_grad" if rms else "layer_norm_grad"
     t = cube_dtype(x.dtype)
-    if not t.is_float or g.dtype != x.dtype or g.shape != x.shape or not x.ndim:
-        raise DTypeError(f"{name} needs x and g of one float dtype and shape, got {x.dtype} {x.shape} and "
-                         f"{g.dtype} {g.shape}")
+    if not t.is_float or g.dtype != x.dtype:
+        raise DTypeError(f"{name} needs x and g of one float dtype, got {x.dtype} and {g.dtype}")
+    if g.shape != x.shape or not x.ndim:
+        raise ShapeError(name, f"needs x and g of one shape with at least one dimension, got {x.shape} and "
+                         f"{g.shape}")
     n = x.shape[-1]
     check_params(name, x.shape, None if weight is None else np.shape(weight), None)
     resident = resident_shape(n, launch_target(x))

@@ -251,9 +251,10 @@ def softmax_grad(y: np.ndarray, g: np.ndarray, log: bool = False) -> np.ndarray:
         array([[ 0.25, -0.25]], dtype=float32)
     """
     t = cube_dtype(y.dtype)
-    if not t.is_float or g.dtype != y.dtype or g.shape != y.shape:
-        raise DTypeError(f"softmax_grad needs y and g of one float dtype and shape, got {y.dtype} {y.shape} "
-                         f"and {g.dtype} {g.shape}")
+    if not t.is_float or g.dtype != y.dtype:
+        raise DTypeError(f"softmax_grad needs y and g of one float dtype, got {y.dtype} and {g.dtype}")
+    if g.shape != y.shape:
+        raise ShapeError("softmax_grad", f"needs y and g of one shape, got {y.shape} and {g.shape}")
     y, g = contiguous(y), contiguous(g)
     dx = empty(y.shape, y.dtype, y, g)
     check_size("softmax_grad", y)
