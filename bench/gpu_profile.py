@@ -203,8 +203,11 @@ def main(argv: list[str] | None = None) -> int:
         from ember.backend.fusion.graphs import replays_for
         replays = replays_for(fusion.inner) if fusion is not None else None
         summary["graphs"] = replays.stats() if replays is not None else None
+        if replays is not None:
+            summary["graph_refusals"] = dict(replays.reasons, last_error=repr(replays.last_error)[:200])
         st = device.memory_stats()
         summary["peak_in_use_MiB"] = round(st.peak_in_use / 2**20, 1)
+        summary["peak_reserved_MiB"] = round(st.peak_reserved / 2**20, 1)
         for key in ("tottime", "cumtime"):
             report.write(f"\n== host: cProfile over {n} steps, by {key}\n")
             pstats.Stats(pr, stream=report).sort_stats(key).print_stats(60)

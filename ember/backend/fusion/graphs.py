@@ -108,6 +108,8 @@ class GraphReplays:
         self.counts = dict.fromkeys(("captures", "replays", "refused"), 0)
         self.last_error: Exception | None = None
         """Why the last refused capture failed (None when it was refused for its size)."""
+        self.reasons: dict[str, int] = {}
+        """Refusals by why: "inputs+outputs" or "pinned" (over `max_bytes`), else the capture error's type."""
         self._plans: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()  # the plans' states (plans are shared by the threads' streams)
 
@@ -138,15 +140,16 @@ class GraphReplays:
                 too_big = _nbytes(externals) + _nbytes(values.values()) > self.max_bytes
                 with self._lock:
                     if too_big:
-                        self._refuse(state, key, None)
+                        self._refuse(state, key, None, "inputs+outputs")
                     else:
                         state.seen.add(key)
             return values
         why: Exception | None = None
+        reason = "pinned"
         try:
             found = self._capture(plan, records, externals, inner)
         except Exception as error:  # not capturable: this signature runs plainly from now on
-            found, why = None, error
+            found, why, reason = None, error, type(error).__name__
         else:
             if found.graph.nbytes > self.max_bytes:
                 found.graph.close()
@@ -154,7 +157,7 @@ class GraphReplays:
         with self._lock:
             state.capturing.discard(key)
             if found is None:
-                self._refuse(state, key, why)
+                self._refuse(state, key, why, reason)
             else:
                 self.counts["captures"] += 1
                 state.graphs[key] = found
@@ -183,10 +186,11 @@ class GraphReplays:
                 rt.copy_span(out, fresh)
         return values
 
-    def _refuse(self, state: PlanGraphs, key: tuple, error: Exception | None) -> None:
+    def _refuse(self, state: PlanGraphs, key: tuple, error: Exception | None, reason: str) -> None:
         """Run this signature plainly from now on (the caller holds `_lock`)."""
         state.refused.add(key)
         self.counts["refused"] += 1
+        self.reasons[reason] = self.reasons.get(reason, 0) + 1
         self.last_error = error
 
     def stats(self) -> dict:
