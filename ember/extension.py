@@ -45,7 +45,7 @@ Example:
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
@@ -55,8 +55,19 @@ from .errors import DeviceError, EmberError
 from .ops.primitive import Aval, Primitive, VjpContext, registry, saves_all, saves_inputs, saves_none, saves_output
 from .tensor import Tensor
 
-# `saves=` of `backend_extension`: what the op's `backward` reads, as the primitive's `saves` rule.
-SAVES = {"all": saves_all, "inputs": saves_inputs, "output": saves_output, "none": saves_none}
+
+
+class Saves(NamedTuple):
+    """One value of `backend_extension(saves=)`: the primitive's `saves` rule and what `backward` is given."""
+
+    rule: Callable
+    inputs: bool
+    output: bool
+
+
+# `saves=` of `backend_extension`: what the op's `backward` reads (the others reach it as None).
+SAVES = {"all": Saves(saves_all, True, True), "inputs": Saves(saves_inputs, True, False),
+         "output": Saves(saves_output, False, True), "none": Saves(saves_none, False, False)}
 
 
 def cube_target(device) -> str | None:
@@ -98,8 +109,8 @@ class Extension:
         if name in registry:
             raise ValueError(f"backend_extension: an op named {name!r} is already registered; pass name=...")
         self.primitive = registry[name] = Primitive(name, infer=self._infer, reference=self._reference,
-                                                    vjp=self._vjp, cost="compute", saves=SAVES[saves])
-        self.saves = saves
+                                                    vjp=self._vjp, cost="compute", saves=SAVES[saves].rule)
+        self.saves = SAVES[saves]
         self.pure = bool(pure)
         _register_lowering(name, self._run)
         if self.pure:
@@ -165,8 +176,8 @@ class Extension:
     def _vjp(self, ctx: VjpContext, g: Tensor) -> tuple:
         if self.backward is None:
             raise EmberError(f"{self.name}: has no gradient; pass backward= to @ember.backend_extension")
-        inputs = ctx.inputs if self.saves in ("all", "inputs") else (None,) * len(ctx.input_avals)
-        output = ctx.output if self.saves in ("all", "output") else None
+        inputs = ctx.inputs if self.saves.inputs else (None,) * len(ctx.input_avals)
+        output = ctx.output if self.saves.output else None
         grads = self.backward(g, output, *inputs, **ctx.params)
         grads = tuple(grads) if isinstance(grads, (tuple, list)) else (grads,)
         if len(grads) != len(inputs):
