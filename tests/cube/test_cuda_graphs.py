@@ -252,6 +252,7 @@ def cuda():
     fusion.plans.clear()
     replays.clear()
     replays.counts = dict.fromkeys(replays.counts, 0)
+    replays.reasons = {}
     return SimpleNamespace(device=device, fusion=fusion, replays=replays, rt=fusion.inner.runtime)
 
 
@@ -282,6 +283,30 @@ def test_a_plan_replayed_as_a_graph_computes_what_numpy_does_on_new_inputs_every
     for out, want in results:  # earlier steps' values are untouched by later replays
         for got, ref in zip(out, want):
             np.testing.assert_allclose(got.numpy(), ref, rtol=2e-5, atol=1e-5)
+
+
+@gpu
+def test_a_plan_holding_a_cublas_matmul_is_captured_and_replays_what_numpy_computes(cuda):
+    import ember
+    from ember.cube.runtime.cublas import cublas_available
+    if not cublas_available()[0]:
+        pytest.skip(cublas_available()[1])
+    rng = np.random.default_rng(13)
+    results = []
+    for step in range(6):
+        host = [rng.standard_normal(s).astype(np.float32) for s in ((48, 40), (40, 24), (24,))]
+        x, w, b = (ember.tensor(h, device=cuda.device) for h in host)
+        h = (x @ w + b).relu()
+        out = h, (h * h).sum(1)
+        cuda.device.sync()
+        ref = np.maximum(host[0].astype(np.float64) @ host[1] + host[2], 0)
+        results.append((out, (ref, (ref * ref).sum(1))))
+    stats = cuda.replays.stats()
+    assert cuda.replays.reasons == {}, (cuda.replays.reasons, cuda.replays.last_error)
+    assert stats["captures"] >= 1 and stats["replays"] >= 3, stats
+    for out, want in results:  # TF32 matmuls where [cuda] allow_tf32 is on
+        for got, ref in zip(out, want):
+            np.testing.assert_allclose(got.numpy(), ref, rtol=5e-3, atol=5e-3)
 
 
 @gpu

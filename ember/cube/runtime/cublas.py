@@ -2,7 +2,9 @@
 
 `cublas_matmul(runtime, a, b)` multiplies device arrays (2-D, or 3-D with a batch that may broadcast)
 with `cublasGemmStridedBatchedEx` on the runtime's stream, on the same device memory: CuPy only lends
-its cuBLAS handle. Operands whose last two dims are rows (C order) or columns (a transposed view, as
+its cuBLAS handle and loads libcublas. The two calls (`cublasSetStream_v2`, the GEMM) go to libcublas
+through ctypes, not through CuPy's wrappers, which refuse any call while the stream captures a CUDA
+graph: so a fusion plan holding a matmul can be replayed as a graph (`fusion/graphs.py`). Operands whose last two dims are rows (C order) or columns (a transposed view, as
 the matmul's gradients `g @ w.T` and `x.T @ g` pass them) are read in place (cuBLAS's transpose flag);
 other layouts are copied first. f16/bf16 accumulate in f32; f32
 uses TF32 tensor cores when `tf32` is true (as `[cuda] allow_tf32` says), else full f32.
@@ -40,9 +42,36 @@ def cublas_available() -> tuple[bool, str]:
 
 
 def _bindings():
-    from cupy.cuda import device, stream
-    from cupy_backends.cuda.libs import cublas
-    return cublas, device, stream
+    from cupy.cuda import device
+    from cupy_backends.cuda.libs import cublas  # loads libcublas into the process
+    return cublas, device, _library()
+
+
+_lib: list = []  # [the ctypes library of the libcublas CuPy loaded, or None where it is not found]
+
+
+def _library():
+    """libcublas (the copy CuPy's bindings loaded, found in /proc/self/maps) with the argument types of
+    the two calls made here, or None where it is not found (then CuPy's wrappers are used)."""
+    if not _lib:
+        _lib.append(_load())
+    return _lib[0]
+
+
+def _load():
+    import ctypes
+    try:
+        with open("/proc/self/maps") as f:
+            paths = {line.split()[-1] for line in f if "/libcublas.so" in line}
+    except OSError:
+        return None
+    if not paths:
+        return None
+    lib = ctypes.CDLL(sorted(paths)[0])
+    p, i, ll = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
+    lib.cublasSetStream_v2.argtypes = [p, p]
+    lib.cublasGemmStridedBatchedEx.argtypes = [p, i, i, i, i, i, p, p, i, i, ll, p, i, i, ll, p, p, i, i, ll, i, i, i]
+    return lib
 
 
 def product_output(runtime, a, b) -> tuple:
@@ -95,7 +124,7 @@ def cublas_matmul(runtime, a, b, tf32: bool = True):
     if len(a.shape) not in (2, 3) or len(b.shape) not in (2, 3) or a.shape[-1] != b.shape[-2]:
         raise ShapeError("matmul", f"cuBLAS matmul takes 2-D or 3-D operands with matching inner dims, "
                                    f"got {a.shape} @ {b.shape}")
-    cublas, device, stream = _bindings()
+    cublas, device, lib = _bindings()
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     a_layout, b_layout = operand_layout(a, m, k), operand_layout(b, k, n)
     if a_layout is None:
@@ -113,15 +142,21 @@ def cublas_matmul(runtime, a, b, tf32: bool = True):
     data = _DATA[a.dtype.name]
     compute = _COMPUTE_64F if data == 1 else _COMPUTE_32F_TF32 if (data == 0 and tf32) else _COMPUTE_32F
     one, zero = _SCALARS[np.float64 if data == 1 else np.float32]
+    # Row-major C = A @ B is column-major C^T = B^T @ A^T: swap the operands; a transposed view is a
+    # column-major matrix, read with the transpose flag.
+    args = (handle, b_layout[0], a_layout[0], n, m, k, one.ctypes.data, b.ptr, data, b_layout[1], sb, a.ptr, data,
+            a_layout[1], sa, zero.ctypes.data, out.ptr, data, n, m * n, batch, compute, _GEMM_DEFAULT)
+    if lib is not None:
+        status = lib.cublasSetStream_v2(handle, int(runtime.stream)) or lib.cublasGemmStridedBatchedEx(*args)
+        if status:
+            raise RuntimeError(f"cuBLAS GEMM ({m}x{k} @ {k}x{n}, batch {batch}, {a.dtype}) failed: status {status}")
+        return out
+    from cupy.cuda import stream
     own_stream = _streams.get(id(runtime))
     if own_stream is None:
         own_stream = _streams[id(runtime)] = stream.ExternalStream(int(runtime.stream))
-    # Row-major C = A @ B is column-major C^T = B^T @ A^T: swap the operands; a transposed view is a
-    # column-major matrix, read with the transpose flag.
-    with own_stream:  # CuPy sets the handle's stream from the current one
-        cublas.gemmStridedBatchedEx(handle, b_layout[0], a_layout[0], n, m, k, one.ctypes.data, b.ptr, data,
-                                    b_layout[1], sb, a.ptr, data, a_layout[1], sa, zero.ctypes.data, out.ptr,
-                                    data, n, m * n, batch, compute, _GEMM_DEFAULT)
+    with own_stream:  # CuPy sets the handle's stream from the current one (and refuses while capturing)
+        cublas.gemmStridedBatchedEx(*args)
     return out
 
 
