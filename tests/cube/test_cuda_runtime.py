@@ -322,6 +322,51 @@ class FakeDriver:
 gpu = pytest.mark.skipif(not cuda_available()[0], reason=f"no CUDA GPU here: {cuda_available()[1]}")
 
 
+
+class PoolsDriver(FakeDriver):
+    """A fake driver with stream-ordered allocation: it logs which calls made and gave back pages."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED = "MEMORY_POOLS_SUPPORTED"
+        self.attributes["MEMORY_POOLS_SUPPORTED"] = 1
+        self.log: list = []
+
+    def cuMemAllocAsync(self, nbytes, stream):
+        self.log.append(("cuMemAllocAsync", stream))
+        return self._alloc(nbytes)
+
+    def cuMemFreeAsync(self, pointer, stream):
+        self.log.append(("cuMemFreeAsync", stream))
+        return self._free(pointer)
+
+    def cuMemAlloc(self, nbytes):
+        self.log.append(("cuMemAlloc", None))
+        return self._alloc(nbytes)
+
+    def cuMemFree(self, pointer):
+        self.log.append(("cuMemFree", None))
+        return self._free(pointer)
+
+
+def test_pages_are_stream_ordered_except_those_made_while_a_graph_is_captured():
+    driver = PoolsDriver()
+    rt = CudaRuntime(0, driver=driver)
+    assert rt.stream_ordered
+    rt.pool = rt_cuda.MemoryPool(rt._allocate, rt._release, page_size=1)  # a page per array
+    a = rt.empty(3 << 20, np.uint8)
+    graph = rt.capture(lambda: rt.empty(5 << 20, np.uint8), warmup=False)  # its page: cuMemAlloc
+    a.free()
+    graph.close()
+    del graph  # its result too
+    rt.pool.cleanup()
+    assert driver.log == [("cuMemAllocAsync", "stream"), ("cuMemAlloc", None),
+                          ("cuMemFreeAsync", "stream"), ("cuMemFree", None)]
+    assert driver.memory == {} and rt._ordered == set()
+    plain = CudaRuntime(0, driver=FakeDriver())  # no memory pools: cuMemAlloc / cuMemFree as before
+    assert not plain.stream_ordered
+
+
 @pytest.fixture(scope="module")
 def rt():
     return rt_cuda.cuda_runtime()

@@ -3,7 +3,10 @@
 One `CudaRuntime` per GPU: it uses the device's primary context (the one PyTorch and CuPy share),
 made current on the calling thread before each operation; it owns one stream on which every copy and
 launch is queued in order, and allocates device memory through the `MemoryPool` (pages from
-`cuMemAlloc`, given back with `cuMemFree`). Host <-> device copies go through a pinned staging buffer.
+`cuMemAllocAsync` on that stream, given back with `cuMemFreeAsync`: stream-ordered, so giving a page
+back never waits for the GPU, as `cuMemFree` does, and a page given back mid-step is memory the next
+page on the stream reuses; pages made while a graph is captured, or on a device without memory pools
+or `stream_ordered = False`, come from `cuMemAlloc` and go back with `cuMemFree`). Host <-> device copies go through a pinned staging buffer.
 A launch:
 
     bind arguments -> KernelFunction.specialize -> optimize -> targets/cuda.render -> nvrtc.compile_cuda
@@ -96,6 +99,15 @@ def cuda_available() -> tuple[bool, str]:
     if count == 0:
         return False, "the CUDA driver sees no GPU"
     return True, ""
+
+
+def _memory_pools(driver, device) -> bool:
+    """Whether `device` has stream-ordered allocation (cuMemAllocAsync; CUDA 11.2+ on most GPUs)."""
+    attr = getattr(driver.CUdevice_attribute, "CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED", None)
+    if attr is None or not hasattr(driver, "cuMemAllocAsync"):
+        return False
+    status, value = driver.cuDeviceGetAttribute(attr, device)
+    return not int(status) and bool(value)
 
 
 def check(driver, result, call: str, context: str = ""):
@@ -306,6 +318,9 @@ class CudaRuntime(Specializing):
         self.activate()
         _, self.stream = check(d, d.cuStreamCreate(int(d.CUstream_flags.CU_STREAM_NON_BLOCKING)), "cuStreamCreate")
         self.pool = MemoryPool(self._allocate, self._release)
+        self.stream_ordered = _memory_pools(d, self.device)
+        """New pages from cuMemAllocAsync, given back with cuMemFreeAsync (see the module docstring)."""
+        self._ordered: set = set()  # addresses of the pages made with cuMemAllocAsync
         self.cache_dir = cache_dir
         self._staging, self._staging_size = 0, 0
         self._compiled: dict = {}
@@ -328,10 +343,16 @@ class CudaRuntime(Specializing):
 
     def _allocate(self, nbytes: int):
         self.activate()  # only a new page needs the context: most arrays are slices of pages held
-        result = self.driver.cuMemAlloc(nbytes)
+        # While a graph is captured, an async allocation would be the graph's own (freed with it).
+        ordered = self.stream_ordered and self._captured is None
+        call = "cuMemAllocAsync" if ordered else "cuMemAlloc"
+        result = self.driver.cuMemAllocAsync(nbytes, self.stream) if ordered else self.driver.cuMemAlloc(nbytes)
         if int(result[0]) == OUT_OF_MEMORY:
-            raise CudaOutOfMemoryError(f"cuMemAlloc({nbytes}) failed: out of memory")
-        return check(self.driver, result, f"cuMemAlloc({nbytes})")[1]
+            raise CudaOutOfMemoryError(f"{call}({nbytes}) failed: out of memory")
+        pointer = check(self.driver, result, f"{call}({nbytes})")[1]
+        if ordered:
+            self._ordered.add(int(pointer))
+        return pointer
 
     def reserve(self, nbytes: int):
         """A pool slice of `nbytes`. When the device is out of memory, the pool gives back every cached
@@ -355,7 +376,11 @@ class CudaRuntime(Specializing):
 
     def _release(self, pointer) -> None:
         self.activate()
-        check(self.driver, self.driver.cuMemFree(pointer), "cuMemFree")
+        if int(pointer) in self._ordered:  # queued after the work that reads the page: no wait
+            self._ordered.discard(int(pointer))
+            check(self.driver, self.driver.cuMemFreeAsync(pointer, self.stream), "cuMemFreeAsync")
+        else:
+            check(self.driver, self.driver.cuMemFree(pointer), "cuMemFree")
 
     def empty(self, shape, dtype) -> CudaArray:
         """An uninitialized device array."""
