@@ -86,15 +86,21 @@ MATERIALIZE_KINDS = ("cuda",)
 """Device kinds whose attention backward goes through the L x S matrices (`_materialized_backward`)."""
 MATERIALIZE_MAX_BYTES = 1 << 30
 """The largest L x S matrix (all batch*heads, in bytes) that backward materializes; larger: the kernels."""
+MATERIALIZE_MIN_SCORES = 256 * 256
+"""The smallest L * S that backward materializes: below it the kernels cost less than the ~25 more
+recorded ops (host time) of the matmul route (H200: the encoder's 128 x 128 got slower, GPT's 1024 x 1024
+faster on the GPU)."""
 
 
 def _materialized(q: Tensor, k: Tensor, causal: bool, offset: int) -> bool:
     """Whether backward runs as matmuls over the L x S matrices: f32/f64 on a `MATERIALIZE_KINDS` device,
-    every query row seeing a key (no -inf logsumexp), the matrix within `MATERIALIZE_MAX_BYTES`."""
+    every query row seeing a key (no -inf logsumexp), L * S at least `MATERIALIZE_MIN_SCORES` and the
+    matrix within `MATERIALIZE_MAX_BYTES`."""
     bh, n_q, _ = q.shape
     n_k = k.shape[1]
     return (q.device.kind in MATERIALIZE_KINDS and q.dtype.itemsize >= 4 and n_k > 0
-            and (offset >= 0 or not causal) and bh * n_q * n_k * q.dtype.itemsize <= MATERIALIZE_MAX_BYTES)
+            and (offset >= 0 or not causal) and n_q * n_k >= MATERIALIZE_MIN_SCORES
+            and bh * n_q * n_k * q.dtype.itemsize <= MATERIALIZE_MAX_BYTES)
 
 
 def _materialized_backward(g: Tensor, out: Tensor, q: Tensor, k: Tensor, v: Tensor, *, scale: float,
