@@ -103,18 +103,34 @@ def _materialized(q: Tensor, k: Tensor, causal: bool, offset: int) -> bool:
             and bh * n_q * n_k * q.dtype.itemsize <= MATERIALIZE_MAX_BYTES)
 
 
+_biases: dict = {}  # (L, S, offset, dtype, device) -> the causal bias on the device (a few kept)
+
+
+def _causal_bias(n_q: int, n_k: int, offset: int, dtype: DType, device) -> Tensor:
+    """(L, S): 0 where query i sees key j, -inf where j > i + offset; made once per shape and kept (a host
+    upload every backward would wait for the GPU: the runtime's copies from the host synchronize)."""
+    key = (n_q, n_k, offset, dtype, device)
+    bias = _biases.get(key)
+    if bias is None:
+        from ...api.creation import tensor
+        blocked = np.arange(n_k)[None, :] > np.arange(n_q)[:, None] + offset
+        bias = tensor(np.where(blocked, -np.inf, 0).astype(dtype.np), device=device)
+        if len(_biases) >= 4:
+            _biases.pop(next(iter(_biases)))
+        _biases[key] = bias
+    return bias
+
+
 def _materialized_backward(g: Tensor, out: Tensor, q: Tensor, k: Tensor, v: Tensor, *, scale: float,
                            causal: bool, offset: int) -> tuple:
     """dQ, dK, dV with P recomputed as one (BH, L, S) matrix: five batched matmuls (cuBLAS on the GPU,
     with its tensor cores) and elementwise ops the fusion layer fuses, instead of the flash kernels' plain
     FMAs (GPT-2 small on an H200: 4.3 ms a layer in the kernels). Needs every row to see a key."""
     ev = v.shape[-1]
-    n_q, n_k = q.shape[1], k.shape[1]
-    p = ((q @ k.transpose(-1, -2)) * scale - out[..., ev:]).exp()  # out[..., ev:]: the logsumexp, (BH, L, 1)
+    scores = (q @ k.transpose(-1, -2)) * scale - out[..., ev:]  # out[..., ev:]: the logsumexp, (BH, L, 1)
     if causal:
-        from ...api.creation import arange
-        keys, rows = arange(n_k, device=q.device), arange(n_q, device=q.device)
-        p = p.masked_fill(keys.reshape(1, n_k) > rows.reshape(n_q, 1) + offset, 0.0)
+        scores = scores + _causal_bias(q.shape[1], k.shape[1], offset, q.dtype, q.device)
+    p = scores.exp()
     grad = g[..., :ev]
     delta = (grad * out[..., :ev]).sum(-1, keepdim=True) - g[..., ev:]
     ds = p * (grad @ v.transpose(-1, -2) - delta)
