@@ -349,6 +349,42 @@ class PoolsDriver(FakeDriver):
         return self._free(pointer)
 
 
+class EventsDriver(FakeDriver):
+    """A fake driver with events: it counts stream waits and event waits."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stream_waits = self.event_waits = 0
+
+    def cuStreamSynchronize(self, stream):
+        self.stream_waits += 1
+        return super().cuStreamSynchronize(stream)
+
+    def cuEventCreate(self, flags):
+        return 0, object()
+
+    def cuEventRecord(self, event, stream):
+        return (0,)
+
+    def cuEventSynchronize(self, event):
+        self.event_waits += 1
+        return (0,)
+
+
+def test_small_uploads_go_through_pinned_slots_without_waiting_for_the_stream():
+    driver = EventsDriver()
+    rt = CudaRuntime(0, driver=driver)
+    rng = np.random.default_rng(5)
+    small = [rng.standard_normal(100 + i).astype(np.float32) for i in range(rt_cuda.UPLOAD_SLOTS + 3)]
+    arrays = [rt.to_device(a) for a in small]
+    assert driver.stream_waits == 0 and driver.event_waits == 3  # slots reused after a full turn wait for their copy
+    big = rng.standard_normal(rt_cuda.UPLOAD_SLOT // 4 + 1).astype(np.float32)  # staged, then the stream waits
+    arrays.append(rt.to_device(big))
+    assert driver.stream_waits == 1
+    for a, host in zip(arrays, small + [big]):
+        np.testing.assert_array_equal(a.numpy(), host)
+
+
 def test_pages_are_stream_ordered_except_those_made_while_a_graph_is_captured():
     driver = PoolsDriver()
     rt = CudaRuntime(0, driver=driver)

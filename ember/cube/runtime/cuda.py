@@ -55,6 +55,7 @@ from .host import host_span
 
 OUT_OF_MEMORY = 2  # CUDA_ERROR_OUT_OF_MEMORY
 STAGING = 64 << 20
+UPLOAD_SLOTS, UPLOAD_SLOT = 16, 64 << 10  # pinned slots for small host -> device copies (no stream wait)
 CONSTANT_BYTES, CONSTANTS = 1024, 4096  # small read-only NumPy arguments kept on the device, by value  # bytes of pinned host memory used per step of a host <-> device copy
 # Scalar parameters as targets/cuda.py declares them (PARAM): f16/bf16 as f32, bool as one byte; each
 # in an 8-byte slot of a kernel's `ParameterBlock` (the struct format, and the ctypes type that wraps
@@ -323,6 +324,8 @@ class CudaRuntime(Specializing):
         self._ordered: set = set()  # addresses of the pages made with cuMemAllocAsync
         self.cache_dir = cache_dir
         self._staging, self._staging_size = 0, 0
+        self._slots: list = []  # [pinned address, event of its last copy or None] per upload slot
+        self._next_slot = 0
         self._compiled: dict = {}
         self._by_call: dict = {}
         self._constants: OrderedDict = OrderedDict()
@@ -406,10 +409,16 @@ class CudaRuntime(Specializing):
         return int(self._staging)
 
     def copy_to_device(self, host: int, device: int, nbytes: int) -> None:
-        """Copy `nbytes` from host address `host` to device address `device` (through pinned memory)."""
+        """Copy `nbytes` from host address `host` to device address `device` (through pinned memory).
+
+        Up to `UPLOAD_SLOT` bytes go through one of `UPLOAD_SLOTS` pinned slots used in turn, each waiting
+        only for its own last copy (an event): the host does not wait for the GPU's queue (an index array,
+        a small constant mid-step). Larger copies go through the staging buffer and wait for the stream."""
         self.activate()
         with self._lock:
             self._refuse_in_capture("a copy from the host")
+            if nbytes <= UPLOAD_SLOT and self._upload_small(host, device, nbytes):
+                return
             staging = self._staging_buffer(nbytes)
             for start in range(0, nbytes, self._staging_size):
                 n = min(self._staging_size, nbytes - start)
@@ -417,6 +426,26 @@ class CudaRuntime(Specializing):
                 check(self.driver, self.driver.cuMemcpyHtoDAsync(device + start, staging, n, self.stream),
                       "cuMemcpyHtoDAsync")
                 self.synchronize()  # the staging buffer is reused by the next step
+
+    def _upload_small(self, host: int, device: int, nbytes: int) -> bool:
+        """Queue a copy of at most UPLOAD_SLOT bytes through the next pinned slot; False where the driver
+        has no events (the caller then copies through the staging buffer)."""
+        d = self.driver
+        if not hasattr(d, "cuEventRecord"):
+            return False
+        if not self._slots:
+            block = check(d, d.cuMemHostAlloc(UPLOAD_SLOTS * UPLOAD_SLOT, 0), "cuMemHostAlloc")[1]
+            self._slots = [[int(block) + i * UPLOAD_SLOT, None] for i in range(UPLOAD_SLOTS)]
+        slot = self._slots[self._next_slot]
+        self._next_slot = (self._next_slot + 1) % UPLOAD_SLOTS
+        if slot[1] is None:
+            slot[1] = check(d, d.cuEventCreate(2), "cuEventCreate")[1]  # CU_EVENT_DISABLE_TIMING
+        else:
+            check(d, d.cuEventSynchronize(slot[1]), "cuEventSynchronize")  # its last copy is done
+        ctypes.memmove(slot[0], host, nbytes)
+        check(d, d.cuMemcpyHtoDAsync(device, slot[0], nbytes, self.stream), "cuMemcpyHtoDAsync")
+        check(d, d.cuEventRecord(slot[1], self.stream), "cuEventRecord")
+        return True
 
     def copy_to_host(self, device: int, host: int, nbytes: int) -> None:
         """Copy `nbytes` from device address `device` to host address `host` (waits for the stream)."""
