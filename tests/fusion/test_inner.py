@@ -37,7 +37,7 @@ def test_a_reshape_between_two_chains_is_one_block(cpu, rng):
     assert after["flushes"] - before["flushes"] == 1
     assert seen == [[("Fused", ("mul", "exp")), ("Inner", ("reshape",)), ("Fused", ("add", "sin"))]]
     assert (after["kernels"] - before["kernels"], after["inner_ops"] - before["inner_ops"]) == (2, 1)
-    np.testing.assert_allclose(got, np.sin(np.exp(host * 2).reshape(3, 8) + 1), rtol=1e-5)
+    np.testing.assert_allclose(got, np.sin(np.exp(host * 2).reshape(3, 8) + 1), rtol=1e-5, atol=1e-4)  # sin of ~e^5
 
 
 def test_matmul_bias_relu_is_recorded_and_its_epilogue_fused(cpu, rng):

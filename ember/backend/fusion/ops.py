@@ -73,6 +73,10 @@ INNER = frozenset(("reshape", "permute", "expand", "slice", "flip", "cat", "pad"
 """Primitives recorded as `Inner` steps (see the module docstring for why these and not the others)."""
 INDEX_OPS = frozenset(("gather", "index_select", "embedding", "scatter", "index_add"))
 """Ops recorded as `Inner` steps when their index is host data in range (`index_in_range`)."""
+REPLAYABLE = frozenset(("adam_update", "adam_update_amsgrad"))
+"""Other primitives whose `Inner` steps a plan captures (`plan.StepReplay`): the kernel library runs each
+as one launch whose constant arguments follow from the inputs' layout alone and which writes its output
+whole (the Adam update: 6 launches of a training step, ~100 us of host time each when run afresh)."""
 STARTS_BLOCK = frozenset(("matmul", "conv", "conv_transpose", "conv_weight_grad"))
 """`INNER` ops before which the stream is cut (see the module docstring)."""
 _BOOL_OP = {"maximum": "logical_or", "minimum": "logical_and"}
@@ -164,6 +168,11 @@ def elementwise(prim: Primitive, dtypes: Sequence[DType]) -> bool:
             return False
         return not (name.endswith("_shift") and dtypes[0] is bool_)
     return False
+
+
+def replayable(prim: Primitive) -> bool:
+    """Whether an `Inner` step of `prim` is captured like an elementwise one (`REPLAYABLE`)."""
+    return prim.name in REPLAYABLE
 
 
 def reduction(prim: Primitive) -> bool:

@@ -33,7 +33,7 @@ from ...cube.runtime.host import empty
 from . import codegen
 from .codegen import run_elementwise, run_reduction
 from .fusers import Fused, FusedReduce, Inner, select
-from .ops import elementwise, reduction
+from .ops import elementwise, reduction, replayable
 from .graph import Block
 from .graphs import replays_for
 
@@ -66,11 +66,13 @@ class Plan:
         pairs (replay None: that layout's run could not be captured; layouts hold params dicts, so
         they are compared, not hashed). Blocks of different sizes share a plan (shape classes), so a step
         keeps several layouts: the conv layers of a CNN replay the same backward plan, alternating."""
-        self.captures = [type(s) is Fused or type(s) is Inner and (reduction(block.nodes[s.index].prim) or elementwise(
-            block.nodes[s.index].prim, [block.aval(r).dtype for r in block.nodes[s.index].inputs]))
+        self.captures = [type(s) is Fused or type(s) is Inner and (
+            reduction(block.nodes[s.index].prim) or replayable(block.nodes[s.index].prim) or elementwise(
+                block.nodes[s.index].prim, [block.aval(r).dtype for r in block.nodes[s.index].inputs]))
             for s in self.steps]
-        """Which steps may be captured (fused elementwise steps, inner steps of elementwise primitives and
-        of reductions: `StepReplay.of` keeps only those the library ran as one launch)."""
+        """Which steps may be captured (fused elementwise steps, inner steps of elementwise primitives, of
+        reductions and of `ops.REPLAYABLE` ones: `StepReplay.of` keeps only those the library ran as one
+        launch)."""
 
     @staticmethod
     def _source_node(block: Block, step) -> int | None:
@@ -131,9 +133,11 @@ class Plan:
                 return run() if replay is None else replay(arrays)
         with capture() as launches:
             outs = run()
-        if len(replays) >= MAX_LAYOUTS:
-            replays.clear()
-        replays.append((layout, StepReplay.of(layout, launches, arrays, outs, runtime)))
+        replay = StepReplay.of(layout, launches, arrays, outs, runtime)
+        if replay is not AMBIGUOUS:  # else inputs shared memory this time: try again at the next run
+            if len(replays) >= MAX_LAYOUTS:
+                replays.clear()
+            replays.append((layout, replay))
         return outs
 
 
@@ -145,42 +149,64 @@ class StepReplay:
     """A fused elementwise step's one launch, bound for replay on inputs of one layout (see the module
     docstring): its open slots are the inputs, then the outputs (allocated afresh at each replay)."""
 
-    __slots__ = ("layout", "launch", "outputs")
+    __slots__ = ("layout", "launch", "outputs", "order")
 
-    def __init__(self, layout: tuple, launch, outputs: list) -> None:
+    def __init__(self, layout: tuple, launch, outputs: list, order: tuple | None = None) -> None:
         self.layout = layout
         self.launch = launch
         self.outputs = outputs  # (shape, dtype) of each output
+        self.order = order  # which input or output fills each open slot; None: all of them, in order
 
     @staticmethod
     def of(layout: tuple, launches: list, arrays: list, outs: list, runtime) -> "StepReplay | None":
         """The replay of a step whose run made `launches` on `arrays` giving `outs`, or None when that
-        run is not one launch whose first arguments are the inputs and then the outputs, in order (read
-        from their data pointers: codegen and the library pass views of them), each output a new
-        C-contiguous array that the launch writes whole, and the other (constant) arguments apart from
-        all of them (a replay keeps those as they were)."""
+        run is not one launch whose arguments are the inputs and the outputs (read from their data
+        pointers: codegen and the library pass views of them; in order, else found by pointer, the
+        same input at several slots allowed: the Adam kernel's), each output a new C-contiguous array
+        that the launch writes whole, and the other (constant) arguments apart from all of them (a
+        replay keeps those as they were). `AMBIGUOUS` when slots were found by pointer and two inputs
+        share one (a step's first Adam moments are one zeros tensor): not this run, maybe the next."""
         if len(launches) != 1:
             return None
         args = launches[0].args
         ends = [*arrays, *outs]
-        if len(args) < len(ends) or not all(isinstance(a, np.ndarray) for a in (*ends, *args[:len(ends)])):
+        if len(args) < len(ends) or not all(isinstance(a, np.ndarray) for a in ends):
             return None
-        inputs = {a.ctypes.data for a in arrays}
-        for i, (arg, a) in enumerate(zip(args, ends)):
-            if arg.ctypes.data != a.ctypes.data:
+        pointers = [a.ctypes.data for a in ends]
+        inputs = set(pointers[:len(arrays)])
+        for i, a in enumerate(outs, len(arrays)):
+            if not a.flags.c_contiguous or pointers[i] in inputs:
                 return None
-            if i >= len(arrays) and (arg.size != a.size or not a.flags.c_contiguous or a.ctypes.data in inputs):
+        if all(isinstance(a, np.ndarray) and a.ctypes.data == p for a, p in zip(args, pointers)):
+            slots, order = range(len(ends)), None
+        else:
+            if len(set(pointers)) < len(pointers):
+                return AMBIGUOUS
+            where = {p: j for j, p in enumerate(pointers)}
+            slots = [i for i, a in enumerate(args) if isinstance(a, np.ndarray) and a.ctypes.data in where]
+            order = tuple(where[args[i].ctypes.data] for i in slots)
+            if set(order) != set(range(len(ends))):
                 return None
-        if any(isinstance(c, np.ndarray) and np.may_share_memory(c, a) for c in args[len(ends):] for a in ends):
+        opened = set(slots)
+        for i, j in zip(slots, order or range(len(ends))):
+            if j >= len(arrays) and args[i].size != ends[j].size:
+                return None
+        if any(isinstance(c, np.ndarray) and np.may_share_memory(c, a)
+               for i, c in enumerate(args) if i not in opened for a in ends):
             return None
-        bound = runtime.bind(launches[0], range(len(ends)))
-        return StepReplay(layout, bound, [(o.shape, o.dtype) for o in outs])
+        bound = runtime.bind(launches[0], slots)
+        return StepReplay(layout, bound, [(o.shape, o.dtype) for o in outs], order)
 
     def __call__(self, arrays: list) -> list:
         # Host arrays from the pool, as the captured run's were (only the CPU runtime binds launches).
         outs = [empty(shape, dtype) for shape, dtype in self.outputs]
-        self.launch.replay([*arrays, *outs])
+        ends = [*arrays, *outs]
+        self.launch.replay(ends if self.order is None else [ends[j] for j in self.order])
         return outs
+
+
+AMBIGUOUS = StepReplay((), None, [])
+"""`StepReplay.of`'s answer when a launch's slots cannot be told apart by pointer this run."""
 
 
 class PlanCache:
