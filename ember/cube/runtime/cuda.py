@@ -6,8 +6,9 @@ launch is queued in order, and allocates device memory through the `MemoryPool` 
 `cuMemAllocAsync` on that stream, given back with `cuMemFreeAsync`: stream-ordered, so giving a page
 back never waits for the GPU, as `cuMemFree` does, and a page given back mid-step is memory the next
 page on the stream reuses; pages made while a graph is captured, or on a device without memory pools
-or `stream_ordered = False`, come from `cuMemAlloc` and go back with `cuMemFree`). Host <-> device copies go through a pinned staging buffer.
-A launch:
+or `stream_ordered = False`, come from `cuMemAlloc` and go back with `cuMemFree`). Host <-> device
+copies go through pinned memory: uploads up to `UPLOAD_SLOT` bytes through slots that wait only for their
+own last copy, larger ones and downloads through a staging buffer, waiting for the stream. A launch:
 
     bind arguments -> KernelFunction.specialize -> optimize -> targets/cuda.render -> nvrtc.compile_cuda
     (disk cache) -> cuModuleLoadData -> cuLaunchKernel(grid = CubeCount, block = CubeDim, dynamic shared)
