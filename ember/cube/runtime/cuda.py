@@ -55,9 +55,9 @@ from .arguments import DeviceArray, Specializing, check_array, check_count
 from .host import host_span
 
 OUT_OF_MEMORY = 2  # CUDA_ERROR_OUT_OF_MEMORY
-STAGING = 64 << 20
+STAGING = 64 << 20  # bytes of pinned host memory used per step of a host <-> device copy
 UPLOAD_SLOTS, UPLOAD_SLOT = 16, 64 << 10  # pinned slots for small host -> device copies (no stream wait)
-CONSTANT_BYTES, CONSTANTS = 1024, 4096  # small read-only NumPy arguments kept on the device, by value  # bytes of pinned host memory used per step of a host <-> device copy
+CONSTANT_BYTES, CONSTANTS = 1024, 4096  # small read-only NumPy arguments kept on the device, by value
 # Scalar parameters as targets/cuda.py declares them (PARAM): f16/bf16 as f32, bool as one byte; each
 # in an 8-byte slot of a kernel's `ParameterBlock` (the struct format, and the ctypes type that wraps
 # out-of-range values as C does).
