@@ -45,7 +45,12 @@ xdist() { "$PY" -c "import xdist" 2>/dev/null && echo "-n $JOBS"; }
 if has env; then
   {
     echo "date: $(date -u +%FT%TZ)"
-    echo "commit: $(git rev-parse --verify -q HEAD 2>/dev/null || echo unknown)"
+    # A `git archive` copy inside another checkout would report that checkout's HEAD: only our own.
+    if [[ "$(git rev-parse --show-toplevel 2>/dev/null)" == "$PWD" ]]; then
+      echo "commit: $(git rev-parse --verify -q HEAD)"
+    else
+      echo "commit: unknown (not a git checkout; an archive of the tree?)"
+    fi
     nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total --format=csv 2>&1
     "$PY" - <<'EOF'
 import importlib, sys
