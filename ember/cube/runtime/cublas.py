@@ -4,9 +4,10 @@
 with `cublasGemmStridedBatchedEx` on the runtime's stream, on the same device memory: CuPy only lends
 its cuBLAS handle and loads libcublas. The two calls (`cublasSetStream_v2`, the GEMM) go to libcublas
 through ctypes, not through CuPy's wrappers, which refuse any call while the stream captures a CUDA
-graph: so a fusion plan holding a matmul can be replayed as a graph (`fusion/graphs.py`). Operands whose last two dims are rows (C order) or columns (a transposed view, as
-the matmul's gradients `g @ w.T` and `x.T @ g` pass them) are read in place (cuBLAS's transpose flag);
-other layouts are copied first. f16/bf16 accumulate in f32; f32
+graph: so a fusion plan holding a matmul can be replayed as a graph (`fusion/graphs.py`). Operands
+whose last two dims are rows (C order) or columns (a transposed view, as the matmul's gradients
+`g @ w.T` and `x.T @ g` pass them) are read in place (cuBLAS's transpose flag); other layouts are
+copied first. f16/bf16 accumulate in f32; f32
 uses TF32 tensor cores when `tf32` is true (as `[cuda] allow_tf32` says), else full f32.
 
 Why CuPy and not cuBLASLt through nvmath-python: CuPy is on the GPU machines we run on and its
