@@ -195,7 +195,7 @@ def matmul_key(a: np.ndarray, b: np.ndarray) -> tuple:
         >>> matmul_key(np.ones((1000, 64), np.float32), np.ones((64, 3), np.float32).T.T)
         (1, 1024, 4, 64, 'float32', 'rows', 'rows', 'libscipy_openblas64_+openmp')
     """
-    seen = (a.shape, a.strides, b.shape, b.strides, a.dtype)
+    seen = (a.shape, a.strides, a.dtype, b.shape, b.strides, b.dtype)  # b's layout reads its itemsize
     key = _keys.get(seen)
     if key is None:
         m = a.shape[-2] if a.ndim > 1 else 1
@@ -210,7 +210,7 @@ def matmul_key(a: np.ndarray, b: np.ndarray) -> tuple:
 
 
 _keys: dict[tuple, tuple] = {}
-"""`matmul_key` by the operands' shapes, strides and dtype: a training step asks for the same few at every
+"""`matmul_key` by the operands' shapes, strides and dtypes: a training step asks for the same few at every
 GEMM, and the key took ~25 us to make (broadcast_shapes, the dtype's name) on a 2 GHz core."""
 
 
