@@ -5,8 +5,9 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from ..api.creation import zeros_like
+from ..api.shape import cat
 from ..tensor import Tensor
-from .fused import adam_scalars, adam_step
+from .fused import adam_scalars, adam_step, packed_rows
 from .optimizer import Optimizer, check_betas
 
 
@@ -26,7 +27,10 @@ class Adam(Optimizer):
     Each parameter's update is one op, `ember.optim.fused.adam_step` (one cube kernel; NumPy on
     Device.numpy()), in this order of operations; f16/bf16 parameters are computed in f32 and rounded
     where a value is stored (the parameter after weight decay, the decayed gradient, the moments). The
-    moments are kept in the parameter's dtype.
+    moments are kept in the parameter's dtype, packed: `state[name]["packed"]` is the last step's result
+    (rows: the parameter, exp_avg, exp_avg_sq and, with AMSGrad, max_exp_avg_sq), which the next step
+    reads as it is; `state_dict()` saves the moments by name (`exp_avg`, `exp_avg_sq`, `max_exp_avg_sq`,
+    as PyTorch names them) and `load_state_dict` packs them again.
 
     Example:
         >>> opt = Adam(model, lr=1e-3, amsgrad=True)
@@ -35,6 +39,8 @@ class Adam(Optimizer):
 
     defaults = {"betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.0, "amsgrad": False}
     decoupled_weight_decay = False
+    moments = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")
+    """The names of the packed result's rows after the parameter (the last with AMSGrad only)."""
 
     def check_options(self, options: SimpleNamespace, where: str) -> None:
         super().check_options(options, where)
@@ -42,20 +48,32 @@ class Adam(Optimizer):
 
     def update(self, value: Tensor, grad: Tensor, state: dict, options: SimpleNamespace, lr: float) -> Tensor:
         """One op (`ember.optim.fused.adam_step`: a cube kernel, or NumPy on Device.numpy()) computes the
-        new value and moments; the moments are views of its packed result."""
-        t = state["step"]
-        if t == 1:
-            state["exp_avg"] = state["exp_avg_sq"] = zeros_like(value)
-        if options.amsgrad and "max_exp_avg_sq" not in state:
-            state["max_exp_avg_sq"] = zeros_like(value)
+        new value and moments, packed; the new value is a view of that result, kept whole as the state."""
         scalars = adam_scalars(value, lr=lr, betas=options.betas, eps=options.eps, weight_decay=options.weight_decay,
-                               decoupled=self.decoupled_weight_decay, step=t)
-        new, state["exp_avg"], state["exp_avg_sq"], vmax = adam_step(
-            value, grad, state["exp_avg"], state["exp_avg_sq"], state.get("max_exp_avg_sq") if options.amsgrad
-            else None, scalars)
-        if vmax is not None:
-            state["max_exp_avg_sq"] = vmax
+                               decoupled=self.decoupled_weight_decay, step=state["step"])
+        new, state["packed"] = adam_step(value, grad, state.get("packed"), scalars, amsgrad=options.amsgrad)
         return new
+
+    def saved_state(self, state: dict, shape: tuple, options: SimpleNamespace) -> dict:
+        """The step count and the moments by name, split out of the packed result (its row 0, the
+        parameter, is not saved: the module holds it)."""
+        saved = {k: v for k, v in state.items() if k != "packed"}
+        if "packed" in state:
+            rows = packed_rows(state["packed"], shape, amsgrad=options.amsgrad)
+            saved.update(zip(self.moments, rows[1:]))
+        return saved
+
+    def restored_state(self, saved: dict, value: Tensor, options: SimpleNamespace) -> dict:
+        """The saved moments packed behind the parameter's value, as `update` reads them (a missing
+        max_exp_avg_sq, from a run without AMSGrad, starts at zero as on a first step)."""
+        state = {k: v for k, v in saved.items() if k not in self.moments}
+        if "exp_avg" not in saved:
+            return state
+        rows = [saved["exp_avg"], saved["exp_avg_sq"]]
+        if options.amsgrad:
+            rows.append(saved.get("max_exp_avg_sq", zeros_like(value)))
+        state["packed"] = cat([r.reshape(1) if not value.shape else r for r in (value, *rows)], dim=0)
+        return state
 
 
 class AdamW(Adam):

@@ -1,35 +1,37 @@
 """One op per parameter for optimizer updates: the Adam/AdamW step as a backend extension.
 
-`adam_update` and `adam_update_amsgrad` are `@ember.backend_extension` primitives (ember/extension.py)
-over the cube kernel of `ember/cube/kernels/optim.py` (its docstring gives the arithmetic): on a device
-with a cube target (Device.cpu(), wgpu, CUDA) one kernel launch reads the parameter, its gradient and
-its moments and writes the new parameter and moments packed in one array; `Device.numpy()` runs the
-NumPy reference, the same operations in the same order. `adam_step` calls the right one and takes the
-packed rows back with one slice each (a view: the rows are contiguous blocks along the first dim), so
-an Adam update dispatches one op and three or four views instead of ~14 elementwise ops.
+`adam_update` is an `@ember.backend_extension` primitive (ember/extension.py) over the cube kernel of
+`ember/cube/kernels/optim.py` (its docstring gives the arithmetic): on a device with a cube target
+(Device.cpu(), wgpu, CUDA) one kernel launch reads the parameter, its gradient and the previous step's
+packed result and writes the new parameter and moments packed in one array; `Device.numpy()` runs the
+NumPy reference, the same operations in the same order. `adam_step` calls it and takes the new
+parameter back with one slice (a view: the rows are contiguous blocks along the first dim); the
+optimizer keeps the packed array itself as the moments for the next step, so an Adam update dispatches
+one op and one view instead of ~14 elementwise ops (or one op and a view per row).
 
 Design choices:
 
 - The hyperparameters of a step travel in a small tensor (`adam_scalars`, in the parameter's compute
   dtype: f32 for f16/bf16, else its own), not as primitive params: the kernel compiles once per
-  (dtypes, AMSGrad), and a recorded or cached plan does not change when the step count or the learning
-  rate does. Its values are made on the host once per step and option set (on a GPU device, one small
-  host-to-device copy) and shared by the parameters of that step.
+  (dtypes, AMSGrad, first step), and a recorded or cached plan does not change when the step count or
+  the learning rate does. Its values are made on the host once per step and option set (on a GPU
+  device, one small host-to-device copy) and shared by the parameters of that step.
+- The moments stay packed between steps: no slice per moment a step (on a GPT step, ~400 recorded ops
+  fewer), and the first step needs no zero tensors (the kernel's `first` form leaves the zero terms out).
+  The packed array's row 0 is the parameter of its step, the very memory the module holds: keeping it
+  costs nothing while the parameter is that value.
 - No gradient: optimizer updates run on the inner device, outside autodiff; reaching the op in a
   backward pass raises an error naming it.
-- Both are pure (`pure=True`: every error is raised at the call, by the shape and dtype rules), so the
-  fusion decorator records them as inner steps: a training step's updates join the plan of its
-  backward pass instead of flushing the stream at the first one.
-- The new parameter and moments are views of one packed array, which stays alive while any of them
-  does (an old parameter value kept elsewhere keeps its step's moments alive too).
+- Pure (`pure=True`: every error is raised at the call, by the shape and dtype rules), so the fusion
+  decorator records it as an inner step: a training step's updates join the plan of its backward pass
+  instead of flushing the stream at the first one.
 
 Example:
     >>> p = ember.randn(4, 5)
-    >>> z = ember.zeros_like(p)
     >>> s = adam_scalars(p, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01, decoupled=True, step=1)
-    >>> new, m, v, vmax = adam_step(p, ember.ones_like(p), z, z, None, s)
-    >>> new.shape, vmax is None
-    ((4, 5), True)
+    >>> new, packed = adam_step(p, ember.ones_like(p), None, s, amsgrad=False)
+    >>> new.shape, packed.shape
+    ((4, 5), (12, 5))
 """
 
 from __future__ import annotations
@@ -42,35 +44,22 @@ from ..extension import backend_extension
 from ..tensor import Tensor
 
 
-def _operands(param, grad, exp_avg, exp_avg_sq, *rest) -> tuple:
-    """Either primitive's inputs as (param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq or None, scalars)."""
-    return param, grad, exp_avg, exp_avg_sq, rest[0] if len(rest) == 2 else None, rest[-1]
+def _shape(param: tuple, grad: tuple, moments: tuple, scalars: tuple, *, amsgrad: bool, first: bool) -> tuple:
+    kernels.check_shapes(param, grad, moments, scalars, amsgrad, first)
+    return kernels.packed_shape(param, kernels.rows(amsgrad))
 
 
-def _shape(*shapes: tuple) -> tuple:
-    kernels.check_shapes(*_operands(*shapes))
-    return kernels.packed_shape(shapes[0], len(shapes) - 2)  # rows: every input but grad and scalars
+def _dtype(param: DType, grad: DType, moments: DType, scalars: DType, *, amsgrad: bool, first: bool) -> DType:
+    kernels.check_dtypes(param, grad, moments, scalars, first)
+    return param
 
 
-def _dtype(*dtypes: DType) -> DType:
-    kernels.check_dtypes(*_operands(*dtypes))
-    return dtypes[0]
-
-
-@backend_extension(shape=_shape, dtype=_dtype, name="adam_update", pure=True,
-                   reference=lambda p, g, m, v, s: kernels.adam_reference(p, g, m, v, None, s))
-def adam_update(param, grad, exp_avg, exp_avg_sq, scalars):
-    """One Adam step without AMSGrad: the new parameter, exp_avg and exp_avg_sq packed along the first
-    dim (`ember.cube.kernels.optim`)."""
-    return kernels.adam_update(param, grad, exp_avg, exp_avg_sq, None, scalars)
-
-
-@backend_extension(shape=_shape, dtype=_dtype, name="adam_update_amsgrad", pure=True,
-                   reference=kernels.adam_reference)
-def adam_update_amsgrad(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, scalars):
-    """One Adam step with AMSGrad: the new parameter, exp_avg, exp_avg_sq and max_exp_avg_sq packed along
-    the first dim (`ember.cube.kernels.optim`)."""
-    return kernels.adam_update(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, scalars)
+@backend_extension(shape=_shape, dtype=_dtype, name="adam_update", pure=True, reference=kernels.adam_reference)
+def adam_update(param, grad, moments, scalars, *, amsgrad: bool, first: bool):
+    """One Adam step: the new parameter, exp_avg, exp_avg_sq and (AMSGrad) max_exp_avg_sq packed along the
+    first dim, from the previous step's packed result `moments` (not read when `first`;
+    `ember.cube.kernels.optim`)."""
+    return kernels.adam_update(param, grad, moments, scalars, amsgrad=amsgrad, first=first)
 
 
 _scalars: dict[tuple, Tensor] = {}  # recent scalars tensors by value: one per step and option set, not per parameter
@@ -99,31 +88,40 @@ def adam_scalars(like: Tensor, *, lr: float, betas: tuple, eps: float, weight_de
     return hit
 
 
-def adam_step(param: Tensor, grad: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor, max_exp_avg_sq: Tensor | None,
-              scalars: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
-    """(new parameter, exp_avg, exp_avg_sq, max_exp_avg_sq or None) after one Adam step, by one op.
+def adam_step(param: Tensor, grad: Tensor, packed: Tensor | None, scalars: Tensor, *,
+              amsgrad: bool) -> tuple[Tensor, Tensor]:
+    """(new parameter, new packed result) after one Adam step, by one op and one view.
 
-    `grad` and the moments have the parameter's shape (any float dtype; the results take the
-    parameter's); `scalars` comes from `adam_scalars`; `max_exp_avg_sq` None: no AMSGrad.
+    `grad` has the parameter's shape (any float dtype); `packed` is the previous step's packed result
+    (its rows: the parameter, exp_avg, exp_avg_sq and, with `amsgrad`, max_exp_avg_sq), None on the
+    first step (zero moments); `scalars` comes from `adam_scalars`. `packed_rows` splits a packed result.
 
     Example:
-        >>> new, m, v, _ = adam_step(p, g, m, v, None, adam_scalars(p, lr=1e-3, betas=(0.9, 0.999),
-        ...                          eps=1e-8, weight_decay=0.0, decoupled=False, step=t))
+        >>> new, packed = adam_step(p, g, packed, adam_scalars(p, lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
+        ...                         weight_decay=0.0, decoupled=False, step=t), amsgrad=False)
     """
-    if max_exp_avg_sq is None:
-        packed = adam_update(param, grad, exp_avg, exp_avg_sq, scalars)
-    else:
-        packed = adam_update_amsgrad(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, scalars)
-    rows = _rows(packed, param.shape, 3 if max_exp_avg_sq is None else 4)
-    return rows[0], rows[1], rows[2], rows[3] if len(rows) == 4 else None
+    first = packed is None
+    packed = adam_update(param, grad, grad if first else packed, scalars, amsgrad=amsgrad, first=first)
+    return _row(packed, param.shape, 0), packed
 
 
-def _rows(packed: Tensor, shape: tuple, count: int) -> list[Tensor]:
-    """The `count` blocks of a packed result as tensors of `shape`: one `slice` each (a 0-d parameter's
-    also a reshape; the rows of an empty one are the packed result itself)."""
+def packed_rows(packed: Tensor, shape: tuple, *, amsgrad: bool) -> list[Tensor]:
+    """The blocks of a packed Adam result for a parameter of `shape`, as tensors of that shape: the
+    parameter, exp_avg, exp_avg_sq and, with `amsgrad`, max_exp_avg_sq.
+
+    Example:
+        >>> [r.shape for r in packed_rows(packed, (4, 5), amsgrad=False)]       # packed of shape (12, 5)
+        [(4, 5), (4, 5), (4, 5)]
+    """
+    return [_row(packed, shape, i) for i in range(kernels.rows(amsgrad))]
+
+
+def _row(packed: Tensor, shape: tuple, i: int) -> Tensor:
+    """Block `i` of a packed result as a tensor of `shape`: one `slice` (a 0-d parameter's also a
+    reshape; the blocks of an empty one are the packed result itself)."""
     if not shape:
-        return [apply("slice", packed, ranges=((i, i + 1, 1),)).reshape(()) for i in range(count)]
-    n, rest = shape[0], tuple((0, d, 1) for d in shape[1:])
+        return apply("slice", packed, ranges=((i, i + 1, 1),)).reshape(())
+    n = shape[0]
     if n == 0:
-        return [packed] * count
-    return [apply("slice", packed, ranges=((i * n, (i + 1) * n, 1),) + rest) for i in range(count)]
+        return packed
+    return apply("slice", packed, ranges=((i * n, (i + 1) * n, 1),) + tuple((0, d, 1) for d in shape[1:]))

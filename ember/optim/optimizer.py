@@ -258,11 +258,13 @@ class Optimizer:
             >>> d["params"]["head.weight"]["step"]
             10
         """
+        entries = {e.name: (e.param.shape, e.options) for e in self._entries}
         return {
             "optimizer": type(self).__name__,
             "lr": self._lr,
             "steps": self.steps,
-            "params": {name: {k: (np.array(v.numpy()) if isinstance(v, Tensor) else v) for k, v in s.items()}
+            "params": {name: {k: (np.array(v.numpy()) if isinstance(v, Tensor) else v)
+                              for k, v in self.saved_state(s, *entries[name]).items()}
                        for name, s in self.state.items()},
             "delegates": [d.state_dict() for d in self._delegates],
         }
@@ -285,11 +287,35 @@ class Optimizer:
         unknown = sorted(set(state["params"]) - set(params))
         if unknown:
             raise KeyError(f"{name}.load_state_dict: state for unknown parameter(s) {unknown}")
-        restored = {pname: {k: self._restore(pname, k, v, params[pname]) for k, v in s.items()}
+        options = {e.name: e.options for e in self._entries}
+        restored = {pname: self.restored_state({k: self._restore(pname, k, v, params[pname]) for k, v in s.items()},
+                                               params[pname].value.inner(), options[pname])
                     for pname, s in state["params"].items()}
         for delegate, saved in zip(self._delegates, delegates):
             delegate.load_state_dict(saved)
         self.state, self.steps, self.lr = restored, int(state["steps"]), state["lr"]
+
+    def saved_state(self, state: dict, shape: tuple, options: SimpleNamespace) -> dict:
+        """One parameter's state as `state_dict` saves it (tensors and scalars by name; `shape` is the
+        parameter's, `options` its group's): by default the state itself; a rule that keeps its tensors in
+        another form names them here (Adam's packed moments).
+
+        Example:
+            >>> opt.saved_state(opt.state["head.weight"], (10, 64), opt.options).keys()
+            dict_keys(['step', 'exp_avg', 'exp_avg_sq'])
+        """
+        return state
+
+    def restored_state(self, saved: dict, value: Tensor, options: SimpleNamespace) -> dict:
+        """The inverse of `saved_state`: one parameter's state from what `state_dict` saved (its tensors
+        already on the parameter's device and dtype; `value` the parameter's value on the inner device,
+        `options` its group's). By default what was saved.
+
+        Example:
+            >>> opt.restored_state({"step": 0}, value, opt.options)
+            {'step': 0}
+        """
+        return saved
 
     def _restore(self, pname: str, key: str, value, param: Param):
         if isinstance(value, list):  # a tensor that went through JSON

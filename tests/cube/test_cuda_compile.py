@@ -103,9 +103,11 @@ def library_calls() -> list:
               for fn in (attention.attention_grad_q, attention.attention_grad_kv)]
     calls += [lambda: attention.columns(packed, 8, F16)]
     adam = dict(lr=0.1, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01, decoupled=True, step=2)  # the optimizer
-    calls += [lambda t=t, ams=ams: optim.adam_update(*[x.astype(t)] * 4, x.astype(t) if ams else None,
-                                                     optim.scalars(t, **adam))
-              for t, ams in ((F32, False), (F32, True), (F16, False), (BF16, True), (F64, False))]
+    calls += [lambda t=t, ams=ams, first=first: optim.adam_update(
+        x.astype(t), x.astype(t), np.concatenate([x.astype(t)] * optim.rows(ams)), optim.scalars(t, **adam),
+        amsgrad=ams, first=first)
+        for t, ams, first in ((F32, False, False), (F32, True, True), (F16, False, False), (BF16, True, False),
+                              (F64, False, True))]
     x3d = rng.standard_normal((5, 3, 33)).astype(F64)
     w, bias = np.ones(33, F64), np.zeros(33, F64)
     calls += [lambda: layer_norm(x3d, w, bias), lambda: layer_norm(x3d), lambda: rms_norm(x3d, w),

@@ -233,8 +233,9 @@ def test_adam_updates_after_a_backward_pass_are_recorded_into_its_block(cpu, rng
         (torch.tensor(a) @ theirs).relu().sum().backward()
         torch_opt.step()
     np.testing.assert_allclose(model.w.numpy(), theirs.detach().numpy(), rtol=1e-5, atol=1e-6)
+    saved = opt.state_dict()["params"]["w"]
     for key in ("exp_avg", "exp_avg_sq", "max_exp_avg_sq"):
-        np.testing.assert_allclose(opt.state["w"][key].numpy(), torch_opt.state[theirs][key].numpy(),
+        np.testing.assert_allclose(saved[key], torch_opt.state[theirs][key].numpy(),
                                    rtol=1e-5, atol=1e-7, err_msg=key)
 
 

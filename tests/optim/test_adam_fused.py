@@ -1,6 +1,7 @@
 """Adam/AdamW as one op per parameter (`ember/optim/fused.py`), on every suite device, against
-`torch.optim.Adam`/`AdamW` fed the same random gradients: parameters and moments after each step, for
-f32, f64 and bf16, with AMSGrad, coupled and decoupled weight decay, a 0-d and an empty parameter."""
+`torch.optim.Adam`/`AdamW` fed the same random gradients: parameters and moments (saved by name from the
+packed state) after each step, for f32, f64 and bf16, with AMSGrad, coupled and decoupled weight decay, a
+0-d and an empty parameter; a restored state continues the same trajectory."""
 
 from __future__ import annotations
 
@@ -60,32 +61,60 @@ def test_one_op_update_matches_torch_over_steps(device, rng, dtype, cls, torch_c
             assert p.dtype is dtype and p.shape == SHAPES[k]
             np.testing.assert_allclose(p.numpy().astype(np.float64), as_numpy(theirs[k]), rtol=rtol, atol=atol,
                                        err_msg=f"{k} after step {step}")
-    for k, t in theirs.items():  # the moments too, AMSGrad's maximum included
+    saved = opt.state_dict()["params"]
+    for k, t in theirs.items():  # the moments too, AMSGrad's maximum included, as state_dict saves them
         for key, value in torch_opt.state[t].items():
             if key != "step":
-                np.testing.assert_allclose(opt.state[k][key].numpy().astype(np.float64), as_numpy(value),
+                np.testing.assert_allclose(saved[k][key].astype(np.float64), as_numpy(value),
                                            rtol=rtol, atol=atol, err_msg=f"{k}.{key}")
 
 
-def test_a_step_dispatches_one_update_and_views_per_parameter(monkeypatch):
+def test_a_restored_state_continues_the_trajectory(device, rng):
+    """state_dict saves the packed moments by name; load_state_dict packs them again: a fresh optimizer
+    given the state steps exactly as the original (bitwise: the same kernel on the same values)."""
+    start = {k: rng.standard_normal(s).astype(np.float32) for k, s in SHAPES.items()}
+
+    def make():
+        model = Params({k: ember.from_numpy(v, device.autodiff()) for k, v in start.items()})
+        return model, AdamW(model, lr=0.05, groups=[ParamGroup(prefix="b_", amsgrad=True)])
+    grads = [{k: rng.standard_normal(s).astype(np.float32) for k, s in SHAPES.items()} for _ in range(3)]
+
+    def step(model, opt, g):
+        opt.step(Gradients.from_pairs((p, ember.from_numpy(g[k], device)) for k, p in model.named_parameters()))
+    model, opt = make()
+    for g in grads[:2]:
+        step(model, opt, g)
+    other, resumed = make()
+    for k, p in other.named_parameters():
+        p.set(ember.from_numpy(dict(model.named_parameters())[k].numpy(), device.autodiff()))
+    resumed.load_state_dict(opt.state_dict())
+    assert resumed.state["b_w"]["packed"].shape == (16, 3) and resumed.state["a_w"]["packed"].shape == (18, 5)
+    step(model, opt, grads[2])
+    step(other, resumed, grads[2])
+    for k, p in model.named_parameters():
+        np.testing.assert_array_equal(dict(other.named_parameters())[k].numpy(), p.numpy(), err_msg=k)
+
+
+def test_a_step_dispatches_one_update_and_one_view_per_parameter(monkeypatch):
+    """The moments stay packed in the state: a step runs one update and one slice per parameter (a 0-d
+    one's also reshaped; an empty one's new value is the packed result itself), the first step too
+    (no zero moments are made)."""
     device = ember.Device.numpy()
     model = Params({k: ember.ones(*s, device=device.autodiff()) for k, s in SHAPES.items()})
     opt = AdamW(model, lr=0.1, groups=[ParamGroup(prefix="b_", amsgrad=True)])
 
     def grads():
         return Gradients.from_pairs((p, ember.ones(*p.shape, device=device)) for _, p in model.named_parameters())
-    opt.step(grads())  # the first step also makes the zero moments
-    given = grads()
-    ran = []
     backend = device.backend
-    monkeypatch.setattr(backend, "execute", lambda prim, *a: ran.append(prim.name) or type(backend).execute(
-        backend, prim, *a))
-    opt.step(given)
-    assert sorted(set(ran)) == ["adam_update", "adam_update_amsgrad", "reshape", "slice"]
-    assert ran.count("adam_update") == 2 and ran.count("adam_update_amsgrad") == 3
-    # a row of a 2-parameter group of 3 rows and of b_w and b_s (4 rows; b_s's reshaped to 0-d); the
-    # empty b_e's rows are the packed result itself
-    assert ran.count("slice") == 2 * 3 + 2 * 4 and ran.count("reshape") == 4
+    for first in (True, False):
+        given = grads()
+        ran = []
+        monkeypatch.setattr(backend, "execute", lambda prim, arrays, params, out: ran.append(
+            (prim.name, params.get("first"))) or type(backend).execute(backend, prim, arrays, params, out))
+        opt.step(given)
+        monkeypatch.undo()
+        assert ran.count(("adam_update", first)) == len(SHAPES) and len(ran) == 2 * len(SHAPES), ran
+        assert ran.count(("slice", None)) == len(SHAPES) - 1 and ran.count(("reshape", None)) == 1
 
 
 def test_bad_operands_are_named(device):
@@ -93,16 +122,22 @@ def test_bad_operands_are_named(device):
         return ember.from_numpy(np.zeros(shape, dtype), device)  # no kernel: the rules refuse before any runs
     p = zeros(3, 2)
     s = adam_scalars(p, lr=0.1, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.0, decoupled=True, step=1)
-    with pytest.raises(ShapeError, match="adam_update.*exp_avg_sq has shape \\(2, 3\\)"):
-        adam_step(p, p, p, zeros(2, 3), None, s)
+    with pytest.raises(ShapeError, match="adam_update.*grad has shape \\(2, 3\\), the parameter \\(3, 2\\)"):
+        adam_step(p, zeros(2, 3), None, s, amsgrad=False)
+    with pytest.raises(ShapeError, match="moments .* has shape \\(9, 2\\); .* needs \\(12, 2\\)"):
+        adam_step(p, p, zeros(9, 2), s, amsgrad=True)
     with pytest.raises(ShapeError, match="scalars must have shape \\(9,\\)"):
-        adam_step(p, p, p, p, None, zeros(3))
+        adam_step(p, p, None, zeros(3), amsgrad=False)
     d = zeros(3, 2, dtype=np.float64)
     with pytest.raises(DTypeError, match="scalars must be f64 for a f64 parameter"):
-        adam_step(d, d, d, d, None, s)
-    with pytest.raises(DTypeError, match="float dtype, got i32"):
-        adam_step(zeros(3, 2, dtype=np.int32), p, p, p, None, s)
+        adam_step(d, d, None, s, amsgrad=False)
+    with pytest.raises(DTypeError, match="moments .* must be f32, the parameter's dtype, got f64"):
+        adam_step(p, p, zeros(9, 2, dtype=np.float64), s, amsgrad=False)
+    with pytest.raises(DTypeError, match="grad must have a float dtype, got i32"):
+        adam_step(p, zeros(3, 2, dtype=np.int32), None, s, amsgrad=False)
+    with pytest.raises(DTypeError, match="parameters must have a float dtype, got i32"):
+        adam_step(zeros(3, 2, dtype=np.int32), p, None, s, amsgrad=False)
     huge = zeros(1).expand(2**30)  # a view: nothing allocated; refused at the call, as its packed rows
     with pytest.raises(ShapeError, match="more than 2\\*\\*31 - 1 elements"):  # could not be indexed
-        adam_step(huge, huge, huge, huge, None, adam_scalars(huge, lr=0.1, betas=(0.9, 0.99), eps=1e-8,
-                                                             weight_decay=0.0, decoupled=True, step=1))
+        adam_step(huge, huge, None, adam_scalars(huge, lr=0.1, betas=(0.9, 0.99), eps=1e-8,
+                                                 weight_decay=0.0, decoupled=True, step=1), amsgrad=False)

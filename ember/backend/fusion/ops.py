@@ -73,7 +73,7 @@ INNER = frozenset(("reshape", "permute", "expand", "slice", "flip", "cat", "pad"
 """Primitives recorded as `Inner` steps (see the module docstring for why these and not the others)."""
 INDEX_OPS = frozenset(("gather", "index_select", "embedding", "scatter", "index_add"))
 """Ops recorded as `Inner` steps when their index is host data in range (`index_in_range`)."""
-REPLAYABLE = frozenset(("adam_update", "adam_update_amsgrad"))
+REPLAYABLE = frozenset(("adam_update",))
 """Other primitives whose `Inner` steps a plan captures (`plan.StepReplay`): the kernel library runs each
 as one launch whose constant arguments follow from the inputs' layout alone and which writes its output
 whole (the Adam update: 6 launches of a training step, ~100 us of host time each when run afresh)."""
@@ -210,7 +210,7 @@ def record_inner(prim: Primitive) -> None:
 
     Example:
         >>> record_inner(adam_update.primitive)
-        >>> records(adam_update.primitive, [p, g, m, v, s], {})
+        >>> records(adam_update.primitive, [p, g, packed, s], {"amsgrad": False, "first": False})
         True
     """
     _RECORDS[prim] = True

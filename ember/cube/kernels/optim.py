@@ -1,33 +1,41 @@
 """Optimizer updates as one kernel per parameter: Adam and AdamW (with AMSGrad).
 
-`adam_update(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, scalars)` reads the parameter, its
-gradient and its moments and writes, in one pass, a packed array of `param.shape[0] * rows` leading
-rows: the new parameter, the new first moment, the new second moment and (AMSGrad, `rows == 4`) the
-new running maximum of the second moment, each a contiguous block of `param.size` elements in the
-parameter's dtype. Packing along the first dim lets the caller take each block back with one slice
-(`ember/optim/fused.py`).
+`adam_update(param, grad, moments, scalars, amsgrad=, first=)` reads the parameter, its gradient and its
+moments and writes, in one pass, a packed array of `param.shape[0] * rows` leading rows: the new
+parameter, the new first moment, the new second moment and (AMSGrad, `rows == 4`) the new running
+maximum of the second moment, each a contiguous block of `param.size` elements in the parameter's dtype.
+`moments` is the previous step's packed array: the kernel reads its rows 1.. (its row 0, an old
+parameter value, is not read), so the optimizer keeps that one array between steps and never splits the
+moments out (`ember/optim/adam.py`); on the first step (`first=True`) the moments are zero and `moments`
+is not read at all (any tensor may stand in: the optimizer passes the gradient). Packing along the first
+dim lets the caller take the new parameter back with one slice (`ember/optim/fused.py`).
 
 The hyperparameters are a runtime array `scalars` (`SCALARS` names its slots), so a training loop
-compiles one kernel per (dtypes, AMSGrad) and never one per step or learning rate. Per element, with
-T the compute type (f32 for f16/bf16 parameters, else their own type) and `store(x)` a rounding to
-the parameter's dtype (the identity for f32/f64):
+compiles one kernel per (dtypes, AMSGrad, first step) and never one per step or learning rate. Per
+element, with T the compute type (f32 for f16/bf16 parameters, else their own type) and `store(x)` a
+rounding to the parameter's dtype (the identity for f32/f64):
 
     g = store(grad);  p = store(param * keep)               keep = 1 - lr * wd (AdamW), else 1
     g = store(g + l2 * p)  when l2 != 0                      l2 = wd (Adam's coupled decay), else 0
-    m = store(b1 * exp_avg + (1 - b1) * g)
-    v = store(b2 * exp_avg_sq + ((1 - b2) * g) * g)
+    m = store(b1 * exp_avg + (1 - b1) * g)                   (first step: exp_avg = 0)
+    v = store(b2 * exp_avg_sq + ((1 - b2) * g) * g)          (first step: exp_avg_sq = 0)
     v = vmax = store(maximum(max_exp_avg_sq, v))             (AMSGrad; NaN wins, as NumPy's maximum)
     p - (step_size * m) / (sqrt(v) / bias2 + eps)            step_size = lr / (1 - b1^t), bias2 = sqrt(1 - b2^t)
 
 which is the order of operations of the composed update (`ember/optim/adam.py` before this kernel),
 so f32 and f64 results agree with it to the rounding of a fused multiply-add, and the stored values
-are rounded where the composed ops and PyTorch round them.
+are rounded where the composed ops and PyTorch round them. On the first step the zero terms are left
+out: `b1 * 0 + x` is `x` (up to the sign of a zero moment), and `maximum(0, v)` is `v` (v >= 0 or NaN).
 
 Example:
-    >>> p = np.ones(3, np.float32); z = np.zeros(3, np.float32)
+    >>> p = np.ones(3, np.float32)
     >>> s = scalars(np.float32, lr=0.1, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, decoupled=True, step=1)
-    >>> adam_update(p, p, z, z, None, s)[:3]        # the first step moves every weight by lr
+    >>> packed = adam_update(p, p, p, s, amsgrad=False, first=True)   # the first step moves every weight by lr
+    >>> packed[:3]
     array([0.90000004, 0.90000004, 0.90000004], dtype=float32)
+    >>> adam_update(packed[:3], p, packed, scalars(np.float32, lr=0.1, betas=(0.9, 0.999), eps=1e-8,
+    ...             weight_decay=0.0, decoupled=True, step=2), amsgrad=False, first=False).shape
+    (9,)
 """
 
 from __future__ import annotations
@@ -47,10 +55,11 @@ SCALARS = ("keep", "l2", "b1", "one_minus_b1", "b2", "one_minus_b2", "bias2", "e
 
 
 @cube.kernel
-def adam_kernel(param: cube.Array, grad: cube.Array, exp_avg: cube.Array, exp_avg_sq: cube.Array,
-                max_exp_avg_sq: cube.Array, scalars: cube.Array, out: cube.Array, n: cube.i32,
-                T: cube.Comptime, amsgrad: cube.Comptime[bool], shifted: cube.Comptime[bool]):
-    """One Adam step of element i (see the module docstring); out holds the rows p, m, v[, vmax]."""
+def adam_kernel(param: cube.Array, grad: cube.Array, moments: cube.Array, scalars: cube.Array, out: cube.Array,
+                n: cube.i32, T: cube.Comptime, amsgrad: cube.Comptime[bool], first: cube.Comptime[bool],
+                shifted: cube.Comptime[bool]):
+    """One Adam step of element i (see the module docstring); out holds the rows p, m, v[, vmax], and
+    `moments` the previous step's (not read on the first step)."""
     # Read once per cube, before the unit loop (the C target hoists uniform values, not loads under it).
     keep, l2, b1, c1, b2, c2, bias2, eps, step_size = (T(scalars[k]) for k in range(len(SCALARS)))
     i = position(n, shifted)
@@ -59,12 +68,17 @@ def adam_kernel(param: cube.Array, grad: cube.Array, exp_avg: cube.Array, exp_av
         p = T(s(T(param[i]) * keep))
         g = T(s(grad[i]))
         g = cube.select(l2 == T(0), g, T(s(g + l2 * p)))
-        m = T(s(b1 * T(exp_avg[i]) + c1 * g))
-        v = T(s(b2 * T(exp_avg_sq[i]) + c2 * g * g))
+        if first:
+            m = T(s(c1 * g))
+            v = T(s(c2 * g * g))
+        else:
+            m = T(s(b1 * T(moments[n + i]) + c1 * g))
+            v = T(s(b2 * T(moments[2 * n + i]) + c2 * g * g))
         out[n + i] = s(m)
         out[2 * n + i] = s(v)
         if amsgrad:
-            v = T(s(binary_op("maximum", T(max_exp_avg_sq[i]), v)))
+            if not first:
+                v = T(s(binary_op("maximum", T(moments[3 * n + i]), v)))
             out[3 * n + i] = s(v)
         out[i] = s(p - step_size * m / (cube.sqrt(v) / bias2 + eps))
 
@@ -110,97 +124,112 @@ def packed_shape(shape: tuple, rows: int) -> tuple:
     return (rows * shape[0],) + shape[1:] if shape else (rows,)
 
 
-def check_shapes(param: tuple, grad: tuple, exp_avg: tuple, exp_avg_sq: tuple, max_exp_avg_sq: tuple | None,
-                 scalars_: tuple) -> None:
-    """Raise `ShapeError` unless operands of these shapes fit one Adam update (`max_exp_avg_sq` None:
-    no AMSGrad) whose packed result the kernel can index (at most 2**31 - 1 elements; checked here, with
-    the shapes, so that the op raises at the call on every device, even where it runs later).
+def rows(amsgrad: bool) -> int:
+    """The blocks of a packed result: the parameter, exp_avg, exp_avg_sq and, with AMSGrad, max_exp_avg_sq.
 
     Example:
-        >>> check_shapes((4, 5), (4, 5), (4, 5), (4, 5), None, (len(SCALARS),))
+        >>> rows(amsgrad=True)
+        4
     """
-    for name, shape in (("grad", grad), ("exp_avg", exp_avg), ("exp_avg_sq", exp_avg_sq),
-                        ("max_exp_avg_sq", max_exp_avg_sq)):
-        if shape is not None and tuple(shape) != tuple(param):
-            raise ShapeError("adam_update", f"{name} has shape {tuple(shape)}, the parameter {tuple(param)}")
+    return 4 if amsgrad else 3
+
+
+def check_shapes(param: tuple, grad: tuple, moments: tuple, scalars_: tuple, amsgrad: bool, first: bool) -> None:
+    """Raise `ShapeError` unless operands of these shapes fit one Adam update (`moments`: the previous
+    packed result, not checked on the first step) whose packed result the kernel can index (at most
+    2**31 - 1 elements; checked here, with the shapes, so that the op raises at the call on every device,
+    even where it runs later).
+
+    Example:
+        >>> check_shapes((4, 5), (4, 5), (12, 5), (len(SCALARS),), amsgrad=False, first=False)
+    """
+    param = tuple(param)
+    packed = packed_shape(param, rows(amsgrad))
+    if tuple(grad) != param:
+        raise ShapeError("adam_update", f"grad has shape {tuple(grad)}, the parameter {param}")
+    if not first and tuple(moments) != packed:
+        raise ShapeError("adam_update", f"moments (the previous packed result) has shape {tuple(moments)}; a "
+                                        f"parameter of shape {param} needs {packed}")
     if tuple(scalars_) != (len(SCALARS),):
         raise ShapeError("adam_update", f"scalars must have shape ({len(SCALARS)},) (the slots {SCALARS}), "
                                         f"got {tuple(scalars_)}")
-    packed = packed_shape(param, 3 if max_exp_avg_sq is None else 4)
     if math.prod(packed) > MAX_ELEMENTS:
         raise ShapeError("adam_update", f"the packed result {packed} has more than 2**31 - 1 elements "
                                         f"(kernels index with i32)")
 
 
 @functools.lru_cache(maxsize=256)  # dtypes are few and hashable: the checks run once per combination
-def check_dtypes(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, scalars_) -> None:
+def check_dtypes(param, grad, moments, scalars_, first: bool) -> None:
     """Raise `DTypeError` unless operands of these dtypes (ember DTypes or NumPy dtypes) fit one Adam
-    update: float tensors, and `scalars` in the parameter's `compute_dtype`.
+    update: a float parameter and gradient, moments in the parameter's dtype (not checked on the first
+    step), and `scalars` in the parameter's `compute_dtype`.
 
     Example:
-        >>> check_dtypes(np.float16, np.float16, np.float16, np.float16, None, np.float32)
+        >>> check_dtypes(np.float16, np.float32, np.float16, np.float32, False)
     """
     want = compute_dtype(param)
-    for name, dtype in (("grad", grad), ("exp_avg", exp_avg), ("exp_avg_sq", exp_avg_sq),
-                        ("max_exp_avg_sq", max_exp_avg_sq)):
-        if dtype is not None and not cube_dtype(dtype).is_float:
-            raise DTypeError(f"adam_update: {name} must have a float dtype, got {cube_dtype(dtype).name}")
+    if not cube_dtype(grad).is_float:
+        raise DTypeError(f"adam_update: grad must have a float dtype, got {cube_dtype(grad).name}")
+    if not first and cube_dtype(moments) != cube_dtype(param):
+        raise DTypeError(f"adam_update: moments (the previous packed result) must be {cube_dtype(param).name}, "
+                         f"the parameter's dtype, got {cube_dtype(moments).name}")
     if cube_dtype(scalars_) != cube_dtype(want):
         raise DTypeError(f"adam_update: scalars must be {cube_dtype(want).name} for a {cube_dtype(param).name} "
                          f"parameter (its compute dtype), got {cube_dtype(scalars_).name}")
 
 
-def _check(*arrays) -> None:
-    check_shapes(*(None if a is None else a.shape for a in arrays))
-    check_dtypes(*(None if a is None else a.dtype for a in arrays))
+def _check(param, grad, moments, scalars_, amsgrad: bool, first: bool) -> None:
+    check_shapes(param.shape, grad.shape, moments.shape, scalars_.shape, amsgrad, first)
+    check_dtypes(param.dtype, grad.dtype, moments.dtype, scalars_.dtype, first)
 
 
-def adam_update(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, scalars_):
-    """The packed result of one Adam step (see the module docstring); `max_exp_avg_sq` None: no AMSGrad.
-    Operands may have any layout (strided ones are copied to contiguous first).
+def adam_update(param, grad, moments, scalars_, *, amsgrad: bool, first: bool):
+    """The packed result of one Adam step (see the module docstring): `moments` is the previous step's
+    packed result (not read when `first`). Operands may have any layout (strided ones are copied to
+    contiguous first).
 
     Example:
-        >>> adam_update(p, g, m, v, None, s).shape       # p, g, m, v of shape (4, 5)
+        >>> adam_update(p, g, previous, s, amsgrad=False, first=False).shape   # p, g of shape (4, 5)
         (12, 5)
     """
-    _check(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, scalars_)
-    amsgrad = max_exp_avg_sq is not None
-    arrays = [contiguous(a) for a in (param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq if amsgrad else exp_avg_sq,
-                                      scalars_)]
-    out = empty(packed_shape(param.shape, 4 if amsgrad else 3), param.dtype, arrays[0])
+    _check(param, grad, moments, scalars_, amsgrad, first)
+    arrays = [contiguous(a) for a in (param, grad, grad if first else moments, scalars_)]
+    out = empty(packed_shape(param.shape, rows(amsgrad)), param.dtype, arrays[0])
     n = int(param.size)
     if n:
         count, dim = grid(n)
         adam_kernel.launch(count, dim, *arrays, out, n, T=cube_dtype(compute_dtype(param.dtype)), amsgrad=amsgrad,
-                           shifted=n >= dim.x)
+                           first=first, shifted=n >= dim.x)
     return out
 
 
-def adam_reference(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, scalars_) -> np.ndarray:
+def adam_reference(param, grad, moments, scalars_, *, amsgrad: bool, first: bool) -> np.ndarray:
     """`adam_update` in NumPy, the same operations in the same order (the NumPy device and tests use it).
 
     Example:
-        >>> adam_reference(p, g, m, v, None, s).shape    # p, g, m, v of shape (4, 5)
+        >>> adam_reference(p, g, previous, s, amsgrad=False, first=False).shape    # p, g of shape (4, 5)
         (12, 5)
     """
-    _check(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, scalars_)
+    _check(param, grad, moments, scalars_, amsgrad, first)
     t, s = compute_dtype(param.dtype), param.dtype
     keep, l2, b1, c1, b2, c2, bias2, eps, step_size = (t.type(x) for x in np.asarray(scalars_, t))
+    n = param.size
+    old = None if first else np.asarray(moments).reshape(-1).astype(t)
 
     def store(x):
         return x if s == t else x.astype(s).astype(t)
 
     with np.errstate(all="ignore"):
-        p = store(param.astype(t) * keep)
-        g = store(grad)
+        p = store(param.astype(t).reshape(-1) * keep)
+        g = store(grad.reshape(-1))
         if l2 != 0:
             g = store(g + l2 * p)
-        m = store(b1 * exp_avg.astype(t) + c1 * g)
-        v = store(b2 * exp_avg_sq.astype(t) + c2 * g * g)
-        rows = [None, m, v]
-        if max_exp_avg_sq is not None:
-            v = store(np.maximum(max_exp_avg_sq.astype(t), v))
-            rows.append(v)
-        rows[0] = p - step_size * m / (np.sqrt(v) / bias2 + eps)
-    packed = np.concatenate([r.astype(s).reshape(1, -1) for r in rows])
-    return packed.reshape(packed_shape(param.shape, len(rows)))
+        m = store(c1 * g if first else b1 * old[n:2 * n] + c1 * g)
+        v = store(c2 * g * g if first else b2 * old[2 * n:3 * n] + c2 * g * g)
+        packed = [None, m, v]
+        if amsgrad:
+            if not first:
+                v = store(np.maximum(old[3 * n:], v))
+            packed.append(v)
+        packed[0] = p - step_size * m / (np.sqrt(v) / bias2 + eps)
+    return np.concatenate([r.astype(s) for r in packed]).reshape(packed_shape(param.shape, len(packed)))
