@@ -9,7 +9,10 @@ near zero means the GPU waits on the host), then `--profiled` steps under torch.
 ember's kernels (driver API launches in the device's primary context, cuBLAS through CuPy) appear beside
 torch's own. From the trace: GPU busy time per step (the union of the device intervals), the
 kernel time summed by kernel name (largest first), and the gaps. Then, for ember, `--profiled` steps
-under cProfile (host functions by own and cumulative time) and the fusion counters per step. Writes
+under cProfile (host functions by own and cumulative time) and the fusion counters per step, then
+`--profiled` steps with the plan runs' host time split by what each step ran (`host_by_step`: a fused
+kernel, a fused reduction, or an inner op by primitive; calls and microseconds per step; the rest of the
+wall time is recording, autodiff, the optimizer's Python and the final wait). Writes
 `<workload>_<impl>.txt` under `--out` (the summary's JSON line, then the tables) and prints the summary.
 Without torch (a CPU dry run) the device trace is left out.
 
@@ -121,6 +124,55 @@ def sync_wait(step, n: int) -> float:
     return waited[0] * 1e3 / n
 
 
+def host_by_step(step, n: int) -> str:
+    """Host time of `n` steps' plan runs, split by plan step: each fused kernel, fused reduction and inner
+    op (by primitive) timed around its call in `Plan.run` (the wrappers cost ~1 us a call). A table of
+    calls and milliseconds per step, largest first, with the share of the step's wall time."""
+    from collections import Counter
+    from ember.backend.fusion import plan as plans
+
+    spent, calls = Counter(), Counter()
+
+    def timed(kind, fn):
+        def wrapper(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[kind] += time.perf_counter() - t0
+                calls[kind] += 1
+        return wrapper
+
+    def run(self, records, externals, inner, graphs=True):
+        if "execute" in vars(inner):  # a graph capture running the plan inside a timed run
+            return original_run(self, records, externals, inner, graphs)
+        execute = inner.execute
+        inner.execute = lambda prim, *a: timed("inner " + prim.name, execute)(prim, *a)
+        try:
+            return timed("plan runs (all of the below, and replays)", original_run)(
+                self, records, externals, inner, graphs)
+        finally:
+            del inner.execute  # the instance attribute: the class's method shows again
+
+    original_run = plans.Plan.run
+    originals = plans.run_elementwise, plans.run_reduction
+    plans.run_elementwise = timed("fused elementwise (not replayed)", plans.run_elementwise)
+    plans.run_reduction = timed("fused reduction (not replayed)", plans.run_reduction)
+    plans.Plan.run = run
+    t0 = time.perf_counter()
+    try:
+        for _ in range(n):
+            step()
+    finally:
+        plans.run_elementwise, plans.run_reduction = originals
+        plans.Plan.run = original_run
+    wall = (time.perf_counter() - t0) / n
+    lines = [f"wall {wall * 1e3:.1f} ms/step (timers included)", "      ms   calls  %wall  what"]
+    for kind, seconds in spent.most_common():
+        lines.append(f"{seconds * 1e3 / n:8.2f} {calls[kind] / n:7.0f} {100 * seconds / n / wall:5.1f}%  {kind}")
+    return "\n".join(lines)
+
+
 def trace(torch, step, n: int, top: int, summary: dict) -> tuple[str, list]:
     """Run `n` steps under torch.profiler (CUDA activities: CUPTI); add the device figures to `summary` and
     return the kernel table (text, rows)."""
@@ -208,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         st = device.memory_stats()
         summary["peak_in_use_MiB"] = round(st.peak_in_use / 2**20, 1)
         summary["peak_reserved_MiB"] = round(st.peak_reserved / 2**20, 1)
+        report.write(f"\n== host: plan runs by step ({n} steps)\n{host_by_step(step, n)}\n")
         for key in ("tottime", "cumtime"):
             report.write(f"\n== host: cProfile over {n} steps, by {key}\n")
             pstats.Stats(pr, stream=report).sort_stats(key).print_stats(60)
