@@ -138,6 +138,35 @@ def test_small_read_only_arrays_are_copied_once_and_kept_by_value(monkeypatch):
     assert first == second != third and driver.read_f32(third) == 1.0
 
 
+def test_a_recorded_launch_binds_and_replays_on_new_arrays(monkeypatch):
+    """`record_launches` notes each launch; `bind` marshals it once (a NumPy layout argument as its device
+    constant) and a replay launches with the new arrays' addresses in the open slots, the rest unchanged.
+    What a fusion plan's steps replay on CUDA (ember/backend/fusion/plan.py, StepReplay)."""
+    monkeypatch.setattr(rt_cuda, "compile_cuda", lambda source, name, arch, **kw: Binary("ptx", b"//", arch))
+    driver = FakeDriver()
+    rt = CudaRuntime(0, driver=driver)
+    x, y = rt.to_device(np.arange(6, dtype=np.float32)), rt.empty(6, np.float32)
+    with rt.record_launches() as launches:
+        rt.launch(axpy, cube.CubeCount(1), cube.CubeDim(8), (x, y, 2.0), {})
+    rt.launch(axpy, cube.CubeCount(1), cube.CubeDim(8), (x, y, 2.0), {})  # outside the block: not recorded
+    (launch,) = launches
+    assert launch.args == (x, y, 2.0) and launch.count == cube.CubeCount(1)
+    bound = rt.bind(launch, open_slots=(1,))
+    z = rt.empty(6, np.float32)
+    bound.replay([z[::-1]])  # a view: its first element's address
+    assert driver.launches[-1]["args"] == [x.ptr, 6, z.ptr + 20, 6, 2.0]
+    assert driver.launches[-1]["grid"] == (1, 1, 1) and driver.launches[-1]["block"] == (8, 1, 1)
+    host = np.arange(6, dtype=np.float32)
+    with rt.record_launches() as launches:
+        rt.launch(axpy, cube.CubeCount(1), cube.CubeDim(8), (host, y, 2.0), {})
+    rt.bind(launches[0], open_slots=(1,)).replay([z])  # the read-only NumPy x: kept as its device constant
+    assert driver.launches[-1]["args"][2] == z.ptr and driver.read_f32(driver.launches[-1]["args"][0] + 4) == 1.0
+    assert rt.bind(launches[0], open_slots=(0, 1)) is None  # a NumPy array cannot fill an open slot
+    with rt.record_launches() as launches:
+        rt.launch(axpy, cube.CubeCount(1), cube.CubeDim(8), (x, np.zeros(6, np.float32), 2.0), {})
+    assert rt.bind(launches[0], open_slots=(0,)) is None  # a NumPy array the kernel writes: not replayable
+
+
 def test_a_captured_graph_keeps_what_it_writes_and_replays(monkeypatch):
     monkeypatch.setattr(rt_cuda, "compile_cuda", lambda source, name, arch, **kw: Binary("ptx", b"//", arch))
     driver = FakeDriver()

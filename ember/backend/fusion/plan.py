@@ -8,11 +8,13 @@ that block: nothing is re-optimized, and a fused kernel compiled for one batch s
 The key of a block is its normalized graph (`Stream` builds it while recording: op names, static
 params, relative input ids, dtypes, shape classes) plus which values are still referenced.
 
-On a runtime that can capture its launches (the CPU runtime's `capture`/`bind`), a fused step's first
-run (elementwise, or a reduction that ran as one launch) for one layout of its inputs (shapes, strides,
-dtypes) is captured as a marshalled launch (`StepReplay`); the next runs with the same layout allocate
-the outputs and call the kernel with the new data pointers, skipping the views, layout and argument
-checks codegen made the first time.
+On a runtime that can record and bind its launches (`record_launches`/`bind`: the CPU runtime's C calls,
+the CUDA runtime's `cuLaunchKernel`s), a fused step's first run (elementwise, or a reduction that ran as
+one launch) for one layout of its inputs (shapes, strides, dtypes) is captured as a marshalled launch
+(`StepReplay`); the next runs with the same layout allocate the outputs and launch the kernel with the
+new data pointers, skipping the views, layout and argument checks codegen made the first time (on
+CUDA, ~100 us of host time a step down to the allocation and the launch). A plan that `graphs.py`
+replays as a CUDA graph runs none of this: its launches are in the graph.
 An inner step of an elementwise primitive (a lone op the fusers leave to the kernel library) is
 captured the same way when the library ran it as one launch, with its params part of the layout.
 
@@ -27,9 +29,6 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
-import numpy as np
-
-from ...cube.runtime.host import empty
 from . import codegen
 from .codegen import run_elementwise, run_reduction
 from .fusers import Fused, FusedReduce, Inner, select
@@ -121,9 +120,8 @@ class Plan:
     def _captured(self, k: int, what: tuple, arrays: list, runtime, run) -> list:
         """The outputs of step `k` (`run()`), replayed when `what` and its inputs' layout are those last
         captured (see the module docstring)."""
-        # Only a launch recorder (`bind`) replays steps: CudaRuntime.capture makes CUDA graphs instead.
-        capture = getattr(runtime, "capture", None) if hasattr(runtime, "bind") else None
-        if capture is None:
+        record = getattr(runtime, "record_launches", None)
+        if record is None:
             return run()
         layout = (*what, *[(a.shape, a.strides, a.dtype) for a in arrays])
         replays = self.replays[k]
@@ -131,7 +129,7 @@ class Plan:
             if seen == layout:
                 # None: this layout's run was not one replayable launch; it is not captured again
                 return run() if replay is None else replay(arrays)
-        with capture() as launches:
+        with record() as launches:
             outs = run()
         replay = StepReplay.of(layout, launches, arrays, outs, runtime)
         if replay is not AMBIGUOUS:  # else inputs shared memory this time: try again at the next run
@@ -149,57 +147,62 @@ class StepReplay:
     """A fused elementwise step's one launch, bound for replay on inputs of one layout (see the module
     docstring): its open slots are the inputs, then the outputs (allocated afresh at each replay)."""
 
-    __slots__ = ("layout", "launch", "outputs", "order")
+    __slots__ = ("layout", "launch", "outputs", "order", "empty")
 
-    def __init__(self, layout: tuple, launch, outputs: list, order: tuple | None = None) -> None:
+    def __init__(self, layout: tuple, launch, outputs: list, order: tuple | None = None, empty=None) -> None:
         self.layout = layout
         self.launch = launch
         self.outputs = outputs  # (shape, dtype) of each output
         self.order = order  # which input or output fills each open slot; None: all of them, in order
+        self.empty = empty  # the runtime's allocation of an output
 
     @staticmethod
     def of(layout: tuple, launches: list, arrays: list, outs: list, runtime) -> "StepReplay | None":
         """The replay of a step whose run made `launches` on `arrays` giving `outs`, or None when that
         run is not one launch whose arguments are the inputs and the outputs (read from their data
-        pointers: codegen and the library pass views of them; in order, else found by pointer, the
-        same input at several slots allowed: the Adam kernel's), each output a new C-contiguous array
-        that the launch writes whole, and the other (constant) arguments apart from all of them (a
-        replay keeps those as they were). `AMBIGUOUS` when slots were found by pointer and two inputs
-        share one (a step's first Adam moments are one zeros tensor): not this run, maybe the next."""
+        pointers, `runtime.address`: codegen and the library pass views of them; in order, else found by
+        pointer, the same input at several slots allowed), each output a new C-contiguous array that the
+        launch writes whole, and the other (constant) arguments apart from all of them (a replay keeps
+        those as they were), or when the runtime cannot bind it. `AMBIGUOUS` when slots were found by
+        pointer and two inputs share one (the gradient standing for the unread moments of a first Adam
+        step): not this run, maybe the next."""
         if len(launches) != 1:
             return None
         args = launches[0].args
         ends = [*arrays, *outs]
-        if len(args) < len(ends) or not all(isinstance(a, np.ndarray) for a in ends):
+        address = runtime.address
+        pointers = [address(a) for a in ends]
+        if len(args) < len(ends) or None in pointers:
             return None
-        pointers = [a.ctypes.data for a in ends]
         inputs = set(pointers[:len(arrays)])
         for i, a in enumerate(outs, len(arrays)):
             if not a.flags.c_contiguous or pointers[i] in inputs:
                 return None
-        if all(isinstance(a, np.ndarray) and a.ctypes.data == p for a, p in zip(args, pointers)):
+        given = [address(a) for a in args]
+        if given[:len(ends)] == pointers:
             slots, order = range(len(ends)), None
         else:
             if len(set(pointers)) < len(pointers):
                 return AMBIGUOUS
             where = {p: j for j, p in enumerate(pointers)}
-            slots = [i for i, a in enumerate(args) if isinstance(a, np.ndarray) and a.ctypes.data in where]
-            order = tuple(where[args[i].ctypes.data] for i in slots)
+            slots = [i for i, p in enumerate(given) if p is not None and p in where]
+            order = tuple(where[given[i]] for i in slots)
             if set(order) != set(range(len(ends))):
                 return None
         opened = set(slots)
         for i, j in zip(slots, order or range(len(ends))):
             if j >= len(arrays) and args[i].size != ends[j].size:
                 return None
-        if any(isinstance(c, np.ndarray) and np.may_share_memory(c, a)
+        if any(given[i] is not None and runtime.shares_memory(c, a)
                for i, c in enumerate(args) if i not in opened for a in ends):
             return None
         bound = runtime.bind(launches[0], slots)
-        return StepReplay(layout, bound, [(o.shape, o.dtype) for o in outs], order)
+        if bound is None:
+            return None
+        return StepReplay(layout, bound, [(o.shape, o.dtype) for o in outs], order, runtime.empty)
 
     def __call__(self, arrays: list) -> list:
-        # Host arrays from the pool, as the captured run's were (only the CPU runtime binds launches).
-        outs = [empty(shape, dtype) for shape, dtype in self.outputs]
+        outs = [self.empty(shape, dtype) for shape, dtype in self.outputs]
         ends = [*arrays, *outs]
         self.launch.replay(ends if self.order is None else [ends[j] for j in self.order])
         return outs

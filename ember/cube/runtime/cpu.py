@@ -26,7 +26,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple, Sequence
 
@@ -39,6 +38,8 @@ from ..ir import DTYPES
 from ..lang import CubeCount, CubeDim, KernelError
 from ..passes import optimize
 from ..targets import c as c_target
+from .host import empty as host_empty
+from .launches import Launch, LaunchRecorder
 
 FLAGS = ("-O3", "-march=native", "-mprefer-vector-width=512", "-fopenmp", "-shared", "-fPIC", "-std=gnu11",
          "-fno-math-errno")
@@ -236,7 +237,7 @@ def _debug_print(name: str, dim: CubeDim, source: str) -> None:
         print(f"// ---- cube kernel {name} (cube dim {dim}) ----\n{source}", file=sys.stderr)
 
 
-class CpuRuntime:
+class CpuRuntime(LaunchRecorder):
     """Compiles cube kernels to C and runs them on NumPy arrays (see the module docstring)."""
 
     def __init__(self, cache: CompileCache | None = None) -> None:
@@ -254,7 +255,7 @@ class CpuRuntime:
         self._compiled: dict = {}
         self._lock = threading.Lock()
         self._key_locks: dict = {}
-        self._local = threading.local()  # per thread: the list `capture` records launches into
+        LaunchRecorder.__init__(self)
         self._sites: dict = {}  # (kernel, dim, comptime as given, argument dtypes) -> compiled kernel
 
     def compile(self, kernel, dim: CubeDim) -> CompiledKernel:
@@ -392,40 +393,28 @@ class CpuRuntime:
         if count.total == 0:
             return
         launch, pointers, _ = _marshal(compiled, count, args)
-        captured = getattr(self._local, "launches", None)
-        if captured is not None:
-            captured.append(Launch(compiled, count, args))
+        self.recorded(compiled, count, args)
         compiled.fn(launch, (ctypes.c_void_p * len(pointers))(*pointers))
 
-    @contextmanager
-    def capture(self):
-        """Within the block, the calling thread's launches are also recorded, as `Launch`es in the
-        list this yields (what `bind` turns into a replayable launch).
-
-        Example:
-            >>> with rt.capture() as launches:
-            ...     rt.run(compiled, CubeCount(1), (x, y))
-            >>> bound = rt.bind(launches[0], open_slots=(0, 1))
-        """
-        before = getattr(self._local, "launches", None)
-        self._local.launches = launches = []
-        try:
-            yield launches
-        finally:
-            self._local.launches = before
-
-    def bind(self, launch: "Launch", open_slots: Sequence[int]) -> "BoundLaunch":
+    def bind(self, launch: Launch, open_slots: Sequence[int]) -> "BoundLaunch":
         """`launch` marshalled once, its arrays at `open_slots` left to fill in at each replay (the
         other arguments are kept as they were: constants such as a layout array or a size)."""
         return BoundLaunch(launch, open_slots)
 
+    @staticmethod
+    def empty(shape: tuple, dtype) -> np.ndarray:
+        """An uninitialized array for a kernel's output (from the host pool, as the kernel library's)."""
+        return host_empty(shape, dtype)
 
-class Launch(NamedTuple):
-    """One captured launch: the compiled kernel, its cube count and its arguments."""
+    @staticmethod
+    def address(a) -> int | None:
+        """The data pointer of `a` when it is an array this runtime's kernels take, else None."""
+        return data_pointer(a) if isinstance(a, np.ndarray) else None
 
-    compiled: CompiledKernel
-    count: CubeCount
-    args: tuple
+    @staticmethod
+    def shares_memory(a: np.ndarray, b: np.ndarray) -> bool:
+        """Whether `a` and `b` may overlap in memory."""
+        return np.may_share_memory(a, b)
 
 
 def _marshal(compiled: CompiledKernel, count: CubeCount, args: tuple) -> tuple:

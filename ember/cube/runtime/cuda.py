@@ -53,6 +53,7 @@ from .memory_pool import MemoryPool, MemoryStats
 from .nvrtc import INSTALL, compile_cuda
 from .arguments import DeviceArray, Specializing, check_array, check_count
 from .host import host_span
+from .launches import Launch, LaunchRecorder
 
 OUT_OF_MEMORY = 2  # CUDA_ERROR_OUT_OF_MEMORY
 STAGING = 64 << 20  # bytes of pinned host memory used per step of a host <-> device copy
@@ -292,7 +293,7 @@ class CompiledCudaKernel:
 # ----------------------------------------------------------------------------------------------
 # The runtime
 
-class CudaRuntime(Specializing):
+class CudaRuntime(Specializing, LaunchRecorder):
     """Compiles cube kernels to CUDA and runs them on GPU `device` (see the module docstring)."""
 
     ARRAY = CudaArray
@@ -331,6 +332,7 @@ class CudaRuntime(Specializing):
         self._by_call: dict = {}
         self._constants: OrderedDict = OrderedDict()
         self._captured: list | None = None  # arrays allocated (or layouts used) while a graph is captured
+        LaunchRecorder.__init__(self)
         self._lock = threading.RLock()
         self.lock = self._lock
         """Held while a graph is captured; launches, copies and `CudaGraph.replay` take it too, so another
@@ -662,13 +664,8 @@ class CudaRuntime(Specializing):
                     values += (a._address + a.offset, a.size)
                 else:
                     values += self._argument(compiled, i, a, staged)
-            self.activate()
-            with self._lock:
-                status = self.driver.cuLaunchKernel(
-                    compiled.function, count.x, count.y, count.z, dim.x, dim.y, dim.z, compiled.shared,
-                    self.stream, compiled.block.pack(values), 0)
-            if int(status[0]):
-                check(self.driver, status, "cuLaunchKernel", launch_context(compiled.name, count, dim, compiled.shared))
+            self._launch(compiled, count, values)
+            self.recorded(compiled, count, args)
             for a, dev, i in staged:
                 if compiled.written[i]:
                     lo, n = host_span(a)
@@ -676,6 +673,41 @@ class CudaRuntime(Specializing):
         finally:
             for _, dev, _ in staged:
                 dev.free()
+
+    def _launch(self, compiled: CompiledCudaKernel, count: CubeCount, values: list) -> None:
+        """Queue `compiled` with its parameter slots' `values` (`ParameterBlock.pack`)."""
+        dim = compiled.dim
+        self.activate()
+        with self._lock:
+            status = self.driver.cuLaunchKernel(
+                compiled.function, count.x, count.y, count.z, dim.x, dim.y, dim.z, compiled.shared,
+                self.stream, compiled.block.pack(values), 0)
+        if int(status[0]):
+            check(self.driver, status, "cuLaunchKernel", launch_context(compiled.name, count, dim, compiled.shared))
+
+    def bind(self, launch: Launch, open_slots) -> "BoundCudaLaunch | None":
+        """`launch` (recorded by `record_launches`) marshalled once, its arrays at `open_slots` left to fill
+        in at each replay: device arrays of the recorded ones' layouts. The other arguments are kept as
+        they were (a NumPy layout array as its device constant). None when the launch cannot be
+        replayed so: an open slot not a device array, or a NumPy argument the kernel writes or that is
+        too large to keep as a constant.
+
+        Example:
+            >>> with rt.record_launches() as launches:
+            ...     rt.run(compiled, CubeCount(4), (x, y, 2.0))
+            >>> rt.bind(launches[0], open_slots=(0, 1)).replay((x2, y2))
+        """
+        return BoundCudaLaunch.of(self, launch, tuple(open_slots))
+
+    @staticmethod
+    def address(a) -> int | None:
+        """The device address of `a` when it is one of this runtime's arrays, else None."""
+        return a._address + a.offset if isinstance(a, CudaArray) else None
+
+    @staticmethod
+    def shares_memory(a: CudaArray, b: CudaArray) -> bool:
+        """Whether `a` and `b` are views of one allocation (a pool slice)."""
+        return a._address == b._address
 
     def _compiled_for(self, kfn, dim: CubeDim, args: tuple, comptime: dict) -> CompiledCudaKernel:
         """`prepare`, remembered by what the call site passes (its arrays' dtypes, its comptime values
@@ -721,6 +753,50 @@ class CudaRuntime(Specializing):
             if self._captured is not None:  # a graph reads it on every replay: keep it past an eviction
                 self._captured.append(found)
             return found
+
+
+class BoundCudaLaunch:
+    """A recorded launch with its parameter values made once (`CudaRuntime.bind`): a replay writes the
+    addresses of the arrays given for its open slots and queues the kernel, skipping the argument checks
+    and the specialization lookup of `run` (the arrays must have the recorded ones' layouts).
+
+    Example:
+        >>> bound = rt.bind(launch, open_slots=(0, 1))
+        >>> bound.replay((x2, y2))
+    """
+
+    __slots__ = ("runtime", "compiled", "count", "values", "open", "keep")
+
+    def __init__(self, runtime: CudaRuntime, compiled: CompiledCudaKernel, count: CubeCount, values: list,
+                 open_values: tuple, keep: list) -> None:
+        self.runtime, self.compiled, self.count = runtime, compiled, count
+        self.values, self.open, self.keep = values, open_values, keep  # keep: the constants' device arrays
+
+    @staticmethod
+    def of(runtime: CudaRuntime, launch: Launch, open_slots: tuple) -> "BoundCudaLaunch | None":
+        compiled, args = launch.compiled, launch.args
+        values, keep, where = [], [], {}
+        for i, (p, a) in enumerate(zip(compiled.params, args)):
+            if not isinstance(p, ir.Array):
+                values.append(a)
+                continue
+            if not isinstance(a, CudaArray):
+                if i in open_slots or compiled.written[i] or not isinstance(a, np.ndarray) or \
+                        a.nbytes > CONSTANT_BYTES or not a.flags.c_contiguous:
+                    return None
+                a = runtime._constant(a)
+            where[i] = len(values)
+            values += (a._address + a.offset, a.size)
+            if i not in open_slots:
+                keep.append(a)
+        return BoundCudaLaunch(runtime, compiled, launch.count, values, tuple(where[i] for i in open_slots), keep)
+
+    def replay(self, arrays) -> None:
+        """Queue the kernel with `arrays[k]` (device arrays) in open slot `k`."""
+        values = self.values.copy()
+        for k, a in zip(self.open, arrays):
+            values[k] = a._address + a.offset
+        self.runtime._launch(self.compiled, self.count, values)
 
 
 class CudaGraph:

@@ -1,0 +1,51 @@
+"""Recording launches for replay: what a runtime that can replay a step (`bind`) shares.
+
+`Plan` (ember/backend/fusion/plan.py) runs a step's first time inside `runtime.record_launches()`; when
+that run was one launch, it asks `runtime.bind(launch, open_slots)` for a launch marshalled once, whose
+open slots (the step's inputs and outputs) take new arrays at each replay. The CPU runtime binds C
+calls (`cpu.BoundLaunch`), the CUDA runtime `cuLaunchKernel`s (`cuda.BoundCudaLaunch`).
+
+Example:
+    >>> with rt.record_launches() as launches:
+    ...     rt.run(compiled, CubeCount(1), (x, y))
+    >>> rt.bind(launches[0], open_slots=(0, 1)).replay((x2, y2))
+"""
+
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+from typing import Any, NamedTuple
+
+
+class Launch(NamedTuple):
+    """One recorded launch: the compiled kernel, its cube count and its arguments."""
+
+    compiled: Any
+    count: Any
+    args: tuple
+
+
+class LaunchRecorder:
+    """`record_launches()` for a runtime: its `run` calls `self.recorded(...)` with each launch (and its
+    `__init__` calls `LaunchRecorder.__init__`)."""
+
+    def __init__(self) -> None:
+        self._recording = threading.local()  # per thread: the list launches are recorded into, or None
+
+    @contextmanager
+    def record_launches(self):
+        """Within the block, the calling thread's launches on this runtime are also recorded, as
+        `Launch`es in the list this yields (what `bind` turns into a replayable launch)."""
+        before = getattr(self._recording, "launches", None)
+        self._recording.launches = launches = []
+        try:
+            yield launches
+        finally:
+            self._recording.launches = before
+
+    def recorded(self, compiled, count, args: tuple) -> None:
+        """Note one launch for the enclosing `record_launches` block, if any (cheap when there is none)."""
+        launches = getattr(self._recording, "launches", None)
+        if launches is not None:
+            launches.append(Launch(compiled, count, args))
