@@ -167,6 +167,33 @@ def test_a_recorded_launch_binds_and_replays_on_new_arrays(monkeypatch):
     assert rt.bind(launches[0], open_slots=(0,)) is None  # a NumPy array the kernel writes: not replayable
 
 
+def test_a_recorded_cublas_gemm_binds_and_replays_with_new_addresses():
+    """A cuBLAS GEMM is recorded like a launch (args a, b, out) and binds itself: a replay calls
+    cublasGemmStridedBatchedEx with the new arrays' addresses where the recorded ones' were (the
+    operands are swapped in the call: b at 7, a at 11, the output at 16), the rest unchanged."""
+    from ember.cube.runtime.cublas import Gemm
+    calls = []
+    lib = SimpleNamespace(cublasSetStream_v2=lambda handle, stream: calls.append(("stream", stream)) or 0,
+                          cublasGemmStridedBatchedEx=lambda *args: calls.append(args) or 0)
+    rt = CudaRuntime(0, driver=FakeDriver())
+    rt.stream = 7  # the fake driver's stream is a name; the call passes the stream's handle as an int
+    a, b, out = rt.empty((4, 8), np.float32), rt.empty((8, 2), np.float32), rt.empty((4, 2), np.float32)
+    args = tuple(range(23))
+    gemm = Gemm(rt, lib, args, "4x8 @ 8x2")
+    with rt.record_launches() as launches:
+        rt.recorded(gemm, None, (a, b, out))
+    a2, out2 = rt.empty((4, 8), np.float32), rt.empty((4, 2), np.float32)
+    rt.bind(launches[0], open_slots=(0, 2)).replay((a2[1:], out2))  # b stays: a constant operand
+    stream, call = calls
+    assert stream == ("stream", 7)
+    expected = list(args)
+    expected[11], expected[16] = a2.ptr + 32, out2.ptr
+    assert list(call) == expected
+    lib.cublasGemmStridedBatchedEx = lambda *args: 13
+    with pytest.raises(RuntimeError, match=r"cuBLAS GEMM \(4x8 @ 8x2\) failed: status 13"):
+        gemm.call(args)
+
+
 def test_a_captured_graph_keeps_what_it_writes_and_replays(monkeypatch):
     monkeypatch.setattr(rt_cuda, "compile_cuda", lambda source, name, arch, **kw: Binary("ptx", b"//", arch))
     driver = FakeDriver()

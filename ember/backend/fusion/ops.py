@@ -73,10 +73,12 @@ INNER = frozenset(("reshape", "permute", "expand", "slice", "flip", "cat", "pad"
 """Primitives recorded as `Inner` steps (see the module docstring for why these and not the others)."""
 INDEX_OPS = frozenset(("gather", "index_select", "embedding", "scatter", "index_add"))
 """Ops recorded as `Inner` steps when their index is host data in range (`index_in_range`)."""
-REPLAYABLE = frozenset(("adam_update",))
+REPLAYABLE = frozenset(("adam_update", "matmul"))
 """Other primitives whose `Inner` steps a plan captures (`plan.StepReplay`): the kernel library runs each
 as one launch whose constant arguments follow from the inputs' layout alone and which writes its output
-whole (the Adam update: 6 launches of a training step, ~100 us of host time each when run afresh)."""
+whole (the Adam update: ~100 us of host time each when run afresh; a matmul on CUDA, one cuBLAS call or
+tensor-core kernel once tuned, likewise). A run that is not one launch (a matmul on the CPU's BLAS, or
+one that copies an operand first) is simply not captured."""
 STARTS_BLOCK = frozenset(("matmul", "conv", "conv_transpose", "conv_weight_grad"))
 """`INNER` ops before which the stream is cut (see the module docstring)."""
 _BOOL_OP = {"maximum": "logical_or", "minimum": "logical_and"}

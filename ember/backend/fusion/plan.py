@@ -125,17 +125,23 @@ class Plan:
             return run()
         layout = (*what, *[(a.shape, a.strides, a.dtype) for a in arrays])
         replays = self.replays[k]
-        for seen, replay in replays:
+        again = False
+        for i, (seen, replay) in enumerate(replays):
             if seen == layout:
-                # None: this layout's run was not one replayable launch; it is not captured again
-                return run() if replay is None else replay(arrays)
+                if replay is not AGAIN:
+                    # None: this layout's run was not one replayable launch; it is not captured again
+                    return run() if replay is None else replay(arrays)
+                del replays[i]
+                again = True
+                break
         with record() as launches:
             outs = run()
         replay = StepReplay.of(layout, launches, arrays, outs, runtime)
         if replay is not AMBIGUOUS:  # else inputs shared memory this time: try again at the next run
             if len(replays) >= MAX_LAYOUTS:
                 replays.clear()
-            replays.append((layout, replay))
+            # A first run may also compile or tune (an autotuned matmul times its candidates): once more
+            replays.append((layout, AGAIN if replay is None and not again else replay))
         return outs
 
 
@@ -210,6 +216,8 @@ class StepReplay:
 
 AMBIGUOUS = StepReplay((), None, [])
 """`StepReplay.of`'s answer when a launch's slots cannot be told apart by pointer this run."""
+AGAIN = StepReplay((), None, [])
+"""A layout whose first run was not one replayable launch: recorded once more at its next run."""
 
 
 class PlanCache:

@@ -148,9 +148,9 @@ def cublas_matmul(runtime, a, b, tf32: bool = True):
     args = (handle, b_layout[0], a_layout[0], n, m, k, one.ctypes.data, b.ptr, data, b_layout[1], sb, a.ptr, data,
             a_layout[1], sa, zero.ctypes.data, out.ptr, data, n, m * n, batch, compute, _GEMM_DEFAULT)
     if lib is not None:
-        status = lib.cublasSetStream_v2(handle, int(runtime.stream)) or lib.cublasGemmStridedBatchedEx(*args)
-        if status:
-            raise RuntimeError(f"cuBLAS GEMM ({m}x{k} @ {k}x{n}, batch {batch}, {a.dtype}) failed: status {status}")
+        gemm = Gemm(runtime, lib, args, f"{m}x{k} @ {k}x{n}, batch {batch}, {a.dtype}")
+        gemm.call(args)
+        runtime.recorded(gemm, None, (a, b, out))
         return out
     from cupy.cuda import stream
     own_stream = _streams.get(id(runtime))
@@ -159,6 +159,53 @@ def cublas_matmul(runtime, a, b, tf32: bool = True):
     with own_stream:  # CuPy sets the handle's stream from the current one (and refuses while capturing)
         cublas.gemmStridedBatchedEx(*args)
     return out
+
+
+class Gemm:
+    """One cuBLAS GEMM call as the runtime records it (`CudaRuntime.record_launches`: a `Launch` whose
+    args are the operands a, b and the output), so that a fusion plan can replay it on new arrays of the
+    same layouts (`bind`) as it replays a kernel launch: the call's arguments are made once.
+
+    Example:
+        >>> with rt.record_launches() as launches:
+        ...     c = cublas_matmul(rt, a, b)
+        >>> bound = launches[0].compiled.bind(launches[0], open_slots=(0, 1, 2))
+        >>> bound.replay((a2, b2, c2))
+    """
+
+    __slots__ = ("runtime", "lib", "args", "what")
+    POINTERS = (11, 7, 16)
+    """Where a, b and the output's addresses sit in the call's arguments (the operands are swapped)."""
+
+    def __init__(self, runtime, lib, args: tuple, what: str) -> None:
+        self.runtime, self.lib, self.args, self.what = runtime, lib, args, what
+
+    def call(self, args) -> None:
+        status = self.lib.cublasSetStream_v2(args[0], int(self.runtime.stream)) or \
+            self.lib.cublasGemmStridedBatchedEx(*args)
+        if status:
+            raise RuntimeError(f"cuBLAS GEMM ({self.what}) failed: status {status}")
+
+    def bind(self, launch, open_slots) -> "BoundGemm":
+        """This call with the arrays at `open_slots` (0: a, 1: b, 2: the output) given at each replay."""
+        return BoundGemm(self, [self.POINTERS[i] for i in open_slots],
+                         [a for i, a in enumerate(launch.args) if i not in open_slots])
+
+
+class BoundGemm:
+    """A recorded GEMM whose open operands take new arrays' addresses at each `replay` (see `Gemm`)."""
+
+    __slots__ = ("gemm", "slots", "keep")
+
+    def __init__(self, gemm: Gemm, slots: list, keep: list) -> None:
+        self.gemm, self.slots, self.keep = gemm, slots, keep  # keep: the constant operands, alive
+
+    def replay(self, arrays) -> None:
+        args = list(self.gemm.args)
+        for slot, a in zip(self.slots, arrays):
+            args[slot] = a._address + a.offset
+        self.gemm.runtime.activate()
+        self.gemm.call(args)
 
 
 __all__ = ["cublas_available", "cublas_matmul", "operand_layout", "product_output"]

@@ -687,7 +687,8 @@ class CudaRuntime(Specializing, LaunchRecorder):
 
     def bind(self, launch: Launch, open_slots) -> "BoundCudaLaunch | None":
         """`launch` (recorded by `record_launches`) marshalled once, its arrays at `open_slots` left to fill
-        in at each replay: device arrays of the recorded ones' layouts. The other arguments are kept as
+        in at each replay: device arrays of the recorded ones' layouts (a recorded library call, such as
+        `cublas.Gemm`, binds itself). The other arguments are kept as
         they were (a NumPy layout array as its device constant). None when the launch cannot be
         replayed so: an open slot not a device array, or a NumPy argument the kernel writes or that is
         too large to keep as a constant.
@@ -697,6 +698,9 @@ class CudaRuntime(Specializing, LaunchRecorder):
             ...     rt.run(compiled, CubeCount(4), (x, y, 2.0))
             >>> rt.bind(launches[0], open_slots=(0, 1)).replay((x2, y2))
         """
+        own = getattr(launch.compiled, "bind", None)  # a recorded library call (cublas.Gemm)
+        if own is not None:
+            return own(launch, tuple(open_slots))
         return BoundCudaLaunch.of(self, launch, tuple(open_slots))
 
     @staticmethod
