@@ -29,7 +29,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ...cube.kernels.common import creating_on
+from ...cube.kernels.common import CREATING_ON
 from ...cube.runtime.arguments import DeviceArray, HostCopyError
 from ...cube.runtime.host import host_pool
 from ...cube.runtime.memory_pool import MemoryStats
@@ -63,6 +63,7 @@ class CubeBackend(Backend):
         if runtime is not None:
             self.dtypes = tuple(d for d in ALL if d.name in runtime.dtypes)
             self._held = frozenset(np.dtype(d.np) for d in self.dtypes)
+            self._held_dtypes = frozenset(self.dtypes)
             self._where = getattr(runtime, "adapter_name", None) or repr(runtime)
             self._unrenderable = getattr(runtime, "TARGET_ERRORS", ())
         self.fallbacks: set[str] = set()
@@ -84,24 +85,31 @@ class CubeBackend(Backend):
 
     def _execute_on_device(self, prim: Primitive, inputs: Sequence, params: dict, out: Aval):
         held = self._held
-        for dtype in [a.dtype for a in inputs] + [np.dtype(out.dtype.np)]:
-            if dtype not in held:
-                raise UnsupportedDTypeError(
-                    f"{prim.name}: {dtype_of(dtype).name} cannot be held by the cube kernels of {self._where} "
-                    f"(they hold {', '.join(d.name for d in self.dtypes)})")
+        if out.dtype not in self._held_dtypes:
+            self._refuse(prim, out.dtype)
+        for a in inputs:
+            if a.dtype not in held:
+                self._refuse(prim, dtype_of(a.dtype))
         row = TABLE.get(prim.name)
         if row is not None:
+            token = CREATING_ON.set(self.runtime)  # creation kernels (fill, uniform) allocate there
             try:
-                with creating_on(self.runtime):
-                    result = row.run(out, *inputs, **params)
+                result = row.run(out, *inputs, **params)
                 if isinstance(result, DeviceArray):
                     return result
                 return self.from_host(np.asarray(result))  # a row that answered on the host
             except (Unlowered, HostCopyError, *self._unrenderable):
                 pass  # a kernel this target cannot render (an i64 scalar on WGSL), a host-only row
+            finally:
+                CREATING_ON.reset(token)
         self.fallbacks.add(prim.name)
         result = prim.reference(*[self.to_host(a) for a in inputs], **params)
         return self.from_host(np.asarray(result))
+
+    def _refuse(self, prim: Primitive, dtype) -> None:
+        raise UnsupportedDTypeError(
+            f"{prim.name}: {dtype.name} cannot be held by the cube kernels of {self._where} "
+            f"(they hold {', '.join(d.name for d in self.dtypes)})")
 
     def from_host(self, array: np.ndarray):
         if self.runtime is None:

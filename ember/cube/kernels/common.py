@@ -20,7 +20,6 @@ Example:
 from __future__ import annotations
 
 import functools
-from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Sequence
 
@@ -39,12 +38,20 @@ UNITS = 256  # units per cube for one-element-per-unit kernels
 ROW_CHUNK = 4096  # a row-by-row kernel gives each cube at least this much of a long row (`row_chunks`)
 
 
-_creating_on: ContextVar = ContextVar("creating_on", default=None)
+CREATING_ON: ContextVar = ContextVar("creating_on", default=None)
+"""The runtime `empty` allocates on when no operand is a device array (None: the host), so creation
+functions (`uniform`, `fill`, ...) make their outputs there. The Cube backend sets it around each op.
+
+Example:
+    >>> token = CREATING_ON.set(wgpu_runtime())
+    >>> x = random.uniform((3,), seed=0)              # a WgpuArray
+    >>> CREATING_ON.reset(token)
+"""
 
 
 def empty(shape, dtype, *like):
     """An uninitialized C-contiguous array of `shape` and `dtype` on the runtime of the first device
-    array among `like` (or of `creating_on`), else a NumPy array from the host pool.
+    array among `like` (or of `CREATING_ON`), else a NumPy array from the host pool.
 
     Example:
         >>> empty((2, 3), np.float32, x).shape        # x a WgpuArray: a WgpuArray on x's adapter
@@ -54,7 +61,7 @@ def empty(shape, dtype, *like):
     for a in like:
         if isinstance(a, DeviceArray):
             return a.runtime.empty(shape, dtype)
-    runtime = _creating_on.get()
+    runtime = CREATING_ON.get()
     if runtime is not None:
         return runtime.empty(shape, dtype)
     return host_empty(shape, np.dtype(dtype))
@@ -68,22 +75,6 @@ def zeros(shape, dtype, *like):
     else:
         out[...] = 0
     return out
-
-
-@contextmanager
-def creating_on(runtime):
-    """Within the block, `empty` with no device operand allocates on `runtime` (None: the host), so
-    creation functions (`uniform`, `fill`, ...) make their outputs there.
-
-    Example:
-        >>> with creating_on(wgpu_runtime()):
-        ...     x = random.uniform((3,), seed=0)              # a WgpuArray
-    """
-    token = _creating_on.set(runtime)
-    try:
-        yield runtime
-    finally:
-        _creating_on.reset(token)
 
 
 def asarray(x):
