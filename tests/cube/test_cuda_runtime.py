@@ -194,6 +194,25 @@ def test_a_recorded_cublas_gemm_binds_and_replays_with_new_addresses():
         gemm.call(args)
 
 
+def test_a_view_step_replays_as_the_same_view_of_a_new_input():
+    """A movement step that launched nothing and gave a view of its device input (`plan.ViewReplay`):
+    replayed as that view (shape, strides, offset from the input's) of a new input; copies, NumPy
+    inputs and runs that launched something are not views."""
+    from ember.backend.fusion.plan import ViewReplay
+    rt = CudaRuntime(0, driver=FakeDriver())
+    x = rt.empty((4, 6), np.float32)
+    view = x[1:, ::2].T
+    replay = ViewReplay.of([], [x], [view], rt)
+    y = rt.empty((4, 6), np.float32)
+    (again,) = replay([y])
+    assert (again.shape, again.strides, again.ptr - y.ptr) == (view.shape, view.strides, view.ptr - x.ptr)
+    assert again.owner is y and isinstance(again, rt_cuda.CudaArray)
+    assert ViewReplay.of([], [x], [rt.empty((6, 4), np.float32)], rt) is None    # a copy: another allocation
+    assert ViewReplay.of(["a launch"], [x], [view], rt) is None
+    host = np.zeros((4, 6), np.float32)
+    assert ViewReplay.of([], [host], [host.T], rt) is None                       # NumPy views cost little
+
+
 def test_a_captured_graph_keeps_what_it_writes_and_replays(monkeypatch):
     monkeypatch.setattr(rt_cuda, "compile_cuda", lambda source, name, arch, **kw: Binary("ptx", b"//", arch))
     driver = FakeDriver()

@@ -73,12 +73,16 @@ INNER = frozenset(("reshape", "permute", "expand", "slice", "flip", "cat", "pad"
 """Primitives recorded as `Inner` steps (see the module docstring for why these and not the others)."""
 INDEX_OPS = frozenset(("gather", "index_select", "embedding", "scatter", "index_add"))
 """Ops recorded as `Inner` steps when their index is host data in range (`index_in_range`)."""
-REPLAYABLE = frozenset(("adam_update", "matmul"))
+MOVEMENT = frozenset(("reshape", "permute", "expand", "slice", "flip"))
+"""Movement ops: every output value is a value of their input (a view, or a copy when the strides
+cannot express the result)."""
+REPLAYABLE = frozenset(("adam_update", "matmul")) | MOVEMENT
 """Other primitives whose `Inner` steps a plan captures (`plan.StepReplay`): the kernel library runs each
 as one launch whose constant arguments follow from the inputs' layout alone and which writes its output
 whole (the Adam update: ~100 us of host time each when run afresh; a matmul on CUDA, one cuBLAS call or
-tensor-core kernel once tuned, likewise). A run that is not one launch (a matmul on the CPU's BLAS, or
-one that copies an operand first) is simply not captured."""
+tensor-core kernel once tuned, likewise; a reshape that copies). A movement op that makes a view of a
+device array replays as that view (`plan.ViewReplay`). A run that is none of these (a matmul on the
+CPU's BLAS, one that copies an operand first, a view of a NumPy array) is simply not captured."""
 STARTS_BLOCK = frozenset(("matmul", "conv", "conv_transpose", "conv_weight_grad"))
 """`INNER` ops before which the stream is cut (see the module docstring)."""
 _BOOL_OP = {"maximum": "logical_or", "minimum": "logical_and"}
@@ -116,13 +120,11 @@ def index_in_range(name: str, inputs: Sequence, params: dict) -> bool:
 
 EMPTY = ()
 """`index_bounds` of a value with no elements."""
-_SAME_VALUES = frozenset(("reshape", "permute", "expand", "slice", "flip"))
-"""Movement ops whose every output value is a value of their input."""
 
 
 def index_bounds(value, depth: int = 8) -> tuple[int, int] | tuple | None:
     """(min, max) of the integer values `value` (a stream `Record` or a concrete array) will hold, known
-    from host data without running anything: a NumPy array's own; a movement op's (`_SAME_VALUES`)
+    from host data without running anything: a NumPy array's own; a movement op's (`MOVEMENT`)
     its input's; a `where`'s the union of its two choices' (a `masked_fill` of host targets). `EMPTY`
     for no values; None when unknown (data on a device, another op, `depth` records deep).
 
@@ -137,7 +139,7 @@ def index_bounds(value, depth: int = 8) -> tuple[int, int] | tuple | None:
     name = getattr(getattr(value, "prim", None), "name", None)
     if depth == 0 or name is None:
         return None
-    if name in _SAME_VALUES:
+    if name in MOVEMENT:
         return index_bounds(value.inputs[0], depth - 1)
     if name == "where":
         a, b = (index_bounds(v, depth - 1) for v in value.inputs[1:])
