@@ -268,13 +268,15 @@ def test_cublas_reads_rows_and_transposed_views_in_place():
     from ember.cube.runtime.arguments import DeviceArray
     from ember.cube.runtime.cublas import operand_layout
     w = DeviceArray(None, (3072, 768), np.float32)
-    assert operand_layout(w, 3072, 768) == (0, 768)             # rows: no transpose, ld = columns
-    assert operand_layout(w.T, 768, 3072) == (1, 768)           # a transposed view: the transpose flag
+    assert operand_layout(w, 3072, 768) == (0, 768, 0)          # rows: no transpose, ld = columns
+    assert operand_layout(w.T, 768, 3072) == (1, 768, 0)        # a transposed view: the transpose flag
+    assert operand_layout(w[:, 256:512], 3072, 256) == (0, 768, 0)  # a slice of wider rows: ld = the row step
     batch = DeviceArray(None, (4, 64, 32), np.float32)
-    assert operand_layout(batch.transpose(0, 2, 1), 32, 64) == (1, 32)
-    assert operand_layout(batch.transpose(1, 0, 2), 4, 32) is None     # matrices not 64*32 apart: a copy
+    assert operand_layout(batch.transpose(0, 2, 1), 32, 64) == (1, 32, 2048)
+    assert operand_layout(batch.transpose(1, 0, 2), 4, 32) == (0, 2048, 32)  # matrices 32 elements apart
     assert operand_layout(w[:, ::2], 3072, 384) is None                 # strided columns: a copy
-    assert operand_layout(DeviceArray(None, (1, 768), np.float32).broadcast_to((5, 1, 768)), 1, 768) is None
+    assert operand_layout(w[::-1], 3072, 768) is None                   # negative strides: a copy
+    assert operand_layout(DeviceArray(None, (1, 768), np.float32).broadcast_to((5, 1, 768)), 1, 768) == (0, 768, 0)
 
 
 class FakeDriver:
@@ -625,7 +627,11 @@ def test_cublas_matmul_of_transposed_and_strided_views(rt, dtype):
     cases = [(rt.to_device(a), rt.to_device(b).T),
              (rt.to_device(a).T, rt.to_device(host(70, 30))),
              (rt.to_device(c).transpose(0, 2, 1), rt.to_device(d).transpose(0, 2, 1)),
-             (rt.to_device(a)[:, ::2], rt.to_device(host(25, 8)))]  # strided columns: copied
+             (rt.to_device(a)[:, ::2], rt.to_device(host(25, 8))),   # strided columns: copied
+             (rt.to_device(host(70, 150))[:, 50:100], rt.to_device(host(2, 50, 90))[1, :, 30:60]),  # row slices
+             (rt.to_device(host(4, 30, 150))[:, :, 100:], rt.to_device(host(50, 20)).T.T),  # a batch of slices
+             (rt.to_device(host(30, 50)).broadcast_to((3, 30, 50)), rt.to_device(host(3, 60, 50)).transpose(0, 2, 1)),
+             (rt.to_device(host(5, 4, 30, 50)).transpose(1, 0, 2, 3)[2], rt.to_device(host(50, 7)))]  # batch step
     for x, y in cases:
         want = x.numpy().astype(np.float64) @ y.numpy().astype(np.float64)
         got = cublas_matmul(rt, x, y, tf32=False).numpy()

@@ -5,9 +5,9 @@ with `cublasGemmStridedBatchedEx` on the runtime's stream, on the same device me
 its cuBLAS handle and loads libcublas. The two calls (`cublasSetStream_v2`, the GEMM) go to libcublas
 through ctypes, not through CuPy's wrappers, which refuse any call while the stream captures a CUDA
 graph: so a fusion plan holding a matmul can be replayed as a graph (`fusion/graphs.py`). Operands
-whose last two dims are rows (C order) or columns (a transposed view, as the matmul's gradients
-`g @ w.T` and `x.T @ g` pass them) are read in place (cuBLAS's transpose flag); other layouts are
-copied first. f16/bf16 accumulate in f32; f32
+whose last two dims are rows (C order, or rows of a wider matrix: a slice) or columns (a transposed
+view, as the matmul's gradients `g @ w.T` and `x.T @ g` pass them) are read in place (the leading
+dimension, the batch stride, cuBLAS's transpose flag); other layouts are copied first. f16/bf16 accumulate in f32; f32
 uses TF32 tensor cores when `tf32` is true (as `[cuda] allow_tf32` says), else full f32.
 
 Why CuPy and not cuBLASLt through nvmath-python: CuPy is on the GPU machines we run on and its
@@ -92,22 +92,25 @@ def product_output(runtime, a, b) -> tuple:
 
 
 def operand_layout(x, rows: int, cols: int) -> tuple | None:
-    """(cuBLAS op, leading dimension) that reads the last two dims of `x` (`rows` x `cols`) in place:
-    (N, cols) for rows in C order, (T, rows) for a transposed view; None for other strides (and for a
-    3-D batch whose matrices are not `rows * cols` elements apart).
+    """(cuBLAS op, leading dimension, batch stride) that reads the last two dims of `x` (`rows` x `cols`)
+    in place, in elements: (N, row step) for rows of unit-stride elements (a C-order matrix, or a slice of
+    a wider one: the q, k, v thirds of a packed projection), (T, column step) for a transposed view; the
+    batch stride is the first dim's step of a 3-D `x` (0 when it broadcasts). None for other strides
+    (negative, not whole elements, or neither dim unit-stride): the caller copies.
 
     Example:
         >>> operand_layout(w.T, 768, 3072)        # w a C-contiguous (3072, 768) device array
-        (1, 768)
+        (1, 768, 0)
     """
     s = x.itemsize
-    if len(x.shape) == 3 and x.shape[0] > 1 and x.strides[0] != rows * cols * s:
+    if any(step < 0 or step % s for step in x.strides):
         return None
-    row_step, col_step = x.strides[-2:]
-    if (col_step == s or cols == 1) and (row_step == cols * s or rows == 1):
-        return _OP_N, max(cols, 1)
-    if (row_step == s or rows == 1) and (col_step == rows * s or cols == 1):
-        return _OP_T, max(rows, 1)
+    batch = x.strides[0] // s if len(x.shape) == 3 and x.shape[0] > 1 else 0
+    row_step, col_step = (step // s for step in x.strides[-2:])
+    if (col_step == 1 or cols == 1) and (rows == 1 or row_step >= max(cols, 1)):
+        return _OP_N, max(cols, 1) if rows == 1 else row_step, batch
+    if (row_step == 1 or rows == 1) and (cols == 1 or col_step >= max(rows, 1)):
+        return _OP_T, max(rows, 1) if cols == 1 else col_step, batch
     return None
 
 
@@ -129,10 +132,14 @@ def cublas_matmul(runtime, a, b, tf32: bool = True):
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     a_layout, b_layout = operand_layout(a, m, k), operand_layout(b, k, n)
     if a_layout is None:
-        a, a_layout = a.copy(), (_OP_N, max(k, 1))
+        a = a.copy()
+        a_layout = operand_layout(a, m, k)
     if b_layout is None:
-        b, b_layout = b.copy(), (_OP_N, max(n, 1))
-    out, (m, n, k, batch, sa, sb) = product_output(runtime, a, b)
+        b = b.copy()
+        b_layout = operand_layout(b, k, n)
+    out, (m, n, k, batch, _, _) = product_output(runtime, a, b)
+    sa = a_layout[2] if len(a.shape) == 3 and a.shape[0] == batch else 0  # 0: one matrix for the batch
+    sb = b_layout[2] if len(b.shape) == 3 and b.shape[0] == batch else 0
     if out.size == 0:
         return out
     if k == 0:
