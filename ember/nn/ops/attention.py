@@ -82,10 +82,68 @@ def _forward_reference(q, k, v, *, scale: float, causal: bool, offset: int) -> n
     return np.concatenate([out, lse[..., None]], axis=-1).astype(s.dtype)
 
 
+MATERIALIZE_KINDS = ("cuda",)
+"""Device kinds whose attention backward goes through the L x S matrices (`_materialized_backward`)."""
+MATERIALIZE_MAX_BYTES = 1 << 30
+"""The largest L x S matrix (all batch*heads, in bytes) that backward materializes; larger: the kernels."""
+MATERIALIZE_MIN_SCORES = 256 * 256
+"""The smallest L * S that backward materializes: below it the kernels cost less than the ~25 more
+recorded ops (host time) of the matmul route (H200: the encoder's 128 x 128 got slower, GPT's 1024 x 1024
+faster on the GPU)."""
+
+
+def _materialized(q: Tensor, k: Tensor, causal: bool, offset: int) -> bool:
+    """Whether backward runs as matmuls over the L x S matrices: f32/f64 on a `MATERIALIZE_KINDS` device,
+    every query row seeing a key (no -inf logsumexp), L * S at least `MATERIALIZE_MIN_SCORES` and the
+    matrix within `MATERIALIZE_MAX_BYTES`."""
+    bh, n_q, _ = q.shape
+    n_k = k.shape[1]
+    return (q.device.kind in MATERIALIZE_KINDS and q.dtype.itemsize >= 4 and n_k > 0
+            and (offset >= 0 or not causal) and n_q * n_k >= MATERIALIZE_MIN_SCORES
+            and bh * n_q * n_k * q.dtype.itemsize <= MATERIALIZE_MAX_BYTES)
+
+
+_biases: dict = {}  # (L, S, offset, dtype, device) -> the causal bias on the device (a few kept)
+
+
+def _causal_bias(n_q: int, n_k: int, offset: int, dtype: DType, device) -> Tensor:
+    """(L, S): 0 where query i sees key j, -inf where j > i + offset; made once per shape and kept (a host
+    upload every backward would wait for the GPU: the runtime's copies from the host synchronize)."""
+    key = (n_q, n_k, offset, dtype, device)
+    bias = _biases.get(key)
+    if bias is None:
+        from ...api.creation import tensor
+        blocked = np.arange(n_k)[None, :] > np.arange(n_q)[:, None] + offset
+        bias = tensor(np.where(blocked, -np.inf, 0).astype(dtype.np), device=device)
+        if len(_biases) >= 4:
+            _biases.pop(next(iter(_biases)))
+        _biases[key] = bias
+    return bias
+
+
+def _materialized_backward(g: Tensor, out: Tensor, q: Tensor, k: Tensor, v: Tensor, *, scale: float,
+                           causal: bool, offset: int) -> tuple:
+    """dQ, dK, dV with P recomputed as one (BH, L, S) matrix: five batched matmuls (cuBLAS on the GPU,
+    with its tensor cores) and elementwise ops the fusion layer fuses, instead of the flash kernels' plain
+    FMAs (GPT-2 small on an H200: 4.3 ms a layer in the kernels). Needs every row to see a key."""
+    ev = v.shape[-1]
+    scores = (q @ k.transpose(-1, -2)) * scale - out[..., ev:]  # out[..., ev:]: the logsumexp, (BH, L, 1)
+    if causal:
+        scores = scores + _causal_bias(q.shape[1], k.shape[1], offset, q.dtype, q.device)
+    p = scores.exp()
+    grad = g[..., :ev]
+    delta = (grad * out[..., :ev]).sum(-1, keepdim=True) - g[..., ev:]
+    ds = p * (grad @ v.transpose(-1, -2) - delta)
+    return (ds @ k) * scale, (ds.transpose(-1, -2) @ q) * scale, p.transpose(-1, -2) @ grad
+
+
 def _forward_backward(g: Tensor, out: Tensor, q: Tensor, k: Tensor, v: Tensor, *, scale: float, causal: bool,
                       offset: int) -> tuple:
     e = q.shape[-1]
     params = dict(scale=scale, causal=causal, offset=offset)
+    if _materialized(q, k, causal, offset):
+        dq, dk, dv = _materialized_backward(g, out, q, k, v, **params)
+        return dq.cast(q.dtype), dk.cast(k.dtype), dv.cast(v.dtype)
     dq = attention_grad_q(q, k, v, out, g, **params)
     dkv = attention_grad_kv(q, k, v, out, g, **params)
     return dq.cast(q.dtype), dkv[..., :e].cast(k.dtype), dkv[..., e:].cast(v.dtype)
