@@ -10,6 +10,9 @@ flash-style cube kernels of `ember/cube/kernels/attention.py`:
   and its gradient: P is recomputed block by block from Q, K and the saved logsumexp; dV = P^T dO,
   dS = P * (dO V^T - delta), dQ = dS K * scale, dK = dS^T Q * scale, with delta = rowsum(dO * O) - (the
   logsumexp's own gradient), so a loss that uses the returned logsumexp differentiates through it too.
+  On CUDA, f32/f64 backward of L * S >= 256^2 (and within 1 GiB) takes the L x S matrices instead
+  (`_materialized_backward`: five batched cuBLAS matmuls on the tensor cores and fused elementwise ops;
+  GPT-2 small on an H200: GPU time 126.6 -> 95.9 ms a step), at the cost of ~22 more recorded ops a layer.
 
 Each has a NumPy reference (Device.numpy() runs it; the tests use it), which does build the L x S matrix.
 Causal masking blocks key j for query i when j > i + offset (offset 0: PyTorch's top-left alignment;
