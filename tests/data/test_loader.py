@@ -215,6 +215,9 @@ def test_keyboard_interrupt_while_waiting_stops_workers() -> None:
     it = iter(loader)
     assert next(it)[1].tolist() == [0, 1]
     # Batch 1 stalls in the worker, so the main process is waiting inside next() when Ctrl-C lands.
+    # Python's own SIGINT handler, whatever ran before in this process (a pytest-xdist worker may hold
+    # another, or ignore SIGINT: then next() waited out the stall and the test failed).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
     try:
         with pytest.raises(KeyboardInterrupt):
@@ -222,6 +225,7 @@ def test_keyboard_interrupt_while_waiting_stops_workers() -> None:
             next(it)
     finally:
         timer.cancel()
+        signal.signal(signal.SIGINT, previous)
     assert leaked() == []
 
 
