@@ -77,6 +77,32 @@ def test_matmul_epilogue_reads_the_matmul_output_once(cpu, rng):
     assert sorted(op.split()[1] for op in report.inner) == ["matmul", "sum"]  # recorded, run on the inner backend
 
 
+@pytest.mark.parametrize("lone_broadcasts", [False, True])
+def test_a_lone_broadcasting_op_is_its_own_kernel_where_the_backend_asks(cpu, rng, monkeypatch, lone_broadcasts):
+    # The bias add between a matmul and a reshape: alone in its group. The library runs it (copying the
+    # broadcast bias first) unless the backend asks for lone broadcasts as kernels (CUDA does).
+    backend = ember.debug.fusion_backend(cpu)
+    monkeypatch.setattr(backend, "lone_broadcasts", lone_broadcasts)
+    monkeypatch.setattr(backend, "plans", type(backend.plans)())  # plans made with the other setting stay out
+    x = ember.tensor(rng.standard_normal((6, 5)).astype(np.float32), device=cpu)
+    w = ember.tensor(rng.standard_normal((5, 8)).astype(np.float32), device=cpu)
+    bias = ember.tensor(rng.standard_normal(8).astype(np.float32), device=cpu)
+    scalar = ember.tensor(np.float32(1.5), device=cpu)
+    out = {}
+
+    def fn(a):
+        out["y"] = (a @ w + bias).reshape(3, 16)
+        out["z"] = (a @ w) * scalar  # a one-element operand: the library reads it in place, no copy
+        return out["y"]
+    report = ember.debug.explain(fn, x)
+    assert kinds(report) == (["fused elementwise"] if lone_broadcasts else [])
+    assert sorted(op.split()[1] for op in report.inner) == (
+        ["matmul", "matmul", "mul", "reshape"] if lone_broadcasts else ["add", "matmul", "matmul", "mul", "reshape"])
+    product = x.numpy() @ w.numpy()
+    np.testing.assert_allclose(out["y"].numpy(), (product + bias.numpy()).reshape(3, 16), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out["z"].numpy(), product * 1.5, rtol=1e-5, atol=1e-6)
+
+
 def test_max_ops_cuts_the_stream(cpu, rng):
     backend = ember.debug.fusion_backend(cpu)
     x = ember.tensor(rng.standard_normal(10).astype(np.float32), device=cpu)

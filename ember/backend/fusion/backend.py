@@ -75,6 +75,8 @@ class Fusion(Decorator):
         # Ops of dtypes the inner backend cannot hold run at once (raising there); so do those whose
         # fused values the target would compute differently (`UNFUSED_DTYPES`: WGSL's emulated i8, u8, i16).
         self._held = frozenset(d for d in self.dtypes if d.name not in getattr(runtime, "UNFUSED_DTYPES", ()))
+        # On CUDA a lone op with a broadcast operand is a kernel of its own (`fusers.select`).
+        self.lone_broadcasts = getattr(runtime, "target", None) == "cuda"
         self.enabled = True
         self.plans = PlanCache()
         self.counts = dict.fromkeys(("recorded", "flushes", "kernels", "inner_ops", "bytes_saved", "fallbacks",
@@ -159,7 +161,7 @@ class Fusion(Decorator):
             with self._shared:
                 plan = self.plans.get(key)
                 if plan is None:
-                    plan = Plan(Block.of(records, externals, external_avals, live))
+                    plan = Plan(Block.of(records, externals, external_avals, live), self.lone_broadcasts)
                     self.plans.put(key, plan)
             if self.observer is not None:
                 self.observer(plan, records)

@@ -19,7 +19,12 @@
    division, never stored).
 
 A group of one op with nothing to save runs through the inner backend's kernel library, whose kernels
-are compiled already; everything else becomes one generated kernel (`codegen`).
+are compiled already; everything else becomes one generated kernel (`codegen`). With
+`lone_broadcasts` (the fusion backend sets it on CUDA) a lone op with an operand broadcast along a
+dimension becomes a kernel of its own too: the library would first copy that operand to the full
+shape (a bias add after a matmul: two launches and a full-size write and read more), where a
+generated kernel reads it in place and replays as one launch. On the CPU and WGPU the library's copy
+is kept: there a new kernel per broadcast pattern is a C or WGSL compile, which a cold cache (CI) pays.
 
 Example:
     >>> [type(s).__name__ for s in select(block)]     # y = exp(x) * 2; s = y.sum()
@@ -29,6 +34,7 @@ Example:
 from __future__ import annotations
 
 import heapq
+import math
 from dataclasses import dataclass
 
 from .codegen import Program, Reduction
@@ -209,8 +215,15 @@ def _unfused(block: Block, members: list[int], counted: set) -> int:
     return _traffic(block, fresh)
 
 
-def select(block: Block) -> list:
-    """The steps that compute the block's needed values, in an order that respects dependencies."""
+def _broadcasts(block: Block, index: int) -> bool:
+    """Whether node `index` reads an operand of more than one element broadcast to its shape."""
+    shape = block.nodes[index].aval.shape
+    return any(a.shape != shape and math.prod(a.shape) > 1 for a in map(block.aval, block.nodes[index].inputs))
+
+
+def select(block: Block, lone_broadcasts: bool = False) -> list:
+    """The steps that compute the block's needed values, in an order that respects dependencies; with
+    `lone_broadcasts`, a lone broadcasting op is a kernel of its own (see the module docstring)."""
     kinds = _kinds(block)
     nodes = block.nodes
 
@@ -235,7 +248,7 @@ def select(block: Block) -> list:
             for h, values in readers.items():
                 for v in values:
                     extra[h].update(_cone(block, full, v))
-        elif len(full) == 1:
+        elif len(full) == 1 and not (lone_broadcasts and _broadcasts(block, full[0])):
             steps.append(Inner(full[0]))
         else:
             program, inputs = _program(block, full, outputs)

@@ -41,8 +41,8 @@ from .graphs import replays_for
 class Plan:
     """Steps with their input refs, and when each value can be dropped (see the module docstring)."""
 
-    def __init__(self, block: Block) -> None:
-        self.steps = select(block)
+    def __init__(self, block: Block, lone_broadcasts: bool = False) -> None:
+        self.steps = select(block, lone_broadcasts)
         self.refs = [block.nodes[s.index].inputs if type(s) is Inner else s.inputs for s in self.steps]
         self.sources = [self._source_node(block, s) for s in self.steps]
         self.live = [n.index for n in block.nodes if n.live]
