@@ -156,3 +156,133 @@ def test_adam_updates_replay_on_new_data(cpu, rng, monkeypatch):
         if t == 2:
             second = len(runs)
     assert 2 <= second and len(runs) == second  # launched afresh at steps 1 and 2 (captured), then replayed
+
+
+class _Kernel:
+    """A fake compiled kernel: `fn(*args)` on NumPy arrays, `written[i]` when it stores to argument i."""
+
+    def __init__(self, fn, written: tuple) -> None:
+        self.fn, self.written = fn, written
+
+
+class _Bound:
+    def __init__(self, launch, slots) -> None:
+        self.launch, self.slots = launch, list(slots)
+
+    def replay(self, arrays) -> None:
+        args = list(self.launch.args)
+        for slot, a in zip(self.slots, arrays):
+            args[slot] = a
+        self.launch.compiled.fn(*args)
+
+
+class _Runtime:
+    """A runtime on NumPy arrays that notes its allocations and launches, as the CUDA runtime does."""
+
+    def __init__(self) -> None:
+        from ember.cube.runtime.launches import Launches
+        self.launches = Launches()
+        self.launches.allocations = []
+        self.allocated = 0
+
+    @staticmethod
+    def address(a):
+        return a.__array_interface__["data"][0] if isinstance(a, np.ndarray) else None
+
+    shares_memory = staticmethod(np.may_share_memory)
+
+    def empty(self, shape, dtype):
+        self.allocated += 1
+        a = np.empty(shape, dtype)
+        self.launches.allocations.append(a)
+        return a
+
+    def run(self, kernel: _Kernel, *args) -> None:
+        from ember.cube.runtime.launches import Launch
+        self.launches.append(Launch(kernel, None, args))
+        kernel.fn(*args)
+
+    def bind(self, launch, slots):
+        return _Bound(launch, slots)
+
+
+def _partial_sums(x, partial):
+    partial[...] = x.reshape(len(partial), -1).sum(axis=1)
+
+
+def _total(partial, out):
+    out[...] = partial.sum()
+
+
+PARTIALS = _Kernel(_partial_sums, (False, True))
+TOTAL = _Kernel(_total, (False, True))
+
+
+def _two_stage_sum(rt: _Runtime, x: np.ndarray) -> np.ndarray:
+    rt.empty((1,), x.dtype)  # allocated and never used (as the library's reduce does before it splits)
+    partial = rt.empty((4,), x.dtype)
+    rt.run(PARTIALS, x, partial)
+    out = rt.empty((1,), x.dtype)
+    rt.run(TOTAL, partial.reshape(2, 2), out)  # a view of the scratch, at its address
+    return out.reshape(())
+
+
+def test_a_run_of_several_launches_replays_with_fresh_scratch_and_outputs(rng):
+    """`StepReplay` of a two-launch reduction (partial sums into a scratch array, then their total): the
+    inputs and outputs fill the launches' slots, the scratch is allocated afresh at each replay, and
+    only a layout's later run is taken (its first may have tuned)."""
+    from ember.backend.fusion.plan import StepReplay
+    rt = _Runtime()
+    x = rng.standard_normal(32).astype(np.float32)
+    out = _two_stage_sum(rt, x)
+    layout = ("sum",)
+    assert StepReplay.of(layout, rt.launches, [x], [out], rt, first=True) is None
+    replay = StepReplay.of(layout, rt.launches, [x], [out], rt, first=False)
+    assert replay is not None and len(replay.launches) == 2 and replay.scratch == [((4,), np.float32)]
+    results = []
+    for _ in range(3):
+        y = rng.standard_normal(32).astype(np.float32)
+        before = rt.allocated
+        got, = replay([y])
+        assert rt.allocated == before + 2  # the output and the scratch, fresh
+        results.append((got, y))
+    for got, y in results:  # earlier outputs are not overwritten by later replays
+        assert got.shape == () and not np.shares_memory(got, out)
+        np.testing.assert_allclose(got, y.sum(), rtol=1e-5)
+
+
+def test_a_run_of_several_launches_is_not_replayed_when_it_writes_elsewhere(rng):
+    """A launch of the sequence that writes an array the run did not allocate (state kept between runs),
+    or an output that no launch writes, keeps the step from being captured."""
+    from ember.backend.fusion.plan import StepReplay
+    x = rng.standard_normal(32).astype(np.float32)
+    kept = np.zeros(4, np.float32)
+    rt = _Runtime()
+    rt.run(PARTIALS, x, kept)
+    out = rt.empty((1,), x.dtype)
+    rt.run(TOTAL, kept, out)
+    assert StepReplay.of(("sum",), rt.launches, [x], [out], rt, first=False) is None
+    rt = _Runtime()
+    partial = rt.empty((4,), x.dtype)
+    rt.run(PARTIALS, x, partial)
+    rt.run(TOTAL, partial, rt.empty((1,), x.dtype))
+    elsewhere = np.full((1,), partial.sum(), np.float32)  # the output, made without the launches
+    assert StepReplay.of(("sum",), rt.launches, [x], [elsewhere], rt, first=False) is None
+
+
+def test_long_reductions_replay_on_new_data(fused, rng):
+    """Long reductions with few outputs (split over several cubes, then the partials reduced: more than
+    one launch) and a mean of them, alone in their blocks, on new data each step. On a runtime that notes
+    its allocations (CUDA) the sequence is captured and replayed."""
+    backend = ember.debug.fusion_backend(fused)
+    for step in range(5):
+        a = rng.standard_normal((3, 70000)).astype(np.float32)
+        b = rng.standard_normal((50000, 3)).astype(np.float32)
+        x, y = ember.tensor(a, device=fused), ember.tensor(b, device=fused)
+        np.testing.assert_allclose(x.sum(dim=1).numpy(), a.sum(axis=1, dtype=np.float64), rtol=1e-4, atol=1e-3)
+        np.testing.assert_allclose(y.sum(dim=0).numpy(), b.sum(axis=0, dtype=np.float64), rtol=1e-4, atol=1e-3)
+        np.testing.assert_allclose(y.mean(dim=0).numpy(), b.mean(axis=0, dtype=np.float64), rtol=1e-4, atol=1e-6)
+    if getattr(getattr(backend.inner, "runtime", None), "NOTES_ALLOCATIONS", False):
+        sequences = [r for p in backend.plans._plans.values() for replays in p.replays for _, r in replays
+                     if r is not None and len(getattr(r, "launches", ())) > 1]
+        assert sequences, "no split reduction was captured as a sequence of launches"

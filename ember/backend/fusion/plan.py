@@ -137,8 +137,8 @@ class Plan:
                 break
         with record() as launches:
             outs = run()
-        replay = StepReplay.of(layout, launches, arrays, outs, runtime) or ViewReplay.of(launches, arrays, outs,
-                                                                                         runtime)
+        replay = StepReplay.of(layout, launches, arrays, outs, runtime, not again) or ViewReplay.of(
+            launches, arrays, outs, runtime)
         if replay is not AMBIGUOUS:  # else inputs shared memory this time: try again at the next run
             if len(replays) >= MAX_LAYOUTS:
                 replays.clear()
@@ -152,67 +152,97 @@ MAX_LAYOUTS = 8
 
 
 class StepReplay:
-    """A fused elementwise step's one launch, bound for replay on inputs of one layout (see the module
-    docstring): its open slots are the inputs, then the outputs (allocated afresh at each replay)."""
+    """A step's launches, bound for replay on inputs of one layout (see the module docstring): their open
+    slots take the inputs, the outputs and the scratch arrays the recorded run allocated for itself (a
+    long reduction's partial sums), outputs and scratch allocated afresh at each replay."""
 
-    __slots__ = ("layout", "launch", "outputs", "order", "empty")
+    __slots__ = ("layout", "launches", "outputs", "scratch", "empty")
 
-    def __init__(self, layout: tuple, launch, outputs: list, order: tuple | None = None, empty=None) -> None:
+    def __init__(self, layout: tuple, launches: list, outputs: list, scratch: list = (), empty=None) -> None:
         self.layout = layout
-        self.launch = launch
+        self.launches = launches  # (bound launch, which end fills each open slot: None, all in order)
         self.outputs = outputs  # (shape, dtype) of each output
-        self.order = order  # which input or output fills each open slot; None: all of them, in order
+        self.scratch = scratch  # (shape, dtype) of each scratch array, the ends after the outputs
         self.empty = empty  # the runtime's allocation of an output
 
     @staticmethod
-    def of(layout: tuple, launches: list, arrays: list, outs: list, runtime) -> "StepReplay | None":
-        """The replay of a step whose run made `launches` on `arrays` giving `outs`, or None when that
-        run is not one launch whose arguments are the inputs and the outputs (read from their data
-        pointers, `runtime.address`: codegen and the library pass views of them; in order, else found by
-        pointer, the same input at several slots allowed), each output a new C-contiguous array that the
-        launch writes whole, and the other (constant) arguments apart from all of them (a replay keeps
-        those as they were), or when the runtime cannot bind it. `AMBIGUOUS` when slots were found by
-        pointer and two inputs share one (the gradient standing for the unread moments of a first Adam
-        step): not this run, maybe the next."""
-        if len(launches) != 1:
+    def of(layout: tuple, launches: list, arrays: list, outs: list, runtime, first: bool = True):
+        """The replay of a step whose run made `launches` on `arrays` giving `outs`, or None when it cannot
+        be replayed: each launch's arrays must be the inputs, the outputs or scratch the run allocated
+        (read from their data pointers, `runtime.address`: codegen and the library pass views of them; in
+        order, else found by pointer, the same input at several slots allowed), each output a new
+        C-contiguous array written whole, and the other (constant) arguments apart from all of them (a
+        replay keeps those as they were), never written by a run of several launches, and the runtime
+        able to bind every launch. A run of several launches needs the runtime's note of what it
+        allocated (`Launches.allocations`), and is not taken from a layout's `first` run (which may
+        have tuned: an autotuned op times its candidates). `AMBIGUOUS` when slots were found by pointer
+        and two inputs share one (the gradient standing for the unread moments of a first Adam step):
+        not this run, maybe the next."""
+        allocations = getattr(launches, "allocations", None)
+        if not launches or len(launches) > 1 and (first or allocations is None):
             return None
-        args = launches[0].args
         ends = [*arrays, *outs]
         address = runtime.address
         pointers = [address(a) for a in ends]
-        if len(args) < len(ends) or None in pointers:
+        if None in pointers:
             return None
         inputs = set(pointers[:len(arrays)])
         for i, a in enumerate(outs, len(arrays)):
             if not a.flags.c_contiguous or pointers[i] in inputs:
                 return None
-        given = [address(a) for a in args]
-        if given[:len(ends)] == pointers:
-            slots, order = range(len(ends)), None
-        else:
-            if len(set(pointers)) < len(pointers):
-                return AMBIGUOUS
-            where = {p: j for j, p in enumerate(pointers)}
-            slots = [i for i, p in enumerate(given) if p is not None and p in where]
-            order = tuple(where[given[i]] for i in slots)
-            if set(order) != set(range(len(ends))):
+        where = {p: j for j, p in enumerate(pointers)}
+        several = len(launches) > 1
+        # What the run allocated and is none of the ends: scratch, when a launch reads or writes it whole.
+        allocated = {address(a): a for a in allocations} if several else {}
+        scratch: list = []  # (shape, dtype) of each scratch array, in the order the launches meet them
+        bound_launches = []
+        for launch in launches:
+            args = launch.args
+            given = [address(a) for a in args]
+            if not several and given[:len(ends)] == pointers:
+                slots, order = range(len(ends)), None
+            else:
+                if len(set(pointers)) < len(pointers):
+                    return AMBIGUOUS
+                slots, order = [], []
+                for i, p in enumerate(given):
+                    j = where.get(p) if p is not None else None
+                    if j is None and p in allocated and allocated[p].flags.c_contiguous:
+                        j = where[p] = len(ends) + len(scratch)
+                        scratch.append((allocated[p].shape, allocated[p].dtype))
+                    if j is not None:
+                        slots.append(i)
+                        order.append(j)
+                order = tuple(order)
+                if not several and set(order) != set(range(len(ends))):
+                    return None
+            opened = set(slots)
+            for i, j in zip(slots, order or range(len(ends))):
+                if len(arrays) <= j < len(ends) and args[i].size != ends[j].size:
+                    return None
+            written = getattr(launch.compiled, "written", ()) if several else None
+            for i, c in enumerate(args):
+                if i in opened or given[i] is None:
+                    continue
+                if written is not None and (i >= len(written) or written[i]):
+                    return None  # a launch of a sequence writes an array that is none of the step's
+                if any(runtime.shares_memory(c, a) for a in ends) or any(
+                        runtime.shares_memory(c, a) for a in allocated.values()):
+                    return None
+            bound = runtime.bind(launch, slots)
+            if bound is None:
                 return None
-        opened = set(slots)
-        for i, j in zip(slots, order or range(len(ends))):
-            if j >= len(arrays) and args[i].size != ends[j].size:
-                return None
-        if any(given[i] is not None and runtime.shares_memory(c, a)
-               for i, c in enumerate(args) if i not in opened for a in ends):
-            return None
-        bound = runtime.bind(launches[0], slots)
-        if bound is None:
-            return None
-        return StepReplay(layout, bound, [(o.shape, o.dtype) for o in outs], order, runtime.empty)
+            bound_launches.append((bound, order))
+        if several and not set(range(len(arrays), len(ends))) <= {j for _, order in bound_launches for j in order}:
+            return None  # an output no launch writes (made some other way)
+        return StepReplay(layout, bound_launches, [(o.shape, o.dtype) for o in outs], scratch, runtime.empty)
 
     def __call__(self, arrays: list) -> list:
-        outs = [self.empty(shape, dtype) for shape, dtype in self.outputs]
-        ends = [*arrays, *outs]
-        self.launch.replay(ends if self.order is None else [ends[j] for j in self.order])
+        empty = self.empty
+        outs = [empty(shape, dtype) for shape, dtype in self.outputs]
+        ends = [*arrays, *outs, *[empty(shape, dtype) for shape, dtype in self.scratch]]
+        for launch, order in self.launches:
+            launch.replay(ends if order is None else [ends[j] for j in order])
         return outs
 
 
@@ -241,9 +271,9 @@ class ViewReplay:
         return [x.strided(self.shape, self.strides, x.offset + self.delta)]
 
 
-AMBIGUOUS = StepReplay((), None, [])
+AMBIGUOUS = StepReplay((), [], [])
 """`StepReplay.of`'s answer when a launch's slots cannot be told apart by pointer this run."""
-AGAIN = StepReplay((), None, [])
+AGAIN = StepReplay((), [], [])
 """A layout whose first run was not one replayable launch: recorded once more at its next run."""
 
 

@@ -181,6 +181,7 @@ class Gemm:
     """
 
     __slots__ = ("runtime", "lib", "args", "what")
+    written = (False, False, True)  # which args the call writes (a, b, the output), as a kernel's `written`
     POINTERS = (11, 7, 16)
     """Where a, b and the output's addresses sit in the call's arguments (the operands are swapped)."""
 

@@ -298,6 +298,7 @@ class CudaRuntime(Specializing, LaunchRecorder):
 
     ARRAY = CudaArray
     target = "cuda"
+    NOTES_ALLOCATIONS = True  # `empty` notes its arrays for `record_launches` (scratch of a replayed step)
     dtypes = frozenset(("f64", "f32", "f16", "bf16", "i64", "i32", "i16", "i8", "u8", "bool"))
     """The dtypes its kernels hold (names): all of ember's (f16/bf16 computed in f32)."""
 
@@ -389,16 +390,22 @@ class CudaRuntime(Specializing, LaunchRecorder):
             check(self.driver, self.driver.cuMemFree(pointer), "cuMemFree")
 
     def empty(self, shape, dtype) -> CudaArray:
-        """An uninitialized device array."""
+        """An uninitialized device array (noted for an enclosing `record_launches` block)."""
+        out = self._new(shape, dtype)
+        self.allocated(out)
+        return out
+
+    def _new(self, shape, dtype) -> CudaArray:
         out = CudaArray(self, (shape,) if isinstance(shape, int) else shape, dtype)
         if self._captured is not None:  # a graph being captured writes here on every replay: keep it
             self._captured.append(out)
         return out
 
     def to_device(self, a: np.ndarray) -> CudaArray:
-        """A device copy of `a` (C-contiguous, of `a`'s shape: a 0-d array stays 0-d)."""
+        """A device copy of `a` (C-contiguous, of `a`'s shape: a 0-d array stays 0-d). Host data: not
+        noted as an allocation (a replayed step keeps it, as a constant)."""
         shape, a = np.shape(a), np.ascontiguousarray(a)  # ascontiguousarray makes 0-d arrays 1-d
-        out = self.empty(shape, a.dtype)
+        out = self._new(shape, a.dtype)
         self.copy_to_device(a.ctypes.data, out.ptr, a.nbytes)
         return out
 
@@ -468,6 +475,7 @@ class CudaRuntime(Specializing, LaunchRecorder):
         if src.nbytes != dst.nbytes:
             raise ValueError(f"cannot copy {src.nbytes} bytes into {dst.nbytes}")
         self.activate()
+        self.recorded(NOT_REPLAYED, None, ())
         with self._lock:
             check(self.driver, self.driver.cuMemcpyDtoDAsync(dst.ptr, src.ptr, src.nbytes, self.stream),
                   "cuMemcpyDtoDAsync")
@@ -499,6 +507,7 @@ class CudaRuntime(Specializing, LaunchRecorder):
         lo, n = (0, src.nbytes) if src.flags.c_contiguous else host_span(src)
         if n:
             self.activate()
+            self.recorded(NOT_REPLAYED, None, ())
             with self._lock:
                 check(self.driver, self.driver.cuMemcpyDtoDAsync(dst.ptr + lo, src.ptr + lo, n, self.stream),
                       "cuMemcpyDtoDAsync")
@@ -512,8 +521,10 @@ class CudaRuntime(Specializing, LaunchRecorder):
         return self.pool.cleanup()
 
     def write_zeros(self, a: CudaArray) -> None:
-        """Queue zeros over the bytes of `a` (a C-contiguous array this runtime made)."""
+        """Queue zeros over the bytes of `a` (a C-contiguous array this runtime made); recorded by
+        `record_launches` as a `Memset` launch."""
         self.activate()
+        self.recorded(MEMSET, None, (a,))
         if a.nbytes:
             with self._lock:
                 check(self.driver, self.driver.cuMemsetD8Async(a.ptr, 0, a.nbytes, self.stream),
@@ -801,6 +812,45 @@ class BoundCudaLaunch:
         for k, a in zip(self.open, arrays):
             values[k] = a._address + a.offset
         self.runtime._launch(self.compiled, self.count, values)
+
+
+class Memset:
+    """`write_zeros` as `record_launches` records it (a `Launch` whose one arg is the array zeroed), so that
+    a replayed step zeroes its fresh array as the recorded run did."""
+
+    written = (True,)
+
+    @staticmethod
+    def bind(launch: Launch, open_slots) -> "BoundMemset":
+        return BoundMemset(launch.args[0], tuple(open_slots))
+
+
+class BoundMemset:
+    """A recorded memset, on the array given at each replay (open slot 0) or the recorded one."""
+
+    __slots__ = ("array", "open")
+
+    def __init__(self, array: CudaArray, open_slots: tuple) -> None:
+        self.array, self.open = array, open_slots
+
+    def replay(self, arrays) -> None:
+        a = arrays[0] if self.open else self.array
+        a.runtime.write_zeros(a)
+
+
+MEMSET = Memset()
+
+
+class NotReplayed:
+    """A device-to-device copy as `record_launches` records it: a step that copies is not replayed (it
+    runs afresh each time), since a replay would skip the copy."""
+
+    @staticmethod
+    def bind(launch: Launch, open_slots) -> None:
+        return None
+
+
+NOT_REPLAYED = NotReplayed()
 
 
 class CudaGraph:

@@ -1,9 +1,15 @@
 """Recording launches for replay: what a runtime that can replay a step (`bind`) shares.
 
-`Plan` (ember/backend/fusion/plan.py) runs a step's first time inside `runtime.record_launches()`; when
-that run was one launch, it asks `runtime.bind(launch, open_slots)` for a launch marshalled once, whose
-open slots (the step's inputs and outputs) take new arrays at each replay. The CPU runtime binds C
-calls (`cpu.BoundLaunch`), the CUDA runtime `cuLaunchKernel`s (`cuda.BoundCudaLaunch`).
+`Plan` (ember/backend/fusion/plan.py) runs a step's first time inside `runtime.record_launches()`, and
+asks `runtime.bind(launch, open_slots)` for each launch it made, marshalled once: its open slots (the
+step's inputs and outputs, and scratch arrays the run allocated for itself) take new arrays at each
+replay. The CPU runtime binds C calls (`cpu.BoundLaunch`), the CUDA runtime `cuLaunchKernel`s
+(`cuda.BoundCudaLaunch`), a cuBLAS call (`cublas.Gemm`) and a memset (`cuda.Memset`) bind themselves.
+
+A runtime that allocates through itself (CUDA's `empty`) also notes the arrays it allocated inside the
+block (`Launches.allocations`), so that a run of several launches (a long reduction's partial sums,
+then their sum) can be replayed with fresh scratch arrays; where they are not noted (the CPU's host
+pool) `allocations` is None and only single launches replay.
 
 Example:
     >>> with rt.record_launches() as launches:
@@ -26,9 +32,19 @@ class Launch(NamedTuple):
     args: tuple
 
 
+class Launches(list):
+    """The launches one `record_launches` block recorded, in order, and `allocations`: the arrays the
+    runtime allocated inside it (None when the runtime does not note them)."""
+
+    allocations: list | None = None
+
+
 class LaunchRecorder:
     """`record_launches()` for a runtime: its `run` calls `self.recorded(...)` with each launch (and its
-    `__init__` calls `LaunchRecorder.__init__`)."""
+    `__init__` calls `LaunchRecorder.__init__`); a runtime whose `empty` calls `self.allocated(array)`
+    sets `NOTES_ALLOCATIONS`."""
+
+    NOTES_ALLOCATIONS = False
 
     def __init__(self) -> None:
         self._recording = threading.local()  # per thread: the list launches are recorded into, or None
@@ -38,7 +54,9 @@ class LaunchRecorder:
         """Within the block, the calling thread's launches on this runtime are also recorded, as
         `Launch`es in the list this yields (what `bind` turns into a replayable launch)."""
         before = getattr(self._recording, "launches", None)
-        self._recording.launches = launches = []
+        self._recording.launches = launches = Launches()
+        if self.NOTES_ALLOCATIONS:
+            launches.allocations = []
         try:
             yield launches
         finally:
@@ -49,3 +67,9 @@ class LaunchRecorder:
         launches = getattr(self._recording, "launches", None)
         if launches is not None:
             launches.append(Launch(compiled, count, args))
+
+    def allocated(self, array) -> None:
+        """Note an array the runtime allocated, for the enclosing `record_launches` block, if any."""
+        launches = getattr(self._recording, "launches", None)
+        if launches is not None:
+            launches.allocations.append(array)
