@@ -230,8 +230,20 @@ def cuda_matmul_autotuner(runtime, level: str | None = None, tf32: bool = True, 
         return (anchor(a.shape[-2]), anchor(b.shape[-1]), anchor(a.shape[-1]), anchor(batch), str(a.dtype), tf32)
 
     cache = device_cache(f"cuda-{runtime.name}".replace(" ", "_"))
-    return Autotuner("matmul", candidates, key, cache=cache, level=level, sync=runtime.synchronize,
+    return Autotuner("matmul", candidates, key, cache=cache, level=level, timer=gpu_timer(runtime),
                      worth=lambda a, b: a.shape[-2] * b.shape[-1] * a.shape[-1] >= 1 << 24)
+
+
+GPU_TIMED_CALLS = 5
+
+
+def gpu_timer(runtime):
+    """An autotune timer of the device's time per call: CUDA events around `GPU_TIMED_CALLS` calls queued
+    back to back (`runtime.time`). A wall-clock timer that waited for each call measured the host's
+    Python around it too (~25-100 us for a cuBLAS call through ctypes, another amount for a kernel
+    launch), which a replayed plan does not pay, and which swung with the host's load: on a busy host a
+    tile kernel beat cuBLAS there while taking 3x its device time (GPT step on an H200: +24 ms of GPU)."""
+    return lambda name, run: runtime.time(run, repeat=GPU_TIMED_CALLS, warmup=0) / 1e3
 
 
 _tuners: dict = {}
