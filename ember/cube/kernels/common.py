@@ -193,18 +193,19 @@ def row_chunks(length: int) -> int:
 
 
 @cube.function
-def row_span(chunks, n):
-    """(row, start, end) of this cube's part of a row of `n` positions cut in `chunks` (cube = row *
-    chunks + chunk); parts differ by at most one position, none shorter than n // chunks.
+def row_span(chunks, n, at):
+    """(row, start, end) of part `at` of the rows of `n` positions each cut in `chunks` (at = row *
+    chunks + chunk; a kernel's CUBE_POS when each cube takes a part); parts differ by at most one
+    position, none shorter than n // chunks.
 
     Example:
-        >>> row, lo, hi = row_span(layout[k], n)      # inside a kernel
+        >>> row, lo, hi = row_span(layout[k], n, cube.CUBE_POS)      # inside a kernel
     """
-    chunk = cube.CUBE_POS % chunks
+    chunk = at % chunks
     q = n // chunks
     r = n % chunks
     lo = chunk * q + cube.min(chunk, r)
-    return cube.CUBE_POS // chunks, lo, lo + q + cube.select(chunk < r, cube.i32(1), cube.i32(0))
+    return at // chunks, lo, lo + q + cube.select(chunk < r, cube.i32(1), cube.i32(0))
 
 
 def broadcast_layout(shape: tuple, *arrays) -> np.ndarray:

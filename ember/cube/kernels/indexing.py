@@ -72,7 +72,7 @@ def scatter_rows_kernel(out: cube.Array, index: cube.Array, src: cube.Array, lay
     out / index / src outer strides (`outer` each), row length, out / index / src strides along the row,
     parts per row]."""
     at = 4 * outer
-    row, lo, hi = row_span(layout[at + 4], layout[at])
+    row, lo, hi = row_span(layout[at + 4], layout[at], cube.CUBE_POS)
     o = offset(row, layout, outer, 0)
     i0 = offset(row, layout, outer, 1)
     s0 = offset(row, layout, outer, 2)
