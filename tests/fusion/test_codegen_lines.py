@@ -67,3 +67,30 @@ def test_strided_and_broadcast_operands_per_line_equal_numpy(rng, dtype, grid):
     (got,) = codegen.run_elementwise(p, (3, 5, 100), [x, row, col])
     tol = 1e-6 if dtype is f32 else 1e-13  # a multiply-add may be one rounding (FMA) or two
     np.testing.assert_allclose(got, x * row + col, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("shape", [(2, 4, 130), (3, 5, MIN_ROW), (1, 3, 1000)])
+def test_lines_beyond_a_grid_dimension_fold_into_a_third(rng, shape, monkeypatch):
+    """More lines than a grid dimension holds (CUDA, WGSL: `MAX_GRID`, 65535) run as cubes (x, y, z) on
+    line y + z * CUBE_COUNT_Y, the cubes past the last line doing nothing: exercised on the C target's
+    cubes-along-lines grid with a grid dimension of 2 (lines 8, 15, 3: z 4, 8, 2, a cube row to spare in
+    two of them)."""
+    monkeypatch.setattr(codegen, "WALK_MIN_LINES", 1 << 30)
+    monkeypatch.setattr(codegen, "MAX_GRID", 2)
+    a = rng.standard_normal(shape).astype(np.float32)
+    bias = rng.standard_normal((shape[1],) + (1,) * (len(shape) - 2)).astype(np.float32)
+    got = codegen.run_elementwise(BIAS_RELU, shape, [a, bias, np.zeros((), np.float32)])
+    for g, want in zip(got, _bias_relu(a, bias)):
+        np.testing.assert_array_equal(g, want)
+
+
+def test_many_lines_with_broadcast_operands_equal_numpy(fused, rng):
+    """70,000 lines of 64 (more than a CUDA or WGSL grid dimension of cube rows) with a per-line and a
+    per-column operand: the shape of attention's (batch * heads, L, S) scores with its logsumexp and mask."""
+    import ember
+    a = rng.standard_normal((70000, 64)).astype(np.float32)
+    per_line = rng.standard_normal((70000, 1)).astype(np.float32)
+    per_column = rng.standard_normal(64).astype(np.float32)
+    x, r, c = (ember.tensor(v, device=fused) for v in (a, per_line, per_column))
+    got = ((x - r) * 0.5 + c).exp()
+    np.testing.assert_allclose(got.numpy(), np.exp((a - per_line) * np.float32(0.5) + per_column), rtol=1e-5)

@@ -36,6 +36,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 
@@ -62,6 +63,7 @@ PER_UNIT = {"cuda": 4}
 # when there are at least WALK_MIN_LINES lines (cubes enough for any core count; fewer, longer lines
 # keep cubes of UNITS along the line, whose masked tail is then a small part of each line).
 WALK_TARGETS, WALK_MIN_LINES = ("cpu",), 256
+MAX_GRID = 65535  # cubes along a grid's y or z dimension (CUDA, WGSL)
 
 
 @dataclass(frozen=True)
@@ -176,7 +178,7 @@ def _guarded(b: ir.Builder, whole, positions: list, limit, body) -> None:
 
 
 def elementwise_kernel(program: Program, rank: int, modes: tuple, rows: bool, per: int = 1,
-                       walk: bool = False) -> ir.Kernel:
+                       walk: bool = False, tall: bool = False) -> ir.Kernel:
     """The IR of `program` over `rank`-dim layouts, each input read as `modes[j]` says (DENSE, SCALAR,
     STRIDED, LINE). With `rows`, cube (x, y) covers units x of line y of the domain's last dim, so strided
     inputs cost one multiply-add per element and LINE inputs one load per cube; otherwise cubes cover
@@ -187,40 +189,51 @@ def elementwise_kernel(program: Program, rank: int, modes: tuple, rows: bool, pe
     last step shifted back inside the line (the host keeps lines at least CUBE_DIM long): no unit is
     ever masked (gcc does not vectorize a masked tail, and a line shorter than a cube of 256 units was
     all tail: a (64, 32, 196) bias + relu ran 6x slower than memory allows), a few positions are
-    computed twice (the outputs are new arrays, so no input changes under the second pass)."""
+    computed twice (the outputs are new arrays, so no input changes under the second pass).
+
+    With `tall` (and `rows`), line y + z * CUBE_COUNT_Y is cube (x, y, z)'s, and cubes past the last line
+    do nothing: more lines than a grid dimension holds (CUDA and WGSL: 65535; the (batch * heads, L, S)
+    matrices of attention have 98304 lines of 1024, which ran on flat positions at twice the bandwidth's
+    time, decoding every element's coordinates)."""
     b = ir.Builder("fused")
     arrays = _inputs(b, program)
     outs = [b.array_param(f"out{k}", program.dtype(v)) for k, v in enumerate(program.outputs)]
     layout = ArrayRef(b.array_param("layout", i32))
     n = b.scalar_param("n", i32)
-    if rows:
-        width = b.load(layout.array, b.const(rank - 1, i32))
-        start = b.binary("mul", b.builtin("cube_pos" if walk else "cube_pos_y"), width)
-        bases, steps = _line(b, layout, rank, modes, start)
-        scalars = _scalars(b, arrays, modes, bases)
-    else:
-        scalars = _scalars(b, arrays, modes)
+    with contextlib.ExitStack() as guard:
+        if rows:
+            width = b.load(layout.array, b.const(rank - 1, i32))
+            line = b.builtin("cube_pos" if walk else "cube_pos_y")
+            if tall:
+                line = b.binary("add", line, b.binary("mul", b.builtin("cube_pos_z"), b.builtin("cube_count_y")))
+            start = b.binary("mul", line, width)
+            if tall:  # the cubes past the last line: all that follows is inside this branch
+                guard.enter_context(b.inside(b.branch(b.binary("lt", start, n)).then))
+            bases, steps = _line(b, layout, rank, modes, start)
+            scalars = _scalars(b, arrays, modes, bases)
+        else:
+            scalars = _scalars(b, arrays, modes)
 
-    def body(position) -> None:
-        i = b.binary("add", start, position) if rows else position
-        index_of = _reader(b, layout, rank, modes, i, (position, bases, steps) if rows else None)
-        values = _values(b, program, arrays, index_of, scalars)
-        for out, v in zip(outs, program.outputs):
-            b.store(out, i, values[v])
+        def body(position) -> None:
+            i = b.binary("add", start, position) if rows else position
+            index_of = _reader(b, layout, rank, modes, i, (position, bases, steps) if rows else None)
+            values = _values(b, program, arrays, index_of, scalars)
+            for out, v in zip(outs, program.outputs):
+                b.store(out, i, values[v])
 
-    if walk:
-        units = b.builtin("cube_dim")
-        with b.loop(b.const(0, i32), width, units) as step:
-            body(b.binary("add", b.binary("min", step, b.binary("sub", width, units)), b.builtin("unit_pos")))
-        return b.kernel
-    one = b.const(1, i32)
-    span = b.binary("mul", b.builtin("cube_dim"), b.const(per, i32))  # positions a cube covers
-    cube_pos = b.builtin("cube_pos_x" if rows else "cube_pos")
-    first = b.binary("add", b.binary("mul", cube_pos, span), b.builtin("unit_pos"))
-    end = b.binary("mul", b.binary("add", cube_pos, one), span)
-    positions = [first] + [b.binary("add", first, b.binary("mul", b.builtin("cube_dim"), b.const(k, i32)))
-                           for k in range(1, per)]
-    _guarded(b, b.binary("le", end, width if rows else n), positions, width if rows else n, body)
+        if walk:
+            units = b.builtin("cube_dim")
+            with b.loop(b.const(0, i32), width, units) as step:
+                body(b.binary("add", b.binary("min", step, b.binary("sub", width, units)), b.builtin("unit_pos")))
+            return b.kernel
+        one = b.const(1, i32)
+        span = b.binary("mul", b.builtin("cube_dim"), b.const(per, i32))  # positions a cube covers
+        cube_pos = b.builtin("cube_pos_x" if rows else "cube_pos")
+        first = b.binary("add", b.binary("mul", cube_pos, span), b.builtin("unit_pos"))
+        end = b.binary("mul", b.binary("add", cube_pos, one), span)
+        positions = [first] + [b.binary("add", first, b.binary("mul", b.builtin("cube_dim"), b.const(k, i32)))
+                               for k in range(1, per)]
+        _guarded(b, b.binary("le", end, width if rows else n), positions, width if rows else n, body)
     return b.kernel
 
 
@@ -391,18 +404,21 @@ def run_elementwise(program: Program, shape: tuple, arrays: list, runtime=None) 
     target = getattr(runtime, "target", "cpu")
     lines = size // merged[-1]
     walk = target in WALK_TARGETS and lines >= WALK_MIN_LINES
-    # line by line needs a cube row per line: CUDA allows at most 65535 of them (else one flat grid)
-    rows = rank > 1 and STRIDED in modes and merged[-1] >= MIN_ROW and (walk or lines <= 65535)
+    rows = rank > 1 and STRIDED in modes and merged[-1] >= MIN_ROW
     walk = walk and rows
+    # line by line takes a cube row per line: more lines than a grid dimension holds (CUDA, WGSL: 65535)
+    # fold into a third dimension (`tall`)
+    tall = rows and not walk and lines > MAX_GRID
     modes = _line_modes(modes, views) if rows else modes
     per = PER_UNIT.get(target, 1)
     dim = cube.CubeDim(MIN_ROW if walk else UNITS)
-    compiled = _compiled_kernel(("ew", program, rank, modes, rows, per, walk),
-                                lambda: elementwise_kernel(program, rank, modes, rows, per, walk), dim, runtime)
+    compiled = _compiled_kernel(("ew", program, rank, modes, rows, per, walk, tall),
+                                lambda: elementwise_kernel(program, rank, modes, rows, per, walk, tall), dim, runtime)
     if walk:
         count = cube.CubeCount(lines)
     elif rows:
-        count = cube.CubeCount(-(-merged[-1] // (UNITS * per)), lines)
+        z = -(-lines // MAX_GRID)
+        count = cube.CubeCount(-(-merged[-1] // (UNITS * per)), -(-lines // z), z)
     else:
         count, _ = grid(-(-size // per), UNITS)
     runtime.run(compiled, count, (*views, *(o.reshape(-1) for o in outs), layout, size))
