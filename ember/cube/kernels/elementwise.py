@@ -39,7 +39,7 @@ TERNARY_OPS = ("where", "clamp")
 # least ROW_MIN elements runs a cube per row of at most ROW_UNITS units; outer dims are padded to
 # ROW_OUTER_RANK so that ranks 1..4 share one compiled kernel.
 ROW_MIN, ROW_UNITS, ROW_OUTER_RANK = 16, 64, 3
-GPU_ROW_UNITS = 256  # units of a cube of that kernel on GPU targets: 256 // units rows each
+GPU_ROW_UNITS, GPU_ROW_ELEMENTS = 256, 4  # that kernel on GPU targets: units a cube, elements of a row a unit
 
 
 @cube.function
@@ -337,9 +337,14 @@ def _unary(x: np.ndarray, op: str, t, out_t) -> np.ndarray:
         parts, layout = rows
         ndim = (len(layout) - 3) // 2
         units = min(ROW_UNITS, 1 << (int(layout[-3]).bit_length() - 1))  # a power of two <= the row length
-        # GPU targets: several short rows per cube (a cube of 64 units on a row of 64 f32, the heads of
-        # attention, spent its time finding the row: 61 us for a 25 MB copy on an H200, 12 us of traffic)
-        per = max(1, GPU_ROW_UNITS // units) if getattr(launch_runtime(x), "target", "cpu") != "cpu" else 1
+        per = 1
+        if getattr(launch_runtime(x), "target", "cpu") != "cpu":
+            # GPU targets: GPU_ROW_ELEMENTS elements of a row per unit and several rows per cube. The index
+            # arithmetic of a row (a division per outer dim) is the cost of a copy of short rows: one
+            # element per unit, a row of 64 f32 per cube (the heads of attention) took 61 us for 25 MB on
+            # an H200 (12 us of traffic), 47 us with four rows per cube.
+            units = max(1, units // GPU_ROW_ELEMENTS)
+            per = GPU_ROW_UNITS // units
         unary_rows_kernel.launch(cube.CubeCount(-(-parts // per)), cube.CubeDim(units, per), x, out, layout, parts,
                                  op=op, T=t, ndim=ndim, units=units, unit_step=bool(layout[-2] == 1), rows=per)
     return out
