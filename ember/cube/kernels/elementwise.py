@@ -39,7 +39,8 @@ TERNARY_OPS = ("where", "clamp")
 # least ROW_MIN elements runs a cube per row of at most ROW_UNITS units; outer dims are padded to
 # ROW_OUTER_RANK so that ranks 1..4 share one compiled kernel.
 ROW_MIN, ROW_UNITS, ROW_OUTER_RANK = 16, 64, 3
-GPU_ROW_UNITS, GPU_ROW_ELEMENTS = 256, 4  # that kernel on GPU targets: units a cube, elements of a row a unit
+# That kernel on GPU targets for rows of at most GPU_SHORT_ROW: units a cube, elements of a row a unit.
+GPU_ROW_UNITS, GPU_ROW_ELEMENTS, GPU_SHORT_ROW = 256, 4, 256
 
 
 @cube.function
@@ -338,11 +339,12 @@ def _unary(x: np.ndarray, op: str, t, out_t) -> np.ndarray:
         ndim = (len(layout) - 3) // 2
         units = min(ROW_UNITS, 1 << (int(layout[-3]).bit_length() - 1))  # a power of two <= the row length
         per = 1
-        if getattr(launch_runtime(x), "target", "cpu") != "cpu":
-            # GPU targets: GPU_ROW_ELEMENTS elements of a row per unit and several rows per cube. The index
-            # arithmetic of a row (a division per outer dim) is the cost of a copy of short rows: one
-            # element per unit, a row of 64 f32 per cube (the heads of attention) took 61 us for 25 MB on
-            # an H200 (12 us of traffic), 47 us with four rows per cube.
+        if layout[-3] <= GPU_SHORT_ROW and getattr(launch_runtime(x), "target", "cpu") != "cpu":
+            # GPU targets, short rows: GPU_ROW_ELEMENTS elements of a row per unit and several rows per
+            # cube. The index arithmetic of a row (a division per outer dim) is the cost of such a copy:
+            # one element per unit, a row of 64 f32 per cube (the heads of attention) took 61 us for 25 MB
+            # on an H200 (12 us of traffic), 47 us with four rows per cube, 23 us so. (Long rows keep a
+            # cube per row or part: few of them would leave most of the GPU idle.)
             units = max(1, units // GPU_ROW_ELEMENTS)
             per = GPU_ROW_UNITS // units
         unary_rows_kernel.launch(cube.CubeCount(-(-parts // per)), cube.CubeDim(units, per), x, out, layout, parts,
