@@ -281,8 +281,8 @@ def test_long_reductions_replay_on_new_data(fused, rng, monkeypatch):
     if graphs is not None:
         monkeypatch.setattr(graphs, "max_bytes", 0)
     for step in range(5):
-        a = rng.standard_normal((3, 70000)).astype(np.float32)
-        b = rng.standard_normal((50000, 3)).astype(np.float32)
+        a = rng.standard_normal((3, 200000)).astype(np.float32)
+        b = rng.standard_normal((200000, 3)).astype(np.float32)
         x, y = ember.tensor(a, device=fused), ember.tensor(b, device=fused)
         np.testing.assert_allclose(x.sum(dim=1).numpy(), a.sum(axis=1, dtype=np.float64), rtol=1e-4, atol=1e-3)
         np.testing.assert_allclose(y.sum(dim=0).numpy(), b.sum(axis=0, dtype=np.float64), rtol=1e-4, atol=1e-3)
