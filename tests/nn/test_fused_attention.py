@@ -215,3 +215,25 @@ def test_materialized_backward_matches_the_kernels(device, rng, monkeypatch, cau
         results.append([t.grad(grads).numpy() for t in ts])
     for what, got, want in zip(["dq", "dk", "dv"], *results):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=what)
+
+
+@pytest.mark.parametrize("causal,offset", [(False, 0), (True, 0), (True, 3)], ids=["full", "causal", "offset"])
+def test_forward_through_the_scores_matches_the_kernel(device, rng, monkeypatch, causal, offset):
+    # The forward through the (BH, L, S) scores (two batched matmuls and a row kernel: CUDA's default for
+    # long sequences) against the flash kernel on the same inputs, output and logsumexp; it runs on device
+    # arrays (GPU targets), and its gradients are the backward's own.
+    import ember.nn.ops.attention as ops
+    target = cube_target(device)
+    if target in (None, "cpu"):
+        pytest.skip(f"{device!r}: the forward through the scores runs on device arrays (GPU targets)")
+    q, k, v = _inputs(rng, (2,), 21, 300, 8, 6, "f32")
+    results = []
+    for kinds in ((target,), ()):
+        monkeypatch.setattr(ops, "MATERIALIZE_KINDS", kinds)
+        monkeypatch.setattr(ops, "MATERIALIZE_MIN_SCORES", 0)
+        out, lse = attention(*(ember.tensor(x, device=device) for x in (q, k, v)), scale=0.6, causal=causal,
+                             offset=offset)
+        results.append((out.numpy(), lse.numpy()))
+    (out, lse), (want_out, want_lse) = results
+    np.testing.assert_allclose(out, want_out, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(lse, want_lse, rtol=1e-5, atol=1e-5)

@@ -19,6 +19,14 @@ Everything is computed in `T` (f32 for f16/bf16 operands, else their own type). 
 (causal with an offset below -row, or S = 0) get a zero output, a logsumexp of -inf and zero gradients.
 Plain FMAs; no tensor cores.
 
+- **Forward through the scores** (`attention_forward_scores`, device arrays of f32/f64 whose rows see a
+  key): the (BH, L, S) scores by the runtime's batched matmul (cuBLAS on CUDA, tensor cores in TF32
+  when allowed), then one row kernel (`scores_softmax_kernel`, each row held in registers as in
+  `softmax.py`) scales and masks them, turns them into P in place and writes each row's logsumexp into
+  the packed result, then P V by the matmul again, copied into the packed result's first Ev columns.
+  The L x S matrix lives for the call only (the backward recomputes P); the caller decides when it pays
+  (`ember.nn.ops.attention`).
+
 Example:
     >>> q = np.ones((1, 2, 4), np.float32)
     >>> attention_forward(q, q, q, scale=0.5, causal=True, offset=0)[..., -1]   # logsumexp per row
@@ -32,7 +40,9 @@ import numpy as np
 from ... import cube
 from ...dtype import f32
 from ...errors import DTypeError, ShapeError
-from .common import check_size, contiguous, cube_dtype, empty, grid
+from .common import assign, check_size, contiguous, cube_dtype, empty, grid
+from .reduce import MAX_UNITS, RESIDENT_PER, launch_target, resident_shape, tuple_fold, units_combine
+from .softmax import resident_row, row_index, store_row
 
 KEYS = 16        # keys per shared-memory block (KEYS * (E + Ev) values of T in shared memory)
 STEP = 4         # keys folded into the online softmax per output rescale (KEYS % STEP == 0)
@@ -272,6 +282,72 @@ def attention_forward(q, k, v, *, scale: float, causal: bool, offset: int, rows:
         t = cube_dtype(out.dtype)
         attention_forward_kernel.launch(cube.CubeCount(-(-n_q // rows), bh), cube.CubeDim(rows), q, k, v, out,
                                         n_q, n_k, offset, scale, T=t, e=e, ev=ev, rows=rows, causal=causal)
+    return out
+
+
+@cube.function
+def scores_row(s, out, i, n, n_q, width, offset, scale, causal, T, span, per, lanes, full):
+    """Row i of the (BH * L, S) scores `s`: scaled and masked, replaced by its softmax; its logsumexp
+    written at out[i * width + width - 1]."""
+    base = i * n
+    query = i % n_q
+    v = resident_row(s, base, n, span, per, full, T)
+    v = tuple(cube.select(visible(r * span + cube.UNIT_POS % span, query, n, offset, causal), v[r] * scale,
+                          T(-np.inf)) for r in range(per))
+    m = units_combine("max", tuple_fold("max", v), span, lanes, T)
+    e = tuple(cube.exp(v[r] - m) for r in range(per))
+    total = units_combine("sum", tuple_fold("sum", e), span, lanes, T)
+    store_row(s, base, n, tuple(e[r] / total for r in range(per)), span, full)
+    if cube.UNIT_POS % span == 0:
+        out[i * width + width - 1] = out.dtype(m + cube.log(total))
+
+
+@cube.kernel
+def scores_softmax_kernel(s: cube.Array, out: cube.Array, rows: cube.i32, n: cube.i32, n_q: cube.i32,
+                          width: cube.i32, offset: cube.i32, scale: cube.Scalar["T"], T: cube.Comptime,
+                          causal: cube.Comptime[bool], units: cube.Comptime[int], span: cube.Comptime[int],
+                          per: cube.Comptime[int], lanes: cube.Comptime[int], full: cube.Comptime[bool]):
+    # Rows held in registers (`reduce.resident_shape`: a cube or a plane per row), as `softmax_resident_kernel`.
+    i = row_index(units, span)
+    if span == units:
+        scores_row(s, out, i, n, n_q, width, offset, scale, causal, T, span, per, lanes, full)
+    else:
+        if i < rows:  # whole planes take this branch or skip it: their plane ops see every lane
+            scores_row(s, out, i, n, n_q, width, offset, scale, causal, T, span, per, lanes, full)
+
+
+def scores_fit(q, n_k: int) -> bool:
+    """Whether `attention_forward_scores` takes these operands: device arrays of f32/f64 on a target whose
+    rows of `n_k` scores fit in a cube's registers (`reduce.resident_shape`)."""
+    target = launch_target(q)
+    return target != "cpu" and np.dtype(q.dtype).itemsize >= 4 and n_k > 0 and resident_shape(n_k, target) is not None
+
+
+def attention_forward_scores(q, k, v, *, scale: float, causal: bool, offset: int):
+    """`attention_forward` through the (BH, L, S) scores (see the module docstring); for operands
+    `scores_fit` takes and rows that each see a key (causal: `offset >= 0`).
+
+    Example:
+        >>> attention_forward_scores(q, k, v, scale=0.125, causal=True, offset=0).shape   # device arrays
+        (96, 1024, 65)
+    """
+    from .matmul import tuned_matmul
+    bh, n_q, n_k, e, ev = _check(q, k, v)
+    if not scores_fit(q, n_k) or causal and offset < 0:
+        raise ValueError(f"attention_forward_scores: needs device arrays of f32/f64, rows of at most "
+                         f"{MAX_UNITS * RESIDENT_PER} keys and every row seeing a key; got {q.dtype}, S={n_k}, "
+                         f"causal={causal}, offset={offset}")
+    out = empty((bh, n_q, ev + 1), q.dtype, q)
+    check_size("attention", q, k, v, out)
+    if not out.size:
+        return out
+    scores = tuned_matmul(q, k.transpose(0, 2, 1))
+    units, span, per, lanes = resident_shape(n_k, launch_target(q))
+    rows = bh * n_q
+    scores_softmax_kernel.launch(cube.CubeCount(-(-rows // (units // span))), cube.CubeDim(units), scores, out, rows,
+                                 n_k, n_q, ev + 1, offset, scale, T=cube_dtype(q.dtype), causal=causal, units=units,
+                                 span=span, per=per, lanes=lanes, full=n_k == span * per)
+    assign(out[:, :, :ev], tuned_matmul(scores, v))
     return out
 
 

@@ -13,6 +13,9 @@ flash-style cube kernels of `ember/cube/kernels/attention.py`:
   On CUDA, f32/f64 backward of L * S >= 256^2 (and within 1 GiB) takes the L x S matrices instead
   (`_materialized_backward`: five batched cuBLAS matmuls on the tensor cores and fused elementwise ops;
   GPT-2 small on an H200: GPU time 126.6 -> 95.9 ms a step), at the cost of ~22 more recorded ops a layer.
+  The forward of those shapes goes through the scores too (`kernels.attention_forward_scores`: two
+  batched matmuls and a row kernel, the matrix freed at once), still one primitive: autodiff keeps the
+  packed result only.
 
 Each has a NumPy reference (Device.numpy() runs it; the tests use it), which does build the L x S matrix.
 Causal masking blocks key j for query i when j > i + offset (offset 0: PyTorch's top-left alignment;
@@ -86,7 +89,8 @@ def _forward_reference(q, k, v, *, scale: float, causal: bool, offset: int) -> n
 
 
 MATERIALIZE_KINDS = ("cuda",)
-"""Device kinds whose attention backward goes through the L x S matrices (`_materialized_backward`)."""
+"""Device kinds (CUDA's cube target has the same name) whose attention goes through the L x S matrices
+(`_materialized_backward`, `kernels.attention_forward_scores`)."""
 MATERIALIZE_MAX_BYTES = 1 << 30
 """The largest L x S matrix (all batch*heads, in bytes) that backward materializes; larger: the kernels."""
 MATERIALIZE_MIN_SCORES = 256 * 256
@@ -95,15 +99,18 @@ recorded ops (host time) of the matmul route (H200: the encoder's 128 x 128 got 
 faster on the GPU)."""
 
 
+def _materializes(kind: str, itemsize: int, shape_q: tuple, n_k: int, causal: bool, offset: int) -> bool:
+    """Whether attention runs as matmuls over the L x S matrices: f32/f64 on a `MATERIALIZE_KINDS` device
+    (or cube target), every query row seeing a key (no -inf logsumexp), L * S at least
+    `MATERIALIZE_MIN_SCORES` and the matrix within `MATERIALIZE_MAX_BYTES`."""
+    bh, n_q, _ = shape_q
+    return (kind in MATERIALIZE_KINDS and itemsize >= 4 and n_k > 0 and (offset >= 0 or not causal)
+            and n_q * n_k >= MATERIALIZE_MIN_SCORES and bh * n_q * n_k * itemsize <= MATERIALIZE_MAX_BYTES)
+
+
 def _materialized(q: Tensor, k: Tensor, causal: bool, offset: int) -> bool:
-    """Whether backward runs as matmuls over the L x S matrices: f32/f64 on a `MATERIALIZE_KINDS` device,
-    every query row seeing a key (no -inf logsumexp), L * S at least `MATERIALIZE_MIN_SCORES` and the
-    matrix within `MATERIALIZE_MAX_BYTES`."""
-    bh, n_q, _ = q.shape
-    n_k = k.shape[1]
-    return (q.device.kind in MATERIALIZE_KINDS and q.dtype.itemsize >= 4 and n_k > 0
-            and (offset >= 0 or not causal) and n_q * n_k >= MATERIALIZE_MIN_SCORES
-            and bh * n_q * n_k * q.dtype.itemsize <= MATERIALIZE_MAX_BYTES)
+    """`_materializes` for the backward's tensors."""
+    return _materializes(q.device.kind, q.dtype.itemsize, q.shape, k.shape[1], causal, offset)
 
 
 _biases: dict = {}  # (L, S, offset, dtype, device) -> the causal bias on the device (a few kept)
@@ -182,6 +189,9 @@ def _accumulator_of(q, *_rest, **_params) -> DType:
                    reference=_forward_reference, name="attention")
 def _attention(q, k, v, *, scale: float, causal: bool, offset: int):
     """The forward primitive on (BH, L, E), (BH, S, E), (BH, S, Ev) arrays (see the module docstring)."""
+    if _materializes(kernels.launch_target(q), np.dtype(q.dtype).itemsize, q.shape, k.shape[1], causal, offset) \
+            and kernels.scores_fit(q, k.shape[1]):
+        return kernels.attention_forward_scores(q, k, v, scale=scale, causal=causal, offset=offset)
     return kernels.attention_forward(q, k, v, scale=scale, causal=causal, offset=offset)
 
 
