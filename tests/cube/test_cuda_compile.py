@@ -16,6 +16,7 @@ import multiprocessing
 import os
 import pkgutil
 from concurrent.futures import ProcessPoolExecutor
+from functools import partial
 from types import SimpleNamespace
 
 import ml_dtypes
@@ -102,6 +103,11 @@ def library_calls() -> list:
     calls += [lambda fn=fn: fn(*qkv, packed, packed, scale=0.3, causal=True, offset=0)
               for fn in (attention.attention_grad_q, attention.attention_grad_kv)]
     calls += [lambda: attention.columns(packed, 8, F16)]
+    # the forward through the scores (CUDA, long sequences): rows of S scores a plane each (S <= 1024), a cube each
+    calls += [lambda n=n, c=c, t=t: on_target("cuda", partial(attention.attention_forward_scores, scale=0.3, causal=c,
+                                                              offset=0),
+                                              *(rng.standard_normal((2, m, 8)).astype(t) for m in (5, n, n)))
+              for n in (40, 1500) for c in (False, True) for t in (F32, F64)]
     adam = dict(lr=0.1, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01, decoupled=True, step=2)  # the optimizer
     calls += [lambda t=t, ams=ams, first=first: optim.adam_update(
         x.astype(t), x.astype(t), np.concatenate([x.astype(t)] * optim.rows(ams)), optim.scalars(t, **adam),
