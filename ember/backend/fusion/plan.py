@@ -240,7 +240,9 @@ class StepReplay:
     def __call__(self, arrays: list) -> list:
         empty = self.empty
         outs = [empty(shape, dtype) for shape, dtype in self.outputs]
-        ends = [*arrays, *outs, *[empty(shape, dtype) for shape, dtype in self.scratch]]
+        ends = [*arrays, *outs]
+        if self.scratch:
+            ends += [empty(shape, dtype) for shape, dtype in self.scratch]
         for launch, order in self.launches:
             launch.replay(ends if order is None else [ends[j] for j in order])
         return outs

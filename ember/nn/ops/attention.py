@@ -36,6 +36,7 @@ import math
 import numpy as np
 
 from ...cube.kernels import attention as kernels
+from ...cube.kernels.reduce import launch_target
 from ...dtype import DType, dtype_of, f32
 from ...errors import DTypeError, ShapeError
 from ...extension import backend_extension
@@ -189,7 +190,7 @@ def _accumulator_of(q, *_rest, **_params) -> DType:
                    reference=_forward_reference, name="attention")
 def _attention(q, k, v, *, scale: float, causal: bool, offset: int):
     """The forward primitive on (BH, L, E), (BH, S, E), (BH, S, Ev) arrays (see the module docstring)."""
-    if _materializes(kernels.launch_target(q), np.dtype(q.dtype).itemsize, q.shape, k.shape[1], causal, offset) \
+    if _materializes(launch_target(q), np.dtype(q.dtype).itemsize, q.shape, k.shape[1], causal, offset) \
             and kernels.scores_fit(q, k.shape[1]):
         return kernels.attention_forward_scores(q, k, v, scale=scale, causal=causal, offset=offset)
     return kernels.attention_forward(q, k, v, scale=scale, causal=causal, offset=offset)
