@@ -342,7 +342,7 @@ def attention_forward_scores(q, k, v, *, scale: float, causal: bool, offset: int
     if not out.size:
         return out
     scores = tuned_matmul(q, k.transpose(0, 2, 1))
-    units, span, per, lanes = resident_shape(n_k, launch_target(q))
+    units, span, per, lanes = resident_shape(n_k, launch_target(q))  # not None: `scores_fit` held
     rows = bh * n_q
     scores_softmax_kernel.launch(cube.CubeCount(-(-rows // (units // span))), cube.CubeDim(units), scores, out, rows,
                                  n_k, n_q, ev + 1, offset, scale, T=cube_dtype(q.dtype), causal=causal, units=units,

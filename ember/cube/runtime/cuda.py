@@ -821,24 +821,21 @@ class Memset:
     written = (True,)
 
     @staticmethod
-    def bind(launch: Launch, open_slots) -> "BoundMemset":
-        return BoundMemset(launch.args[0], tuple(open_slots))
+    def bind(launch: Launch, open_slots) -> "BoundMemset | None":
+        """A replay on the array given at each replay; None when the array is not an open slot (a
+        replayed step writes only its own arrays)."""
+        return BOUND_MEMSET if open_slots else None
 
 
 class BoundMemset:
-    """A recorded memset, on the array given at each replay (open slot 0) or the recorded one."""
+    """A recorded memset, replayed on the array given for its one open slot."""
 
-    __slots__ = ("array", "open")
-
-    def __init__(self, array: CudaArray, open_slots: tuple) -> None:
-        self.array, self.open = array, open_slots
-
-    def replay(self, arrays) -> None:
-        a = arrays[0] if self.open else self.array
-        a.runtime.write_zeros(a)
+    @staticmethod
+    def replay(arrays) -> None:
+        arrays[0].runtime.write_zeros(arrays[0])
 
 
-MEMSET = Memset()
+MEMSET, BOUND_MEMSET = Memset(), BoundMemset()
 
 
 class NotReplayed:

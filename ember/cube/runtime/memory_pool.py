@@ -190,10 +190,8 @@ class MemoryPool:
                 new = max(SLAB_PAGE, size) if small else max(size, target)
                 if self._reserved + new > self._peak_reserved:
                     self._free_pages(lambda page: page.floor > 0)  # empty dedicated pages (see above)
-                if small:
-                    page = self._new_page(new, size)
-                else:
-                    page = self._new_page(size, 0, size // 2) if size > target else self._new_page(target, 0)
+                # a slab page of `size` chunks; a dedicated page (above the target: floor half its size)
+                page = self._new_page(new, size) if small else self._new_page(new, 0, size // 2 if size > target else 0)
                 pages.append(page)
                 offset = page.take(size)
             self._in_use += size
