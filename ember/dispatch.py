@@ -176,6 +176,18 @@ def create(device: Device, prim: Primitive, params: dict):
     return Tensor._make(device, device.backend.execute(prim, [], params, aval), aval)
 
 
+def value_bounds(tensor) -> tuple[int, int] | None:
+    """(min, max) of an integer tensor's values when its backend knows them without waiting for a device
+    (data uploaded from the host keeps the bounds of that data), else None: a check of index values
+    reads them (and waits for the work queued before) only when this says nothing.
+
+    Example:
+        >>> value_bounds(ember.tensor([3, 1, 2], device=Device.cuda(0)))
+        (1, 3)
+    """
+    return tensor._device.backend.value_bounds(tensor._handle)
+
+
 def transfer(tensor, device: Device):
     """`tensor` on `device`: free between a device and its autodiff variant, else through the host."""
     source = tensor._device

@@ -78,6 +78,9 @@ class Autodiff(Decorator):
     def to_host(self, handle: Tracked) -> np.ndarray:
         return self.inner.to_host(handle.primal)
 
+    def value_bounds(self, handle: Tracked) -> tuple[int, int] | None:
+        return self.inner.value_bounds(handle.primal)
+
     # The bridge between this layer and the inner device.
     def lift(self, inner_handle: Any, aval: Aval) -> Tracked:
         """An inner value as an untracked handle of this backend (no copy)."""

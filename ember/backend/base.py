@@ -54,6 +54,13 @@ class Backend(ABC):
     def sync(self) -> None:
         """Wait until all queued work is done (a no-op for eager backends)."""
 
+    def value_bounds(self, handle: Handle) -> tuple[int, int] | None:
+        """(min, max) of an integer handle's values when this backend knows them without waiting for a
+        device (device data uploaded from host data: `DeviceArray.bounds`), else None (also for no
+        values). Checks of index values (class targets) read the values only when this says nothing;
+        this default (host backends, where a read costs no wait) says nothing."""
+        return None
+
     def supports(self, dtype: DType) -> bool:
         """Whether tensors of `dtype` can live on this backend."""
         return dtype in self.dtypes

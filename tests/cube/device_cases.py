@@ -4,6 +4,7 @@ same answers, so the cases are written once and each test file runs them on its 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from ember import cube
 
@@ -79,3 +80,36 @@ def check_three_dimensional_coordinates(rt) -> None:
         row = got[cube_pos * 24 + unit].tolist()
         assert row == [unit, cube_pos, cx * 4 + ux, cy * 3 + uy, cz * 2 + uz, 12 * 1000 + 24,
                        uz * 100 + uy * 10 + ux, 6], (cz, cy, cx, uz, uy, ux)
+
+
+def check_index_bounds(rt, monkeypatch) -> None:
+    """Integer data uploaded from the host notes its bounds (views keep them, a write forgets them, float
+    data has none); an index op checks an index against them instead of reading it back, which waits for
+    the queued work; with no bounds, or bounds out of range, it reads the values, which decide."""
+    from ember.cube.kernels import indexing
+    from ember.cube.runtime.arguments import vouch_bounds
+    index = rt.to_device(np.array([[2, 0, 1], [1, 2, 2]]))
+    assert index.bounds == (0, 2) and index.T[1:].bounds == (0, 2) and index.reshape(6).bounds == (0, 2)
+    assert rt.to_device(np.ones(3, np.float32)).bounds is None and rt.to_device(np.zeros(0, np.int32)).bounds is None
+    reads = []
+    original = type(index).numpy
+    monkeypatch.setattr(type(index), "numpy", lambda self: reads.append(self.dtype.kind) or original(self))
+    host = np.arange(12, dtype=np.float32).reshape(3, 4)
+    x = rt.to_device(host)
+    got = indexing.gather(x, index, 0)
+    assert reads == []  # checked against its bounds: nothing read
+    np.testing.assert_array_equal(got.numpy(), np.take_along_axis(host[:, :3], np.array([[2, 0, 1], [1, 2, 2]]), 0))
+    reads.clear()
+    computed = indexing.index_select(index, rt.to_device(np.array([1])), 0)  # made on the device: no bounds
+    assert computed.bounds is None
+    indexing.index_select(x, computed.reshape(3), 0)
+    assert reads == ["i"]  # read once to check it
+    reads.clear()
+    vouch_bounds(computed, 0, 2)
+    indexing.index_select(x, computed.reshape(3), 0)
+    assert reads == [] and computed.bounds == (0, 2)
+    with pytest.raises(IndexError, match="index 2 is out of bounds for dim 1 with size 2"):
+        indexing.index_select(x[:, :2], index.reshape(6), 1)  # bounds (0, 2) out of range: the values decide
+    assert reads == ["i"]
+    index[0, 0] = 5  # a write in place forgets the bounds (the view's and its owner's)
+    assert index.bounds is None

@@ -18,7 +18,7 @@ from ember.cube.runtime.cuda import (CudaError, CudaLaunchError, CudaRuntime, De
 from ember.cube.runtime.nvrtc import Binary
 from ember.errors import DeviceError
 
-from .device_cases import axpy, check_atomics, check_three_dimensional_coordinates, planes, shifted_lines
+from .device_cases import axpy, check_atomics, check_index_bounds, check_three_dimensional_coordinates, planes, shifted_lines
 
 
 @cube.kernel
@@ -586,6 +586,11 @@ def test_launch_errors_on_the_device(rt):
     x = rt.empty(10, np.float32)
     with pytest.raises(CudaLaunchError, match="ember_axpy"):
         rt.launch(axpy, cube.CubeCount(1), cube.CubeDim(2048), (x, x, 1.0), {})
+
+
+@gpu
+def test_uploaded_indices_are_checked_against_their_bounds_without_a_read(rt, monkeypatch):
+    check_index_bounds(rt, monkeypatch)
 
 
 @gpu

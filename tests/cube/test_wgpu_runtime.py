@@ -16,7 +16,7 @@ from ember.cube.passes import optimize
 from ember.cube.targets.wgsl import WgslTargetError, render
 from ember.errors import DeviceUnavailableError
 
-from .device_cases import axpy, check_atomics, check_three_dimensional_coordinates, planes, shifted_lines
+from .device_cases import axpy, check_atomics, check_index_bounds, check_three_dimensional_coordinates, planes, shifted_lines
 
 AVAILABLE, WHY = wgpu_available()
 if not AVAILABLE:
@@ -225,6 +225,10 @@ def test_vector_loads_and_stores(rt, dtype):
     want = np.zeros(130, dtype)
     want[1:129] = x[1:129] * 3
     np.testing.assert_array_equal(y, want)
+
+
+def test_uploaded_indices_are_checked_against_their_bounds_without_a_read(rt, monkeypatch):
+    check_index_bounds(rt, monkeypatch)
 
 
 def test_three_dimensional_launch_coordinates(rt):

@@ -182,29 +182,73 @@ def test_index_ops_raise_at_the_call_and_are_recorded_only_with_an_index_in_rang
     np.testing.assert_allclose(chosen.numpy(), want[[2, 3]], rtol=1e-6)
 
 
-def test_an_index_made_by_views_and_where_of_host_data_is_bounded_by_it(cpu, rng):
+def _index_reads(device, monkeypatch) -> list:
+    """The dtype kinds of the device arrays read back to the host from now on; None on the CPU, whose
+    arrays are host memory."""
+    runtime = ember.debug.fusion_backend(device).inner.runtime
+    if runtime is None or isinstance(runtime.empty((1,), np.int64), np.ndarray):
+        return None
+    reads = []
+    kind = type(runtime.empty((1,), np.int64))
+    original = kind.numpy
+    monkeypatch.setattr(kind, "numpy", lambda self: reads.append(self.dtype.kind) or original(self))
+    return reads
+
+
+def test_an_index_made_by_views_and_where_of_host_data_is_bounded_by_it(fused, rng, monkeypatch):
     """`ops.index_bounds`: views and `where`s of host data (cross entropy's targets with ignored ones
-    masked to 0) bound the index by the union of the host values without running it, so the index op is
-    recorded when that union is in range; otherwise it is a sync point, raising at the call if the
-    values really are out of range."""
-    backend = ember.debug.fusion_backend(cpu)
+    masked to 0) bound the index by the union of the host values without running it, so on the CPU the
+    index op is recorded when that union is in range; otherwise it is a sync point, raising at the call
+    if the values really are out of range. On a device the op runs at once, and with an index uploaded
+    from host data (`DeviceArray.bounds`) the fusion backend vouches for the bounds: nothing is read
+    back when they are in range."""
+    backend = ember.debug.fusion_backend(fused)
     host = rng.standard_normal((6, 4)).astype(np.float32)
-    x = ember.tensor(host, device=cpu)
+    x = ember.tensor(host, device=fused)
+    reads = _index_reads(fused, monkeypatch)
     for target, recorded in (([3, 0, 0, 2, 1, 1], True), ([3, -1, 0, 2, -1, 1], False)):
-        t = ember.tensor(np.array(target), device=cpu)
+        t = ember.tensor(np.array(target), device=fused)
         y = x.exp()
         flushes = backend.stats()["flushes"]
         picked = y.gather(1, t.masked_fill(t == -1, 0).unsqueeze(1)).squeeze(1)
-        assert (backend.stats()["flushes"] == flushes) == recorded  # not recorded: the block was run first
+        # not recorded (a device's index, or one out of range): the block was run first
+        assert (backend.stats()["flushes"] == flushes) == (recorded and reads is None)
+        fused.sync()
+        assert reads is None or reads.count("i") == (0 if recorded else 1)
         want = np.exp(host)[range(6), np.maximum(target, 0)]
         np.testing.assert_allclose(picked.numpy(), want, rtol=1e-6)
+        if reads is not None:
+            reads.clear()
     flushes = backend.stats()["flushes"]
-    empty = ember.tensor(np.zeros((0, 1), np.int64), device=cpu).expand(0, 3)  # no values: in range
+    empty = ember.tensor(np.zeros((0, 1), np.int64), device=fused).expand(0, 3)  # no values: in range
     assert x.exp().gather(0, empty).numpy().shape == (0, 3) and backend.stats()["flushes"] == flushes + 1
     y = x.exp()
     with pytest.raises(IndexError, match="out of bounds"):
         y.gather(1, t.masked_fill(t == -1, 4).unsqueeze(1))
     assert backend.stats()["pending"] == 0
+
+
+def test_cross_entropy_of_uploaded_targets_reads_nothing_back(fused, rng, monkeypatch):
+    """Cross entropy checks targets uploaded from the host against their bounds (`dispatch.value_bounds`):
+    nothing is read back (a read would wait for all the queued work) before the loss is; targets out of
+    range still raise at the call, naming the target."""
+    from ember.nn.loss import cross_entropy
+    logits = rng.standard_normal((5, 7)).astype(np.float32)
+    labels = np.array([6, 0, 3, 3, 1])
+    x = ember.tensor(logits, device=fused.autodiff()).require_grad()
+    reads = _index_reads(fused, monkeypatch)
+    loss = cross_entropy(x.exp().log(), ember.tensor(labels, device=fused))
+    grads = loss.backward()
+    fused.sync()
+    assert not reads
+    import torch
+    theirs = torch.tensor(logits, requires_grad=True)
+    want = torch.nn.functional.cross_entropy(theirs, torch.tensor(labels))
+    want.backward()
+    np.testing.assert_allclose(loss.item(), want.item(), rtol=1e-5)
+    np.testing.assert_allclose(grads.get(x).numpy(), theirs.grad.numpy(), rtol=1e-4, atol=1e-6)
+    with pytest.raises(IndexError, match="target 7 is out of bounds for 7 classes"):
+        cross_entropy(x, ember.tensor(np.array([7, 0, 0, 0, 0]), device=fused))
 
 
 def test_adam_updates_after_a_backward_pass_are_recorded_into_its_block(cpu, rng):

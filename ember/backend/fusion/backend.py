@@ -40,12 +40,13 @@ from typing import Sequence
 
 import numpy as np
 
+from ...cube.runtime.arguments import vouch_bounds
 from ...dtype import dtype_of
 from ...ops.primitive import Aval, Primitive
 from ...settings import settings
 from ..base import Backend, Decorator
 from .graph import Block
-from .ops import _RECORDS, _STARTS, records, starts_block, static_params
+from .ops import _RECORDS, _STARTS, INDEX_OPS, index_bounds, records, starts_block, static_params
 from .plan import Plan, PlanCache
 from .stream import LazyHandle, Stream
 
@@ -107,7 +108,12 @@ class Fusion(Decorator):
                 if len(stream.records) >= self.max_ops:
                     self._flush(stream)
             return handle
+        if prim.name in INDEX_OPS:  # its index's bounds, known before its data is
+            index = inputs[1]
+            bounds = index_bounds(index.record if index.record is not None else index.value)
         arrays = [self.data(h) for h in inputs]
+        if prim.name in INDEX_OPS and bounds:
+            vouch_bounds(arrays[1], *bounds)  # the kernel library then reads nothing back (see ops.py)
         return LazyHandle.concrete(self.inner.execute(prim, arrays, params, out), out)
 
     def from_host(self, array: np.ndarray) -> LazyHandle:
@@ -115,6 +121,9 @@ class Fusion(Decorator):
 
     def to_host(self, handle: LazyHandle) -> np.ndarray:
         return self.inner.to_host(self.data(handle))
+
+    def value_bounds(self, handle: LazyHandle) -> tuple[int, int] | None:
+        return index_bounds(handle.record if handle.record is not None else handle.value) or None
 
     def sync(self) -> None:
         self.flush()

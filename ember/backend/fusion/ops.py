@@ -34,6 +34,11 @@ Not recorded, so run at once (their inputs are made concrete first, a sync point
   view or `where` of host data (`index_bounds`), with every value in range (`index_in_range`, checked
   at the call) cannot raise later, so it is recorded as an inner step (cross-entropy's `gather` of the
   targets with ignored ones masked to 0, an embedding lookup and their gradients' `scatter`/`index_add`).
+  On a device, an index uploaded from host data (its noted `bounds`), or a view or `where` of one, is
+  run at once all the same, but the fusion backend vouches for its bounds (`Fusion.execute`): the
+  kernel library reads nothing back, which would wait for all the work queued before. (Recorded
+  instead, the GPT step's backward blocks grew around them and held the externals they read, ~1.6 GB
+  of logits-sized values, until each block ended: the step's peak went past torch's.)
 - random ops (`uniform`, `normal`, `randint`) and `full`: they read no input, so they never force a
   flush anyway, and random ones stay where the generator's state advanced.
 - primitives registered later (custom ops, `@ember.backend_extension`): nothing is known of them,
@@ -110,7 +115,7 @@ def index_in_range(name: str, inputs: Sequence, params: dict) -> bool:
         True
     """
     index = inputs[1]
-    bounds = index_bounds(index.record if index.record is not None else index.value)
+    bounds = index_bounds(index.record if index.record is not None else index.value, devices=False)
     if bounds is None:
         return False
     shape = inputs[0].aval.shape
@@ -122,9 +127,10 @@ EMPTY = ()
 """`index_bounds` of a value with no elements."""
 
 
-def index_bounds(value, depth: int = 8) -> tuple[int, int] | tuple | None:
+def index_bounds(value, depth: int = 8, devices: bool = True) -> tuple[int, int] | tuple | None:
     """(min, max) of the integer values `value` (a stream `Record` or a concrete array) will hold, known
-    from host data without running anything: a NumPy array's own; a movement op's (`MOVEMENT`)
+    from host data without running anything: a NumPy array's own; with `devices`, a device array's noted
+    `bounds` (uploaded from host data: `ember.cube.runtime.arguments.DeviceArray`); a movement op's (`MOVEMENT`)
     its input's; a `where`'s the union of its two choices' (a `masked_fill` of host targets). `EMPTY`
     for no values; None when unknown (data on a device, another op, `depth` records deep).
 
@@ -136,13 +142,17 @@ def index_bounds(value, depth: int = 8) -> tuple[int, int] | tuple | None:
         if value.dtype.kind not in "iub":
             return None
         return EMPTY if value.size == 0 else (int(value.min()), int(value.max()))
+    if devices:
+        known = getattr(value, "bounds", None)  # a device array's, from the host data it was made of
+        if known is not None:
+            return known
     name = getattr(getattr(value, "prim", None), "name", None)
     if depth == 0 or name is None:
         return None
     if name in MOVEMENT:
-        return index_bounds(value.inputs[0], depth - 1)
+        return index_bounds(value.inputs[0], depth - 1, devices)
     if name == "where":
-        a, b = (index_bounds(v, depth - 1) for v in value.inputs[1:])
+        a, b = (index_bounds(v, depth - 1, devices) for v in value.inputs[1:])
         if a is None or b is None:
             return None
         return b if a is EMPTY else a if b is EMPTY else (min(a[0], b[0]), max(a[1], b[1]))

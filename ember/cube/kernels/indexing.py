@@ -107,8 +107,14 @@ def _launch(kernel, n, /, *args, **comptime):
 def _check_bounds(op: str, index: np.ndarray, size: int, dim: int) -> None:
     if not index.size:
         return
-    host = index.numpy() if isinstance(index, DeviceArray) else index  # a device index: one read, one wait
-    low, high = host.min(), host.max()
+    if isinstance(index, DeviceArray):
+        # Bounds known on the host (uploaded data, or vouched for) spare a read, which would wait for
+        # every launch queued so far; when they are out of range the values themselves decide.
+        known = index.bounds
+        if known is not None and known[0] >= 0 and known[1] < size:
+            return
+        index = index.numpy()
+    low, high = index.min(), index.max()
     if low < 0 or high >= size:
         raise IndexError(f"{op}: index {low if low < 0 else high} is out of bounds for dim {dim} with size {size}")
 

@@ -41,6 +41,27 @@ def c_strides(shape: tuple, itemsize: int) -> tuple:
     return _c_layout(tuple(shape), itemsize)[1]
 
 
+def host_bounds(a: np.ndarray) -> tuple[int, int] | None:
+    """(min, max) of an integer host array's values (what a device copy of it may note as its `bounds`);
+    None for other dtypes and for empty arrays.
+
+    Example:
+        >>> host_bounds(np.array([3, -1, 2])), host_bounds(np.ones(2, np.float32))
+        ((-1, 3), None)
+    """
+    if a.dtype.kind not in "iu" or a.size == 0:
+        return None
+    return int(a.min()), int(a.max())
+
+
+def vouch_bounds(a, low: int, high: int) -> None:
+    """Note that device array `a`'s values lie in [low, high] (a caller that proved it, such as a fusion
+    plan running an index op whose index it checked when the op was recorded), unless it knows tighter
+    ones; anything else (a NumPy array) is left alone."""
+    if isinstance(a, DeviceArray) and a.bounds is None:
+        a.bounds = (low, high)
+
+
 @functools.lru_cache(maxsize=4096)
 def _c_layout(shape: tuple, itemsize: int) -> tuple:
     """(element count, C-contiguous byte strides) of `shape`, remembered: a training step makes
@@ -72,12 +93,18 @@ class DeviceArray:
     # Slots, not a __dict__: a training step keeps thousands of arrays alive across the garbage collector's
     # passes, and each tracked object is walked (a runtime's array type adds its own slots, or a __dict__).
     __slots__ = ("runtime", "_shape", "dtype", "itemsize", "ndim", "size", "nbytes", "strides", "offset", "flags",
-                 "owner", "__weakref__")
+                 "owner", "bounds", "__weakref__")
 
     def __init__(self, runtime, shape: tuple, dtype, strides: tuple | None = None, offset: int = 0) -> None:
         self.runtime = runtime
         self._set(tuple(map(int, shape)), np.dtype(dtype), strides, offset)
         self.owner = None  # the array that owns the memory, for views
+        self.bounds: tuple[int, int] | None = None
+        """(min, max) of the values, known on the host without reading the device, or None: set by a
+        runtime's `to_device` for integer host data (`host_bounds`) and by callers that proved a range
+        (`vouch_bounds`); a view keeps its parent's (its values are among them); a write through
+        `__setitem__` forgets them. An index op checks an index against them instead of reading it
+        back, which would wait for every launch queued before it."""
 
     def _set(self, shape: tuple, dtype: np.dtype, strides: tuple | None, offset: int) -> None:
         itemsize = dtype.itemsize
@@ -116,6 +143,7 @@ class DeviceArray:
         v = object.__new__(type(self))
         v.runtime = self.runtime
         v.owner = self if self.owner is None else self.owner
+        v.bounds = self.bounds
         self._share(v)
         v._set(tuple(map(int, shape)), self.dtype, strides, self.offset if offset is None else offset)
         return v
@@ -208,6 +236,9 @@ class DeviceArray:
     def __setitem__(self, key, value) -> None:
         """`self[key] = value` on the device (basic indexing; `value` broadcast and converted)."""
         from ..kernels.common import assign
+        self.bounds = None
+        if self.owner is not None:
+            self.owner.bounds = None
         assign(self[key], value)
 
     # ---- copies ------------------------------------------------------------------------------------

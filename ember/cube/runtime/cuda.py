@@ -51,7 +51,7 @@ from ..passes import optimize
 from ..targets import cuda as cuda_target
 from .memory_pool import MemoryPool, MemoryStats
 from .nvrtc import INSTALL, compile_cuda
-from .arguments import DeviceArray, Specializing, check_array, check_count
+from .arguments import DeviceArray, Specializing, check_array, check_count, host_bounds
 from .host import host_span
 from .launches import Launch, LaunchRecorder
 
@@ -402,11 +402,13 @@ class CudaRuntime(Specializing, LaunchRecorder):
         return out
 
     def to_device(self, a: np.ndarray) -> CudaArray:
-        """A device copy of `a` (C-contiguous, of `a`'s shape: a 0-d array stays 0-d). Host data: not
-        noted as an allocation (a replayed step keeps it, as a constant)."""
+        """A device copy of `a` (C-contiguous, of `a`'s shape: a 0-d array stays 0-d), noting the bounds
+        of integer data (`DeviceArray.bounds`). Host data: not noted as an allocation (a replayed step
+        keeps it, as a constant)."""
         shape, a = np.shape(a), np.ascontiguousarray(a)  # ascontiguousarray makes 0-d arrays 1-d
         out = self._new(shape, a.dtype)
         self.copy_to_device(a.ctypes.data, out.ptr, a.nbytes)
+        out.bounds = host_bounds(a)
         return out
 
     def _staging_buffer(self, nbytes: int) -> int:

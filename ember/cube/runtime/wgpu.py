@@ -43,7 +43,7 @@ from ..ir import DTYPES
 from ..lang import CubeCount, CubeDim, KernelError
 from ..passes import optimize
 from ..targets import wgsl as wgsl_target
-from .arguments import NP_TO_CUBE, DeviceArray, Specializing, check_array, check_count
+from .arguments import NP_TO_CUBE, DeviceArray, Specializing, check_array, check_count, host_bounds
 from .host import host_span
 from ..compile_cache import SourceCache, cache_key
 from .memory_pool import MemoryStats, pool_from_settings
@@ -280,10 +280,12 @@ class WgpuRuntime(Specializing):
         return WgpuArray(self, (shape,) if isinstance(shape, (int, np.integer)) else shape, dtype)
 
     def to_device(self, a: np.ndarray) -> WgpuArray:
-        """A device copy of `a` (C-contiguous, of `a`'s shape: a 0-d array stays 0-d)."""
+        """A device copy of `a` (C-contiguous, of `a`'s shape: a 0-d array stays 0-d), noting the bounds
+        of integer data (`DeviceArray.bounds`)."""
         shape, a = np.shape(a), np.ascontiguousarray(a)  # ascontiguousarray makes 0-d arrays 1-d
         out = self.empty(shape, a.dtype)
         self.write(out.memory.buffer, a.astype(storage_dtype(a.dtype), copy=False), out.memory.offset)
+        out.bounds = host_bounds(a)
         return out
 
     def write_zeros(self, a: WgpuArray) -> None:

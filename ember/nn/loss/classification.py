@@ -14,6 +14,7 @@ Example:
 from __future__ import annotations
 
 from ...api.activation import log_softmax
+from ...dispatch import value_bounds
 from ...errors import DTypeError, ShapeError
 from ...tensor import Tensor
 from .reduction import check_reduction, check_same_shape, floating, reduce
@@ -41,12 +42,14 @@ def _class_targets(op: str, input: Tensor, target: Tensor, ignore_index: int) ->
                              f"expected {want}")
     classes = input.shape[cdim]
     kept = target != ignore_index
-    # Targets are data: checking their range reads them on the host, like index bounds checks do.
-    # The kept mask is computed there too: reading `kept` would run every op recorded so far.
-    host = target.numpy()
-    bad = host[(host != ignore_index) & ((host < 0) | (host >= classes))]
-    if bad.size:
-        raise IndexError(f"{op}: target {int(bad[0])} is out of bounds for {classes} classes")
+    # Targets are data: checking their range reads them on the host, like index bounds checks do, unless
+    # their bounds are known there (uploaded targets: on a GPU the read would wait for all queued work).
+    known = value_bounds(target)
+    if known is None or known[0] < 0 or known[1] >= classes:
+        host = target.numpy()
+        bad = host[(host != ignore_index) & ((host < 0) | (host >= classes))]
+        if bad.size:
+            raise IndexError(f"{op}: target {int(bad[0])} is out of bounds for {classes} classes")
     return target.masked_fill(~kept, 0), kept
 
 
