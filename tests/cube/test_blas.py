@@ -44,6 +44,9 @@ def test_batches_and_broadcasting(dtype):
     check(np.broadcast_to(a[0], (2, 3, 80, 60)), b[0])  # a batch of one shared matrix
     check(a[:2, None], b[None, :3])                   # (2,1) x (1,3): does not flatten, copied
     check(normal(1, 80, 60, dtype=dtype), normal(5, 60, 90, dtype=dtype))
+    check(normal(2, 3, 80, 60, dtype=dtype), b[0])    # one b for consecutive row blocks: one taller product
+    check(a[:, :, :50], normal(1, 50, 70, dtype=dtype))  # blocks of a wider matrix (ld 60): folded too
+    check(a.transpose(1, 0, 2)[:, :3], b[0])          # blocks not consecutive: kept batched
 
 
 def test_views_blas_cannot_take_are_copied():

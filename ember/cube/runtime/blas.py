@@ -163,6 +163,8 @@ class HostBlas:
         a, ta, lda, a_step = _operand(a, batch_shape)
         b, tb, ldb, b_step = _operand(b, batch_shape)
         batch = math.prod(batch_shape)
+        if batch > 1 and b_step == 0 and ta == 111 and a_step == m * lda:
+            m, batch, a_step = batch * m, 1, 0  # one b for a's consecutive row blocks: one taller product
         p = (ctypes.c_int64 * 14)(batch, m, n, k, a_step, lda, ta, b_step, ldb, tb, m * n, n,
                                   int(a.dtype == np.float64), self.ilp64)
         self.shim(self.gemm[a.dtype], self.get, self.set, p, data_pointer(a), data_pointer(b), data_pointer(out),

@@ -140,6 +140,10 @@ def cublas_matmul(runtime, a, b, tf32: bool = True):
     out, (m, n, k, batch, _, _) = product_output(runtime, a, b)
     sa = a_layout[2] if len(a.shape) == 3 and a.shape[0] == batch else 0  # 0: one matrix for the batch
     sb = b_layout[2] if len(b.shape) == 3 and b.shape[0] == batch else 0
+    if batch > 1 and sb == 0 and a_layout[0] == _OP_N and sa == m * a_layout[1]:
+        # One b for a batch of a's row blocks that follow each other: one taller product (the output's
+        # blocks follow each other too), which cuBLAS tiles better than `batch` short ones.
+        m, batch, sa = batch * m, 1, 0
     if out.size == 0:
         return out
     if k == 0:
