@@ -181,3 +181,28 @@ def test_a_cube_backend_runs_the_kernel_not_a_fallback(device):
 def test_registering_a_name_twice_is_refused():
     with pytest.raises(ValueError, match="'matmul_bias_relu' is already registered"):
         ember.backend_extension(shape=lambda x: x, name="matmul_bias_relu")(lambda x: x)
+
+
+def test_the_rules_answer_once_per_shapes_and_params_and_errors_recur():
+    """`Extension._infer` remembers what the shape and dtype rules said for given input shapes, dtypes and
+    params (an optimizer calls its update op on the same shapes every step); a rule that raises is asked
+    again, and raises again, at every call."""
+    asked = []
+
+    def rule(x, *, factor):
+        asked.append((x, factor))
+        if factor < 0:
+            raise ShapeError("ext_test_counted", f"factor {factor} must not be negative")
+        return x
+
+    counted = ember.backend_extension(shape=rule, name="ext_test_counted", reference=lambda x, *, factor: x * factor)(scale)
+    x = ember.tensor(np.arange(6, dtype=np.float32).reshape(2, 3), device=ember.Device.numpy())
+    for _ in range(3):
+        np.testing.assert_array_equal(counted(x, factor=2.0).numpy(), x.numpy() * 2)
+    np.testing.assert_array_equal(counted(x[:1], factor=2.0).numpy(), x.numpy()[:1] * 2)
+    np.testing.assert_array_equal(counted(x, factor=3.0).numpy(), x.numpy() * 3)
+    assert asked == [((2, 3), 2.0), ((1, 3), 2.0), ((2, 3), 3.0)]
+    for _ in range(2):
+        with pytest.raises(ShapeError, match="factor -1.0 must not be negative"):
+            counted(x, factor=-1.0)
+    assert asked[-2:] == [((2, 3), -1.0), ((2, 3), -1.0)]
