@@ -279,6 +279,20 @@ def test_cublas_reads_rows_and_transposed_views_in_place():
     assert operand_layout(DeviceArray(None, (1, 768), np.float32).broadcast_to((5, 1, 768)), 1, 768) == (0, 768, 0)
 
 
+def test_a_batched_product_output_follows_the_batch_an_empty_one_included():
+    from ember.cube.runtime.arguments import DeviceArray
+    from ember.cube.runtime.cublas import product_output
+    rt = SimpleNamespace(empty=lambda shape, dtype: DeviceArray(None, shape, dtype))
+    a, b = DeviceArray(None, (5, 2, 3), np.float32), DeviceArray(None, (3, 4), np.float32)
+    out, (m, n, k, batch, sa, sb) = product_output(rt, a, b)
+    assert out.shape == (5, 2, 4) and (m, n, k, batch, sa, sb) == (2, 4, 3, 5, 6, 0)
+    out, (*_, batch, sa, sb) = product_output(rt, DeviceArray(None, (1, 2, 3), np.float32),
+                                              DeviceArray(None, (4, 3, 4), np.float32))
+    assert out.shape == (4, 2, 4) and (batch, sa, sb) == (4, 0, 12)  # a's one matrix broadcast
+    out, (*_, batch, _, _) = product_output(rt, DeviceArray(None, (0, 2, 3), np.float32), b)
+    assert out.shape == (0, 2, 4) and out.size == 0 and batch == 0  # no matrices: nothing to call cuBLAS on
+
+
 class FakeDriver:
     """Enough of cuda.bindings.driver for the runtime: host memory stands in for the GPU's."""
 

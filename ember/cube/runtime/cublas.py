@@ -84,7 +84,8 @@ def product_output(runtime, a, b) -> tuple:
     """
     m, k = a.shape[-2:]
     n = b.shape[-1]
-    batch = max(x.shape[0] if len(x.shape) == 3 else 1 for x in (a, b))
+    batches = [x.shape[0] for x in (a, b) if len(x.shape) == 3]
+    batch = 0 if 0 in batches else max(batches, default=1)  # a batch of none: an empty product
     out = runtime.empty((batch, m, n) if 3 in (len(a.shape), len(b.shape)) else (m, n), a.dtype)
     sa = m * k if len(a.shape) == 3 and a.shape[0] == batch else 0
     sb = k * n if len(b.shape) == 3 and b.shape[0] == batch else 0
