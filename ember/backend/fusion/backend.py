@@ -108,11 +108,12 @@ class Fusion(Decorator):
                 if len(stream.records) >= self.max_ops:
                     self._flush(stream)
             return handle
-        if prim.name in INDEX_OPS:  # its index's bounds, known before its data is
+        bounds = None
+        if prim.name in INDEX_OPS:  # its index's bounds, known from the records before they run
             index = inputs[1]
             bounds = index_bounds(index.record if index.record is not None else index.value)
         arrays = [self.data(h) for h in inputs]
-        if prim.name in INDEX_OPS and bounds:
+        if bounds:
             vouch_bounds(arrays[1], *bounds)  # the kernel library then reads nothing back (see ops.py)
         return LazyHandle.concrete(self.inner.execute(prim, arrays, params, out), out)
 

@@ -55,9 +55,9 @@ def host_bounds(a: np.ndarray) -> tuple[int, int] | None:
 
 
 def vouch_bounds(a, low: int, high: int) -> None:
-    """Note that device array `a`'s values lie in [low, high] (a caller that proved it, such as a fusion
-    plan running an index op whose index it checked when the op was recorded), unless it knows tighter
-    ones; anything else (a NumPy array) is left alone."""
+    """Note that device array `a`'s values lie in [low, high] (a caller that knows it: the fusion backend
+    running an index op whose index its records bound), unless it knows tighter ones; anything else (a
+    NumPy array) is left alone."""
     if isinstance(a, DeviceArray) and a.bounds is None:
         a.bounds = (low, high)
 
