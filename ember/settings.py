@@ -14,6 +14,7 @@ unknown section or key, or a value of the wrong type, raises `ConfigError` namin
 | `[compilation]`| `compiler`     | `EMBER_CC`            | `cc` (gcc or clang)        |
 | `[memory]`     | `page_size_mb` | `EMBER_PAGE_SIZE_MB`  | `0` (adaptive)             |
 | `[memory]`     | `free_after_s` | `EMBER_FREE_AFTER_S`  | `30.0`                     |
+| `[cpu]`        | `parallel_min` | `EMBER_CPU_PARALLEL_MIN` | `0` (measured: cpu.py)  |
 | `[fusion]`     | `enabled`      | `EMBER_FUSION`        | `true`                     |
 | `[fusion]`     | `max_ops`      | `EMBER_FUSION_MAX_OPS`| `256`                      |
 | `[cuda]`       | `allow_tf32`   | `EMBER_ALLOW_TF32`    | `false` (f32 matmul in f32)|
@@ -61,6 +62,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "page_size_mb": Key(int, 0, "EMBER_PAGE_SIZE_MB"),
         "free_after_s": Key(float, 30.0, "EMBER_FREE_AFTER_S"),
     },
+    "cpu": {"parallel_min": Key(int, 0, "EMBER_CPU_PARALLEL_MIN")},
     "fusion": {
         "enabled": Key(bool, True, "EMBER_FUSION"),
         "max_ops": Key(int, 256, "EMBER_FUSION_MAX_OPS"),

@@ -110,3 +110,36 @@ def test_ir_built_directly_compiles_and_runs():
     import pytest
     with pytest.raises(cube.KernelError, match="f32"):
         rt.run(compiled, CubeCount(2), (*arrays[:2], arrays[2].astype(np.float64), out))
+
+
+def test_the_parallel_threshold_follows_the_measured_wake_cost_and_the_setting(tmp_path, monkeypatch):
+    """A launch spreads its cubes over threads from `ember_parallel_min` elements in its largest array:
+    the runtime measures what waking the threads costs and sets every loaded library's threshold to the
+    size whose work pays for it (`parallel_min_for`), or to `[cpu] parallel_min`; either way each launch
+    computes the same values."""
+    assert cpu.parallel_min_for(60.0, 2) == 3000 * 2 * 60 * 2
+    assert cpu.parallel_min_for(4.0, 16) == cpu.c_target.PARALLEL_MIN  # cheap wakes: the floor
+    assert cpu.parallel_min_for(500.0, 1) == cpu.c_target.PARALLEL_MIN  # one thread: nothing to wake
+    rt = CpuRuntime(CompileCache(tmp_path))
+    source = rt.prepare(add_one, CubeDim(16), (np.zeros(1, np.float32),), {}).source
+    assert "int64_t ember_parallel_min = 32768;" in source and "largest >= ember_parallel_min)" in source
+    wake_us, threads = cpu._measured[0]
+    assert wake_us >= 0 and threads >= 1 and cpu._parallel_min[0] == cpu.parallel_min_for(wake_us, threads)
+    n = 1 << 17
+    want = np.arange(n, dtype=np.float32) + 1
+    previous = cpu._parallel_min[0]
+    try:
+        for threshold in (0, 1 << 40):  # every launch spread, none spread
+            cpu.set_parallel_min(threshold)
+            x = np.arange(n, dtype=np.float32)
+            rt.launch(add_one, CubeCount(n // 16), CubeDim(16), (x,), {})
+            np.testing.assert_array_equal(x, want)
+            assert cpu._thresholds and all(t.value == threshold for t in cpu._thresholds)
+        monkeypatch.setenv("EMBER_CPU_PARALLEL_MIN", "12345")
+        settings.reload()
+        CpuRuntime(CompileCache(tmp_path))
+        assert cpu._parallel_min[0] == 12345 and all(t.value == 12345 for t in cpu._thresholds)
+    finally:
+        monkeypatch.undo()
+        settings.reload()
+        cpu.set_parallel_min(previous)

@@ -10,6 +10,13 @@ The C entry point has one signature for every kernel:
 where launch = [cube_count.x, cube_count.y, cube_count.z, len(array_0), len(array_1), ...] and
 args[i] is the i-th parameter: a data pointer for an array, a pointer to the value for a scalar.
 
+A launch spreads its cubes over OpenMP's threads only when its largest array has at least
+`ember_parallel_min` elements (a global of each kernel library): waking the threads, which wait
+passively, costs ~5 us on a bare machine and ~100 us on a virtual one, where a 65,536-element add ran in
+170 us on two threads and 65 us on one. The runtime measures that cost once per process
+(`wake_cost`) and sets every library's threshold to the size whose work it saves (`parallel_min_for`);
+`[cpu] parallel_min` (`EMBER_CPU_PARALLEL_MIN`) sets it instead.
+
 Example:
     >>> rt = cpu_runtime()
     >>> rt.launch(my_kernel, CubeCount(4), CubeDim(256), (x, y), {})
@@ -26,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import NamedTuple, Sequence
 
@@ -43,6 +51,22 @@ from .launches import Launch, LaunchRecorder
 
 FLAGS = ("-O3", "-march=native", "-mprefer-vector-width=512", "-fopenmp", "-shared", "-fPIC", "-std=gnu11",
          "-fno-math-errno")
+
+ELEMENTS_PER_US = 3000
+"""Elements of a contiguous elementwise kernel one thread does per microsecond (2^20 f32 adds in ~300 us on
+a 2-vCPU AMD EPYC): the work that waking the threads must save (`parallel_min_for`)."""
+WORK_WAKES = 2
+"""A region that does work costs about twice what an empty one (`wake_cost`) does: the woken thread starts
+cold (2-vCPU AMD EPYC: 53-65 us empty, 120-140 us around a 65,536-element add)."""
+WAKE_PROBE = r"""#include <stdint.h>
+int64_t ember_wake(void) {  /* one parallel region: the threads it woke */
+  int64_t n = 0;
+  #pragma omp parallel reduction(+:n)
+  n += 1;
+  return n;
+}
+int64_t ember_still(void) { return 1; }
+"""
 
 _NP_TO_CUBE = {np.dtype(d.np): d for d in DTYPES.values()}
 _SCALAR_CTYPES = {"f64": ctypes.c_double, "f32": ctypes.c_float, "f16": ctypes.c_float,
@@ -229,7 +253,72 @@ def _entry(lib) -> object:
     fn = getattr(lib, c_target.ENTRY)
     fn.restype = None
     fn.argtypes = [ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_void_p)]
+    threshold = ctypes.c_int64.in_dll(lib, "ember_parallel_min")
+    threshold.value = _parallel_min[0]
+    _thresholds.append(threshold)
     return fn
+
+
+_parallel_min = [c_target.PARALLEL_MIN]  # what every kernel library loaded from now on is given
+_measured: list = []  # [(wake cost in us, threads)] once measured in this process
+_thresholds: list = []  # each loaded kernel library's `ember_parallel_min`
+
+
+def parallel_min_for(wake_us: float, threads: int) -> int:
+    """The elements from which a launch's cubes pay for waking `threads` threads whose empty parallel
+    region costs `wake_us` (`WORK_WAKES` times that with work): spread, the work saved is (1 - 1/threads)
+    of it at `ELEMENTS_PER_US`; never below `c_target.PARALLEL_MIN`.
+
+    Example:
+        >>> parallel_min_for(60.0, 2), parallel_min_for(4.0, 16)
+        (720000, 32768)
+    """
+    if threads < 2:
+        return c_target.PARALLEL_MIN
+    return max(c_target.PARALLEL_MIN, int(ELEMENTS_PER_US * WORK_WAKES * wake_us * threads / (threads - 1)))
+
+
+def set_parallel_min(elements: int) -> None:
+    """Run launches whose largest array has fewer than `elements` elements on the calling thread, in
+    every kernel library loaded and to be loaded.
+
+    Example:
+        >>> set_parallel_min(1 << 20)
+    """
+    _parallel_min[0] = int(elements)
+    for threshold in _thresholds:
+        threshold.value = _parallel_min[0]
+
+
+def _wake_probe(cc: str, cc_version: str) -> ctypes.CDLL:
+    """`WAKE_PROBE` built with `cc` (in the default kernel cache, not a runtime's own: its builds are
+    the runtime's kernels)."""
+    def build(path: Path) -> None:
+        src = path.with_suffix(".c")
+        src.write_text(WAKE_PROBE)
+        try:
+            _compile(cc, src, path)
+        finally:
+            src.unlink(missing_ok=True)
+
+    return CompileCache().load_or_build(cache_key("wake-probe", cc_version, " ".join(FLAGS)), build, "ember_wake")
+
+
+def wake_cost(lib, rounds: int = 25) -> tuple[float, int]:
+    """(median microseconds one OpenMP parallel region costs over a plain call, the threads it runs on),
+    timed on `WAKE_PROBE`'s library `lib`, back to back (the threads wait passively between)."""
+    wake, still = lib.ember_wake, lib.ember_still
+    wake.restype = still.restype = ctypes.c_int64
+    threads = wake()
+    costs = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        wake()
+        t1 = time.perf_counter()
+        still()
+        costs.append((t1 - t0) - (time.perf_counter() - t1))
+    costs.sort()
+    return max(0.0, costs[len(costs) // 2] * 1e6), int(threads)
 
 
 def _debug_print(name: str, dim: CubeDim, source: str) -> None:
@@ -249,6 +338,7 @@ class CpuRuntime(LaunchRecorder):
         self.extra_flags = tuple(remembered_probe(self.cc, "vector-math",
                                                   lambda: " ".join(vector_math_flags(self.cc))).split())
         self.cache = cache or CompileCache()
+        self._set_parallel_min()
         # Keys made before tracing (kernel source, dtypes, comptime values, ...) -> manifests naming
         # the library and holding what a launch needs: a warm process loads kernels without tracing.
         self.manifests = SourceCache("cpu-manifests", self.cache.directory)
@@ -257,6 +347,16 @@ class CpuRuntime(LaunchRecorder):
         self._key_locks: dict = {}
         LaunchRecorder.__init__(self)
         self._sites: dict = {}  # (kernel, dim, comptime as given, argument dtypes) -> compiled kernel
+
+    def _set_parallel_min(self) -> None:
+        """`[cpu] parallel_min` when set, else the threshold for this machine's measured wake cost (once
+        per process; see the module docstring)."""
+        configured = settings().get("cpu", "parallel_min")
+        if configured > 0:
+            set_parallel_min(configured)
+        elif not _measured:
+            _measured.append(wake_cost(_wake_probe(self.cc, self.cc_version)))
+            set_parallel_min(parallel_min_for(*_measured[0]))
 
     def compile(self, kernel, dim: CubeDim) -> CompiledKernel:
         """Optimize, render and build (or load from the disk cache) one specialized kernel."""

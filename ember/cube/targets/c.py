@@ -36,8 +36,10 @@ from .phases import Phase, PhaseError, Schedule
 from .walker import Walker, builtin_table
 
 ENTRY = "ember_kernel"
-PARALLEL_MIN = 32768  # elements in a launch's largest array below which its cubes run on one thread
-VERSION = "c-5"  # bump when the rendering changes, so cached binaries are rebuilt
+PARALLEL_MIN = 32768
+"""Elements in a launch's largest array below which its cubes run on the calling thread: the initial value
+of each library's `ember_parallel_min`, which the CPU runtime sets for the machine (`runtime/cpu.py`)."""
+VERSION = "c-7"  # bump when the rendering changes, so cached binaries are rebuilt
 
 PRELUDE = r"""#include <stdint.h>
 #include <string.h>
@@ -193,13 +195,14 @@ class Renderer(CFamily, Walker):
                 t = self.ctype(p.value.type)
                 self.emit(f"const {t} v{p.value.id} = *(const {t} *)args[{i}];", 1)
         self.emit("const int64_t ncubes = (int64_t)cx * cy * cz;", 1)
-        # Threads only pay off on enough data: waking them costs microseconds (far more on a busy
-        # machine), so a launch whose largest array is small runs its cubes on the calling thread.
+        # Threads only pay off on enough data: waking them costs microseconds (on a virtual machine with
+        # passive waiting, ~100), so a launch whose largest array is under `ember_parallel_min` elements
+        # (set by the runtime from the measured cost) runs its cubes on the calling thread.
         sizes = [f"launch[{3 + k}]" for k in range(n_arrays)]
         largest = "0" if not sizes else sizes[0] if len(sizes) == 1 else \
             "ember_max64(" + ", ember_max64(".join(sizes[:-1]) + ", " + sizes[-1] + ")" * (len(sizes) - 1)
         self.emit(f"const int64_t largest = {largest};", 1)
-        self.emit(f"#pragma omp parallel for schedule(static) if(ncubes > 1 && largest >= {PARALLEL_MIN})", 1)
+        self.emit("#pragma omp parallel for schedule(static) if(ncubes > 1 && largest >= ember_parallel_min)", 1)
         self.emit("for (int64_t cube_l = 0; cube_l < ncubes; ++cube_l) {", 1)
         self.emit("const int32_t cube = (int32_t)cube_l;", 2)
         for arr in self.sched.shared:
@@ -215,7 +218,7 @@ class Renderer(CFamily, Walker):
         self.emit("}", 0)
         body = self.lines[body_start:]
         head = [PRELUDE, f"#define NU {d.total}", f"#define DX {d.x}", f"#define DY {d.y}",
-                f"#define DZ {d.z}", *self.vectors.values(), ""]
+                f"#define DZ {d.z}", f"int64_t ember_parallel_min = {PARALLEL_MIN};", *self.vectors.values(), ""]
         return "\n".join(head + body) + "\n"
 
     def tree(self, nodes: list, depth: int) -> None:
