@@ -186,10 +186,10 @@ def _index_reads(device, monkeypatch) -> list:
     """The dtype kinds of the device arrays read back to the host from now on; None on the CPU, whose
     arrays are host memory."""
     runtime = ember.debug.fusion_backend(device).inner.runtime
-    if runtime is None or isinstance(runtime.empty((1,), np.int64), np.ndarray):
+    kind = None if runtime is None else type(runtime.empty((1,), np.int64))
+    if kind is None or kind is np.ndarray:
         return None
     reads = []
-    kind = type(runtime.empty((1,), np.int64))
     original = kind.numpy
     monkeypatch.setattr(kind, "numpy", lambda self: reads.append(self.dtype.kind) or original(self))
     return reads

@@ -46,7 +46,7 @@ from ...ops.primitive import Aval, Primitive
 from ...settings import settings
 from ..base import Backend, Decorator
 from .graph import Block
-from .ops import _RECORDS, _STARTS, INDEX_OPS, index_bounds, records, starts_block, static_params
+from .ops import _RECORDS, _STARTS, INDEX_OPS, handle_bounds, records, starts_block, static_params
 from .plan import Plan, PlanCache
 from .stream import LazyHandle, Stream
 
@@ -110,8 +110,7 @@ class Fusion(Decorator):
             return handle
         bounds = None
         if prim.name in INDEX_OPS:  # its index's bounds, known from the records before they run
-            index = inputs[1]
-            bounds = index_bounds(index.record if index.record is not None else index.value)
+            bounds = handle_bounds(inputs[1])
         arrays = [self.data(h) for h in inputs]
         if bounds:
             vouch_bounds(arrays[1], *bounds)  # the kernel library then reads nothing back (see ops.py)
@@ -124,7 +123,7 @@ class Fusion(Decorator):
         return self.inner.to_host(self.data(handle))
 
     def value_bounds(self, handle: LazyHandle) -> tuple[int, int] | None:
-        return index_bounds(handle.record if handle.record is not None else handle.value) or None
+        return handle_bounds(handle) or None
 
     def sync(self) -> None:
         self.flush()

@@ -114,8 +114,7 @@ def index_in_range(name: str, inputs: Sequence, params: dict) -> bool:
         >>> index_in_range("gather", [x, LazyHandle.concrete(np.array([[0, 2]]), aval)], {"dim": 1})
         True
     """
-    index = inputs[1]
-    bounds = index_bounds(index.record if index.record is not None else index.value, devices=False)
+    bounds = handle_bounds(inputs[1], devices=False)
     if bounds is None:
         return False
     shape = inputs[0].aval.shape
@@ -125,6 +124,11 @@ def index_in_range(name: str, inputs: Sequence, params: dict) -> bool:
 
 EMPTY = ()
 """`index_bounds` of a value with no elements."""
+
+
+def handle_bounds(handle, devices: bool = True) -> tuple[int, int] | tuple | None:
+    """`index_bounds` of what a fusion handle holds or will hold (its pending record, or its value)."""
+    return index_bounds(handle.record if handle.record is not None else handle.value, devices=devices)
 
 
 def index_bounds(value, depth: int = 8, devices: bool = True) -> tuple[int, int] | tuple | None:

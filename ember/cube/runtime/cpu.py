@@ -290,18 +290,24 @@ def set_parallel_min(elements: int) -> None:
         threshold.value = _parallel_min[0]
 
 
-def _wake_probe(cc: str, cc_version: str) -> ctypes.CDLL:
-    """`WAKE_PROBE` built with `cc` (in the default kernel cache, not a runtime's own: its builds are
-    the runtime's kernels)."""
+def _built(cache: CompileCache, cc: str, source: str, key: str, symbol: str, extra: tuple = ()) -> ctypes.CDLL:
+    """The shared library built from C `source` with `cc` (plus `extra` flags), from `cache` under `key`
+    when it is there and exports `symbol`."""
     def build(path: Path) -> None:
         src = path.with_suffix(".c")
-        src.write_text(WAKE_PROBE)
+        src.write_text(source)
         try:
-            _compile(cc, src, path)
+            _compile(cc, src, path, extra)
         finally:
             src.unlink(missing_ok=True)
 
-    return CompileCache().load_or_build(cache_key("wake-probe", cc_version, " ".join(FLAGS)), build, "ember_wake")
+    return cache.load_or_build(key, build, symbol)
+
+
+def _wake_probe(cc: str, cc_version: str) -> ctypes.CDLL:
+    """`WAKE_PROBE` built with `cc` (in the default kernel cache, not a runtime's own: its builds are
+    the runtime's kernels)."""
+    return _built(CompileCache(), cc, WAKE_PROBE, cache_key("wake-probe", cc_version, " ".join(FLAGS)), "ember_wake")
 
 
 def wake_cost(lib, rounds: int = 25) -> tuple[float, int]:
@@ -374,15 +380,7 @@ class CpuRuntime(LaunchRecorder):
         Example:
             >>> lib = rt.build_library("void f(void) {}", cache_key("f", rt.cc_version), "f")
         """
-        def build(path: Path) -> None:
-            src = path.with_suffix(".c")
-            src.write_text(source)
-            try:
-                _compile(self.cc, src, path, extra)
-            finally:
-                src.unlink(missing_ok=True)
-
-        return self.cache.load_or_build(key, build, symbol)
+        return _built(self.cache, self.cc, source, key, symbol, extra)
 
     def _target_parts(self, dim: CubeDim) -> tuple:
         """Everything besides the kernel that determines its binary."""
