@@ -108,6 +108,45 @@ def test_small_allocations_share_a_slab_page():
     assert {s.size for s in slices} == {256}
 
 
+def test_a_trace_notes_each_slice_handed_out_and_given_back_and_a_replay_of_it_meets_the_same_slices():
+    pool, device = pool_and_device()
+    rng = np.random.default_rng(3)
+    sizes = [int(n) for n in rng.integers(1, 300_000, 24)]
+
+    def run():  # a periodic step: its own arrays made and dropped in one order, some given back at once
+        held = []
+        for k, n in enumerate(sizes):
+            held.append(pool.reserve(n))
+            if k % 3 == 2:
+                pool.free_later(held.pop(0))
+        for piece in held:
+            pool.free(piece)
+
+    for _ in range(4):  # until the page size the pool picks from recent requests settles
+        run()
+    pool.trace = trace = []
+    run()
+    pool.trace = None
+    takes = [e for e in trace if type(e) is tuple]
+    assert [n for n, _ in takes] == sizes and len(trace) == 2 * len(sizes)
+    assert {id(e) for e in trace if type(e) is not tuple} == {id(piece) for _, piece in takes}
+    # The same calls again: the same (page, offset) for every slice, though the step gives its arrays back
+    # in another order than it made them (a slab hands out its lowest free chunk, not the last one given).
+    pool.trace = again = []
+    run()
+    pool.trace = None
+    assert [(p.page, p.offset) for _, p in (e for e in again if type(e) is tuple)] == \
+        [(p.page, p.offset) for _, p in takes]
+    held = pool.reserve(100_000)  # another state: the large requests land elsewhere
+    pool.trace = moved = []
+    run()
+    pool.trace = None
+    assert [(p.page, p.offset) for _, p in (e for e in moved if type(e) is tuple)] != \
+        [(p.page, p.offset) for _, p in takes]
+    pool.free(held)
+    check_consistent(pool, device, [])
+
+
 def test_freed_large_ranges_coalesce_and_are_reused():
     pool, device = pool_and_device()
     a, b, c = (pool.reserve(100_000) for _ in range(3))

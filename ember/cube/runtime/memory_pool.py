@@ -4,7 +4,10 @@ A pool owns *pages* obtained from the device (`allocate(nbytes)` / `release(page
 *slices* of them. Two kinds of pages:
 
 - **small** allocations (up to `small_limit`) come from slab pages cut into equal chunks of one size
-  class (powers of two from 256 bytes), so many tiny tensors cost one device allocation;
+  class (powers of two from 256 bytes), so many tiny tensors cost one device allocation; a slab hands
+  out its lowest free chunk (a heap), so where a slice lands depends on which chunks are free, not on
+  the order they were given back in (a stack would permute a training step's small tensors every
+  step, and its addresses would recur only after the permutation's order: see `trace`);
 - **large** allocations come from pages managed first-fit with coalescing of free ranges. A new large
   page is `max(request, target)` bytes where `target` follows the observed sizes: four times the
   power of two above the median of the last 64 large requests (between 2 MiB and 256 MiB), or the
@@ -23,6 +26,14 @@ A page with nothing allocated for `free_after_s` seconds is given back at the ne
 `cleanup()` gives back every empty page at once. Live slices never move. `stats()` reports reserved
 and in-use bytes and their peaks.
 
+While `hold` is true no page is given back to the device (an idle page, an empty dedicated one): a
+CUDA graph being captured or replayed may still write a page that its run emptied. While `trace` is a
+list, the pool appends what it is asked: `(nbytes, slice)` for each slice it hands
+out and the slice itself for each one given back (`free` or `free_later`). A caller that asks for the
+same sizes again and gives them back in the same order gets the same (page, offset) wherever the pool is
+in the same state: that is how a CUDA graph captured over a fusion plan's allocations knows its
+addresses are the plan's again (`ember/backend/fusion/graphs.py`).
+
 Example:
     >>> pool = MemoryPool(allocate=lambda n: bytearray(n), release=lambda page: None)
     >>> s = pool.reserve(1000)
@@ -34,6 +45,7 @@ Example:
 from __future__ import annotations
 
 import bisect
+import heapq
 import statistics
 import threading
 import time
@@ -83,7 +95,7 @@ class Page:
         self.live = 0                           # slices handed out
         self.empty_since = time.monotonic()
         if chunk:
-            self.free_chunks = list(range(size - chunk, -1, -chunk))
+            self.free_chunks = list(range(0, size - chunk + 1, chunk))  # a heap: the lowest offset first
         else:
             self.free_ranges = [(0, size)]      # sorted, coalesced (offset, size)
         self.largest = size
@@ -95,7 +107,7 @@ class Page:
             if not self.free_chunks:
                 return None
             self.live += 1
-            return self.free_chunks.pop()
+            return heapq.heappop(self.free_chunks)
         if size > self.largest:
             return None
         longest = 0
@@ -117,7 +129,7 @@ class Page:
         if self.live == 0:
             self.empty_since = time.monotonic()
         if self.chunk:
-            self.free_chunks.append(offset)
+            heapq.heappush(self.free_chunks, offset)
             return
         ranges = self.free_ranges
         i = bisect.bisect_left(ranges, (offset, 0))
@@ -152,6 +164,10 @@ class MemoryPool:
         self._pending: deque[Slice] = deque()  # freed by finalizers, given back under the lock
         self._next_idle_check = 0.0
         self._in_use = self._reserved = self._peak_in_use = self._peak_reserved = self._slices = 0
+        self.hold = False
+        """When true, no page is given back to the device (see above)."""
+        self.trace: list | None = None
+        """When a list: each slice handed out, as (nbytes asked, slice), and each given back (see above)."""
 
     def reserve(self, nbytes: int) -> Slice:
         """A slice of at least `nbytes` (rounded up to the alignment or the size class)."""
@@ -173,7 +189,7 @@ class MemoryPool:
                 for page in pages:  # the common case, inlined: a free chunk of a slab page
                     if page.free_chunks:
                         page.live += 1
-                        offset = page.free_chunks.pop()
+                        offset = heapq.heappop(page.free_chunks)
                         break
             else:
                 size = -(-nbytes // ALIGN) * ALIGN
@@ -198,16 +214,23 @@ class MemoryPool:
             self._slices += 1
             if self._in_use > self._peak_in_use:
                 self._peak_in_use = self._in_use
-            return Slice(page, offset, size)
+            piece = Slice(page, offset, size)
+            if self.trace is not None:
+                self.trace.append((nbytes, piece))
+            return piece
 
     def free(self, piece: Slice) -> None:
         """Give a slice back to its page (the page itself stays reserved until idle)."""
+        if self.trace is not None:
+            self.trace.append(piece)
         with self._lock:
             self._give(piece)
 
     def free_later(self, piece: Slice) -> None:
         """Give a slice back at the pool's next call: safe from a finalizer or `__del__`, which may run
         in the middle of another pool call on the same thread (a lock would deadlock there)."""
+        if self.trace is not None:
+            self.trace.append(piece)
         self._pending.append(piece)  # deque.append is atomic
 
     def _give(self, piece: Slice) -> None:
@@ -252,6 +275,8 @@ class MemoryPool:
         self._free_pages(lambda page: page.empty_since <= deadline)
 
     def _free_pages(self, condition: Callable[[Page], bool]) -> int:
+        if self.hold:
+            return 0
         released = 0
         for pages in [self._large, *self._slabs.values()]:
             keep = []
