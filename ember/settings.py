@@ -19,7 +19,6 @@ unknown section or key, or a value of the wrong type, raises `ConfigError` namin
 | `[fusion]`     | `max_ops`      | `EMBER_FUSION_MAX_OPS`| `256`                      |
 | `[cuda]`       | `allow_tf32`   | `EMBER_ALLOW_TF32`    | `false` (f32 matmul in f32)|
 | `[cuda]`       | `graphs`       | `EMBER_CUDA_GRAPHS`   | `true` (plan replay as graphs)|
-| `[cuda]`       | `graph_max_mb` | `EMBER_CUDA_GRAPH_MAX_MB` | `16` (larger plans: no graph)|
 | `[logging]`    | `level`        | `EMBER_LOG`           | `warning`                  |
 | `[logging]`    | `debug_kernels`| `EMBER_DEBUG_KERNELS` | `false`                    |
 
@@ -70,7 +69,6 @@ SCHEMA: dict[str, dict[str, Key]] = {
     "cuda": {
         "allow_tf32": Key(bool, False, "EMBER_ALLOW_TF32"),
         "graphs": Key(bool, True, "EMBER_CUDA_GRAPHS"),
-        "graph_max_mb": Key(int, 16, "EMBER_CUDA_GRAPH_MAX_MB"),
     },
     "logging": {
         "level": Key(str, "warning", "EMBER_LOG", ("debug", "info", "warning", "error")),

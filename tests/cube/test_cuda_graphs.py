@@ -13,30 +13,53 @@ import pytest
 from ember.backend.fusion import graphs
 from ember.backend.fusion.graphs import GraphReplays, replays_for, signature
 from ember.cube.runtime.cuda import cuda_available
+from ember.cube.runtime.memory_pool import MemoryPool
 
 
 # ----------------------------------------------------------------------------------------------
-# Without a GPU: a runtime whose "device arrays" are NumPy arrays and whose graphs re-run the
-# captured function, writing into the arrays the capture allocated (what a CUDA graph does).
+# Without a GPU: a runtime whose memory is a real MemoryPool over host pages and whose "kernels" are
+# NumPy functions of addresses; a capture records the kernels, and a replay runs them again on whatever
+# the recorded addresses hold then (what a CUDA graph does).
 
 class FakeArray:
-    def __init__(self, data: np.ndarray) -> None:
-        self.data = data
-        self.shape, self.strides, self.dtype, self.nbytes = data.shape, data.strides, data.dtype, data.nbytes
+    """A view of a pool slice: shape, strides, dtype and a byte offset into the slice (as DeviceArray)."""
+
+    def __init__(self, runtime, memory, shape, dtype, strides=None, offset=0, owner=None) -> None:
+        self.runtime, self.memory, self.owner = runtime, memory, owner
+        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+        self.size = int(np.prod(self.shape))
+        self.nbytes = self.size * self.dtype.itemsize
+        self.strides = tuple(strides) if strides is not None else np.empty(self.shape, self.dtype).strides
+        self.offset = offset
+
+    def __del__(self) -> None:
+        if self.memory is not None and self.owner is None:
+            self.runtime.pool.free_later(self.memory)
+
+    @property
+    def base(self) -> int:
+        memory = self.memory if self.owner is None else self.owner.memory
+        return memory.page.buffer.ctypes.data + memory.offset if memory is not None else 0
+
+    @property
+    def data(self) -> np.ndarray:
+        return self.runtime.at(self.base + self.offset, self.shape, self.strides, self.dtype)
+
+    def strided(self, shape, strides, offset):
+        return FakeArray(self.runtime, None, shape, self.dtype, strides, offset, self if self.owner is None else self.owner)
 
 
 class FakeGraph:
-    def __init__(self, runtime, fn) -> None:
-        self.runtime, self.fn = runtime, fn
-        self.result = fn()
-        self.nbytes = sum(a.nbytes for a in self.result.values()) + runtime.extra_pinned
+    def __init__(self, runtime, kernels: list, result) -> None:
+        self.runtime, self.kernels, self.result = runtime, kernels, result
+        self.nbytes = 0
         self.closed = False
 
     def replay(self) -> None:
         assert not self.closed
         self.runtime.replays += 1
-        for i, a in self.fn().items():
-            self.result[i].data[...] = a.data
+        for kernel in self.kernels:
+            kernel()
 
     def close(self) -> None:
         self.closed = True
@@ -46,166 +69,277 @@ class FakeRuntime:
     ARRAY = FakeArray
 
     def __init__(self) -> None:
+        self.pages: dict[int, np.ndarray] = {}
+        self.pool = MemoryPool(self._allocate, lambda page: self.pages.pop(page.ctypes.data))
         self.lock = threading.RLock()
-        self.captures = self.replays = self.copies = 0
+        self.captures = self.replays = 0
         self.fail_capture: Exception | None = None
-        self.extra_pinned = 0  # intermediates a capture pins beyond its outputs
-        self.graphs: list[FakeGraph] = []
+        self.recording: list | None = None  # kernels of a capture
 
-    def like(self, a: FakeArray) -> FakeArray:
-        return FakeArray(np.empty_like(a.data))
+    def _allocate(self, nbytes: int) -> np.ndarray:
+        page = np.zeros(nbytes, np.uint8)
+        self.pages[page.ctypes.data] = page
+        return page
 
-    def copy_span(self, src: FakeArray, dst: FakeArray) -> None:
-        self.copies += 1
-        dst.data[...] = src.data
+    def at(self, address: int, shape, strides, dtype) -> np.ndarray:
+        for base, page in self.pages.items():
+            if base <= address < base + page.size or (base == address and not page.size):
+                raw = page[address - base:]
+                whole = raw.size // np.dtype(dtype).itemsize * np.dtype(dtype).itemsize
+                return np.lib.stride_tricks.as_strided(raw[:whole].view(dtype), shape, strides)
+        raise AssertionError(f"no page holds address {address}")
 
-    def capture(self, fn, warmup: bool = True) -> FakeGraph:
-        assert not warmup  # the plan ran before: its kernels are compiled, its layouts on the device
+    def reserve(self, nbytes: int):
+        return self.pool.reserve(nbytes)
+
+    def empty(self, shape, dtype) -> FakeArray:
+        a = FakeArray(self, None, shape, dtype)
+        a.memory = self.reserve(a.nbytes) if a.nbytes else None
+        return a
+
+    def over(self, memory, shape, dtype) -> FakeArray:
+        return FakeArray(self, memory, shape, dtype)
+
+    @staticmethod
+    def memory_of(a: FakeArray):
+        return a.memory if a.owner is None else a.owner.memory
+
+    @staticmethod
+    def address(a: FakeArray) -> int:
+        return a.base + a.offset
+
+    @staticmethod
+    def shares_memory(a: FakeArray, b: FakeArray) -> bool:
+        return a.base == b.base
+
+    def kernel(self, fn, out: FakeArray, *ins: FakeArray) -> None:
+        """out = fn(*ins), reading and writing through addresses (as a launch does)."""
+        where = [(self.address(a), a.shape, a.strides, a.dtype) for a in (out, *ins)]
+
+        def launch() -> None:
+            o, *i = (self.at(*w) for w in where)
+            o[...] = fn(*i)
+        if self.recording is not None:
+            self.recording.append(launch)
+        else:
+            with self.lock:  # the one stream: work queues in the order it takes the lock
+                launch()
+
+    def capture(self, fn, warmup: bool = True, keep: bool = True) -> FakeGraph:
+        assert not warmup and not keep  # the plan ran before; the pool trace owns the memory
         self.captures += 1
         if self.fail_capture is not None:
             raise self.fail_capture
-        self.graphs.append(FakeGraph(self, fn))
-        return self.graphs[-1]
+        self.recording = []
+        try:
+            result = fn()
+        finally:
+            kernels, self.recording = self.recording, None
+        return FakeGraph(self, kernels, result)
 
 
 class FakePlan:
-    """z = x * scale + y (node 0, live), w = z.sum() (node 1, live); scale is an op param."""
+    """t = x * scale (dropped), z = t + y (node 0), s = z.sum() (node 1), z.T (node 2, a view of z) and
+    x[1] (node 3, a view of an input); scale is an op param."""
 
-    live = [0, 1]
+    live = [0, 1, 2, 3]
 
-    def __init__(self) -> None:
-        self.plain = 0
+    def __init__(self, rt: FakeRuntime) -> None:
+        self.rt, self.plain, self.leak = rt, 0, None
 
     def run(self, records, externals, inner, graphs=True):
         assert graphs is False
-        self.plain += 1
-        x, y = (a.data for a in externals)
-        z = x * records[0].params["scale"] + y
-        return {0: FakeArray(z), 1: FakeArray(np.asarray(z.sum(), z.dtype))}
+        rt, (x, y) = self.rt, externals
+        self.plain += rt.recording is None
+        scale = records[0].params["scale"]
+        t = rt.empty(x.shape, x.dtype)
+        rt.kernel(lambda a: a * scale, t, x)
+        z = rt.empty(x.shape, x.dtype)
+        rt.kernel(np.add, z, t, y)
+        del t
+        s = rt.empty((), x.dtype)
+        rt.kernel(np.sum, s, z)
+        if self.leak is not None:
+            self.leak.append(rt.empty((2,), np.float32))
+        return {0: z, 1: s, 2: z.strided(z.shape[::-1], z.strides[::-1], z.offset),
+                3: x.strided(x.shape[1:], x.strides[1:], x.offset + x.strides[0])}
 
 
 def records(scale: float = 2.0) -> list:
     return [SimpleNamespace(index=0, params={"scale": scale}), SimpleNamespace(index=1, params={})]
 
 
-def arrays(rng, shape=(3, 4)) -> list:
-    return [FakeArray(rng.standard_normal(shape).astype(np.float32)) for _ in range(2)]
+def inputs(rt, rng, shape=(3, 4)) -> list:
+    out = []
+    for _ in range(2):
+        a = rt.empty(shape, np.float32)
+        with rt.lock:  # an upload queues on the stream
+            a.data[...] = rng.standard_normal(shape)
+        out.append(a)
+    return out
 
 
-def expected(externals, scale=2.0) -> np.ndarray:
-    return externals[0].data * scale + externals[1].data
+def check(values, ext, scale=2.0) -> None:
+    x, y = (a.data.copy() for a in ext)
+    z = x * np.float32(scale) + y
+    np.testing.assert_allclose(values[0].data, z, rtol=1e-6)
+    np.testing.assert_allclose(values[1].data, z.sum(), rtol=1e-5)
+    np.testing.assert_allclose(values[2].data, z.T, rtol=1e-6)
+    np.testing.assert_array_equal(values[3].data, x[1])
 
 
-def test_second_run_captures_later_runs_replay_with_inputs_copied_in_and_outputs_copied_out():
+def loop(replays, plan, rt, rng, steps: int, shape=(3, 4), scale=2.0, keep=None) -> None:
+    """A periodic loop: inputs made, the plan run, everything dropped (kept in `keep` if given)."""
+    for _ in range(steps):
+        ext = inputs(rt, rng, shape)
+        values = replays.run(plan, records(scale), ext, None)
+        check(values, ext, scale)
+        if keep is not None:  # the outputs stay alive, the inputs go
+            keep.append((values, [a.data.copy() for a in ext]))
+        del ext, values
+
+
+def test_a_loop_captures_its_plan_at_the_second_run_and_replays_it_over_the_same_slices():
     rng = np.random.default_rng(0)
-    rt, plan = FakeRuntime(), FakePlan()
+    rt = FakeRuntime()
+    plan = FakePlan(rt)
     replays = GraphReplays(rt)
-    kept = []
-    for step in range(5):
-        ext = arrays(rng)
-        values = replays.run(plan, records(), ext, None)
-        np.testing.assert_allclose(values[0].data, expected(ext), rtol=1e-6)
-        np.testing.assert_allclose(values[1].data, expected(ext).sum(), rtol=1e-5)
-        kept.append((values, expected(ext)))
-    assert replays.counts == {"captures": 1, "replays": 3, "refused": 0}
-    assert rt.captures == 1 and rt.replays == 4  # the capturing run replays too
-    # Outputs are fresh arrays: a later replay (which rewrites the graph's own) never changes them.
-    for values, want in kept:
-        np.testing.assert_allclose(values[0].data, want, rtol=1e-6)
-        assert all(v is not out for v in values.values() for out in rt.graphs[0].result.values())
-    # One copy per input and per output on each graph run (the 2nd run's capture plus 3 replays).
-    assert rt.copies == 4 * (2 + 2)
-    assert replays.stats()["graphs"] == 1 and replays.stats()["pinned_bytes"] == 3 * 4 * 4 + 4
+    loop(replays, plan, rt, rng, 8)
+    # Each step's arrays land where the last step's did (the pool's slabs hand out their lowest free chunk):
+    # seen, captured, then replayed.
+    assert replays.counts == {"captures": 1, "replays": 6, "mismatched": 0, "refused": 0}
+    assert rt.captures == 1 and rt.replays == 7 and plan.plain == 1
+    assert replays.stats()["graphs"] == 1 and replays.stats()["pinned_bytes"] == 0
+    # The graph holds none of its outputs: everything the loop made is back in the pool.
+    gc.collect()
+    assert rt.pool.stats().in_use == 0
 
 
-def test_a_new_layout_or_param_is_a_new_signature():
+def test_outputs_kept_alive_move_the_next_runs_slices_and_those_runs_are_plain_and_right():
     rng = np.random.default_rng(1)
-    rt, plan = FakeRuntime(), FakePlan()
+    rt = FakeRuntime()
+    plan = FakePlan(rt)
     replays = GraphReplays(rt)
-    for shape, scale in [((3, 4), 2.0), ((3, 4), 2.0), ((5, 4), 2.0), ((3, 4), -1.5), ((3, 4), -1.5)]:
-        ext = arrays(rng, shape)
-        np.testing.assert_allclose(replays.run(plan, records(scale), ext, None)[0].data, expected(ext, scale),
-                                   rtol=1e-6)
-    assert replays.counts["captures"] == 2 and rt.replays == 2  # (3,4)x2.0 and (3,4)x-1.5, once each
-    a = FakeArray(np.zeros((3, 4), np.float32))
-    b = FakeArray(np.zeros((4, 3), np.float32).T)
-    assert signature(records(), [a, a], FakeArray) != signature(records(), [a, b], FakeArray)  # strides
+    loop(replays, plan, rt, rng, 8)  # captured in each phase of the loop
+    kept: list = []
+    loop(replays, plan, rt, rng, 4, keep=kept)
+    for values, host in kept:  # no replay wrote over an output still alive
+        z = host[0] * np.float32(2.0) + host[1]
+        np.testing.assert_allclose(values[0].data, z, rtol=1e-6)
+        np.testing.assert_allclose(values[1].data, z.sum(), rtol=1e-5)
+    del kept, values, host
+    gc.collect()
+    assert rt.pool.stats().in_use == 0
+
+
+def test_a_trace_that_meets_another_slice_gives_back_what_it_took_and_runs_plainly():
+    rng = np.random.default_rng(7)
+    rt = FakeRuntime()
+    plan = FakePlan(rt)
+    replays = GraphReplays(rt)
+    loop(replays, plan, rt, rng, 8)  # every phase captured: the next inputs meet a graph
+    before = dict(replays.counts)
+    ext = inputs(rt, rng)
+    blocker = rt.empty((3, 4), np.float32)  # takes the slice the plan's first intermediate had
+    values = replays.run(plan, records(), ext, None)
+    assert replays.counts == {**before, "mismatched": before["mismatched"] + 1}
+    check(values, ext)
+    del ext, values, blocker
+    gc.collect()
+    assert rt.pool.stats().in_use == 0  # nothing the mismatched trace reserved stayed taken
+
+
+def test_a_new_layout_address_or_param_is_a_new_key():
+    rng = np.random.default_rng(2)
+    rt = FakeRuntime()
+    plan = FakePlan(rt)
+    replays = GraphReplays(rt)
+    seen = []
+    for shape, scale in [((3, 4), 2.0), ((5, 4), 2.0), ((3, 4), -1.5)]:
+        loop(replays, plan, rt, rng, 6, shape=shape, scale=scale)
+        seen.append(dict(replays.counts))
+    assert all(after["captures"] > before["captures"] for before, after in zip([{"captures": 0}, *seen], seen))
+    held = rt.empty((64,), np.float32)  # the loop's arrays land elsewhere now: new keys, seen once first
+    before = dict(replays.counts)
+    loop(replays, plan, rt, rng, 1)
+    assert replays.counts == {**before, "mismatched": replays.counts["mismatched"]}  # nothing replayed
+    loop(replays, plan, rt, rng, 6)
+    assert replays.counts["replays"] > before["replays"]
+    del held
+    a, b = inputs(rt, rng)
+    assert signature(records(), [a, a], FakeArray) == signature(records(), [a, b], FakeArray)  # addresses aside
+    t = a.strided((4, 3), a.strides[::-1], a.offset)
+    assert signature(records(), [a, a], FakeArray) != signature(records(), [a, t], FakeArray)  # strides
     assert signature(records(), [a, np.zeros((3, 4), np.float32)], FakeArray) is None  # not on the device
     assert signature([SimpleNamespace(index=0, params={"v": [1]})], [a], FakeArray) is None  # unhashable
 
 
-def test_a_failed_capture_runs_plainly_and_refuses_that_signature():
-    rng = np.random.default_rng(2)
-    rt, plan = FakeRuntime(), FakePlan()
+def test_a_failed_capture_runs_plainly_and_refuses_that_layout():
+    rng = np.random.default_rng(3)
+    rt = FakeRuntime()
+    plan = FakePlan(rt)
     rt.fail_capture = RuntimeError("a copy to the host cannot be captured")
     replays = GraphReplays(rt)
-    for _ in range(4):
-        ext = arrays(rng)
-        np.testing.assert_allclose(replays.run(plan, records(), ext, None)[0].data, expected(ext), rtol=1e-6)
-    assert rt.captures == 1 and replays.counts == {"captures": 0, "replays": 0, "refused": 1}
+    loop(replays, plan, rt, rng, 4)
+    assert rt.captures == 1 and replays.counts == {"captures": 0, "replays": 0, "mismatched": 0, "refused": 1}
     assert plan.plain == 4 and "host" in str(replays.last_error)
 
 
-def test_threads_replaying_one_plan_each_get_their_own_result():
-    rt, plan = FakeRuntime(), FakePlan()
+def test_a_capture_that_keeps_memory_it_does_not_output_is_refused():
+    rng = np.random.default_rng(4)
+    rt = FakeRuntime()
+    plan = FakePlan(rt)
+    plan.leak = []  # each run keeps a slice of its own beyond its outputs (a cache, another thread)
+    replays = GraphReplays(rt)
+    loop(replays, plan, rt, rng, 4)
+    assert replays.counts["refused"] == 1 and replays.reasons == {"trace": 1} and replays.counts["replays"] == 0
+    assert rt.captures == 1 and replays.stats()["graphs"] == 0
+
+
+def test_threads_running_one_plan_each_get_their_own_result():
+    rt = FakeRuntime()
+    plan = FakePlan(rt)
     replays = GraphReplays(rt)
     errors = []
 
     def worker(seed: int) -> None:
         rng = np.random.default_rng(seed)
-        for _ in range(30):
-            ext = arrays(rng)
-            got = replays.run(plan, records(), ext, None)[0].data
-            if not np.allclose(got, expected(ext), rtol=1e-6):
-                errors.append(seed)
+        try:
+            loop(replays, plan, rt, rng, 30)
+        except AssertionError as error:
+            errors.append(error)
 
     threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(4)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert not errors and replays.counts["captures"] == 1 and replays.counts["replays"] >= 100
-
-
-def test_large_plans_get_no_graph():
-    rng = np.random.default_rng(3)
-    rt, plan = FakeRuntime(), FakePlan()
-    replays = GraphReplays(rt, max_bytes=100)  # the inputs alone are 96 bytes, the outputs 52 more
-    for _ in range(3):
-        replays.run(plan, records(), arrays(rng), None)
-    assert rt.captures == 0 and replays.counts["refused"] == 1
-    rt.extra_pinned = 1 << 20  # small inputs and outputs, but the capture pins a MiB of intermediates
-    replays = GraphReplays(rt, max_bytes=1 << 19)
-    for _ in range(3):
-        ext = arrays(rng)
-        np.testing.assert_allclose(replays.run(plan, records(), ext, None)[0].data, expected(ext), rtol=1e-6)
-    assert rt.captures == 1 and rt.graphs[-1].closed and replays.counts["captures"] == 0
+    assert not errors
+    assert replays.counts["captures"] >= 1 and sum(replays.counts.values()) > 0
 
 
 def test_switched_off_or_foreign_inputs_run_plainly():
-    rng = np.random.default_rng(4)
-    rt, plan = FakeRuntime(), FakePlan()
+    rng = np.random.default_rng(5)
+    rt = FakeRuntime()
+    plan = FakePlan(rt)
     replays = GraphReplays(rt, enabled=False)
-    for _ in range(3):
-        replays.run(plan, records(), arrays(rng), None)
+    loop(replays, plan, rt, rng, 3)
     assert rt.captures == 0 and plan.plain == 3
 
 
-def test_an_evicted_plan_drops_its_graphs_and_at_most_per_plan_layouts_keep_one():
-    rng = np.random.default_rng(5)
-    rt, plan = FakeRuntime(), FakePlan()
+def test_an_evicted_plan_drops_its_graphs_and_at_most_per_plan_keys_keep_one(monkeypatch):
+    monkeypatch.setattr(graphs, "PER_PLAN", 3)
+    rng = np.random.default_rng(6)
+    rt = FakeRuntime()
+    plan = FakePlan(rt)
     replays = GraphReplays(rt)
     for n in range(graphs.PER_PLAN + 1):
-        for _ in range(2):
-            replays.run(plan, records(), arrays(rng, (n + 1, 2)), None)
-    assert replays.stats()["graphs"] == graphs.PER_PLAN  # the least recently used went: its layout is new again
-    for _ in range(2):
-        replays.run(plan, records(), arrays(rng, (1, 2)), None)
-    assert replays.counts["captures"] == graphs.PER_PLAN + 2 and replays.stats()["graphs"] == graphs.PER_PLAN
+        loop(replays, plan, rt, rng, 4, shape=(2, n + 1))
+    assert replays.counts["captures"] > graphs.PER_PLAN
+    assert replays.stats()["graphs"] == graphs.PER_PLAN  # the least recently used went
     del plan
     gc.collect()
-    assert replays.stats() == {"captures": graphs.PER_PLAN + 2, "replays": 0, "refused": 0, "graphs": 0,
-                               "pinned_bytes": 0}
+    assert replays.stats()["graphs"] == 0 and replays.stats()["pinned_bytes"] == 0
 
 
 class Inner:
@@ -220,7 +354,7 @@ def test_only_runtimes_that_capture_get_graphs_and_the_setting_switches_them_off
     inner = Inner(FakeRuntime())
     found = replays_for(inner)
     assert isinstance(found, GraphReplays) and found.runtime is inner.runtime
-    assert found.max_bytes == 16 << 20 and replays_for(inner) is found
+    assert replays_for(inner) is found
     monkeypatch.setenv("EMBER_CUDA_GRAPHS", "0")
     settings.reload()
     try:
@@ -271,18 +405,21 @@ def _step_reference(x, w, b):
 def test_a_plan_replayed_as_a_graph_computes_what_numpy_does_on_new_inputs_every_step(cuda):
     import ember
     rng = np.random.default_rng(10)
-    results = []
-    for step in range(6):
+    kept = None
+    for step in range(10):
         host = [rng.standard_normal(s).astype(np.float32) for s in ((64, 33), (33,), (64, 1))]
         out = _step(*(ember.tensor(h, device=cuda.device) for h in host))
-        cuda.device.sync()
-        results.append((out, _step_reference(*host)))
-    stats = cuda.replays.stats()
-    assert stats["captures"] >= 1 and stats["replays"] >= 4 * stats["captures"], stats
-    assert stats["pinned_bytes"] > 0
-    for out, want in results:  # earlier steps' values are untouched by later replays
+        want = _step_reference(*host)
+        if step == 6:  # kept alive: later steps meet other slices (and run plainly) but never write it
+            kept = out, want
         for got, ref in zip(out, want):
             np.testing.assert_allclose(got.numpy(), ref, rtol=2e-5, atol=1e-5)
+        del out
+    stats = cuda.replays.stats()
+    assert stats["captures"] >= 1 and stats["replays"] >= 2, stats
+    assert cuda.replays.reasons == {}, (cuda.replays.reasons, cuda.replays.last_error)
+    for got, ref in zip(*kept):
+        np.testing.assert_allclose(got.numpy(), ref, rtol=2e-5, atol=1e-5)
 
 
 @gpu
@@ -292,21 +429,18 @@ def test_a_plan_holding_a_cublas_matmul_is_captured_and_replays_what_numpy_compu
     if not cublas_available()[0]:
         pytest.skip(cublas_available()[1])
     rng = np.random.default_rng(13)
-    results = []
-    for step in range(6):
+    for step in range(8):
         host = [rng.standard_normal(s).astype(np.float32) for s in ((48, 40), (40, 24), (24,))]
         x, w, b = (ember.tensor(h, device=cuda.device) for h in host)
         h = (x @ w + b).relu()
         out = h, (h * h).sum(1)
-        cuda.device.sync()
         ref = np.maximum(host[0].astype(np.float64) @ host[1] + host[2], 0)
-        results.append((out, (ref, (ref * ref).sum(1))))
+        for got, want in zip(out, (ref, (ref * ref).sum(1))):  # TF32 matmuls where [cuda] allow_tf32 is on
+            np.testing.assert_allclose(got.numpy(), want, rtol=5e-3, atol=5e-3)
+        del x, w, b, h, out
     stats = cuda.replays.stats()
     assert cuda.replays.reasons == {}, (cuda.replays.reasons, cuda.replays.last_error)
-    assert stats["captures"] >= 1 and stats["replays"] >= 3, stats
-    for out, want in results:  # TF32 matmuls where [cuda] allow_tf32 is on
-        for got, ref in zip(out, want):
-            np.testing.assert_allclose(got.numpy(), ref, rtol=5e-3, atol=5e-3)
+    assert stats["captures"] >= 1 and stats["replays"] >= 2, stats
 
 
 @gpu
@@ -323,19 +457,28 @@ def test_training_with_graphs_matches_training_without(cuda):
         def forward(self, x):
             return self.layers[1](self.layers[0](x).relu())
 
-    def train(enabled: bool) -> list:
+    def train(enabled: bool) -> tuple:
+        """Gradients of 6 forward and backward passes on fixed parameters (each step's arrays land
+        where the last step's did: its plans replay), then the parameters after 8 AdamW steps."""
         cuda.replays.enabled = enabled
         device = cuda.device.autodiff()
         device.seed(0)
         model = MLP(device)
-        optimizer = AdamW(model, lr=1e-2)
         rng = np.random.default_rng(11)
+        x = ember.tensor(rng.standard_normal((8, 16)).astype(np.float32), device=device)
+        y = ember.tensor(rng.integers(0, 4, 8), device=device)
+        grads = []
         for _ in range(6):
+            g = cross_entropy(model(x), y).backward()
+            grads.append([g.get(p).numpy() for _, p in model.named_parameters()])
+            del g
+        optimizer = AdamW(model, lr=1e-2)
+        for _ in range(8):
             x = ember.tensor(rng.standard_normal((8, 16)).astype(np.float32), device=device)
             y = ember.tensor(rng.integers(0, 4, 8), device=device)
             optimizer.step(cross_entropy(model(x), y).backward())
         cuda.device.sync()
-        return [p.numpy() for _, p in model.named_parameters()]
+        return grads, [p.numpy() for _, p in model.named_parameters()]
 
     try:
         with_graphs = train(True)
@@ -343,47 +486,41 @@ def test_training_with_graphs_matches_training_without(cuda):
         without = train(False)
     finally:
         cuda.replays.enabled = True
-    assert captured["captures"] >= 1 and captured["replays"] >= 1, captured
-    for a, b in zip(with_graphs, without):
+    # The fixed-parameter passes replay; AdamW's out-of-place updates move the parameters, so its
+    # steps seldom meet their plans' keys again (they run plainly).
+    assert captured["replays"] >= 1 and captured["refused"] == 0, (captured, cuda.replays.last_error)
+    for step_with, step_without in zip(with_graphs[0], without[0]):
+        for a, b in zip(step_with, step_without):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    for a, b in zip(with_graphs[1], without[1]):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
 @gpu
-def test_graphs_pin_their_memory_until_their_plans_are_evicted(cuda):
+def test_graphs_pin_no_tensors_and_go_with_their_plans(cuda):
     import ember
     rng = np.random.default_rng(12)
-    for _ in range(3):
-        host = [rng.standard_normal(s).astype(np.float32) for s in ((256, 64), (64,), (256, 1))]
-        out = _step(*(ember.tensor(h, device=cuda.device) for h in host))
-        cuda.device.sync()
-    del out
+
+    def loop(steps: int) -> None:
+        for _ in range(steps):
+            host = [rng.standard_normal(s).astype(np.float32) for s in ((256, 64), (64,), (256, 1))]
+            out = _step(*(ember.tensor(h, device=cuda.device) for h in host))
+            cuda.device.sync()
+            del out
+        gc.collect()
+
+    cuda.replays.enabled = False
+    try:
+        loop(2)  # the plain kernels' layout arrays are on the device now (the runtime keeps them)
+    finally:
+        cuda.replays.enabled = True
+    start = cuda.rt.memory_stats().in_use
+    loop(6)
+    stats = cuda.replays.stats()
+    assert stats["replays"] >= 1, stats
+    # What the loop made is back in the pool; the graphs hold only layout arrays (a few hundred bytes).
+    assert cuda.rt.memory_stats().in_use - start <= stats["pinned_bytes"] < 64 << 10, (
+        cuda.rt.memory_stats().in_use - start, stats)
+    cuda.fusion.plans.clear()  # evicts every plan: their graphs go
     gc.collect()
-    pinned = cuda.replays.stats()["pinned_bytes"]
-    assert pinned > 0
-    in_use = cuda.rt.memory_stats().in_use
-    cuda.fusion.plans.clear()  # evicts every plan: their graphs go, and what they pinned is freed
-    gc.collect()
-    cuda.rt.synchronize()
     assert cuda.replays.stats()["graphs"] == 0
-    assert cuda.rt.memory_stats().in_use <= in_use - pinned
-
-
-def test_like_and_copy_span_keep_a_views_layout_in_one_copy():
-    """What a graph's own inputs are made with, on the real runtime over a fake driver (host memory)."""
-    from ember.cube.runtime.cuda import CudaRuntime
-    from .test_cuda_runtime import FakeDriver
-    driver = FakeDriver()
-    copies = []
-    driver.cuMemcpyDtoDAsync = lambda dst, src, n, stream: copies.append(n) or driver._copy(dst, src, n, stream)
-    rt = CudaRuntime(0, driver=driver)
-    host = np.random.default_rng(6).standard_normal((5, 7)).astype(np.float32)
-    base = rt.to_device(host)
-    for view, want in ((base, host), (base.T, host.T), (base[::-2, 1:], host[::-2, 1:]),
-                       (base[:, :1].broadcast_to((5, 4)), np.broadcast_to(host[:, :1], (5, 4)))):
-        mine = rt.like(view)
-        assert (mine.shape, mine.strides, mine.dtype) == (view.shape, view.strides, view.dtype)
-        rt.copy_span(view, mine)
-        np.testing.assert_array_equal(mine.numpy(), want)
-    assert len(copies) == 4  # one device-to-device copy each
-    with pytest.raises(ValueError, match="equal layouts"):
-        rt.copy_span(base, rt.like(base.T))

@@ -248,6 +248,38 @@ def test_a_captured_graph_keeps_what_it_writes_and_replays(monkeypatch):
     assert not driver.capturing  # the stream left capture mode
 
 
+def test_a_graph_that_keeps_nothing_leaves_its_arrays_to_the_caller_and_over_wraps_a_slice(monkeypatch):
+    monkeypatch.setattr(rt_cuda, "compile_cuda", lambda source, name, arch, **kw: Binary("ptx", b"//", arch))
+    driver = FakeDriver()
+    rt = CudaRuntime(0, driver=driver)
+    x = rt.to_device(np.arange(6, dtype=np.float32))
+    rt.launch(axpy, cube.CubeCount(1), cube.CubeDim(8), (x, rt.empty(6, np.float32), 2.0), {})  # layouts on the device
+    import gc
+    gc.collect()
+    before = rt.memory_stats().in_use
+
+    def step():
+        y = rt.empty(6, np.float32)
+        rt.launch(axpy, cube.CubeCount(1), cube.CubeDim(8), (x, y, 2.0), {})
+        return y
+
+    graph = rt.capture(step, warmup=False, keep=False)
+    assert len(driver.launches) == 2 and driver.replays == 0  # the first launch, then the one captured (not run)
+    y, graph.result = graph.result, None
+    assert rt.memory_stats().in_use > before
+    del y
+    gc.collect()
+    assert rt.memory_stats().in_use == before  # the graph holds its output no more than a plain run does
+    graph.replay()
+    assert driver.replays == 1
+    piece = rt.reserve(24)
+    z = rt.over(piece, (2, 3), np.float32)
+    assert z.ptr == int(piece.buffer) + piece.offset and rt.memory_of(z) is piece and rt.memory_of(z.T) is piece
+    del z
+    gc.collect()
+    assert rt.memory_stats().in_use == before  # an array over a slice gives it back when it goes
+
+
 def test_views_share_memory_and_read_through_their_strides():
     rt = CudaRuntime(0, driver=FakeDriver())
     host = np.random.default_rng(0).standard_normal((4, 6)).astype(np.float32)

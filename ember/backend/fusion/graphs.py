@@ -1,31 +1,42 @@
-"""Plan replay as CUDA graphs: a fusion plan run for the second time with the same layouts is captured
-as a CUDA graph, and its later runs launch that graph (one driver call instead of one per kernel).
+"""Plan replay as CUDA graphs: a fusion plan run for the second time on the same inputs *at the same
+addresses* is captured as a CUDA graph, and its later runs there launch that graph (one driver call
+instead of one per kernel, and none of the plan's Python per step).
 
 `Plan.run` asks `replays_for(inner)`; on an inner backend whose runtime can capture graphs
-(`CudaRuntime.capture`) it gets a `GraphReplays`, which decides per plan and per *signature*: the
-external inputs' shapes, strides and dtypes plus every recorded op's params (params that a plan reads
-afresh at each run, a scalar say, would otherwise stay baked into the graph).
+(`CudaRuntime.capture`) it gets a `GraphReplays`, which decides per plan and per *key*: the external
+inputs' shapes, strides, dtypes and device addresses, plus every recorded op's params (params that a
+plan reads afresh at each run, a scalar say, would otherwise stay baked into the graph).
 
-- 1st run of a signature: plain (`Plan.run(..., graphs=False)`), remembered.
-- 2nd run: captured. The graph reads its *own* input arrays (`runtime.like`, one per external, the
-  same layout), so each run copies the externals into them first: one device-to-device copy each.
-  Requiring the same input addresses instead would almost never replay: a training step's inputs
-  are last step's outputs, new arrays every step. The outputs, the intermediates and the layouts
-  the kernels read stay allocated (pinned) while the graph lives; each run copies the live outputs
-  into fresh arrays, because ember's tensors are immutable and the next replay rewrites the graph's.
-- later runs: copy in, `replay()`, copy out, under the runtime's lock (a replay's three parts must
-  not interleave with another thread's replay of the same graph).
+- 1st run of a key: plain (`Plan.run(..., graphs=False)`), remembered.
+- 2nd run: captured with the memory pool's `trace` on: the graph reads the inputs where they are and
+  writes the slices the pool hands out during the run, and the trace says which sizes were asked and
+  given back in which order. The graph pins nothing but the kernels' layout arrays: the outputs and
+  the intermediates live and die as in a plain run. It is launched once at once for this run's values.
+- later runs: the trace is replayed first: the same sizes asked, the same slices given back, in the
+  same order. A pool in the same state hands out the same (page, offset) for each: then every address
+  the graph writes is this run's own, and the graph is launched, its outputs wrapped as arrays over
+  the slices just reserved (`runtime.over`), views where the plan made views. The first slice that
+  differs gives everything back and the plan runs plainly (`mismatched`); stream order makes both
+  safe, as for every pool slice (all work is queued on the runtime's one stream).
+
+Why addresses: a training loop is periodic. Its step makes and drops the same arrays in the same order,
+so the pool hands out the same addresses every step (or every other step, where parameters updated out
+of place alternate between two slices), and each layer's plan meets its inputs where it met them last
+time. An earlier design copied the inputs into the graph's own arrays and the outputs out of them:
+one copy per input and output each run, and every intermediate pinned while the graph lived, so plans
+with large tensors (most of a GPT's) got no graph at all. What replays nothing now: a loop that keeps
+each step's outputs alive (new addresses every step); its plans run plainly, as without graphs.
+
 - A capture that fails (an op that reads a value on the host, a host fallback, an allocation the
-  driver refuses while capturing) runs the plan plainly and refuses that signature for good. Plans
-  hold the recorded inner ops too (`ops.INNER`: views, matmuls, cat, pad, ...), captured with the
-  fused kernels; one that would copy through the host (a NumPy fallback of the Cube backend) makes
-  the capture fail, as the runtime refuses host copies while capturing, so that plan runs plainly. So do
-  plans whose inputs and outputs exceed `[cuda] graph_max_mb`, or whose captured graph pins more:
-  large plans are bound by the device, not by launches, and a graph would only hold their memory.
-  At most `PER_PLAN` signatures keep a graph per plan (least recently used go).
-- A plan evicted from the plan cache drops its graphs (they live in a weak map keyed by the plan),
-  which frees what they pinned. Several threads may run one plan: its state changes under a lock,
-  one thread captures a signature, and a replay's copies and launch hold the runtime's lock.
+  driver refuses while capturing) runs the plan plainly and refuses that layout (key without
+  addresses) for good; so does a trace that gives back memory the run did not take, or keeps some it
+  neither returns nor outputs (another thread's allocation, a new cached constant). Plans hold the
+  recorded inner ops too (`ops.INNER`: views, matmuls, cat, pad, ...), captured with the fused kernels.
+- At most `PER_PLAN` keys keep a graph per plan (least recently used go), and `SEEN` keys are
+  remembered as seen once (more, and they are forgotten: a loop whose addresses never repeat).
+- A plan evicted from the plan cache drops its graphs (they live in a weak map keyed by the plan).
+  Several threads may run one plan: its state changes under a lock, one thread captures a key, and a
+  trace replay with its launch holds the runtime's lock.
 
 Switch: `[cuda] graphs = true` in ember.toml, `EMBER_CUDA_GRAPHS=0` to turn off (read when the
 device's backend is first used), or `replays_for(inner).enabled = False` at run time.
@@ -33,7 +44,7 @@ device's backend is first used), or `replays_for(inner).enabled = False` at run 
 Example:
     >>> replays = replays_for(ember.debug.fusion_backend(Device.cuda(0)).inner)
     >>> replays.stats()
-    {'captures': 0, 'replays': 0, 'refused': 0, 'graphs': 0, 'pinned_bytes': 0}
+    {'captures': 0, 'replays': 0, 'mismatched': 0, 'refused': 0, 'graphs': 0, 'pinned_bytes': 0}
 """
 
 from __future__ import annotations
@@ -45,13 +56,17 @@ from typing import Any
 
 from ...settings import settings
 
-PER_PLAN = 4
-"""Signatures (input layouts) per plan that keep a captured graph."""
+PER_PLAN = 64
+"""Keys (input layouts and addresses) per plan that keep a captured graph: a plan shared by a model's
+layers meets each layer's inputs at their own addresses, twice as many where parameters alternate."""
+SEEN = 256
+"""Keys per plan remembered as seen once, waiting for a second run to capture."""
 
 
 def signature(records: list, externals: list, array_type: type) -> tuple | None:
-    """What a graph of one plan is valid for: the externals' layouts and the ops' params; None when an
-    external is not a `array_type` (not on the graph's device) or a param is unhashable.
+    """What a graph of one plan is valid for, but for addresses: the externals' layouts and the ops'
+    params; None when an external is not a `array_type` (not on the graph's device) or a param is
+    unhashable.
 
     Example:
         >>> signature(records, [x], CudaArray)
@@ -74,142 +89,219 @@ def signature(records: list, externals: list, array_type: type) -> tuple | None:
 
 
 class Captured:
-    """One graph of a plan: the graph, the input arrays it reads, and the outputs it writes by node index."""
+    """One graph of a plan with its pool trace and how to make its outputs.
 
-    __slots__ = ("graph", "inputs", "outputs")
+    `events`: per pool call of the captured run, `(nbytes, page, offset)` for a slice handed out, or the
+    index of the handed-out slice given back. `outputs`: node index -> `(take, shape, dtype, view)`, the
+    output a C-contiguous array over slice number `take` (then `view`, its (shape, strides, offset) when
+    it is a view of that array, else None), or `(-1 - j, shape, strides, delta)`, a view of external
+    `j` at `delta` bytes from it, or `(None, shape, dtype, None)`, an empty array."""
 
-    def __init__(self, graph, inputs: list, outputs: dict) -> None:
+    __slots__ = ("graph", "events", "outputs")
+
+    def __init__(self, graph, events: list, outputs: dict) -> None:
         self.graph = graph
-        self.inputs = inputs
+        self.events = events
         self.outputs = outputs
+
+    @staticmethod
+    def of(graph, trace: list, values: dict, externals: list, runtime) -> "Captured | None":
+        """The replayable form of a capture whose run gave `values` and left the pool `trace`, or None
+        when the trace does not account for its memory (see the module docstring)."""
+        takes: dict[int, int] = {}  # id of a slice handed out -> its number (the trace keeps them alive)
+        events: list = []
+        held: set = set()
+        for event in trace:
+            if type(event) is tuple:
+                nbytes, piece = event
+                held.add(len(takes))
+                takes[id(piece)] = len(takes)
+                events.append((nbytes, piece.page, piece.offset))
+            else:
+                k = takes.get(id(event))
+                if k is None or k not in held:
+                    return None  # memory the run did not take
+                held.discard(k)
+                events.append(k)
+        outputs: dict = {}
+        kept: set = set()  # the slices under outputs
+        for i, a in values.items():
+            if type(a) is not runtime.ARRAY:
+                return None
+            memory = runtime.memory_of(a)
+            k = takes.get(id(memory)) if memory is not None else None
+            if k is not None:
+                if k not in held and k not in kept:
+                    return None  # an output over memory the run gave back
+                held.discard(k)
+                kept.add(k)
+                root = a if a.owner is None else a.owner
+                view = None if a is root else (a.shape, a.strides, a.offset)
+                outputs[i] = (k, root.shape, root.dtype, view)
+            elif a.nbytes == 0:
+                outputs[i] = (None, a.shape, a.dtype, None)
+            else:
+                j = next((j for j, x in enumerate(externals) if runtime.shares_memory(a, x)), None)
+                if j is None:
+                    return None
+                outputs[i] = (-1 - j, a.shape, a.strides, a.offset - externals[j].offset)
+        if held:
+            return None  # memory the run took and kept without returning it
+        return Captured(graph, events, outputs)
+
+    def replay(self, runtime, externals: list) -> dict[int, Any] | None:
+        """This graph's outputs for a run on `externals` (at the captured addresses), or None when the
+        pool hands out a slice other than the captured one (all given back then; nothing launched)."""
+        pool = runtime.pool
+        taken: list = []
+        with runtime.lock:
+            pool.hold = True  # as while it was captured: no page the graph writes goes back to the device
+            try:
+                for event in self.events:
+                    if type(event) is int:
+                        pool.free_later(taken[event])
+                        taken[event] = None
+                        continue
+                    piece = runtime.reserve(event[0])
+                    taken.append(piece)
+                    if piece.page is not event[1] or piece.offset != event[2]:
+                        for piece in taken:
+                            if piece is not None:
+                                pool.free_later(piece)
+                        return None
+                self.graph.replay()
+            finally:
+                pool.hold = False
+        values: dict[int, Any] = {}
+        roots: dict[int, Any] = {}
+        for i, (k, shape, kind, view) in self.outputs.items():
+            if k is None:
+                values[i] = runtime.empty(shape, kind)
+            elif k < 0:
+                x = externals[-1 - k]
+                values[i] = x.strided(shape, kind, x.offset + view)
+            else:
+                root = roots.get(k)
+                if root is None:
+                    root = roots[k] = runtime.over(taken[k], shape, kind)
+                values[i] = root if view is None else root.strided(*view)
+        return values
 
 
 class PlanGraphs:
-    """The signatures of one plan seen once, those refused, and the graphs captured (LRU)."""
+    """The keys of one plan seen once, the layouts refused, and the graphs captured (LRU)."""
 
     def __init__(self) -> None:
         self.seen: set = set()
         self.capturing: set = set()  # by one thread now: the others run plainly meanwhile
-        self.refused: set = set()
+        self.refused: set = set()  # layouts (keys without addresses)
         self.graphs: OrderedDict = OrderedDict()
 
 
 class GraphReplays:
     """CUDA graphs of the fusion plans run on one runtime (see the module docstring).
 
-    `runtime` provides `capture(fn, warmup=False)` (a graph with `replay()`, `result`, `nbytes`,
-    `close()`), `like(a)`, `copy_span(src, dst)`, `lock`, and `ARRAY` (its array type).
+    `runtime` provides `capture(fn, warmup=False, keep=False)` (a graph with `replay()`, `result`,
+    `nbytes`, `close()`), a `pool` with `trace`, `reserve(nbytes)`, `over(slice, shape, dtype)`,
+    `memory_of(a)`, `address(a)`, `shares_memory(a, b)`, `empty(shape, dtype)`, `lock`, and `ARRAY`.
     """
 
-    def __init__(self, runtime, enabled: bool = True, max_bytes: int = 64 << 20) -> None:
+    def __init__(self, runtime, enabled: bool = True) -> None:
         self.runtime = runtime
         self.enabled = enabled
-        self.max_bytes = max_bytes
-        self.counts = dict.fromkeys(("captures", "replays", "refused"), 0)
+        self.counts = dict.fromkeys(("captures", "replays", "mismatched", "refused"), 0)
         self.last_error: Exception | None = None
-        """Why the last refused capture failed (None when it was refused for its size)."""
+        """Why the last refused capture failed (None when its trace was refused)."""
         self.reasons: dict[str, int] = {}
-        """Refusals by why: "inputs+outputs" or "pinned" (over `max_bytes`), else the capture error's type."""
+        """Refusals by why: "trace" (memory the trace does not account for), else the capture error's type."""
         self._plans: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()  # the plans' states (plans are shared by the threads' streams)
 
     def run(self, plan, records: list, externals: list, inner) -> dict[int, Any]:
         """`plan.run`'s result, through a graph where one is (or can now be) captured."""
-        key = signature(records, externals, self.runtime.ARRAY) if self.enabled else None
-        if key is None:
+        layout = signature(records, externals, self.runtime.ARRAY) if self.enabled else None
+        if layout is None:
             return plan.run(records, externals, inner, graphs=False)
+        address = self.runtime.address
+        key = (layout, tuple([address(a) for a in externals]))
         with self._lock:
             state = self._plans.get(plan)
             if state is None:
                 state = self._plans[plan] = PlanGraphs()
             found = state.graphs.get(key)
+            capture = False
             if found is not None:
                 state.graphs.move_to_end(key)
-                self.counts["replays"] += 1
-            busy = key in state.capturing
-            first = not busy and key not in state.seen and key not in state.refused
-            capture = found is None and not busy and key in state.seen
-            if capture:
-                state.seen.discard(key)
-                state.capturing.add(key)
+            elif layout not in state.refused and key not in state.capturing:
+                capture = key in state.seen
+                if capture:
+                    state.seen.discard(key)
+                    state.capturing.add(key)
+                else:
+                    if len(state.seen) >= SEEN:
+                        state.seen.clear()
+                    state.seen.add(key)
         if found is not None:
-            return self._replay(found, externals)
+            values = found.replay(self.runtime, externals)
+            with self._lock:
+                self.counts["mismatched" if values is None else "replays"] += 1
+            return plan.run(records, externals, inner, graphs=False) if values is None else values
         if not capture:
-            values = plan.run(records, externals, inner, graphs=False)
-            if first:
-                too_big = _nbytes(externals) + _nbytes(values.values()) > self.max_bytes
-                with self._lock:
-                    if too_big:
-                        self._refuse(state, key, None, "inputs+outputs")
-                    else:
-                        state.seen.add(key)
-            return values
+            return plan.run(records, externals, inner, graphs=False)
         why: Exception | None = None
-        reason = "pinned"
         try:
-            found = self._capture(plan, records, externals, inner)
-        except Exception as error:  # not capturable: this signature runs plainly from now on
-            found, why, reason = None, error, type(error).__name__
-        else:
-            if found.graph.nbytes > self.max_bytes:
-                found.graph.close()
-                found = None
+            values, found = self._capture(plan, records, externals, inner)
+        except Exception as error:  # not capturable: this layout runs plainly from now on
+            values, found, why = None, None, error
         with self._lock:
             state.capturing.discard(key)
             if found is None:
-                self._refuse(state, key, why, reason)
+                self._refuse(state, layout, why, "trace" if why is None else type(why).__name__)
             else:
                 self.counts["captures"] += 1
                 state.graphs[key] = found
                 if len(state.graphs) > PER_PLAN:  # dropped, not closed: another thread may be replaying it;
-                    state.graphs.popitem(last=False)  # the graph and what it pins go with the last reference
-        if found is None:
-            return plan.run(records, externals, inner, graphs=False)
-        return self._replay(found, externals)
+                    state.graphs.popitem(last=False)  # the graph goes with the last reference
+        return plan.run(records, externals, inner, graphs=False) if values is None else values
 
-    def _capture(self, plan, records: list, externals: list, inner) -> Captured:
+    def _capture(self, plan, records: list, externals: list, inner) -> tuple[dict, Captured | None]:
+        """This run's values through a new graph, and the graph's replayable form (None: its trace
+        does not account for its memory; the values are right either way)."""
         rt = self.runtime
-        inputs = [rt.like(a) for a in externals]
         plan_ref = weakref.ref(plan)  # a graph keeping its function must not keep the plan (the weak map's key)
-        graph = rt.capture(lambda: plan_ref().run(records, inputs, inner, graphs=False), warmup=False)
-        return Captured(graph, inputs, {i: graph.result[i] for i in plan.live})
+        pool = rt.pool
+        with rt.lock:  # no other work between the capture and its launch: the run's freed slices are reused after
+            trace: list = []
+            pool.trace, pool.hold = trace, True  # a page the run empties stays: the graph may write it
+            try:
+                graph = rt.capture(lambda: plan_ref().run(records, externals, inner, graphs=False),
+                                   warmup=False, keep=False)
+                graph.replay()
+            finally:
+                pool.trace, pool.hold = None, False
+        values, graph.result = graph.result, None  # the graph must not keep its outputs (their slices)
+        return values, Captured.of(graph, trace, values, externals, rt)
 
-    def _replay(self, found: Captured, externals: list) -> dict[int, Any]:
-        rt = self.runtime
-        with rt.lock:
-            for a, mine in zip(externals, found.inputs):
-                rt.copy_span(a, mine)
-            found.graph.replay()
-            values = {}
-            for i, out in found.outputs.items():
-                values[i] = fresh = rt.like(out)
-                rt.copy_span(out, fresh)
-        return values
-
-    def _refuse(self, state: PlanGraphs, key: tuple, error: Exception | None, reason: str) -> None:
-        """Run this signature plainly from now on (the caller holds `_lock`)."""
-        state.refused.add(key)
+    def _refuse(self, state: PlanGraphs, layout: tuple, error: Exception | None, reason: str) -> None:
+        """Run this layout plainly from now on (the caller holds `_lock`)."""
+        state.refused.add(layout)
         self.counts["refused"] += 1
         self.reasons[reason] = self.reasons.get(reason, 0) + 1
         self.last_error = error
 
     def stats(self) -> dict:
-        """Captures, replays, refusals, graphs alive and the bytes they pin."""
+        """Captures, replays, trace mismatches, refusals, graphs alive and the bytes they pin (layouts)."""
         with self._lock:
             graphs = [c.graph for s in list(self._plans.values()) for c in s.graphs.values()]
         return {**self.counts, "graphs": len(graphs), "pinned_bytes": sum(g.nbytes for g in graphs)}
 
     def clear(self) -> None:
-        """Close every graph (freeing what they pin) and forget every plan's signatures."""
+        """Close every graph and forget every plan's keys."""
         with self._lock:
             states, self._plans = list(self._plans.values()), weakref.WeakKeyDictionary()
         for state in states:
             for found in state.graphs.values():
                 found.graph.close()
-
-
-def _nbytes(arrays) -> int:
-    return sum(a.nbytes for a in arrays)
 
 
 _replays: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # inner backend -> GraphReplays | None
@@ -237,7 +329,7 @@ def replays_for(inner) -> GraphReplays | None:
         return found
     runtime = getattr(inner, "runtime", None)
     found = None
-    if runtime is not None and hasattr(runtime, "copy_span") and hasattr(runtime, "capture") \
+    if runtime is not None and hasattr(runtime, "over") and hasattr(runtime, "capture") \
             and settings().get("cuda", "graphs"):
         found = _for_runtime(runtime)
     _replays[inner] = found
@@ -259,5 +351,5 @@ _by_runtime: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # one per 
 def _for_runtime(runtime) -> GraphReplays:
     found = _by_runtime.get(runtime)
     if found is None:
-        found = _by_runtime[runtime] = GraphReplays(runtime, max_bytes=settings().get("cuda", "graph_max_mb") << 20)
+        found = _by_runtime[runtime] = GraphReplays(runtime)
     return found

@@ -333,6 +333,7 @@ class CudaRuntime(Specializing, LaunchRecorder):
         self._by_call: dict = {}
         self._constants: OrderedDict = OrderedDict()
         self._captured: list | None = None  # arrays allocated (or layouts used) while a graph is captured
+        self._keep = True  # whether the graph being captured keeps the arrays allocated meanwhile
         LaunchRecorder.__init__(self)
         self._lock = threading.RLock()
         self.lock = self._lock
@@ -397,9 +398,27 @@ class CudaRuntime(Specializing, LaunchRecorder):
 
     def _new(self, shape, dtype) -> CudaArray:
         out = CudaArray(self, (shape,) if isinstance(shape, int) else shape, dtype)
-        if self._captured is not None:  # a graph being captured writes here on every replay: keep it
+        if self._captured is not None and self._keep:  # a graph being captured writes here on every replay
             self._captured.append(out)
         return out
+
+    def over(self, memory, shape: tuple, dtype) -> CudaArray:
+        """A C-contiguous array of `shape` owning `memory`, a pool slice this runtime reserved (given back
+        when the array goes): how a replayed graph's outputs become arrays without a new reservation.
+
+        Example:
+            >>> a = rt.over(rt.reserve(24), (2, 3), np.float32)
+        """
+        out = object.__new__(CudaArray)
+        DeviceArray.__init__(out, self, shape, dtype)
+        out.memory = memory
+        out._address = int(memory.buffer) + memory.offset
+        return out
+
+    @staticmethod
+    def memory_of(a: CudaArray):
+        """The pool slice under `a` (its owner's for a view); None for an empty array."""
+        return a.memory if a.owner is None else a.owner.memory
 
     def to_device(self, a: np.ndarray) -> CudaArray:
         """A device copy of `a` (C-contiguous, of `a`'s shape: a 0-d array stays 0-d), noting the bounds
@@ -482,38 +501,6 @@ class CudaRuntime(Specializing, LaunchRecorder):
             check(self.driver, self.driver.cuMemcpyDtoDAsync(dst.ptr, src.ptr, src.nbytes, self.stream),
                   "cuMemcpyDtoDAsync")
 
-    def like(self, a: CudaArray) -> CudaArray:
-        """An uninitialized array with `a`'s shape, dtype and strides (broadcast, transposed and negative
-        strides kept): the memory span under `a`, laid out the same way, so `copy_span` is one copy.
-
-        Example:
-            >>> b = rt.like(a.T); b.strides == a.T.strides
-            True
-        """
-        if a.flags.c_contiguous and a.size:  # the common case: a plain array of a's shape
-            base = self.empty(a.shape, a.dtype)
-            return base if base.strides == a.strides else base.strided(a.shape, a.strides)
-        lo, n = host_span(a)
-        base = self.empty(max(n, a.itemsize) // a.itemsize, a.dtype)
-        return base.strided(a.shape, a.strides, -lo)
-
-    def copy_span(self, src: CudaArray, dst: CudaArray) -> None:
-        """Queue a copy of the memory span under `src` into `dst`, an array of `src`'s layout (`like(src)`).
-
-        Example:
-            >>> b = rt.like(a); rt.copy_span(a, b)
-        """
-        if (src.shape, src.strides, src.dtype) != (dst.shape, dst.strides, dst.dtype):
-            raise ValueError(f"copy_span needs equal layouts: {src.shape} {src.strides} {src.dtype} into "
-                             f"{dst.shape} {dst.strides} {dst.dtype}")
-        lo, n = (0, src.nbytes) if src.flags.c_contiguous else host_span(src)
-        if n:
-            self.activate()
-            self.recorded(NOT_REPLAYED, None, ())
-            with self._lock:
-                check(self.driver, self.driver.cuMemcpyDtoDAsync(dst.ptr + lo, src.ptr + lo, n, self.stream),
-                      "cuMemcpyDtoDAsync")
-
     def memory_stats(self) -> MemoryStats:
         """The pool's reserved and in-use bytes and their peaks."""
         return self.pool.stats()
@@ -558,7 +545,7 @@ class CudaRuntime(Specializing, LaunchRecorder):
             d.cuEventDestroy(end)
 
     # -- graphs ---------------------------------------------------------------------------------
-    def capture(self, fn, warmup: bool = True) -> "CudaGraph":
+    def capture(self, fn, warmup: bool = True, keep: bool = True) -> "CudaGraph":
         """A CUDA graph of what `fn()` queues on this runtime (launches, device copies), to `replay()`
         with one call and almost no host time.
 
@@ -566,9 +553,12 @@ class CudaRuntime(Specializing, LaunchRecorder):
         device); then it runs under stream capture, holding `lock`. Replays read the arrays `fn` reads as
         they are at replay time (write new inputs into them, as with PyTorch's CUDA graphs) and write the
         arrays it allocated during the capture, which the graph keeps alive with the layouts it reads
-        (`graph.result` is what the captured call returned; `graph.nbytes` what it pins). A host copy or
-        wait inside `fn` (a NumPy argument the kernel writes, a new NumPy input, `.numpy()`) cannot be
-        captured: CudaError says so, and the stream leaves capture mode.
+        (`graph.result` is what the captured call returned; `graph.nbytes` what it pins). With `keep`
+        false, the graph keeps only the layouts: the arrays `fn` allocated live and die as they did in
+        the call, and the caller must own their memory again before each replay (the fusion plans'
+        graphs do, through the pool's `trace`). A host copy or wait inside `fn` (a NumPy argument the
+        kernel writes, a new NumPy input, `.numpy()`) cannot be captured: CudaError says so, and the
+        stream leaves capture mode. Nothing runs until the first `replay()`.
 
         Example:
             >>> graph = rt.capture(lambda: elementwise.binary("add", x, y))
@@ -580,7 +570,7 @@ class CudaRuntime(Specializing, LaunchRecorder):
         d = self.driver
         self.activate()
         with self._lock:
-            self._captured = []
+            self._captured, self._keep = [], keep
             check(d, d.cuStreamBeginCapture(self.stream, d.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED),
                   "cuStreamBeginCapture")
             try:
@@ -870,6 +860,7 @@ class CudaGraph:
         rt.activate()
         if not self._finalizer.alive:
             raise CudaError("this CUDA graph was closed")
+        rt.recorded(NOT_REPLAYED, None, ())  # an enclosing `record_launches` cannot replay a graph's kernels
         with rt.lock:
             check(rt.driver, rt.driver.cuGraphLaunch(self._executable, rt.stream), "cuGraphLaunch")
 
