@@ -165,6 +165,12 @@ class FakePlan:
                 3: x.strided(x.shape[1:], x.strides[1:], x.offset + x.strides[0])}
 
 
+def fake(seed: int, enabled: bool = True) -> tuple:
+    """(rng, runtime, plan, graph replays) for one test."""
+    rt = FakeRuntime()
+    return np.random.default_rng(seed), rt, FakePlan(rt), GraphReplays(rt, enabled=enabled)
+
+
 def records(scale: float = 2.0) -> list:
     return [SimpleNamespace(index=0, params={"scale": scale}), SimpleNamespace(index=1, params={})]
 
@@ -200,10 +206,7 @@ def loop(replays, plan, rt, rng, steps: int, shape=(3, 4), scale=2.0, keep=None)
 
 
 def test_a_loop_captures_its_plan_at_the_second_run_and_replays_it_over_the_same_slices():
-    rng = np.random.default_rng(0)
-    rt = FakeRuntime()
-    plan = FakePlan(rt)
-    replays = GraphReplays(rt)
+    rng, rt, plan, replays = fake(0)
     loop(replays, plan, rt, rng, 8)
     # Each step's arrays land where the last step's did (the pool's slabs hand out their lowest free chunk):
     # seen, captured, then replayed.
@@ -216,11 +219,8 @@ def test_a_loop_captures_its_plan_at_the_second_run_and_replays_it_over_the_same
 
 
 def test_outputs_kept_alive_move_the_next_runs_slices_and_those_runs_are_plain_and_right():
-    rng = np.random.default_rng(1)
-    rt = FakeRuntime()
-    plan = FakePlan(rt)
-    replays = GraphReplays(rt)
-    loop(replays, plan, rt, rng, 8)  # captured in each phase of the loop
+    rng, rt, plan, replays = fake(1)
+    loop(replays, plan, rt, rng, 8)  # captured
     kept: list = []
     loop(replays, plan, rt, rng, 4, keep=kept)
     for values, host in kept:  # no replay wrote over an output still alive
@@ -233,11 +233,8 @@ def test_outputs_kept_alive_move_the_next_runs_slices_and_those_runs_are_plain_a
 
 
 def test_a_trace_that_meets_another_slice_gives_back_what_it_took_and_runs_plainly():
-    rng = np.random.default_rng(7)
-    rt = FakeRuntime()
-    plan = FakePlan(rt)
-    replays = GraphReplays(rt)
-    loop(replays, plan, rt, rng, 8)  # every phase captured: the next inputs meet a graph
+    rng, rt, plan, replays = fake(7)
+    loop(replays, plan, rt, rng, 8)  # captured: the next inputs meet a graph
     before = dict(replays.counts)
     ext = inputs(rt, rng)
     blocker = rt.empty((3, 4), np.float32)  # takes the slice the plan's first intermediate had
@@ -250,10 +247,7 @@ def test_a_trace_that_meets_another_slice_gives_back_what_it_took_and_runs_plain
 
 
 def test_a_new_layout_address_or_param_is_a_new_key():
-    rng = np.random.default_rng(2)
-    rt = FakeRuntime()
-    plan = FakePlan(rt)
-    replays = GraphReplays(rt)
+    rng, rt, plan, replays = fake(2)
     seen = []
     for shape, scale in [((3, 4), 2.0), ((5, 4), 2.0), ((3, 4), -1.5)]:
         loop(replays, plan, rt, rng, 6, shape=shape, scale=scale)
@@ -275,11 +269,8 @@ def test_a_new_layout_address_or_param_is_a_new_key():
 
 
 def test_a_failed_capture_runs_plainly_and_refuses_that_layout():
-    rng = np.random.default_rng(3)
-    rt = FakeRuntime()
-    plan = FakePlan(rt)
+    rng, rt, plan, replays = fake(3)
     rt.fail_capture = RuntimeError("a copy to the host cannot be captured")
-    replays = GraphReplays(rt)
     loop(replays, plan, rt, rng, 4)
     assert rt.captures == 1 and replays.counts == {"captures": 0, "replays": 0, "mismatched": 0, "refused": 1}
     assert plan.plain == 4 and "host" in str(replays.last_error)
@@ -319,20 +310,14 @@ def test_threads_running_one_plan_each_get_their_own_result():
 
 
 def test_switched_off_or_foreign_inputs_run_plainly():
-    rng = np.random.default_rng(5)
-    rt = FakeRuntime()
-    plan = FakePlan(rt)
-    replays = GraphReplays(rt, enabled=False)
+    rng, rt, plan, replays = fake(5, enabled=False)
     loop(replays, plan, rt, rng, 3)
     assert rt.captures == 0 and plan.plain == 3
 
 
 def test_an_evicted_plan_drops_its_graphs_and_at_most_per_plan_keys_keep_one(monkeypatch):
     monkeypatch.setattr(graphs, "PER_PLAN", 3)
-    rng = np.random.default_rng(6)
-    rt = FakeRuntime()
-    plan = FakePlan(rt)
-    replays = GraphReplays(rt)
+    rng, rt, plan, replays = fake(6)
     for n in range(graphs.PER_PLAN + 1):
         loop(replays, plan, rt, rng, 4, shape=(2, n + 1))
     assert replays.counts["captures"] > graphs.PER_PLAN
