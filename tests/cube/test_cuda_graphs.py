@@ -327,6 +327,19 @@ def test_an_evicted_plan_drops_its_graphs_and_at_most_per_plan_keys_keep_one(mon
     assert replays.stats()["graphs"] == 0 and replays.stats()["pinned_bytes"] == 0
 
 
+def test_a_plan_whose_keys_do_not_come_back_stops_capturing(monkeypatch):
+    monkeypatch.setattr(graphs, "SPARE", 2)
+    rng, rt, plan, replays = fake(8)
+    held = []
+    for _ in range(6):  # each key seen twice (captured), then the inputs land elsewhere for good
+        loop(replays, plan, rt, rng, 2)
+        held.append(rt.empty((3, 4), np.float32))
+    assert replays.counts["captures"] == 2 and replays.counts["replays"] == 0
+    assert rt.captures == 2 and plan.plain == 10
+    loop(replays, plan, rt, rng, 3)  # a key that would recur gets no graph now either
+    assert replays.counts["captures"] == 2
+
+
 class Inner:
     def __init__(self, runtime) -> None:
         self.runtime = runtime

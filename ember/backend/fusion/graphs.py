@@ -33,7 +33,9 @@ each step's outputs alive (new addresses every step); its plans run plainly, as 
   neither returns nor outputs (another thread's allocation, a new cached constant). Plans hold the
   recorded inner ops too (`ops.INNER`: views, matmuls, cat, pad, ...), captured with the fused kernels.
 - At most `PER_PLAN` keys keep a graph per plan (least recently used go), and `SEEN` keys are
-  remembered as seen once (more, and they are forgotten: a loop whose addresses never repeat).
+  remembered as seen once (more, and they are forgotten: a loop whose addresses never repeat). A plan
+  captures only while its captures stay within `SPARE` of its replays: where keys come back once and
+  not again, capturing stops instead of costing every step.
 - A plan evicted from the plan cache drops its graphs (they live in a weak map keyed by the plan).
   Several threads may run one plan: its state changes under a lock, one thread captures a key, and a
   trace replay with its launch holds the runtime's lock.
@@ -61,6 +63,9 @@ PER_PLAN = 64
 layers meets each layer's inputs at their own addresses, twice as many where parameters alternate."""
 SEEN = 256
 """Keys per plan remembered as seen once, waiting for a second run to capture."""
+SPARE = 16
+"""Captures a plan may have beyond its replays: a capture costs a plain run's host time again and more,
+so a plan whose keys come back once and never again (a loop whose addresses creep) stops capturing."""
 
 
 def signature(records: list, externals: list, array_type: type) -> tuple | None:
@@ -196,6 +201,7 @@ class PlanGraphs:
         self.capturing: set = set()  # by one thread now: the others run plainly meanwhile
         self.refused: set = set()  # layouts (keys without addresses)
         self.graphs: OrderedDict = OrderedDict()
+        self.captured = self.replayed = 0  # graphs captured and launched, over the plan's life
 
 
 class GraphReplays:
@@ -233,7 +239,7 @@ class GraphReplays:
             if found is not None:
                 state.graphs.move_to_end(key)
             elif layout not in state.refused and key not in state.capturing:
-                capture = key in state.seen
+                capture = key in state.seen and state.captured < state.replayed + SPARE
                 if capture:
                     state.seen.discard(key)
                     state.capturing.add(key)
@@ -245,6 +251,7 @@ class GraphReplays:
             values = found.replay(self.runtime, externals)
             with self._lock:
                 self.counts["mismatched" if values is None else "replays"] += 1
+                state.replayed += values is not None
             return plan.run(records, externals, inner, graphs=False) if values is None else values
         if not capture:
             return plan.run(records, externals, inner, graphs=False)
@@ -259,6 +266,7 @@ class GraphReplays:
                 self._refuse(state, layout, why, "trace" if why is None else type(why).__name__)
             else:
                 self.counts["captures"] += 1
+                state.captured += 1
                 state.graphs[key] = found
                 if len(state.graphs) > PER_PLAN:  # dropped, not closed: another thread may be replaying it;
                     state.graphs.popitem(last=False)  # the graph goes with the last reference
