@@ -147,6 +147,17 @@ def test_a_trace_notes_each_slice_handed_out_and_given_back_and_a_replay_of_it_m
     check_consistent(pool, device, [])
 
 
+def test_pages_given_up_while_deferring_reach_the_device_at_release_deferred():
+    pool, device = pool_and_device()
+    piece = pool.reserve(1000)
+    pool.free(piece)
+    pool.deferred = []
+    assert pool.cleanup() == 1 << 20 and pool.stats().reserved == 0  # the books: given up
+    assert len(device.live) == 1  # the device memory: not yet
+    pool.release_deferred()
+    assert pool.deferred is None and not device.live
+
+
 def test_freed_large_ranges_coalesce_and_are_reused():
     pool, device = pool_and_device()
     a, b, c = (pool.reserve(100_000) for _ in range(3))

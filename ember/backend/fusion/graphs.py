@@ -63,7 +63,7 @@ PER_PLAN = 64
 layers meets each layer's inputs at their own addresses, twice as many where parameters alternate."""
 SEEN = 256
 """Keys per plan remembered as seen once, waiting for a second run to capture."""
-SPARE = 16
+SPARE = 4
 """Captures a plan may have beyond its replays: a capture costs a plain run's host time again and more,
 so a plan whose keys come back once and never again (a loop whose addresses creep) stops capturing."""
 
@@ -160,7 +160,7 @@ class Captured:
         pool = runtime.pool
         taken: list = []
         with runtime.lock:
-            pool.hold = True  # as while it was captured: no page the graph writes goes back to the device
+            pool.deferred = []  # as while it was captured: a page the graph writes goes back after its launch
             try:
                 for event in self.events:
                     if type(event) is int:
@@ -176,7 +176,7 @@ class Captured:
                         return None
                 self.graph.replay()
             finally:
-                pool.hold = False
+                pool.release_deferred()
         values: dict[int, Any] = {}
         roots: dict[int, Any] = {}
         for i, (k, shape, kind, view) in self.outputs.items():
@@ -280,13 +280,14 @@ class GraphReplays:
         pool = rt.pool
         with rt.lock:  # no other work between the capture and its launch: the run's freed slices are reused after
             trace: list = []
-            pool.trace, pool.hold = trace, True  # a page the run empties stays: the graph may write it
+            pool.trace, pool.deferred = trace, []  # a page the run empties is freed after the launch
             try:
                 graph = rt.capture(lambda: plan_ref().run(records, externals, inner, graphs=False),
                                    warmup=False, keep=False)
                 graph.replay()
             finally:
-                pool.trace, pool.hold = None, False
+                pool.trace = None
+                pool.release_deferred()
         values, graph.result = graph.result, None  # the graph must not keep its outputs (their slices)
         return values, Captured.of(graph, trace, values, externals, rt)
 

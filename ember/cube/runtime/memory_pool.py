@@ -26,9 +26,11 @@ A page with nothing allocated for `free_after_s` seconds is given back at the ne
 `cleanup()` gives back every empty page at once. Live slices never move. `stats()` reports reserved
 and in-use bytes and their peaks.
 
-While `hold` is true no page is given back to the device (an idle page, an empty dedicated one): a
-CUDA graph being captured or replayed may still write a page that its run emptied. While `trace` is a
-list, the pool appends what it is asked: `(nbytes, slice)` for each slice it hands
+While `deferred` is a list, a page the pool gives up (an idle page, an empty dedicated one) leaves its
+books as usual but its device memory is only appended there, for the caller to `release_deferred()`
+later: a CUDA graph being captured or replayed may still write a page that its run emptied, so the
+device frees it after the graph's launch (stream order), while the slices land as in a plain run.
+While `trace` is a list, the pool appends what it is asked: `(nbytes, slice)` for each slice it hands
 out and the slice itself for each one given back (`free` or `free_later`). A caller that asks for the
 same sizes again and gives them back in the same order gets the same (page, offset) wherever the pool is
 in the same state: that is how a CUDA graph captured over a fusion plan's allocations knows its
@@ -164,8 +166,8 @@ class MemoryPool:
         self._pending: deque[Slice] = deque()  # freed by finalizers, given back under the lock
         self._next_idle_check = 0.0
         self._in_use = self._reserved = self._peak_in_use = self._peak_reserved = self._slices = 0
-        self.hold = False
-        """When true, no page is given back to the device (see above)."""
+        self.deferred: list | None = None
+        """When a list: the pages given up meanwhile, their device memory not yet released (see above)."""
         self.trace: list | None = None
         """When a list: each slice handed out, as (nbytes asked, slice), and each given back (see above)."""
 
@@ -249,6 +251,12 @@ class MemoryPool:
             self._drain()
             return self._free_pages(lambda page: True)
 
+    def release_deferred(self) -> None:
+        """Stop deferring and give the device the pages given up since `deferred` was set."""
+        pages, self.deferred = self.deferred or [], None
+        for buffer in pages:
+            self._release(buffer)
+
     def stats(self) -> MemoryStats:
         """Reserved and in-use bytes, their peaks, and the page and slice counts."""
         with self._lock:
@@ -275,14 +283,15 @@ class MemoryPool:
         self._free_pages(lambda page: page.empty_since <= deadline)
 
     def _free_pages(self, condition: Callable[[Page], bool]) -> int:
-        if self.hold:
-            return 0
         released = 0
         for pages in [self._large, *self._slabs.values()]:
             keep = []
             for page in pages:
                 if page.live == 0 and condition(page):
-                    self._release(page.buffer)
+                    if self.deferred is not None:
+                        self.deferred.append(page.buffer)
+                    else:
+                        self._release(page.buffer)
                     released += page.size
                 else:
                     keep.append(page)
