@@ -246,6 +246,27 @@ def test_a_trace_that_meets_another_slice_gives_back_what_it_took_and_runs_plain
     assert rt.pool.stats().in_use == 0  # nothing the mismatched trace reserved stayed taken
 
 
+def test_a_replay_that_runs_out_of_memory_gives_back_what_it_took_and_raises():
+    rng, rt, plan, replays = fake(9)
+    loop(replays, plan, rt, rng, 3)  # captured and replayed
+    ext = inputs(rt, rng)
+    reserve, calls = rt.reserve, []
+
+    def failing(nbytes: int):
+        calls.append(nbytes)
+        if len(calls) == 2:
+            raise MemoryError("out of memory")
+        return reserve(nbytes)
+
+    rt.reserve = failing
+    with pytest.raises(MemoryError):
+        replays.run(plan, records(), ext, None)
+    rt.reserve = reserve
+    del ext
+    gc.collect()
+    assert len(calls) == 2 and rt.pool.stats().in_use == 0
+
+
 def test_a_new_layout_address_or_param_is_a_new_key():
     rng, rt, plan, replays = fake(2)
     seen = []

@@ -159,6 +159,7 @@ class Captured:
         pool hands out a slice other than the captured one (all given back then; nothing launched)."""
         pool = runtime.pool
         taken: list = []
+        launched = False
         with runtime.lock:
             pool.deferred = []  # as while it was captured: a page the graph writes goes back after its launch
             try:
@@ -170,13 +171,18 @@ class Captured:
                     piece = runtime.reserve(event[0])
                     taken.append(piece)
                     if piece.page is not event[1] or piece.offset != event[2]:
-                        for piece in taken:
-                            if piece is not None:
-                                pool.free_later(piece)
-                        return None
-                self.graph.replay()
+                        break
+                else:
+                    self.graph.replay()
+                    launched = True
             finally:
+                if not launched:  # a slice that differs (or an error, out of memory say): all given back
+                    for piece in taken:
+                        if piece is not None:
+                            pool.free_later(piece)
                 pool.release_deferred()
+        if not launched:
+            return None
         values: dict[int, Any] = {}
         roots: dict[int, Any] = {}
         for i, (k, shape, kind, view) in self.outputs.items():
