@@ -147,15 +147,15 @@ def test_a_trace_notes_each_slice_handed_out_and_given_back_and_a_replay_of_it_m
     check_consistent(pool, device, [])
 
 
-def test_pages_given_up_while_deferring_reach_the_device_at_release_deferred():
+def test_pages_given_up_while_deferring_reach_the_device_when_the_block_ends():
     pool, device = pool_and_device()
     piece = pool.reserve(1000)
     pool.free(piece)
-    pool.deferred = []
-    assert pool.cleanup() == 1 << 20 and pool.stats().reserved == 0  # the books: given up
-    assert len(device.live) == 1  # the device memory: not yet
-    pool.release_deferred()
-    assert pool.deferred is None and not device.live
+    with pool.deferring():
+        assert pool.cleanup() == 1 << 20 and pool.stats().reserved == 0  # the books: given up
+        assert len(device.live) == 1  # the device memory: not yet
+    assert not device.live
+    assert pool.cleanup() == 0 and not device.live  # deferring ended: pages go at once again
 
 
 def test_freed_large_ranges_coalesce_and_are_reused():

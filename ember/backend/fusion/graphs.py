@@ -160,8 +160,7 @@ class Captured:
         pool = runtime.pool
         taken: list = []
         launched = False
-        with runtime.lock:
-            pool.deferred = []  # as while it was captured: a page the graph writes goes back after its launch
+        with runtime.lock, pool.deferring():  # as while it was captured: a page the graph writes goes back after its launch
             try:
                 for event in self.events:
                     if type(event) is int:
@@ -180,7 +179,6 @@ class Captured:
                     for piece in taken:
                         if piece is not None:
                             pool.free_later(piece)
-                pool.release_deferred()
         if not launched:
             return None
         values: dict[int, Any] = {}
@@ -284,16 +282,16 @@ class GraphReplays:
         rt = self.runtime
         plan_ref = weakref.ref(plan)  # a graph keeping its function must not keep the plan (the weak map's key)
         pool = rt.pool
-        with rt.lock:  # no other work between the capture and its launch: the run's freed slices are reused after
-            trace: list = []
-            pool.trace, pool.deferred = trace, []  # a page the run empties is freed after the launch
+        # No other work between the capture and its launch (the run's freed slices are reused after it); a
+        # page the run empties goes back to the device after the launch.
+        with rt.lock, pool.deferring():
+            pool.trace = trace = []
             try:
                 graph = rt.capture(lambda: plan_ref().run(records, externals, inner, graphs=False),
                                    warmup=False, keep=False)
                 graph.replay()
             finally:
                 pool.trace = None
-                pool.release_deferred()
         values, graph.result = graph.result, None  # the graph must not keep its outputs (their slices)
         return values, Captured.of(graph, trace, values, externals, rt)
 

@@ -195,9 +195,11 @@ class CudaArray(DeviceArray):
 
     __slots__ = ("memory", "_address")  # `memory`: the pool slice an owner gives back; None in a view
 
-    def __init__(self, runtime: "CudaRuntime", shape: tuple, dtype) -> None:
+    def __init__(self, runtime: "CudaRuntime", shape: tuple, dtype, memory=None) -> None:
         super().__init__(runtime, shape, dtype)
-        self.memory = runtime.reserve(self.nbytes) if self.nbytes else None
+        if memory is None and self.nbytes:
+            memory = runtime.reserve(self.nbytes)
+        self.memory = memory  # a slice given (`CudaRuntime.over`) or reserved here; None when empty
         self._address = int(self.memory.buffer) + self.memory.offset if self.memory is not None else 0
 
     def __del__(self) -> None:
@@ -409,11 +411,7 @@ class CudaRuntime(Specializing, LaunchRecorder):
         Example:
             >>> a = rt.over(rt.reserve(24), (2, 3), np.float32)
         """
-        out = object.__new__(CudaArray)
-        DeviceArray.__init__(out, self, shape, dtype)
-        out.memory = memory
-        out._address = int(memory.buffer) + memory.offset
-        return out
+        return CudaArray(self, shape, dtype, memory)
 
     @staticmethod
     def memory_of(a: CudaArray):

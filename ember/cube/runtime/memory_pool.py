@@ -26,9 +26,8 @@ A page with nothing allocated for `free_after_s` seconds is given back at the ne
 `cleanup()` gives back every empty page at once. Live slices never move. `stats()` reports reserved
 and in-use bytes and their peaks.
 
-While `deferred` is a list, a page the pool gives up (an idle page, an empty dedicated one) leaves its
-books as usual but its device memory is only appended there, for the caller to `release_deferred()`
-later: a CUDA graph being captured or replayed may still write a page that its run emptied, so the
+Inside `with pool.deferring():` a page the pool gives up (an idle page, an empty dedicated one) leaves
+its books as usual but its device memory is released only when the block ends: a CUDA graph being captured or replayed may still write a page that its run emptied, so the
 device frees it after the graph's launch (stream order), while the slices land as in a plain run.
 While `trace` is a list, the pool appends what it is asked: `(nbytes, slice)` for each slice it hands
 out and the slice itself for each one given back (`free` or `free_later`). A caller that asks for the
@@ -52,8 +51,9 @@ import statistics
 import threading
 import time
 from collections import deque
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 ALIGN = 256
 MIN_PAGE = 2 << 20
@@ -166,8 +166,7 @@ class MemoryPool:
         self._pending: deque[Slice] = deque()  # freed by finalizers, given back under the lock
         self._next_idle_check = 0.0
         self._in_use = self._reserved = self._peak_in_use = self._peak_reserved = self._slices = 0
-        self.deferred: list | None = None
-        """When a list: the pages given up meanwhile, their device memory not yet released (see above)."""
+        self._deferred: list | None = None  # inside `deferring()`: pages given up, their memory not yet released
         self.trace: list | None = None
         """When a list: each slice handed out, as (nbytes asked, slice), and each given back (see above)."""
 
@@ -251,11 +250,21 @@ class MemoryPool:
             self._drain()
             return self._free_pages(lambda page: True)
 
-    def release_deferred(self) -> None:
-        """Stop deferring and give the device the pages given up since `deferred` was set."""
-        pages, self.deferred = self.deferred or [], None
-        for buffer in pages:
-            self._release(buffer)
+    @contextmanager
+    def deferring(self) -> Iterator[None]:
+        """Give the device the memory of pages given up inside the block only when it ends (see above).
+
+        Example:
+            >>> with pool.deferring():
+            ...     graph.replay()
+        """
+        self._deferred = pages = []
+        try:
+            yield
+        finally:
+            self._deferred = None
+            for buffer in pages:
+                self._release(buffer)
 
     def stats(self) -> MemoryStats:
         """Reserved and in-use bytes, their peaks, and the page and slice counts."""
@@ -288,8 +297,8 @@ class MemoryPool:
             keep = []
             for page in pages:
                 if page.live == 0 and condition(page):
-                    if self.deferred is not None:
-                        self.deferred.append(page.buffer)
+                    if self._deferred is not None:
+                        self._deferred.append(page.buffer)
                     else:
                         self._release(page.buffer)
                     released += page.size
