@@ -288,6 +288,26 @@ def test_backward_releases_what_the_graph_kept(device, rng):
     check_grad(g1, tw.grad)
 
 
+def test_backward_lets_go_of_a_leaf_value_that_its_tensor_no_longer_holds(device, rng):
+    """After a walk the graph and the `Gradients` hold a leaf's value only through its tensor: a parameter
+    replaced by an optimizer step is freed at once (its memory can be written over:
+    ember/backend/fusion/donation.py), though the loss and the gradients stay alive. A walk before the
+    replacement works again; one after it raises, naming the cause."""
+    import weakref
+
+    w = ember.tensor(sample((4, 3), "f32", rng), device=device.autodiff()).require_grad()
+    x = ember.tensor(sample((2, 4), "f32", rng), device=device.autodiff())
+    loss = (x @ w).tanh().sum()
+    grads = loss.backward()
+    again = loss.backward()
+    np.testing.assert_array_equal(w.grad(grads).numpy(), w.grad(again).numpy())
+    old = weakref.ref(w._handle.primal)
+    w = (w - 0.1 * w.grad(grads)).detach().require_grad()  # the update: the old value's tensor is gone
+    assert old() is None and len(grads) == 1
+    with pytest.raises(RuntimeError, match="leaf tensor this graph reads is gone"):
+        loss.backward()
+
+
 def test_forward_keeps_what_backward_reads_and_the_walk_frees_it():
     """Measured in the CPU device's pool: a GELU MLP's forward keeps two hidden-sized values (the GELU's
     input and the output the second matmul's gradient reads; PyTorch keeps the same), not the scaled

@@ -94,15 +94,23 @@ class Node:
                 continue
             stack.pop()
             if node._held() is None:
+                if node.prim is None:
+                    raise RuntimeError(
+                        "backward(): a leaf tensor this graph reads is gone (replaced after an earlier "
+                        "backward through this graph, by an optimizer step say): run every backward through "
+                        "a graph before updating its parameters, or keep the old tensors")
                 inputs = [p.primal() for p in node.parents]
                 node._cache = node.tape.inner.execute(node.prim, inputs, node.params, node.aval)
         return self._cache
 
     def release(self) -> None:
-        """Drop what this node keeps for its rule (its rule has run); a later walk recomputes it."""
+        """Drop what this node keeps for its rule (its rule has run); a later walk recomputes it. A
+        leaf's value is then held by its tensor only: a parameter replaced by an optimizer step after
+        the walk is not kept alive by the graph or the `Gradients` (its memory can be reused at once:
+        `ember/backend/fusion/donation.py`); a later walk that needs it raises."""
         self.saved = None
         value = self._value
-        if self.prim is not None and type(value) is not weakref.ref:
+        if type(value) is not weakref.ref:
             try:
                 self._value = weakref.ref(value)
             except TypeError:  # handles without weak references stay kept
@@ -160,6 +168,7 @@ def backward(root: Node, cotangent) -> dict[Node, Any]:
             continue
         if node.prim is None:
             leaves[node] = g
+            node.release()  # after every rule that reads it (they come later in the order)
             continue
         grads = node.prim.vjp(VjpContext(node, node.params), g)
         node._cache = None  # every rule that could read this value has run
