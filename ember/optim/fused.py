@@ -62,30 +62,35 @@ def adam_update(param, grad, moments, scalars, *, amsgrad: bool, first: bool):
     return kernels.adam_update(param, grad, moments, scalars, amsgrad=amsgrad, first=first)
 
 
-_scalars: dict[tuple, Tensor] = {}  # recent scalars tensors by value: one per step and option set, not per parameter
+_scalars: dict[tuple, tuple[int, Tensor]] = {}  # option set -> (step, its scalars): shared by a step's parameters
 
 
 def adam_scalars(like: Tensor, *, lr: float, betas: tuple, eps: float, weight_decay: float, decoupled: bool,
                  step: int) -> Tensor:
     """The hyperparameters of one Adam step as a tensor on `like`'s device, in the compute dtype of
     `like`'s dtype (the slots of `ember.cube.kernels.optim.SCALARS`). `decoupled`: AdamW's weight decay.
-    Recent ones are reused (tensors are immutable), so the parameters of one step share one tensor.
+    The last one of each option set is reused (tensors are immutable), so the parameters of one step
+    share one tensor; a new step's replaces it, let go of before the new one is made, so that on a device
+    the new one lands where the last one was (a fusion plan reading it then meets the same address every
+    step, `ember/backend/fusion/graphs.py`).
 
     Example:
         >>> adam_scalars(ember.zeros(3), lr=0.1, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
         ...              decoupled=True, step=1).shape
         (9,)
     """
-    key = (like.dtype, like.device, lr, tuple(betas), eps, weight_decay, decoupled, step)
-    hit = _scalars.get(key)
-    if hit is None:
+    key = (like.dtype, like.device, lr, tuple(betas), eps, weight_decay, decoupled)
+    hit = _scalars.pop(key, None)
+    if hit is None or hit[0] != step:
+        hit = None  # the last step's tensor goes first
         if len(_scalars) >= 64:
             _scalars.clear()
         values = kernels.scalars(like.dtype.np, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
                                  decoupled=decoupled, step=step)
         values.flags.writeable = False
-        hit = _scalars[key] = from_numpy(values, like.device)
-    return hit
+        hit = (step, from_numpy(values, like.device))
+    _scalars[key] = hit
+    return hit[1]
 
 
 def adam_step(param: Tensor, grad: Tensor, packed: Tensor | None, scalars: Tensor, *,

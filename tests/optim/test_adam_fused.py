@@ -141,3 +141,21 @@ def test_bad_operands_are_named(device):
     with pytest.raises(ShapeError, match="more than 2\\*\\*31 - 1 elements"):  # could not be indexed
         adam_step(huge, huge, None, adam_scalars(huge, lr=0.1, betas=(0.9, 0.99), eps=1e-8,
                                                  weight_decay=0.0, decoupled=True, step=1), amsgrad=False)
+
+
+def test_a_step_shares_one_scalars_tensor_and_lets_go_of_the_last_steps(device):
+    """`adam_scalars` gives the parameters of one step one tensor, and keeps no earlier step's: on a
+    device the next one can land where it was (a plan reading it meets the same address each step)."""
+    import gc
+    import weakref
+
+    p = ember.zeros(3, device=device)
+    options = dict(lr=0.1, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, decoupled=True)
+    first = adam_scalars(p, step=1, **options)
+    assert adam_scalars(p, step=1, **options) is first
+    gone = weakref.ref(first)
+    del first
+    second = adam_scalars(p, step=2, **options)
+    gc.collect()
+    assert gone() is None and adam_scalars(p, step=2, **options) is second
+    np.testing.assert_allclose(second.numpy()[-1], 0.1 / (1 - 0.9 ** 2), rtol=1e-6)  # step_size of step 2
