@@ -147,8 +147,11 @@ class FakePlan:
     def __init__(self, rt: FakeRuntime) -> None:
         self.rt, self.plain, self.leak = rt, 0, None
 
-    def run(self, records, externals, inner, graphs=True):
-        assert graphs is False
+    def donated(self, externals):
+        return frozenset()
+
+    def run(self, records, externals, inner, graphs=True, donated=None):
+        assert graphs is False and not donated
         rt, (x, y) = self.rt, externals
         self.plain += rt.recording is None
         scale = records[0].params["scale"]
@@ -543,3 +546,43 @@ def test_graphs_pin_no_tensors_and_go_with_their_plans(cuda):
     cuda.fusion.plans.clear()  # evicts every plan: their graphs go
     gc.collect()
     assert cuda.replays.stats()["graphs"] == 0
+
+
+class FakeDonatingPlan:
+    """s = state * 0.5 + g (node 0), written over `state` when `donate` says so (as Adam's update over its
+    previous packed state, `donation.py`), else into a new array."""
+
+    live = [0]
+
+    def __init__(self, rt: FakeRuntime) -> None:
+        self.rt, self.donate = rt, True
+
+    def donated(self, externals):
+        return frozenset({0}) if self.donate else frozenset()
+
+    def run(self, records, externals, inner, graphs=True, donated=None):
+        rt, (state, g) = self.rt, externals
+        out = state if donated else rt.empty(state.shape, state.dtype)
+        rt.kernel(lambda s, d: s * np.float32(0.5) + d, out, state, g)
+        return {0: out}
+
+
+def test_a_graph_written_over_its_input_replays_in_place_and_never_where_the_plan_would_not():
+    rng, rt = np.random.default_rng(3), FakeRuntime()
+    plan, replays = FakeDonatingPlan(rt), GraphReplays(rt)
+    state = inputs(rt, rng)[0]
+    g = rt.empty(state.shape, np.float32)
+    for step in range(6):  # the state keeps its place: run, captured, replayed
+        with rt.lock:
+            g.data[...] = rng.standard_normal(g.shape)
+        want = state.data * np.float32(0.5) + g.data
+        values = replays.run(plan, records(), [state, g], None)
+        assert values[0] is state  # the input itself, not a view of it
+        np.testing.assert_allclose(state.data, want, rtol=1e-6)
+    assert replays.counts["captures"] == 1 and replays.counts["replays"] == 4
+    plan.donate = False  # someone holds the old state now: another key, and the old values stay
+    kept = state.data.copy()
+    values = replays.run(plan, records(), [state, g], None)
+    np.testing.assert_array_equal(state.data, kept)
+    np.testing.assert_allclose(values[0].data, kept * np.float32(0.5) + g.data, rtol=1e-6)
+    assert replays.counts["replays"] == 4 and values[0] is not state

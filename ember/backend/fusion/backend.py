@@ -181,6 +181,14 @@ class Fusion(Decorator):
                     values = plan.run(records, externals, self.inner)
                 except Exception as error:
                     cause = error
+            if cause is not None and getattr(cause, "wrote_over_inputs", False):
+                # An optimizer update wrote over its input (`donation.py`): running the block again op
+                # by op would read the new state as the old one. Its values raise instead.
+                for rec in records:
+                    handle = rec.out()
+                    if handle is not None:
+                        handle.value, handle.record = Failed(cause), None
+                raise cause
             if cause is not None:
                 # A kernel the target cannot express (`_unfusable`) is expected; any other failure
                 # of a fused kernel is a fusion bug. Either way the block runs op by op, so the

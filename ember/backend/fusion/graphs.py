@@ -20,9 +20,11 @@ plan reads afresh at each run, a scalar say, would otherwise stay baked into the
   safe, as for every pool slice (all work is queued on the runtime's one stream).
 
 Why addresses: a training loop is periodic. Its step makes and drops the same arrays in the same order,
-so the pool hands out the same addresses every step (or every other step, where parameters updated out
-of place alternate between two slices), and each layer's plan meets its inputs where it met them last
-time. An earlier design copied the inputs into the graph's own arrays and the outputs out of them:
+so the pool hands out the same addresses every step, and each layer's plan meets its inputs where it met
+them last time. That needs the optimizer's state to stay put: Adam's update writes it in place where no
+one else sees the old one (`donation.py`; the decision is part of the key, since a graph captured writing
+over an input must not replay where the plan would not), else each new state lands in a hole among the
+step's arrays and moves them. An earlier design copied the inputs into the graph's own arrays and the outputs out of them:
 one copy per input and output each run, and every intermediate pinned while the graph lived, so plans
 with large tensors (most of a GPT's) got no graph at all. What replays nothing now: a loop that keeps
 each step's outputs alive (new addresses every step); its plans run plainly, as without graphs.
@@ -60,7 +62,7 @@ from ...settings import settings
 
 PER_PLAN = 64
 """Keys (input layouts and addresses) per plan that keep a captured graph: a plan shared by a model's
-layers meets each layer's inputs at their own addresses, twice as many where parameters alternate."""
+layers meets each layer's inputs at their own addresses)."""
 SEEN = 256
 """Keys per plan remembered as seen once, waiting for a second run to capture."""
 SPARE = 4
@@ -146,7 +148,9 @@ class Captured:
             elif a.nbytes == 0:
                 outputs[i] = (None, a.shape, a.dtype, None)
             else:
-                j = next((j for j, x in enumerate(externals) if runtime.shares_memory(a, x)), None)
+                j = next((j for j, x in enumerate(externals) if x is a), None)  # an input written over
+                if j is None:
+                    j = next((j for j, x in enumerate(externals) if runtime.shares_memory(a, x)), None)
                 if j is None:
                     return None
                 outputs[i] = (-1 - j, a.shape, a.strides, a.offset - externals[j].offset)
@@ -188,7 +192,8 @@ class Captured:
                 values[i] = runtime.empty(shape, kind)
             elif k < 0:
                 x = externals[-1 - k]
-                values[i] = x.strided(shape, kind, x.offset + view)
+                same = view == 0 and shape == x.shape and kind == x.strides  # the input itself (written over)
+                values[i] = x if same else x.strided(shape, kind, x.offset + view)
             else:
                 root = roots.get(k)
                 if root is None:
@@ -233,7 +238,8 @@ class GraphReplays:
         if layout is None:
             return plan.run(records, externals, inner, graphs=False)
         address = self.runtime.address
-        key = (layout, tuple([address(a) for a in externals]))
+        donated = plan.donated(externals)  # a graph writes over the donors it was captured writing over
+        key = (layout, tuple([address(a) for a in externals]), donated)
         with self._lock:
             state = self._plans.get(plan)
             if state is None:
@@ -256,12 +262,12 @@ class GraphReplays:
             with self._lock:
                 self.counts["mismatched" if values is None else "replays"] += 1
                 state.replayed += values is not None
-            return plan.run(records, externals, inner, graphs=False) if values is None else values
+            return plan.run(records, externals, inner, False, donated) if values is None else values
         if not capture:
-            return plan.run(records, externals, inner, graphs=False)
+            return plan.run(records, externals, inner, False, donated)
         why: Exception | None = None
         try:
-            values, found = self._capture(plan, records, externals, inner)
+            values, found = self._capture(plan, records, externals, inner, donated)
         except Exception as error:  # not capturable: this layout runs plainly from now on
             values, found, why = None, None, error
         with self._lock:
@@ -274,9 +280,10 @@ class GraphReplays:
                 state.graphs[key] = found
                 if len(state.graphs) > PER_PLAN:  # dropped, not closed: another thread may be replaying it;
                     state.graphs.popitem(last=False)  # the graph goes with the last reference
-        return plan.run(records, externals, inner, graphs=False) if values is None else values
+        return plan.run(records, externals, inner, False, donated) if values is None else values
 
-    def _capture(self, plan, records: list, externals: list, inner) -> tuple[dict, Captured | None]:
+    def _capture(self, plan, records: list, externals: list, inner,
+                 donated: frozenset) -> tuple[dict, Captured | None]:
         """This run's values through a new graph, and the graph's replayable form (None: its trace
         does not account for its memory; the values are right either way)."""
         rt = self.runtime
@@ -287,7 +294,7 @@ class GraphReplays:
         with rt.lock, pool.deferring():
             pool.trace = trace = []
             try:
-                graph = rt.capture(lambda: plan_ref().run(records, externals, inner, graphs=False),
+                graph = rt.capture(lambda: plan_ref().run(records, externals, inner, False, donated),
                                    warmup=False, keep=False)
                 graph.replay()
             finally:

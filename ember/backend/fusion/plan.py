@@ -30,8 +30,10 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
+from ...cube.kernels.common import donating
 from . import codegen
 from .codegen import run_elementwise, run_reduction
+from .donation import DONATES, Donations
 from .fusers import Fused, FusedReduce, Inner, select
 from .ops import elementwise, reduction, replayable
 from .graph import Block
@@ -56,6 +58,8 @@ class Plan:
         for i, k in last.items():
             if i not in live:
                 self.frees[k].append(i)
+        self.donations = Donations.of(block, self.steps, self.refs)
+        """The steps that may write their output over an input, when nothing else sees it (`donation.py`)."""
         self.ops = len(block.nodes)
         self.kernels = sum(type(s) is not Inner for s in self.steps)
         self.bytes_saved = sum(getattr(s, "bytes_saved", 0) for s in self.steps)
@@ -81,12 +85,28 @@ class Plan:
             return block.nodes[step.index].inputs[0][1]
         return None
 
-    def run(self, records: list, externals: list, inner, graphs: bool = True) -> dict[int, Any]:
+    def donated(self, externals: list) -> frozenset:
+        """The steps that write their output over an input in a run on `externals` (`donation.py`)."""
+        return self.donations.decide(externals) if self.donations is not None else frozenset()
+
+    def run(self, records: list, externals: list, inner, graphs: bool = True,
+            donated: frozenset | None = None) -> dict[int, Any]:
         """Compute the block; the values of the live nodes, by node index. On a runtime with CUDA
-        graphs, `graphs.py` decides (it runs the plan here with `graphs=False` or replays a graph)."""
+        graphs, `graphs.py` decides (it runs the plan here with `graphs=False` or replays a graph).
+        `donated`: the steps that write over their donor (`donated(externals)` when None)."""
         replays = replays_for(inner) if graphs else None
         if replays is not None:
             return replays.run(self, records, externals, inner)
+        if donated is None:
+            donated = self.donated(externals)
+        try:
+            return self._run(records, externals, inner, donated)
+        except Exception as error:
+            if donated:  # an update may have written over its input: the block must not run again (backend.py)
+                error.wrote_over_inputs = True
+            raise
+
+    def _run(self, records: list, externals: list, inner, donated: frozenset) -> dict[int, Any]:
         env: dict[int, Any] = {}
         # Fused kernels run where the inner backend's do; without a runtime of its own, on the codegen's
         # default (read here, at each run: a capture must record the runtime the kernels run on).
@@ -97,7 +117,9 @@ class Plan:
             kind = type(step)
             if kind is Inner:
                 rec = records[step.index]
-                if self.captures[k]:
+                if k in donated:
+                    env[step.index] = self._donating(k, rec, arrays, runtime, inner)
+                elif self.captures[k]:
                     env[step.index], = self._captured(
                         k, (rec.aval, rec.params), arrays, runtime,
                         lambda: [inner.execute(rec.prim, arrays, rec.params, rec.aval)])
@@ -118,7 +140,19 @@ class Plan:
                 del env[i]
         return env
 
-    def _captured(self, k: int, what: tuple, arrays: list, runtime, run) -> list:
+    def _donating(self, k: int, rec, arrays: list, runtime, inner):
+        """Step `k`'s output, written over its donor input (`donation.py`), replayed where captured."""
+        position = DONATES[rec.prim.name]
+        donor = arrays[position]
+
+        def run() -> list:
+            with donating(donor):
+                return [inner.execute(rec.prim, arrays, rec.params, rec.aval)]
+        if not self.captures[k]:
+            return run()[0]
+        return self._captured(k, (rec.aval, rec.params, position), arrays, runtime, run, position)[0]
+
+    def _captured(self, k: int, what: tuple, arrays: list, runtime, run, donor: int | None = None) -> list:
         """The outputs of step `k` (`run()`), replayed when `what` and its inputs' layout are those last
         captured (see the module docstring)."""
         record = getattr(runtime, "record_launches", None)
@@ -137,7 +171,7 @@ class Plan:
                 break
         with record() as launches:
             outs = run()
-        replay = StepReplay.of(layout, launches, arrays, outs, runtime, not again) or ViewReplay.of(
+        replay = StepReplay.of(layout, launches, arrays, outs, runtime, not again, donor) or ViewReplay.of(
             launches, arrays, outs, runtime)
         if replay is not AMBIGUOUS:  # else inputs shared memory this time: try again at the next run
             if len(replays) >= MAX_LAYOUTS:
@@ -156,17 +190,20 @@ class StepReplay:
     slots take the inputs, the outputs and the scratch arrays the recorded run allocated for itself (a
     long reduction's partial sums), outputs and scratch allocated afresh at each replay."""
 
-    __slots__ = ("layout", "launches", "outputs", "scratch", "empty")
+    __slots__ = ("layout", "launches", "outputs", "scratch", "empty", "donor")
 
-    def __init__(self, layout: tuple, launches: list, outputs: list, scratch: list = (), empty=None) -> None:
+    def __init__(self, layout: tuple, launches: list, outputs: list, scratch: list = (), empty=None,
+                 donor: int | None = None) -> None:
         self.layout = layout
         self.launches = launches  # (bound launch, which end fills each open slot: None, all in order)
         self.outputs = outputs  # (shape, dtype) of each output
         self.scratch = scratch  # (shape, dtype) of each scratch array, the ends after the outputs
         self.empty = empty  # the runtime's allocation of an output
+        self.donor = donor  # the input the (one) output is written over, else None
 
     @staticmethod
-    def of(layout: tuple, launches: list, arrays: list, outs: list, runtime, first: bool = True):
+    def of(layout: tuple, launches: list, arrays: list, outs: list, runtime, first: bool = True,
+           donor: int | None = None):
         """The replay of a step whose run made `launches` on `arrays` giving `outs`, or None when it cannot
         be replayed: each launch's arrays must be the inputs, the outputs or scratch the run allocated
         (read from their data pointers, `runtime.address`: codegen and the library pass views of them; in
@@ -177,7 +214,8 @@ class StepReplay:
         allocated (`Launches.allocations`), and is not taken from a layout's `first` run (which may
         have tuned: an autotuned op times its candidates). `AMBIGUOUS` when slots were found by pointer
         and two inputs share one (the gradient standing for the unread moments of a first Adam step):
-        not this run, maybe the next."""
+        not this run, maybe the next. `donor`: the input a one-launch step's one output was written over
+        (`donation.py`); its replays write over that input again."""
         allocations = getattr(launches, "allocations", None)
         if not launches or len(launches) > 1 and (first or allocations is None):
             return None
@@ -186,6 +224,10 @@ class StepReplay:
         pointers = [address(a) for a in ends]
         if None in pointers:
             return None
+        if donor is not None:
+            if len(launches) > 1 or len(outs) != 1 or outs[0] is not arrays[donor]:
+                return None
+            return StepReplay.single(layout, launches[0], ends, pointers, runtime, donor)
         inputs = set(pointers[:len(arrays)])
         for i, a in enumerate(outs, len(arrays)):
             if not a.flags.c_contiguous or pointers[i] in inputs:
@@ -237,7 +279,24 @@ class StepReplay:
             return None  # an output no launch writes (made some other way)
         return StepReplay(layout, bound_launches, [(o.shape, o.dtype) for o in outs], scratch, runtime.empty)
 
+    @staticmethod
+    def single(layout: tuple, launch, ends: list, pointers: list, runtime, donor: int) -> "StepReplay | None":
+        """The replay of one launch that took the step's inputs and its output, written over input
+        `donor`, as its leading arguments in order, the rest constants apart from them."""
+        if [runtime.address(a) for a in launch.args[:len(ends)]] != pointers or any(
+                runtime.address(c) is not None and any(runtime.shares_memory(c, a) for a in ends)
+                for c in launch.args[len(ends):]):
+            return None
+        bound = runtime.bind(launch, range(len(ends)))
+        out = ends[-1]
+        return None if bound is None else StepReplay(layout, [(bound, None)], [(out.shape, out.dtype)], (),
+                                                     runtime.empty, donor)
+
     def __call__(self, arrays: list) -> list:
+        if self.donor is not None:
+            outs = [arrays[self.donor]]
+            self.launches[0][0].replay([*arrays, *outs])
+            return outs
         empty = self.empty
         outs = [empty(shape, dtype) for shape, dtype in self.outputs]
         ends = [*arrays, *outs]

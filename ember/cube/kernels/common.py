@@ -20,8 +20,9 @@ Example:
 from __future__ import annotations
 
 import functools
+from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -47,6 +48,29 @@ Example:
     >>> x = random.uniform((3,), seed=0)              # a WgpuArray
     >>> CREATING_ON.reset(token)
 """
+
+
+DONATED: ContextVar = ContextVar("donated", default=None)
+"""An input array a kernel may write its output over (`donating`), else None."""
+
+
+@contextmanager
+def donating(array) -> Iterator[None]:
+    """Let the op run inside the block write its output over `array`, an input no one else can see any
+    more (the fusion decorator decides: `ember/backend/fusion/donation.py`). Only kernels that read each
+    element before they write it take the offer (Adam's update, `kernels/optim.py`).
+
+    Example:
+        >>> with donating(previous):
+        ...     packed = adam_update(p, g, previous, s, amsgrad=False, first=False)
+        >>> packed is previous
+        True
+    """
+    token = DONATED.set(array)
+    try:
+        yield
+    finally:
+        DONATED.reset(token)
 
 
 def empty(shape, dtype, *like):

@@ -10,6 +10,10 @@ moments out (`ember/optim/adam.py`); on the first step (`first=True`) the moment
 is not read at all (any tensor may stand in: the optimizer passes the gradient). Packing along the first
 dim lets the caller take the new parameter back with one slice (`ember/optim/fused.py`).
 
+Where the caller offers the previous packed array (`common.donating`: the fusion decorator, when
+nothing else can see it), the new one is written over it: each unit reads all of element i (the
+parameter, row 0 of that same array, and the moments) before it writes element i of each row.
+
 The hyperparameters are a runtime array `scalars` (`SCALARS` names its slots), so a training loop
 compiles one kernel per (dtypes, AMSGrad, first step) and never one per step or learning rate. Per
 element, with T the compute type (f32 for f16/bf16 parameters, else their own type) and `store(x)` a
@@ -47,7 +51,8 @@ import numpy as np
 
 from ... import cube
 from ...errors import DTypeError, ShapeError
-from .common import MAX_ELEMENTS, contiguous, cube_dtype, empty, grid, position
+from ..runtime.arguments import DeviceArray
+from .common import DONATED, MAX_ELEMENTS, contiguous, cube_dtype, empty, grid, position
 from .elementwise import binary_op
 
 SCALARS = ("keep", "l2", "b1", "one_minus_b1", "b2", "one_minus_b2", "bias2", "eps", "step_size")
@@ -194,13 +199,26 @@ def adam_update(param, grad, moments, scalars_, *, amsgrad: bool, first: bool):
     """
     _check(param, grad, moments, scalars_, amsgrad, first)
     arrays = [contiguous(a) for a in (param, grad, grad if first else moments, scalars_)]
-    out = empty(packed_shape(param.shape, rows(amsgrad)), param.dtype, arrays[0])
+    shape = packed_shape(param.shape, rows(amsgrad))
+    if not first and DONATED.get() is moments and arrays[2] is moments and moments.dtype == param.dtype \
+            and tuple(moments.shape) == shape and _first_row_or_apart(arrays[0], moments):
+        out = moments  # written over: element i is read whole before it is written (see `donating`)
+    else:
+        out = empty(shape, param.dtype, arrays[0])
     n = int(param.size)
     if n:
         count, dim = grid(n)
         adam_kernel.launch(count, dim, *arrays, out, n, T=cube_dtype(compute_dtype(param.dtype)), amsgrad=amsgrad,
                            first=first, shifted=n >= dim.x)
     return out
+
+
+def _first_row_or_apart(param, moments) -> bool:
+    """Whether `param` is the first row of the packed `moments` (the optimizer's parameter) or in other
+    memory: then writing the new rows over `moments` never writes an element another unit reads."""
+    if isinstance(moments, DeviceArray):
+        return param.owner is not moments or param.offset == moments.offset
+    return param.base is not moments.base or param.ctypes.data == moments.ctypes.data
 
 
 def adam_reference(param, grad, moments, scalars_, *, amsgrad: bool, first: bool) -> np.ndarray:
