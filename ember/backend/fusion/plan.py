@@ -224,13 +224,11 @@ class StepReplay:
         pointers = [address(a) for a in ends]
         if None in pointers:
             return None
-        if donor is not None:
-            if len(launches) > 1 or len(outs) != 1 or outs[0] is not arrays[donor]:
-                return None
-            return StepReplay.single(layout, launches[0], ends, pointers, runtime, donor)
+        if donor is not None and (len(launches) > 1 or len(outs) != 1 or outs[0] is not arrays[donor]):
+            return None
         inputs = set(pointers[:len(arrays)])
         for i, a in enumerate(outs, len(arrays)):
-            if not a.flags.c_contiguous or pointers[i] in inputs:
+            if donor is None and (not a.flags.c_contiguous or pointers[i] in inputs):
                 return None
         where = {p: j for j, p in enumerate(pointers)}
         several = len(launches) > 1
@@ -277,31 +275,18 @@ class StepReplay:
             bound_launches.append((bound, order))
         if several and not set(range(len(arrays), len(ends))) <= {j for _, order in bound_launches for j in order}:
             return None  # an output no launch writes (made some other way)
-        return StepReplay(layout, bound_launches, [(o.shape, o.dtype) for o in outs], scratch, runtime.empty)
-
-    @staticmethod
-    def single(layout: tuple, launch, ends: list, pointers: list, runtime, donor: int) -> "StepReplay | None":
-        """The replay of one launch that took the step's inputs and its output, written over input
-        `donor`, as its leading arguments in order, the rest constants apart from them."""
-        if [runtime.address(a) for a in launch.args[:len(ends)]] != pointers or any(
-                runtime.address(c) is not None and any(runtime.shares_memory(c, a) for a in ends)
-                for c in launch.args[len(ends):]):
-            return None
-        bound = runtime.bind(launch, range(len(ends)))
-        out = ends[-1]
-        return None if bound is None else StepReplay(layout, [(bound, None)], [(out.shape, out.dtype)], (),
-                                                     runtime.empty, donor)
+        return StepReplay(layout, bound_launches, [(o.shape, o.dtype) for o in outs], scratch, runtime.empty,
+                          donor)
 
     def __call__(self, arrays: list) -> list:
         if self.donor is not None:
             outs = [arrays[self.donor]]
-            self.launches[0][0].replay([*arrays, *outs])
-            return outs
-        empty = self.empty
-        outs = [empty(shape, dtype) for shape, dtype in self.outputs]
+        else:
+            empty = self.empty
+            outs = [empty(shape, dtype) for shape, dtype in self.outputs]
         ends = [*arrays, *outs]
         if self.scratch:
-            ends += [empty(shape, dtype) for shape, dtype in self.scratch]
+            ends += [self.empty(shape, dtype) for shape, dtype in self.scratch]
         for launch, order in self.launches:
             launch.replay(ends if order is None else [ends[j] for j in order])
         return outs
