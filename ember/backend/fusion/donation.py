@@ -50,6 +50,7 @@ import sys
 from collections import Counter
 
 from ...cube.runtime.arguments import DeviceArray
+from .fusers import Inner
 
 DONATES = {"adam_update": 2}
 """Primitive name -> the input its output may be written over (Adam's previous packed state; the kernel
@@ -72,7 +73,6 @@ class Donations:
     @staticmethod
     def of(block, steps: list, refs: list) -> "Donations | None":
         """The candidates of a plan whose steps are `steps` with inputs `refs` over `block`, or None."""
-        from .fusers import Inner
         candidates = []
         for k, step in enumerate(steps):
             if type(step) is Inner:
