@@ -60,6 +60,14 @@ class Failed:
         self.error = error
 
 
+def _fail(records: list, error: Exception) -> None:
+    """Make the held values of a block that raised `error` raise it again when read."""
+    for rec in records:
+        handle = rec.out()
+        if handle is not None:
+            handle.value, handle.record = Failed(error), None
+
+
 class Fusion(Decorator):
     """Lazy recording and fused execution over `inner` (see the module docstring)."""
 
@@ -184,10 +192,7 @@ class Fusion(Decorator):
             if cause is not None and getattr(cause, "wrote_over_inputs", False):
                 # An optimizer update wrote over its input (`donation.py`): running the block again op
                 # by op would read the new state as the old one. Its values raise instead.
-                for rec in records:
-                    handle = rec.out()
-                    if handle is not None:
-                        handle.value, handle.record = Failed(cause), None
+                _fail(records, cause)
                 raise cause
             if cause is not None:
                 # A kernel the target cannot express (`_unfusable`) is expected; any other failure
@@ -197,10 +202,7 @@ class Fusion(Decorator):
                 try:
                     values = self._run_unfused(records, externals, live)
                 except Exception as error:
-                    for rec in records:  # later reads of these values raise the same error
-                        handle = rec.out()
-                        if handle is not None:
-                            handle.value, handle.record = Failed(error), None
+                    _fail(records, error)
                     raise
                 if isinstance(cause, self._unfusable):
                     unfusable = 1

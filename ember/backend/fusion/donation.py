@@ -30,9 +30,9 @@ A wrong count can only refuse: an extra holder the rule does not know of (a stra
 makes a count higher, never lower. The decision is part of a step's replay layout and of a plan's
 graph key, so a replay never writes over an input where the plan's run would not. The kernel library's
 update honours it through `ember.cube.kernels.common.donating`. Devices without the fusion decorator
-(`Device.numpy()`, `EMBER_FUSION=0`) never donate. If a later step of the same plan fails (a fusion
-bug: the block then runs again op by op), the old state it would have read is gone; that rerun's
-update then reads the new state.
+(`Device.numpy()`, `EMBER_FUSION=0`) never donate. A block that fails once it may have written over an
+input is not run again op by op (the fusion backend's answer to a failed fused kernel): that rerun would
+read the new state as the old one, so the block's values raise instead (`backend.py`).
 
 What it bought (a 6-layer GPT on the CPU, `bench.gpt`): 99% of a step's slices at the address they had
 the step before (53-66% two steps apart without it), reserved over peak in use 1.229 -> 1.200.

@@ -24,9 +24,9 @@ so the pool hands out the same addresses every step, and each layer's plan meets
 them last time. That needs the optimizer's state to stay put: Adam's update writes it in place where no
 one else sees the old one (`donation.py`; the decision is part of the key, since a graph captured writing
 over an input must not replay where the plan would not), else each new state lands in a hole among the
-step's arrays and moves them. An earlier design copied the inputs into the graph's own arrays and the outputs out of them:
-one copy per input and output each run, and every intermediate pinned while the graph lived, so plans
-with large tensors (most of a GPT's) got no graph at all. What replays nothing now: a loop that keeps
+step's arrays and moves them. An earlier design copied the inputs into the graph's own arrays and the
+outputs out of them: one copy per input and output each run, and every intermediate pinned while the
+graph lived, so plans with large tensors (most of a GPT's) got no graph at all. What replays nothing now: a loop that keeps
 each step's outputs alive (new addresses every step); its plans run plainly, as without graphs.
 
 - A capture that fails (an op that reads a value on the host, a host fallback, an allocation the
