@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import time
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -10,7 +12,7 @@ import pytest
 from ember import cube
 from ember.cube import ir
 from ember.cube.frontend import matrix as mx
-from ember.cube.kernels.matmul_tc import TILES, Tile, matmul_tc, supports
+from ember.cube.kernels.matmul_tc import TILES, Tile, gpu_timer, matmul_tc, supports
 from ember.cube.runtime.cuda import cuda_available
 from ember.cube.targets import c as c_target, wgsl
 from ember.errors import DTypeError, ShapeError
@@ -134,6 +136,19 @@ def test_matmul_tc_refuses_what_it_cannot_run(rt):
         matmul_tc(rt, a, rt.to_device(np.ones((6, 8), np.float16)))
     with pytest.raises(DTypeError, match="tf32 allowed"):
         matmul_tc(rt, rt.to_device(np.ones((4, 8), np.float32)), rt.to_device(np.ones((8, 8), np.float32)), tf32=False)
+
+
+@gpu
+def test_autotune_timer_counts_the_device_time_not_the_host_time(rt):
+    """A candidate with 5 ms of host time before a small product times as the product's device time (what a
+    replayed plan pays): timed as calls queued back to back, the GPU would idle through the host's time."""
+    a = rt.to_device(np.ones((256, 256), BF16))
+
+    def slow_host():
+        time.sleep(0.005)
+        return matmul_tc(rt, a, a)
+    seconds = gpu_timer(rt)("slow_host", slow_host)
+    assert 0 < seconds < 0.001
 
 
 @pytest.mark.parametrize("tile", [TILES[0], TILES[3]], ids=str)

@@ -226,8 +226,10 @@ def cuda_matmul_autotuner(runtime, level: str | None = None, tf32: bool = True, 
                        if t.shared_bytes(itemsize) <= runtime.limits.max_shared})
 
     def key(a, b) -> tuple:
+        # The layouts too: the tiles copy an operand that is not in rows (a transposed view), cuBLAS reads it.
         batch = max(x.shape[0] if len(x.shape) == 3 else 1 for x in (a, b))
-        return (anchor(a.shape[-2]), anchor(b.shape[-1]), anchor(a.shape[-1]), anchor(batch), str(a.dtype), tf32)
+        return (anchor(a.shape[-2]), anchor(b.shape[-1]), anchor(a.shape[-1]), anchor(batch), str(a.dtype), tf32,
+                *("rows" if x.flags.c_contiguous else "strided" for x in (a, b)))
 
     cache = device_cache(f"cuda-{runtime.name}".replace(" ", "_"))
     return Autotuner("matmul", candidates, key, cache=cache, level=level, timer=gpu_timer(runtime),
@@ -238,12 +240,32 @@ GPU_TIMED_CALLS = 5
 
 
 def gpu_timer(runtime):
-    """An autotune timer of the device's time per call: CUDA events around `GPU_TIMED_CALLS` calls queued
-    back to back (`runtime.time`). A wall-clock timer that waited for each call measured the host's
-    Python around it too (~25-100 us for a cuBLAS call through ctypes, another amount for a kernel
-    launch), which a replayed plan does not pay, and which swung with the host's load: on a busy host a
-    tile kernel beat cuBLAS there while taking 3x its device time (GPT step on an H200: +24 ms of GPU)."""
-    return lambda name, run: runtime.time(run, repeat=GPU_TIMED_CALLS, warmup=0) / 1e3
+    """An autotune timer of the device's time per call, with no host time in it: the candidate's call is
+    captured once as a CUDA graph, and CUDA events time `GPU_TIMED_CALLS` replays of it queued back to
+    back (`runtime.time`). Events around the calls themselves measured the host's Python between them
+    too whenever a call's device time was shorter than its host time (~25-100 us for a cuBLAS call
+    through ctypes, more for a tile kernel's launch and its operands' copies), which a replayed plan
+    does not pay: on an idle stream a 30 us cuBLAS product then timed as its ~110 us of Python and lost
+    to a 200 us tile kernel (GPT step on an H200: 96 tile products a step, +18 ms of GPU). A candidate
+    that cannot be captured (one that waits on the host) is timed the old way.
+
+    Example:
+        >>> timer = gpu_timer(rt)
+        >>> timer("cublas", lambda: cublas_matmul(rt, a, b))     # seconds of device time per call
+        3.1e-05
+    """
+    from ..runtime.cuda import CudaError
+
+    def timer(name: str, run) -> float:
+        try:
+            graph = runtime.capture(run, warmup=False)
+        except CudaError:
+            return runtime.time(run, repeat=GPU_TIMED_CALLS, warmup=0) / 1e3
+        try:
+            return runtime.time(graph.replay, repeat=GPU_TIMED_CALLS, warmup=1) / 1e3
+        finally:
+            graph.close()
+    return timer
 
 
 _tuners: dict = {}
