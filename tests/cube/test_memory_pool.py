@@ -158,6 +158,18 @@ def test_pages_given_up_while_deferring_reach_the_device_when_the_block_ends():
     assert pool.cleanup() == 0 and not device.live  # deferring ended: pages go at once again
 
 
+def test_a_deferring_block_inside_another_leaves_the_release_to_the_outer_one():
+    """A capture (which defers) inside a graph's capture-and-launch (which defers past the launch): the
+    page given up in the inner block stays on the device until the outer block ends."""
+    pool, device = pool_and_device()
+    pool.free(pool.reserve(1000))
+    with pool.deferring():
+        with pool.deferring():
+            assert pool.cleanup() == 1 << 20
+        assert len(device.live) == 1
+    assert not device.live
+
+
 def test_freed_large_ranges_coalesce_and_are_reused():
     pool, device = pool_and_device()
     a, b, c = (pool.reserve(100_000) for _ in range(3))

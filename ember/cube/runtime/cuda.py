@@ -567,7 +567,9 @@ class CudaRuntime(Specializing, LaunchRecorder):
             self.synchronize()
         d = self.driver
         self.activate()
-        with self._lock:
+        # A page the pool gives up meanwhile is freed after the capture: cuMemFree is refused while the
+        # stream captures, which left the pool's books and the device apart (a later free then failed).
+        with self._lock, self.pool.deferring():
             self._captured, self._keep = [], keep
             check(d, d.cuStreamBeginCapture(self.stream, d.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED),
                   "cuStreamBeginCapture")

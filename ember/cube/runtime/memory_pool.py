@@ -252,12 +252,16 @@ class MemoryPool:
 
     @contextmanager
     def deferring(self) -> Iterator[None]:
-        """Give the device the memory of pages given up inside the block only when it ends (see above).
+        """Give the device the memory of pages given up inside the block only when it ends (see above);
+        a block inside another leaves that to the outer one.
 
         Example:
             >>> with pool.deferring():
             ...     graph.replay()
         """
+        if self._deferred is not None:
+            yield
+            return
         self._deferred = pages = []
         try:
             yield
