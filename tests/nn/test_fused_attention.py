@@ -145,6 +145,31 @@ def test_bad_operands_raise_clear_errors():
         attention(ember.randn(4), ember.randn(4), ember.randn(4))
 
 
+def test_the_ops_are_recorded_by_the_fusion_layer_and_check_their_operands_at_the_call(rng):
+    """`pure=True`: on a fused device the forward and backward ops join the pending block (no flush at the
+    call), so their rules check all the kernels would: a bad operand raises at the call."""
+    from ember.nn.ops.attention import attention_grad_kv, attention_grad_q
+    device = ember.Device.cpu()
+    backend = ember.debug.fusion_backend(device)
+    q, k, v = (ember.tensor(x, device=device) for x in _inputs(rng, (2,), 6, 5, 8, 4, "f32"))
+    flushes = backend.stats()["flushes"]
+    out, lse = attention(q, k, v, causal=True)
+    packed = ember.cat([out, lse.unsqueeze(-1)], -1).reshape(2, 6, 5)
+    grad = packed * 0.5
+    dq = attention_grad_q(*(t.reshape(2, *t.shape[-2:]) for t in (q, k, v)), packed, grad, scale=0.3,
+                          causal=True, offset=0)
+    dkv = attention_grad_kv(*(t.reshape(2, *t.shape[-2:]) for t in (q, k, v)), packed, grad, scale=0.3,
+                            causal=True, offset=0)
+    assert backend.stats()["flushes"] == flushes and backend.stats()["pending"] >= 5
+    assert dq.shape == (2, 6, 8) and dkv.shape == (2, 5, 12)
+    np.testing.assert_allclose(out.numpy(), TF.scaled_dot_product_attention(
+        *(torch.from_numpy(t.numpy()) for t in (q, k, v)), is_causal=True).numpy(), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ShapeError, match=r"must both be \(2, 6, 5\)"):
+        attention_grad_q(q, k, v, packed[:, :5], grad[:, :5], scale=0.3, causal=True, offset=0)
+    with pytest.raises(DTypeError, match="one float dtype, got f32, f32, f64"):
+        attention_grad_kv(q, k, v, packed, grad.cast(ember.f64), scale=0.3, causal=True, offset=0)
+
+
 def test_sdpa_and_multi_head_attention_route_to_the_fused_op(device, monkeypatch):
     # GPU targets take the fused op at any size; the C target from CPU_FUSED_MIN_SCORES score elements on
     # (below, BLAS makes the composed path faster); NumPy never (its reference builds the scores anyway).

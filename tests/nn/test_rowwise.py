@@ -91,3 +91,32 @@ def test_references_match_torch(rng):
     np.testing.assert_allclose(got, TF.layer_norm(t, (9,), torch.from_numpy(w), torch.from_numpy(b)), rtol=1e-10)
     got = rowwise._norm_reference(x, w, x, eps=1e-6, rms=True, has_weight=True, has_bias=False)
     np.testing.assert_allclose(got, TF.rms_norm(t, (9,), torch.from_numpy(w), 1e-6), rtol=1e-10)
+
+
+def test_the_ops_are_recorded_by_the_fusion_layer_and_check_their_operands_at_the_call(rng):
+    """`pure=True`: on a fused device the ops join the pending block (no flush at the call), so their
+    rules check all the kernels would: a bad operand raises where the op is called, not at a later sync."""
+    device = ember.Device.cpu()
+    backend = ember.debug.fusion_backend(device)
+    x = ember.tensor(rng.standard_normal((6, 40)).astype(np.float32), device=device)
+    w = ember.ones(40, device=device)
+    g = (x * 3.0).exp()
+    flushes = backend.stats()["flushes"]
+    y = rowwise.softmax_rows(g, log=True)
+    dy = rowwise.softmax_rows_grad(y, x, log=True)
+    z = rowwise.norm_rows(x, w, w, eps=1e-5, rms=False, has_weight=True, has_bias=True)
+    dz = rowwise.norm_rows_grad(x, w, z, eps=1e-5, rms=False, has_weight=True)
+    assert backend.stats()["flushes"] == flushes and backend.stats()["pending"] >= 5
+    np.testing.assert_allclose(dz.numpy(), rowwise._norm_grad_reference(
+        x.numpy(), w.numpy(), z.numpy(), eps=1e-5, rms=False, has_weight=True), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(dy.numpy(), rowwise._softmax_grad_reference(y.numpy(), x.numpy(), log=True),
+                               rtol=1e-4, atol=1e-5)
+    with pytest.raises(ember.errors.ShapeError, match=r"one shape, got \(6, 40\), \(6, 39\)"):
+        rowwise.softmax_rows_grad(y, x[:, :39], log=True)
+    with pytest.raises(ember.errors.DTypeError, match="one float dtype, got f32, f64"):
+        rowwise.norm_rows_grad(x, w, x.cast(ember.f64), eps=1e-5, rms=True, has_weight=False)
+    with pytest.raises(ember.errors.DTypeError, match="float dtype, got i32"):
+        rowwise.softmax_rows(x.cast(ember.i32), log=False)
+    with pytest.raises(ember.errors.ShapeError, match="weight of shape"):
+        rowwise.norm_rows(x, w[:3], w, eps=1e-5, rms=False, has_weight=True, has_bias=True)
+    assert backend.stats()["flushes"] == flushes + 1  # the first read ran the whole block

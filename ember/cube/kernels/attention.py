@@ -40,7 +40,7 @@ import numpy as np
 from ... import cube
 from ...dtype import f32
 from ...errors import DTypeError, ShapeError
-from .common import assign, check_size, contiguous, cube_dtype, empty, grid
+from .common import assign, check_elements, contiguous, cube_dtype, empty, grid
 from .reduce import MAX_UNITS, RESIDENT_PER, launch_target, resident_shape, tuple_fold, units_combine
 from .softmax import resident_row, row_index, store_row
 
@@ -249,19 +249,50 @@ def _rows(n: int, rows: int | None = None) -> int:
     return rows or (16 if n <= 16 else 64)
 
 
-def _check(q, k, v) -> tuple[int, int, int, int, int]:
-    """(BH, L, S, E, Ev) of contiguous (BH, L, E), (BH, S, E), (BH, S, Ev) operands of one float dtype."""
-    if q.ndim != 3 or k.ndim != 3 or v.ndim != 3 or q.shape[0] != k.shape[0] or k.shape[:2] != v.shape[:2] \
-            or q.shape[2] != k.shape[2]:
-        raise ShapeError("attention", f"needs (BH, L, E), (BH, S, E), (BH, S, Ev) operands, got "
-                                      f"{q.shape}, {k.shape}, {v.shape}")
-    if not (q.dtype == k.dtype == v.dtype) or not cube_dtype(q.dtype).is_float:
-        raise DTypeError(f"attention: operands must share one float dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    bh, n_q, e = q.shape
-    n_k, ev = v.shape[1], v.shape[2]
+def check_shapes(q: tuple, k: tuple, v: tuple) -> tuple[int, int, int, int, int]:
+    """(BH, L, S, E, Ev) of (BH, L, E), (BH, S, E), (BH, S, Ev) operand shapes the kernels take, else
+    `ShapeError` (the ops' shape rules call it, so a recorded op cannot fail later).
+
+    Example:
+        >>> check_shapes((2, 5, 8), (2, 7, 8), (2, 7, 4))
+        (2, 5, 7, 8, 4)
+    """
+    if len(q) != 3 or len(k) != 3 or len(v) != 3 or q[0] != k[0] or k[:2] != v[:2] or q[2] != k[2]:
+        raise ShapeError("attention", f"needs (BH, L, E), (BH, S, E), (BH, S, Ev) operands, got {q}, {k}, {v}")
+    bh, n_q, e = q
+    n_k, ev = v[1], v[2]
     if max(e, ev) > MAX_DIM:
         raise ShapeError("attention", f"head widths E={e}, Ev={ev}: the fused kernel holds up to {MAX_DIM}")
+    check_elements("attention", q, k, v, (bh, n_q, ev + 1), (bh, n_k, e + ev))
     return bh, n_q, n_k, e, ev
+
+
+def check_dtypes(*dtypes) -> None:
+    """`DTypeError` unless the operands' dtypes are one float dtype.
+
+    Example:
+        >>> check_dtypes(np.float32, np.float16)
+        Traceback (most recent call last):
+        ember.errors.DTypeError: attention: operands must share one float dtype, got f32, f16
+    """
+    kinds = [cube_dtype(d) for d in dtypes]
+    if len(set(kinds)) != 1 or not kinds[0].is_float:
+        raise DTypeError(f"attention: operands must share one float dtype, got {', '.join(t.name for t in kinds)}")
+
+
+def check_backward(q: tuple, k: tuple, v: tuple, out: tuple, grad: tuple) -> tuple[int, int, int, int, int]:
+    """`check_shapes`, and the packed forward result `out` and its gradient `grad` both (BH, L, Ev + 1)."""
+    bh, n_q, n_k, e, ev = check_shapes(q, k, v)
+    if tuple(out) != (bh, n_q, ev + 1) or tuple(grad) != tuple(out):
+        raise ShapeError("attention backward", f"out {tuple(out)} and grad {tuple(grad)} must both be "
+                                               f"{(bh, n_q, ev + 1)}")
+    return bh, n_q, n_k, e, ev
+
+
+def _check(q, k, v) -> tuple[int, int, int, int, int]:
+    """(BH, L, S, E, Ev) of operands of one float dtype (`check_shapes`, `check_dtypes`)."""
+    check_dtypes(q.dtype, k.dtype, v.dtype)
+    return check_shapes(q.shape, k.shape, v.shape)
 
 
 def attention_forward(q, k, v, *, scale: float, causal: bool, offset: int, rows: int | None = None):
@@ -276,7 +307,6 @@ def attention_forward(q, k, v, *, scale: float, causal: bool, offset: int, rows:
     bh, n_q, n_k, e, ev = _check(q, k, v)
     q, k, v = contiguous(q), contiguous(k), contiguous(v)
     out = empty((bh, n_q, ev + 1), accumulator(q.dtype), q)
-    check_size("attention", q, k, v, out)
     if out.size:
         rows = _rows(n_q, rows)
         t = cube_dtype(out.dtype)
@@ -338,7 +368,6 @@ def attention_forward_scores(q, k, v, *, scale: float, causal: bool, offset: int
                          f"{MAX_UNITS * RESIDENT_PER} keys and every row seeing a key; got {q.dtype}, S={n_k}, "
                          f"causal={causal}, offset={offset}")
     out = empty((bh, n_q, ev + 1), q.dtype, q)
-    check_size("attention", q, k, v, out)
     if not out.size:
         return out
     scores = tuned_matmul(q, k.transpose(0, 2, 1))
@@ -373,10 +402,9 @@ def attention_grad_kv(q, k, v, out, grad, *, scale: float, causal: bool, offset:
 
 
 def _backward(kernel, which: str, q, k, v, out, grad, scale, causal, offset, rows):
-    bh, n_q, n_k, e, ev = _check(q, k, v)
-    if out.shape != (bh, n_q, ev + 1) or grad.shape != out.shape or out.dtype != grad.dtype:
-        raise ShapeError("attention backward", f"out {out.shape} {out.dtype} and grad {grad.shape} {grad.dtype} "
-                                               f"must both be {(bh, n_q, ev + 1)}")
+    check_dtypes(q.dtype, k.dtype, v.dtype)
+    check_dtypes(out.dtype, grad.dtype)
+    bh, n_q, n_k, e, ev = check_backward(q.shape, k.shape, v.shape, out.shape, grad.shape)
     q, k, v, out, grad = (contiguous(x) for x in (q, k, v, out, grad))
     acc = accumulator(q.dtype)
     n = n_q if which == "q" else n_k

@@ -20,6 +20,7 @@ Example:
 from __future__ import annotations
 
 import functools
+import math
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Iterator, Sequence
@@ -139,9 +140,21 @@ def _np_to_cube() -> dict:
 
 
 def check_size(op: str, *arrays) -> None:
-    for a in arrays:
-        if a.size > MAX_ELEMENTS:
-            raise ShapeError(op, f"{a.shape} has more than 2**31 - 1 elements (kernels index with i32)")
+    """Raise `ShapeError` for an array of more elements than the kernels' i32 indices reach."""
+    check_elements(op, *(a.shape for a in arrays))
+
+
+def check_elements(op: str, *shapes: tuple) -> None:
+    """`check_size` on shapes (an op's shape rule checks its arrays before they exist).
+
+    Example:
+        >>> check_elements("softmax", (1 << 16, 1 << 16))
+        Traceback (most recent call last):
+        ember.errors.ShapeError: softmax: (65536, 65536) has more than 2**31 - 1 elements (kernels index with i32)
+    """
+    for shape in shapes:
+        if math.prod(shape) > MAX_ELEMENTS:
+            raise ShapeError(op, f"{tuple(shape)} has more than 2**31 - 1 elements (kernels index with i32)")
 
 
 def grid(n: int, units: int = UNITS) -> tuple:

@@ -36,6 +36,7 @@ import math
 import numpy as np
 
 from ...cube.kernels import attention as kernels
+from ...cube.kernels.common import check_elements
 from ...cube.kernels.reduce import launch_target
 from ...dtype import DType, dtype_of, f32
 from ...errors import DTypeError, ShapeError
@@ -49,14 +50,21 @@ def _accumulator(dtype: DType) -> DType:
     return f32 if dtype.itemsize < 4 else dtype
 
 
-def _check_shapes(q: tuple, k: tuple, v: tuple) -> None:
-    if len(q) != 3 or len(k) != 3 or len(v) != 3 or q[0] != k[0] or k[:2] != v[:2] or q[2] != k[2]:
-        raise ShapeError("attention", f"needs (BH, L, E), (BH, S, E), (BH, S, Ev) operands, got {q}, {k}, {v}")
-
-
+# The rules check all the kernels check (`kernels.check_shapes`, `check_dtypes`): the ops are recorded by
+# the fusion layer (`pure=True`) and run at the next sync point, so any error must come at the call.
 def _forward_shape(q, k, v, **_params) -> tuple:
-    _check_shapes(q, k, v)
+    kernels.check_shapes(q, k, v)
     return q[:2] + (v[2] + 1,)
+
+
+def _grad_shape(q, k, v, out, g, *, which: str) -> tuple:
+    kernels.check_backward(q, k, v, out, g)
+    return q if which == "q" else k[:2] + (k[2] + v[2],)
+
+
+def _columns_shape(packed, *, width: int, dtype: str) -> tuple:
+    check_elements("attention_columns", packed, packed[:-1] + (width,))
+    return packed[:-1] + (width,)
 
 
 def _masked_scores(q: np.ndarray, k: np.ndarray, scale: float, causal: bool, offset: int) -> np.ndarray:
@@ -182,12 +190,15 @@ def _grad_kv_reference(q, k, v, out, g, *, scale: float, causal: bool, offset: i
     return np.concatenate([dk, dv], axis=-1).astype(p.dtype)
 
 
-def _accumulator_of(q, *_rest, **_params) -> DType:
+def _accumulator_of(q, k, v, *packed, **_params) -> DType:
+    kernels.check_dtypes(q, k, v)
+    if packed:  # the backward ops: the packed result and its gradient, in the accumulator type
+        kernels.check_dtypes(_accumulator(q), *packed)
     return _accumulator(q)
 
 
 @backend_extension(shape=_forward_shape, dtype=_accumulator_of, backward=_forward_backward,
-                   reference=_forward_reference, name="attention")
+                   reference=_forward_reference, name="attention", pure=True)
 def _attention(q, k, v, *, scale: float, causal: bool, offset: int):
     """The forward primitive on (BH, L, E), (BH, S, E), (BH, S, Ev) arrays (see the module docstring)."""
     if _materializes(launch_target(q), np.dtype(q.dtype).itemsize, q.shape, k.shape[1], causal, offset) \
@@ -196,26 +207,26 @@ def _attention(q, k, v, *, scale: float, causal: bool, offset: int):
     return kernels.attention_forward(q, k, v, scale=scale, causal=causal, offset=offset)
 
 
-@backend_extension(shape=lambda q, k, v, out, g, **_: q, dtype=_accumulator_of, reference=_grad_q_reference,
-                   name="attention_grad_q")
+@backend_extension(shape=lambda q, k, v, out, g, **_: _grad_shape(q, k, v, out, g, which="q"), dtype=_accumulator_of,
+                   reference=_grad_q_reference, name="attention_grad_q", pure=True)
 def attention_grad_q(q, k, v, out, g, *, scale: float, causal: bool, offset: int):
     """dQ (BH, L, E) of the fused attention from its packed result `out` and that result's gradient `g`."""
     return kernels.attention_grad_q(q, k, v, out, g, scale=scale, causal=causal, offset=offset)
 
 
-@backend_extension(shape=lambda q, k, v, out, g, **_: k[:2] + (k[2] + v[2],), dtype=_accumulator_of,
-                   reference=_grad_kv_reference, name="attention_grad_kv")
+@backend_extension(shape=lambda q, k, v, out, g, **_: _grad_shape(q, k, v, out, g, which="kv"), dtype=_accumulator_of,
+                   reference=_grad_kv_reference, name="attention_grad_kv", pure=True)
 def attention_grad_kv(q, k, v, out, g, *, scale: float, causal: bool, offset: int):
     """dK and dV of the fused attention side by side, (BH, S, E + Ev) (arguments as `attention_grad_q`)."""
     return kernels.attention_grad_kv(q, k, v, out, g, scale=scale, causal=causal, offset=offset)
 
 
-@backend_extension(shape=lambda packed, *, width, dtype: packed[:-1] + (width,),
+@backend_extension(shape=_columns_shape,
                    dtype=lambda packed, *, width, dtype: dtype_of(dtype),
                    reference=lambda packed, *, width, dtype: _columns_reference(packed, width, dtype),
                    backward=lambda g, out, packed, *, width, dtype: (
                        _columns(g, width=packed.shape[-1], dtype=packed.dtype.name),),
-                   name="attention_columns", saves="inputs")  # packed is the attention's kept output
+                   name="attention_columns", saves="inputs", pure=True)  # packed is the attention's kept output
 def _columns(packed, *, width: int, dtype: str):
     """`packed`'s rows cut (or zero-padded) to `width` columns as `dtype` (the output rows of the packed
     result, and their gradient back into the packed shape: no slice_assign, which device backends run

@@ -29,8 +29,11 @@ import math
 import numpy as np
 
 from ...cube.kernels import norm as norm_kernels
+from ...cube.kernels.common import check_elements
 from ...cube.kernels.reduce import resident_shape
 from ...cube.kernels.softmax import softmax as softmax_kernel, softmax_grad as softmax_grad_kernel
+from ...dtype import DType
+from ...errors import DTypeError, ShapeError
 from ...extension import backend_extension, cube_target
 from ...ops.primitive import is_half
 from ...tensor import Tensor
@@ -57,6 +60,22 @@ def _softmax_reference(x: np.ndarray, *, log: bool) -> np.ndarray:
     return (shifted - np.log(s) if log else e / s).astype(x.dtype)
 
 
+# The rules check all the kernels check but the row length, which depends on the device (the callers
+# take these ops where `routes` and `_held` say): the ops are recorded by the fusion layer (`pure=True`)
+# and run at the next sync point, so their errors must come at the call.
+def _rows_shape(op: str, x: tuple, *others: tuple) -> tuple:
+    if any(tuple(o) != tuple(x) for o in others):
+        raise ShapeError(op, f"needs operands of one shape, got {', '.join(str(tuple(a)) for a in (x, *others))}")
+    check_elements(op, x)
+    return x
+
+
+def _rows_dtype(op: str, x: DType, *others: DType) -> DType:
+    if not x.is_float or any(o is not x for o in others):
+        raise DTypeError(f"{op} needs operands of one float dtype, got {', '.join(d.name for d in (x, *others))}")
+    return x
+
+
 def _held(x: Tensor) -> bool:
     """Whether the rows of `x` fit the gradient kernels (held in a cube's registers)."""
     return resident_shape(x.shape[-1], cube_target(x.device)) is not None
@@ -76,14 +95,17 @@ def _softmax_grad_reference(y: np.ndarray, g: np.ndarray, *, log: bool) -> np.nd
     return dx.astype(y.dtype)
 
 
-@backend_extension(shape=lambda y, g, *, log: y, reference=_softmax_grad_reference, name="softmax_rows_grad")
+@backend_extension(shape=lambda y, g, *, log: _rows_shape("softmax_grad", y, g),
+                   dtype=lambda y, g, *, log: _rows_dtype("softmax_grad", y, g), reference=_softmax_grad_reference,
+                   name="softmax_rows_grad", pure=True)
 def softmax_rows_grad(y, g, *, log: bool):
     """The input gradient of `softmax_rows` from its output `y` and the output's gradient `g`."""
     return softmax_grad_kernel(y, g, log)
 
 
-@backend_extension(shape=lambda x, *, log: x, reference=_softmax_reference, backward=_softmax_backward,
-                   name="softmax_rows", saves="output")  # the rule reads y only: autodiff need not keep x
+@backend_extension(shape=lambda x, *, log: _rows_shape("softmax", x), dtype=lambda x, *, log: _rows_dtype("softmax", x),
+                   reference=_softmax_reference, backward=_softmax_backward, name="softmax_rows", saves="output",
+                   pure=True)  # the rule reads y only: autodiff need not keep x
 def softmax_rows(x, *, log: bool):
     """Softmax (or log-softmax, `log`) of `x`'s rows (its last dim) by the library's row kernel."""
     return softmax_kernel(x, log)
@@ -120,13 +142,29 @@ def _norm_backward(g: Tensor, out: Tensor, x: Tensor, weight: Tensor, bias: Tens
 
 
 def _norm_shape(x, weight, bias, *, eps, rms, has_weight, has_bias) -> tuple:
-    norm_kernels.check_params("rms_norm" if rms else "layer_norm", x,
-                              weight if has_weight else None, bias if has_bias else None)
-    return x
+    op = "rms_norm" if rms else "layer_norm"
+    norm_kernels.check_params(op, x, weight if has_weight else None, bias if has_bias else None)
+    return _rows_shape(op, x)
 
 
-@backend_extension(shape=_norm_shape, reference=_norm_reference, backward=_norm_backward, name="norm_rows",
-                   saves="inputs")  # the rule recomputes the statistics from x: autodiff need not keep y
+def _norm_dtype(x, weight, bias, *, rms, **_params) -> DType:
+    return _rows_dtype("rms_norm" if rms else "layer_norm", x)
+
+
+def _norm_grad_shape(x, weight, g, *, eps, rms, has_weight) -> tuple:
+    op = "rms_norm_grad" if rms else "layer_norm_grad"
+    if not x:
+        raise ShapeError(op, "needs x of at least one dimension")
+    norm_kernels.check_params(op, x, weight if has_weight else None, None)
+    _rows_shape(op, x, g)
+    out = (math.prod(x[:-1]) + 2, x[-1])
+    check_elements(op, out)
+    return out
+
+
+# saves="inputs": the backward recomputes the statistics from x, so autodiff need not keep y
+@backend_extension(shape=_norm_shape, dtype=_norm_dtype, reference=_norm_reference, backward=_norm_backward,
+                   name="norm_rows", saves="inputs", pure=True)
 def norm_rows(x, weight, bias, *, eps: float, rms: bool, has_weight: bool, has_bias: bool):
     """Layer norm (or RMS norm, `rms`) of `x`'s rows with the optional affine map, by the library's kernel."""
     return norm_kernels.norm(x, weight if has_weight else None, bias if has_bias else None, eps, rms)
@@ -145,8 +183,9 @@ def _norm_grad_reference(x, weight, g, *, eps: float, rms: bool, has_weight: boo
     return np.concatenate([dx.reshape(-1, n)] + [s[None] for s in sums]).astype(x.dtype)
 
 
-@backend_extension(shape=lambda x, weight, g, **_: (math.prod(x[:-1]) + 2, x[-1]), reference=_norm_grad_reference,
-                   name="norm_rows_grad")
+@backend_extension(shape=_norm_grad_shape, dtype=lambda x, weight, g, *, rms, **_: _rows_dtype(
+                       "rms_norm_grad" if rms else "layer_norm_grad", x, g),
+                   reference=_norm_grad_reference, name="norm_rows_grad", pure=True)
 def norm_rows_grad(x, weight, g, *, eps: float, rms: bool, has_weight: bool):
     """The gradients of `norm_rows` packed as (rows + 2, n): the input's rows, then the weight's and the
     bias's (`ember.cube.kernels.norm.norm_grad`)."""
