@@ -16,10 +16,12 @@ class Device:
 
     def __init__(self):
         self.live = {}
+        self.made = []  # the size of every allocation, in order
 
     def allocate(self, n):
         buffer = bytearray(0)  # the pool never touches the buffer; a token is enough
         self.live[id(buffer)] = (buffer, n)
+        self.made.append(n)
         return buffer
 
     def release(self, buffer):
@@ -194,6 +196,26 @@ def test_dedicated_pages_keep_their_size_class_and_are_given_back_for_ordinary_p
     assert small.page is not big.page and small.page.size == 8 << 20
     assert device.bytes() == 8 << 20, "... and the empty dedicated page went back before the new page"
     pool.free(small)
+
+
+def test_past_the_peak_a_large_request_takes_room_in_a_dedicated_page_before_pages_are_remade():
+    """A GPT step's logits and its layers' score matrices: large requests of two sizes too far apart to
+    share a page by the half-size floor, made in turn. Past the peak, the smaller ones go into the empty
+    page of the larger (several to a page) instead of that page being given back and both remade each
+    step at new addresses (which kept the step's CUDA graphs from replaying): after the first round no
+    device allocation, and every slice where it was the round before."""
+    pool, device = pool_and_device(page_size=8 << 20)
+    places = []
+    for _ in range(4):
+        logits = pool.reserve(100 << 20)
+        pool.free(logits)
+        scores = [pool.reserve(30 << 20) for _ in range(3)]
+        places.append([(id(s.page), s.offset) for s in [logits, *scores]])
+        for s in scores:
+            pool.free(s)
+    assert device.made == [100 << 20], "one page, made once"
+    assert places[1:] == places[:-1]
+    assert scores[0].page is logits.page and pool.stats().peak_reserved == 100 << 20
 
 
 def test_empty_dedicated_pages_stay_while_below_the_peak():

@@ -14,13 +14,19 @@ A pool owns *pages* obtained from the device (`allocate(nbytes)` / `release(page
   configured `[memory] page_size_mb` when it is set. A request above the target gets a *dedicated* page
   of its own size, which then serves only requests of at least half its size (small slices would pin
   it, and the next request of its size would need a new page). When a new page would take the
-  reserved bytes past their peak, the empty dedicated pages are given back first, so that memory is not
+  reserved bytes past their peak, a request above the target first takes room in any dedicated page
+  (whatever its floor: a GPT's 384 MiB score matrices in the empty 1.5 GiB pages of its logits, several
+  to a page); only then are the empty dedicated pages given back, so that memory is not
   held twice across phases that use big and ordinary tensors in turn (a training step's logits, then the
   optimizer's packed state); below the peak they stay for the next request of their size (a
   transformer's score matrices, made and dropped in every layer: on CUDA each new one was a
   `cuMemAllocAsync` of ~0.6 ms of host time). No page is made past the peak while empty dedicated
   pages are kept (a GPT step's recorded allocations: peak reserved over in use 1.103 -> 1.107, device
-  allocations 95 -> 89 over three steps; `tests/cube/test_memory_pool.py`).
+  allocations 95 -> 89 over three steps; `tests/cube/test_memory_pool.py`). Before the room rule the
+  logits' and the score matrices' pages were given back and remade in turn, 9 a step at new addresses,
+  which kept the step's plans from replaying as CUDA graphs; with it, the step's recorded allocations
+  (with Adam's state written in place) make no page after the second step and every slice recurs, at
+  1.071 reserved over in use (the older trace of the test: 1.080 -> 1.134).
 
 A page with nothing allocated for `free_after_s` seconds is given back at the next allocation;
 `cleanup()` gives back every empty page at once. Live slices never move. `stats()` reports reserved
@@ -206,11 +212,16 @@ class MemoryPool:
                 target = 0 if small else self._target()
                 new = max(SLAB_PAGE, size) if small else max(size, target)
                 if self._reserved + new > self._peak_reserved:
-                    self._free_pages(lambda page: page.floor > 0)  # empty dedicated pages (see above)
-                # a slab page of `size` chunks; a dedicated page (above the target: floor half its size)
-                page = self._new_page(new, size) if small else self._new_page(new, 0, size // 2 if size > target else 0)
-                pages.append(page)
-                offset = page.take(size)
+                    if not small and size > target:
+                        page, offset = self._room_in_dedicated(size)
+                    if offset is None:
+                        self._free_pages(lambda page: page.floor > 0)  # empty dedicated pages (see above)
+                if offset is None:
+                    # a slab page of `size` chunks; a dedicated page (above the target: floor half its size)
+                    floor = size // 2 if size > target else 0
+                    page = self._new_page(new, size) if small else self._new_page(new, 0, floor)
+                    pages.append(page)
+                    offset = page.take(size)
             self._in_use += size
             self._slices += 1
             if self._in_use > self._peak_in_use:
@@ -290,6 +301,15 @@ class MemoryPool:
         self._reserved += size
         self._peak_reserved = max(self._peak_reserved, self._reserved)
         return page
+
+    def _room_in_dedicated(self, size: int) -> tuple[Page | None, int | None]:
+        """(page, offset) of a `size` slice in a dedicated page with room, whatever its floor, else (None, None)."""
+        for page in self._large:
+            if page.floor > 0 and page.largest >= size:
+                offset = page.take(size)
+                if offset is not None:
+                    return page, offset
+        return None, None
 
     def _free_idle_pages(self) -> None:
         deadline = time.monotonic() - self.free_after_s
