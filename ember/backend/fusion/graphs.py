@@ -17,7 +17,10 @@ plan reads afresh at each run, a scalar say, would otherwise stay baked into the
   the graph writes is this run's own, and the graph is launched, its outputs wrapped as arrays over
   the slices just reserved (`runtime.over`), views where the plan made views. The first slice that
   differs gives everything back and the plan runs plainly (`mismatched`); stream order makes both
-  safe, as for every pool slice (all work is queued on the runtime's one stream).
+  safe, as for every pool slice (all work is queued on the runtime's one stream). A mismatched graph
+  is dropped and its key counts as seen once, so the next run with it captures again (within
+  `SPARE`): a graph captured while a loop's layout was still settling (the GPT step's first ~6
+  steps, while the pool's pages settle) otherwise mismatched at every later step (9 plans a step).
 
 Why addresses: a training loop is periodic. Its step makes and drops the same arrays in the same order,
 so the pool hands out the same addresses every step, and each layer's plan meets its inputs where it met
@@ -262,6 +265,12 @@ class GraphReplays:
             with self._lock:
                 self.counts["mismatched" if values is None else "replays"] += 1
                 state.replayed += values is not None
+                if values is None and state.graphs.get(key) is found:
+                    # Its inputs are where they were but its own slices land elsewhere now (a loop's
+                    # layout still settling when it was captured): the next run with this key captures
+                    # again, rather than every later run mismatching the same way.
+                    del state.graphs[key]
+                    state.seen.add(key)
             return plan.run(records, externals, inner, False, donated) if values is None else values
         if not capture:
             return plan.run(records, externals, inner, False, donated)
