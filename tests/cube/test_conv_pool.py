@@ -236,3 +236,27 @@ def test_weight_grad_cut_along_its_k_equals_one_gemm(dtype, monkeypatch):
         assert cut.dtype == whole.dtype == np.dtype(dtype)
         np.testing.assert_allclose(cut, whole, rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-4)
         assert cut.shape == ws
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", [c for c in ADJOINT_CASES if c[-1] == 1], ids=str)
+def test_both_weight_grad_strategies_match_the_direct_loops(case, dtype):
+    """The autotuner's two ways to a weight gradient (`conv_gemm.weight_grad_tuner`): the batch folded into
+    one GEMM, and one GEMM per sample summed; also for a gradient covering only the leading outputs."""
+    import ember.cube.kernels.conv_gemm as conv_gemm
+    xs, ws, s, p, d, _ = case
+    x = rng.standard_normal(xs).astype(dtype)
+    full = conv_ref(x, rng.standard_normal(ws), s, p, d, 1).shape[2:]
+    for out in (full, (full[0] - 1, full[1])):
+        cot = rng.standard_normal(xs[:1] + ws[:1] + out).astype(dtype)
+        padded = np.zeros(xs[:1] + ws[:1] + full, dtype)
+        padded[:, :, :out[0], :out[1]] = cot
+        # <w, dW> = <conv(x, w), cot> for every w: dW's entries are the gradients of that bilinear form
+        want = np.stack([(conv_ref(x.astype(np.float64), np.eye(np.prod(ws))[i].reshape(ws), s, p, d, 1)
+                          * padded).sum() for i in range(np.prod(ws))]).reshape(ws)
+        geometry = (ws[2:], s, p, d, out)
+        for strategy in (conv_gemm._weight_grad_folded, conv_gemm._weight_grad_per_sample):
+            got = strategy(x, cot, geometry)
+            assert got.shape == ws and got.dtype == np.dtype(dtype)
+            np.testing.assert_allclose(got, want, rtol=1e-4 if dtype == np.float32 else 1e-10, atol=1e-4,
+                                       err_msg=strategy.__name__)
