@@ -260,3 +260,35 @@ def test_both_weight_grad_strategies_match_the_direct_loops(case, dtype):
             assert got.shape == ws and got.dtype == np.dtype(dtype)
             np.testing.assert_allclose(got, want, rtol=1e-4 if dtype == np.float32 else 1e-10, atol=1e-4,
                                        err_msg=strategy.__name__)
+
+
+def test_the_weight_grad_reads_the_columns_conv2d_made_of_a_live_input(monkeypatch):
+    """conv2d keeps the batch-first columns of its host input while that input lives (bounded by
+    KEPT_COLUMN_BYTES, oldest dropped first); the per-sample weight gradient of the same input and geometry
+    reads them instead of making them again, and gets what it gets from fresh columns."""
+    import gc
+    import ember.cube.kernels.conv_gemm as conv_gemm
+    made = []
+    im2col = conv_gemm.im2col
+    monkeypatch.setattr(conv_gemm, "im2col", lambda x, *a, **k: made.append(x.shape) or im2col(x, *a, **k))
+    x, w = rng.standard_normal((4, 3, 9, 8)).astype(np.float32), rng.standard_normal((5, 3, 3, 3)).astype(np.float32)
+    y = conv2d_gemm(x, w, 1, 1)
+    cot = rng.standard_normal(y.shape).astype(np.float32)
+    geometry = ((3, 3), 1, 1, 1, y.shape[2:])
+    assert made == [x.shape]
+    kept = conv_gemm._weight_grad_per_sample(x, cot, geometry)
+    assert made == [x.shape], "the forward's columns were read"
+    np.testing.assert_allclose(kept, conv_gemm._weight_grad_folded(x, cot, geometry), rtol=1e-4, atol=1e-4)
+    conv_gemm._weight_grad_per_sample(x, cot[:, :, ::2, ::2], ((3, 3), 2, 1, 1, (5, 4)))  # another geometry: made again
+    assert len(made) == 3  # (the folded one made its own too)
+    copy = x.copy()  # equal values, another array: not its columns
+    conv_gemm._weight_grad_per_sample(copy, cot, geometry)
+    assert len(made) == 4
+    del x, copy
+    gc.collect()
+    assert not conv_gemm._kept, "the columns went with their input"
+    monkeypatch.setattr(conv_gemm, "KEPT_COLUMN_BYTES", 2 * 4 * 27 * 72 * 4)  # room for two inputs' columns
+    inputs = [rng.standard_normal((4, 3, 9, 8)).astype(np.float32) for _ in range(3)]
+    for a in inputs:
+        conv2d_gemm(a, w, 1, 1)
+    assert [entry[0]() for entry in conv_gemm._kept.values()] == inputs[1:], "the oldest dropped"

@@ -11,13 +11,14 @@ the cube kernel, whichever the autotuner picked), fed by a cube kernel that copi
                        dW = g (G, Og, N*OH*OW) @ cols^T                 (the batch folded into k)
                     or, groups 1 on the host: cols (N, C*KH*KW, OH*OW) batch first,
                        dW = sum_n g[n] (O, OH*OW) @ cols[n]^T           (g read in place)
-                       whichever `weight_grad_tuner` timed faster for the shape class
+                       whichever `weight_grad_tuner` timed faster for the shape class; the batch-first
+                       columns are conv2d's own when its input still lives (`_keep_columns`)
 
 `im2col` reads a zero-padded copy of the input (made once when there is padding, so its loads need
 no bounds tests) and writes each window element once; a batch whose columns would exceed
 `COLUMN_BYTES` is done in slices. On the C target a cube walks one plane with one unit per output
-column (no masked tail), which keeps the copy near memory speed. Layouts are PyTorch's (`ember/ops/conv.py` has the math); f16/bf16
-are accumulated in f32 by the matmul kernel.
+column (no masked tail), which keeps the copy near memory speed. Layouts are PyTorch's (`ember/ops/conv.py`
+has the math); f16/bf16 are accumulated in f32 by the matmul kernel.
 
 Example:
     >>> conv2d_gemm(np.ones((1, 1, 3, 3), np.float32), np.ones((1, 1, 2, 2), np.float32))
@@ -28,6 +29,7 @@ Example:
 from __future__ import annotations
 
 import math
+import weakref
 
 import numpy as np
 
@@ -225,8 +227,47 @@ def conv2d_gemm(x: np.ndarray, w: np.ndarray, stride=1, padding=0, dilation=1, g
         n = cols.shape[0]
         shape = (n, -1, oh * ow) if groups == 1 else (n, groups, -1, oh * ow)
         parts.append(tuned_matmul(weights, cols.reshape(shape)))
+    if len(parts) == 1 and groups == 1:
+        _keep_columns(x, (w.shape[2:], stride, padding, dilation, (oh, ow)), cols)
     out = parts[0] if len(parts) == 1 else np.concatenate(parts)
     return out.reshape(nb, o, oh, ow)
+
+
+KEPT_COLUMN_BYTES = 64 << 20
+"""The most memory the host keeps in forward columns for the weight gradients (`_keep_columns`)."""
+_kept: dict[int, tuple] = {}  # id(x) -> (weak reference to x, geometry, its batch-first columns), oldest first
+
+
+def _keep_columns(x, geometry: tuple, cols) -> None:
+    """Keep the batch-first columns conv2d made of the host array `x` while `x` lives (a training step's
+    autodiff keeps it for the weight gradient), so that `_weight_grad_per_sample` does not make them
+    again (the MNIST CNN's im2col: 0.5 + 0.2 ms a step); at most `KEPT_COLUMN_BYTES`, oldest dropped first.
+    Arrays are never written after they are made, so the columns of a live `x` stay its columns."""
+    if type(x) is not np.ndarray or cols.nbytes > KEPT_COLUMN_BYTES:
+        return
+    entries = list(_kept.items())  # a snapshot: an x dying on another thread drops its entry meanwhile
+    total = sum(entry[2].nbytes for _, entry in entries)
+    for key, entry in entries:  # oldest first
+        if total + cols.nbytes <= KEPT_COLUMN_BYTES:
+            break
+        if _kept.pop(key, None) is not None:
+            total -= entry[2].nbytes
+    key = id(x)
+    _kept.pop(key, None)
+    _kept[key] = (weakref.ref(x, lambda _, key=key: _kept.pop(key, None)), _normal(geometry), cols)
+
+
+def _kept_columns(x, geometry: tuple):
+    """The columns `_keep_columns` kept of this very `x` with this geometry, or None."""
+    entry = _kept.get(id(x))
+    if entry is not None and entry[0]() is x and entry[1] == _normal(geometry):
+        return entry[2]
+    return None
+
+
+def _normal(geometry: tuple) -> tuple:
+    kernel, stride, padding, dilation, out = geometry
+    return tuple(kernel), _pair(stride), _pair(padding), _pair(dilation), tuple(out)
 
 
 def conv_transpose2d(x: np.ndarray, w: np.ndarray, stride=1, padding=0, output_padding=0, dilation=1,
@@ -329,7 +370,9 @@ def _weight_grad_per_sample(x, grad, geometry: tuple):
     MNIST CNN's first conv, 9: 1.02 -> 0.67 ms here), slower where the long folded GEMM pays."""
     kernel, stride, padding, dilation, (gh, gw) = geometry
     nb, c, o = x.shape[0], x.shape[1], grad.shape[1]
-    cols = im2col(x, kernel, stride, padding, dilation, (gh, gw))  # (N, C*KH*KW, P)
+    cols = _kept_columns(x, geometry)
+    if cols is None:
+        cols = im2col(x, kernel, stride, padding, dilation, (gh, gw))  # (N, C*KH*KW, P)
     g = contiguous(grad).reshape(nb, o, gh * gw)
     return np.add.reduce(tuned_matmul(g, cols.transpose(0, 2, 1)), 0).reshape((o, c) + tuple(kernel))
 
