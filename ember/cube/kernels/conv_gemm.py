@@ -382,7 +382,9 @@ _weight_grad_tuner = None
 
 def weight_grad_tuner():
     """The process's `Autotuner` over the two ways to compute a (groups 1, host) weight gradient, per shape
-    class (batch, out channels, C*KH*KW, positions; cached per CPU model).
+    class (batch, out channels, C*KH*KW, positions; cached per CPU model). It times them where a training
+    step first meets the class, in its backward pass, so the per-sample way is timed with the forward's
+    columns kept, as it runs there at every later step.
 
     Example:
         >>> weight_grad_tuner().choose(x, grad, ((3, 3), 1, 1, 1, (28, 28)))

@@ -245,9 +245,9 @@ def gpu_timer(runtime):
     back (`runtime.time`). Events around the calls themselves measured the host's Python between them
     too whenever a call's device time was shorter than its host time (~25-100 us for a cuBLAS call
     through ctypes, more for a tile kernel's launch and its operands' copies), which a replayed plan
-    does not pay: on an idle stream a 30 us cuBLAS product then timed as its ~110 us of Python and lost
+    does not pay: on an idle stream a 40 us cuBLAS product then timed as its ~110 us of Python and lost
     to a 200 us tile kernel (GPT step on an H200: 96 tile products a step, +18 ms of GPU). A candidate
-    that cannot be captured (one that waits on the host) is timed the old way.
+    that cannot be captured (one that waits on the host) is timed as calls queued back to back.
 
     Example:
         >>> timer = gpu_timer(rt)
