@@ -39,8 +39,8 @@ import numpy as np
 
 from ... import cube
 from ...dtype import f32
-from ...errors import DTypeError, ShapeError
-from .common import assign, check_elements, contiguous, cube_dtype, empty, grid
+from ...errors import ShapeError
+from .common import assign, check_elements, check_float_dtypes, contiguous, cube_dtype, empty, grid
 from .reduce import MAX_UNITS, RESIDENT_PER, launch_target, resident_shape, tuple_fold, units_combine
 from .softmax import resident_row, row_index, store_row
 
@@ -267,19 +267,6 @@ def check_shapes(q: tuple, k: tuple, v: tuple) -> tuple[int, int, int, int, int]
     return bh, n_q, n_k, e, ev
 
 
-def check_dtypes(*dtypes) -> None:
-    """`DTypeError` unless the operands' dtypes are one float dtype.
-
-    Example:
-        >>> check_dtypes(np.float32, np.float16)
-        Traceback (most recent call last):
-        ember.errors.DTypeError: attention: operands must share one float dtype, got f32, f16
-    """
-    kinds = [cube_dtype(d) for d in dtypes]
-    if len(set(kinds)) != 1 or not kinds[0].is_float:
-        raise DTypeError(f"attention: operands must share one float dtype, got {', '.join(t.name for t in kinds)}")
-
-
 def check_backward(q: tuple, k: tuple, v: tuple, out: tuple, grad: tuple) -> tuple[int, int, int, int, int]:
     """`check_shapes`, and the packed forward result `out` and its gradient `grad` both (BH, L, Ev + 1)."""
     bh, n_q, n_k, e, ev = check_shapes(q, k, v)
@@ -290,8 +277,8 @@ def check_backward(q: tuple, k: tuple, v: tuple, out: tuple, grad: tuple) -> tup
 
 
 def _check(q, k, v) -> tuple[int, int, int, int, int]:
-    """(BH, L, S, E, Ev) of operands of one float dtype (`check_shapes`, `check_dtypes`)."""
-    check_dtypes(q.dtype, k.dtype, v.dtype)
+    """(BH, L, S, E, Ev) of operands of one float dtype (`check_shapes`, `common.check_float_dtypes`)."""
+    check_float_dtypes("attention", q.dtype, k.dtype, v.dtype)
     return check_shapes(q.shape, k.shape, v.shape)
 
 
@@ -402,8 +389,8 @@ def attention_grad_kv(q, k, v, out, grad, *, scale: float, causal: bool, offset:
 
 
 def _backward(kernel, which: str, q, k, v, out, grad, scale, causal, offset, rows):
-    check_dtypes(q.dtype, k.dtype, v.dtype)
-    check_dtypes(out.dtype, grad.dtype)
+    check_float_dtypes("attention", q.dtype, k.dtype, v.dtype)
+    check_float_dtypes("attention backward", out.dtype, grad.dtype)
     bh, n_q, n_k, e, ev = check_backward(q.shape, k.shape, v.shape, out.shape, grad.shape)
     q, k, v, out, grad = (contiguous(x) for x in (q, k, v, out, grad))
     acc = accumulator(q.dtype)

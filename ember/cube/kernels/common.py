@@ -28,7 +28,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from ...dtype import dtype_of
-from ...errors import ShapeError
+from ...errors import DTypeError, ShapeError
 from .. import ir
 from ..lang import CubeCount, CubeDim
 from ..runtime.arguments import DeviceArray
@@ -155,6 +155,21 @@ def check_elements(op: str, *shapes: tuple) -> None:
     for shape in shapes:
         if math.prod(shape) > MAX_ELEMENTS:
             raise ShapeError(op, f"{tuple(shape)} has more than 2**31 - 1 elements (kernels index with i32)")
+
+
+def check_float_dtypes(op: str, *dtypes) -> None:
+    """`DTypeError` unless the operands' dtypes (NumPy dtypes or ember DTypes) are one float dtype. The
+    attention kernels check their arrays with it, and recorded ops' dtype rules (attention, the row ops)
+    their inputs before they exist.
+
+    Example:
+        >>> check_float_dtypes("softmax_grad", np.float32, np.float16)
+        Traceback (most recent call last):
+        ember.errors.DTypeError: softmax_grad needs operands of one float dtype, got f32, f16
+    """
+    kinds = [cube_dtype(d) for d in dtypes]
+    if len(set(kinds)) != 1 or not kinds[0].is_float:
+        raise DTypeError(f"{op} needs operands of one float dtype, got {', '.join(t.name for t in kinds)}")
 
 
 def grid(n: int, units: int = UNITS) -> tuple:

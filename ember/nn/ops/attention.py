@@ -36,7 +36,7 @@ import math
 import numpy as np
 
 from ...cube.kernels import attention as kernels
-from ...cube.kernels.common import check_elements
+from ...cube.kernels.common import check_elements, check_float_dtypes
 from ...cube.kernels.reduce import launch_target
 from ...dtype import DType, dtype_of, f32
 from ...errors import DTypeError, ShapeError
@@ -50,7 +50,7 @@ def _accumulator(dtype: DType) -> DType:
     return f32 if dtype.itemsize < 4 else dtype
 
 
-# The rules check all the kernels check (`kernels.check_shapes`, `check_dtypes`): the ops are recorded by
+# The rules check all the kernels check (`kernels.check_shapes`, `check_float_dtypes`): the ops are recorded by
 # the fusion layer (`pure=True`) and run at the next sync point, so any error must come at the call.
 def _forward_shape(q, k, v, **_params) -> tuple:
     kernels.check_shapes(q, k, v)
@@ -191,9 +191,9 @@ def _grad_kv_reference(q, k, v, out, g, *, scale: float, causal: bool, offset: i
 
 
 def _accumulator_of(q, k, v, *packed, **_params) -> DType:
-    kernels.check_dtypes(q, k, v)
+    check_float_dtypes("attention", q, k, v)
     if packed:  # the backward ops: the packed result and its gradient, in the accumulator type
-        kernels.check_dtypes(_accumulator(q), *packed)
+        check_float_dtypes("attention backward", _accumulator(q), *packed)
     return _accumulator(q)
 
 

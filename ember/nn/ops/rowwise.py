@@ -29,11 +29,11 @@ import math
 import numpy as np
 
 from ...cube.kernels import norm as norm_kernels
-from ...cube.kernels.common import check_elements
+from ...cube.kernels.common import check_elements, check_float_dtypes
 from ...cube.kernels.reduce import resident_shape
 from ...cube.kernels.softmax import softmax as softmax_kernel, softmax_grad as softmax_grad_kernel
 from ...dtype import DType
-from ...errors import DTypeError, ShapeError
+from ...errors import ShapeError
 from ...extension import backend_extension, cube_target
 from ...ops.primitive import is_half
 from ...tensor import Tensor
@@ -71,8 +71,7 @@ def _rows_shape(op: str, x: tuple, *others: tuple) -> tuple:
 
 
 def _rows_dtype(op: str, x: DType, *others: DType) -> DType:
-    if not x.is_float or any(o is not x for o in others):
-        raise DTypeError(f"{op} needs operands of one float dtype, got {', '.join(d.name for d in (x, *others))}")
+    check_float_dtypes(op, x, *others)
     return x
 
 
