@@ -103,6 +103,9 @@ class Fragment:
     a/b fragment lies in the memory it is loaded from. Every unit of the plane takes part in each
     fragment op together, like the CubeCL `cmma` API; how the elements are spread over the units is
     the target's business, so a kernel only moves whole fragments between memory and registers.
+
+    `scope` "group" is an accumulator shared by a group of `GROUP_PLANES` planes (a 64 x n block,
+    16 rows a plane), the operand of `Builder.group_mma`, whose a and b come from shared memory.
     """
 
     name: str
@@ -112,6 +115,7 @@ class Fragment:
     n: int
     k: int
     layout: str = "row"
+    scope: str = "plane"
 
     @property
     def rows_cols(self) -> tuple:
@@ -196,10 +200,19 @@ PLANE = ("plane_sum", "plane_prod", "plane_max", "plane_min", "plane_all", "plan
 ATOMIC = ("atomic_add", "atomic_max", "atomic_min")
 # Matrix fragments (a plane's share of a small matrix product, on tensor cores where a target has them)
 # and asynchronous copies from global to shared memory: see `Fragment` and `Builder.matrix_*`.
-MATRIX = ("fragment", "matrix_fill", "matrix_load", "matrix_mma", "matrix_store")
+MATRIX = ("fragment", "matrix_fill", "matrix_load", "matrix_mma", "matrix_store", "group_mma", "group_wait",
+          "group_store")
 COPY = ("copy_async", "copy_commit", "copy_wait")
 # Fragment shapes (m, n, k) and the input dtypes each takes; the accumulator is f32.
 MATRIX_SHAPES = {"f16": ((16, 16, 16),), "bf16": ((16, 16, 16),), "f32": ((16, 16, 8),)}
+# A plane group's accumulator: 64 x n (n a multiple of 8 up to 256) of products 16 deep, from f16/bf16
+# operands in shared memory laid out as `group_mma` says.
+GROUP_PLANES = 4
+GROUP_M, GROUP_K, GROUP_MAX_N = 64, 16, 256
+GROUP_INPUTS = ("f16", "bf16")
+# The shared layout group_mma reads: rows of 128 bytes, in blocks of 8 rows (1024 bytes) whose 16-byte
+# chunks are swizzled (chunk j of row r is stored at chunk j ^ (r % 8)).
+SWIZZLE_ROW_BYTES, SWIZZLE_BLOCK_BYTES = 128, 1024
 
 # Ops without side effects: CSE may merge them and DCE may delete them when unused.
 PURE = frozenset(("const", "cast", "select", "builtin", "len", "mulhi", "extract", "splat", "pack",
@@ -217,7 +230,7 @@ def written_array(instr: Instr) -> "Array | None":
     """The array `instr` writes (a store, an atomic, a fragment store, an asynchronous copy), else None."""
     if instr.op == "store" or instr.op in ATOMIC:
         return instr.attr
-    if instr.op in ("matrix_store", "copy_async"):
+    if instr.op in ("matrix_store", "copy_async", "group_store"):
         return instr.attr[0]
     return None
 
@@ -448,9 +461,21 @@ class Builder:
         return self.emit(op, (v,), v.type)
 
     # -- matrix fragments and asynchronous copies ------------------------------------------------
-    def fragment(self, use: str, dtype: DType, m: int, n: int, k: int, layout: str = "row") -> Fragment:
+    def fragment(self, use: str, dtype: DType, m: int, n: int, k: int, layout: str = "row",
+                 scope: str = "plane") -> Fragment:
         """Declare a fragment (see `Fragment`); a/b take f16, bf16 or f32 (computed as tf32), the
-        accumulator f32. Shapes per input dtype are `MATRIX_SHAPES`."""
+        accumulator f32. Shapes per input dtype are `MATRIX_SHAPES`; a "group" accumulator is
+        `GROUP_M` x n x `GROUP_K`, n a multiple of 8 up to `GROUP_MAX_N`."""
+        if scope == "group":
+            if use != "accumulator" or dtype is not f32 or m != GROUP_M or k != GROUP_K or n % 8 or not 8 <= n <= GROUP_MAX_N:
+                raise IRError(f"a plane group's fragment is an f32 accumulator of {GROUP_M} x n x {GROUP_K}, n a "
+                              f"multiple of 8 up to {GROUP_MAX_N}; got {use} {dtype.name} m={m} n={n} k={k}")
+            frag = Fragment(f"frag{self.kernel.next_id}", use, dtype, m, n, k, layout, scope)
+            self.kernel.next_id += 1
+            self.emit("fragment", (), None, frag)
+            return frag
+        if scope != "plane":
+            raise IRError(f"a fragment's scope is 'plane' or 'group', got {scope!r}")
         if use not in ("a", "b", "accumulator"):
             raise IRError(f"a fragment's use is 'a', 'b' or 'accumulator', got {use!r}")
         if layout not in ("row", "col"):
@@ -477,6 +502,7 @@ class Builder:
     def matrix_load(self, frag: Fragment, arr: Array, index: Value, stride: Value) -> None:
         """Load `frag` from `arr`: element (r, c) at `index + r * stride + c` ("row") or
         `index + c * stride + r` ("col"); `stride` counts elements."""
+        self._plane_fragments("matrix_load", frag)
         self._check_index(index)
         self._check_index(stride)
         if arr.dtype is not frag.dtype:
@@ -485,6 +511,7 @@ class Builder:
 
     def matrix_mma(self, d: Fragment, a: Fragment, b: Fragment, c: Fragment) -> None:
         """d = a @ b + c (d and c accumulators, may be the same fragment)."""
+        self._plane_fragments("matrix_mma", d, a, b, c)
         uses = (d.use, a.use, b.use, c.use)
         if uses != ("accumulator", "a", "b", "accumulator"):
             raise IRError(f"matrix_mma takes (accumulator, a, b, accumulator), got {uses}")
@@ -494,12 +521,66 @@ class Builder:
 
     def matrix_store(self, arr: Array, index: Value, stride: Value, frag: Fragment, layout: str = "row") -> None:
         """Store accumulator `frag` into `arr` (an f32 array) laid out as in `matrix_load`."""
+        self._plane_fragments("matrix_store", frag)
         self._check_index(index)
         self._check_index(stride)
         if frag.use != "accumulator" or arr.dtype is not frag.dtype or layout not in ("row", "col"):
             raise IRError(f"matrix_store writes an accumulator into an array of its dtype with layout 'row' "
                           f"or 'col', got {frag.use}, {arr.dtype.name}, {layout!r}")
         self.emit("matrix_store", (index, stride), None, (arr, frag, layout))
+
+    @staticmethod
+    def _plane_fragments(op: str, *frags: Fragment) -> None:
+        if any(f.scope != "plane" for f in frags):
+            raise IRError(f"{op} takes a plane's fragments; a plane group's accumulator goes to group_mma and "
+                          f"group_store")
+
+    def group_mma(self, acc: Fragment, a: Array, a_indices: tuple, b: Array, b_indices: tuple, b_panel: int) -> None:
+        """Start `acc += A_i @ B_i` for each pair of indices, as one asynchronous batch of the plane group
+        (`group_wait` waits for it; `acc` must not be touched meanwhile). Both operands are f16 or bf16
+        in shared memory in the swizzled layout (see `SWIZZLE_ROW_BYTES`):
+
+        - A_i is 64 x 16: row r, column c at `a_indices[i] + r * R + c`, R the elements of a 128-byte row
+          (64); the index is a whole number of 8-row blocks from the array's start plus a column offset
+          that is a multiple of 16 (it may start at any multiple of 16 within the row);
+        - B_i is 16 x n, in panels of R columns: row r, column c at `b_indices[i] + (c // R) * b_panel +
+          r * R + c % R`; the index is a whole number of 8-row blocks, `b_panel` (elements) too.
+
+        Every unit of the group calls it with the same arguments; copies that filled the operands must
+        have been waited for (`copy_wait`) and the units synced.
+        """
+        if acc.scope != "group":
+            raise IRError(f"group_mma accumulates into a plane group's fragment, got a {acc.scope}'s {acc.use}")
+        if a.kind != "shared" or b.kind != "shared" or a.dtype is not b.dtype or a.dtype.name not in GROUP_INPUTS:
+            raise IRError(f"group_mma reads two shared arrays of one dtype among {GROUP_INPUTS}, got {a.name} "
+                          f"({a.kind}, {a.dtype.name}) and {b.name} ({b.kind}, {b.dtype.name})")
+        if not a_indices or len(a_indices) != len(b_indices):
+            raise IRError(f"group_mma takes one or more pairs of indices, got {len(a_indices)} and {len(b_indices)}")
+        for v in (*a_indices, *b_indices):
+            self._check_index(v)
+        if not isinstance(b_panel, int) or (b_panel * b.dtype.itemsize) % SWIZZLE_BLOCK_BYTES:
+            raise IRError(f"group_mma's b_panel is a comptime count of elements making whole {SWIZZLE_BLOCK_BYTES}-"
+                          f"byte blocks, got {b_panel!r}")
+        self.emit("group_mma", (*a_indices, *b_indices), None, (acc, a, b, b_panel))
+
+    def group_wait(self, acc: Fragment, pending: int) -> None:
+        """Wait until at most `pending` of this plane group's `group_mma` batches into `acc` are still
+        running (`acc` may be read once none is)."""
+        if acc.scope != "group":
+            raise IRError(f"group_wait waits for a plane group's accumulator, got a {acc.scope}'s {acc.use}")
+        if not isinstance(pending, int) or pending < 0:
+            raise IRError(f"group_wait takes a comptime count >= 0, got {pending!r}")
+        self.emit("group_wait", (), None, (acc, pending))
+
+    def group_store(self, arr: Array, index: Value, stride: Value, acc: Fragment, rows: Value, cols: Value) -> None:
+        """Store a plane group's accumulator into `arr` (any float dtype, rounded): element (r, c) to
+        `arr[index + r * stride + c]` for r < `rows` and c < `cols` (the rest is not written)."""
+        for v in (index, stride, rows, cols):
+            self._check_index(v)
+        if acc.scope != "group" or not arr.dtype.is_float:
+            raise IRError(f"group_store writes a plane group's accumulator into a float array, got a "
+                          f"{acc.scope}'s {acc.use} and {arr.name} of {arr.dtype.name}")
+        self.emit("group_store", (index, stride, rows, cols), None, (arr, acc))
 
     def copy_async(self, dst: Array, dst_index: Value, src: Array, src_index: Value, count: int,
                    valid: Value) -> None:
@@ -610,7 +691,8 @@ def print_kernel(k: Kernel, canonical: bool = False) -> str:
         if isinstance(a, (Array, Local)):
             return obj(a)
         if isinstance(a, Fragment):
-            return f"{obj(a)}<{a.use} {a.dtype.name} m{a.m}n{a.n}k{a.k} {a.layout}>"
+            scope = "group " if a.scope == "group" else ""
+            return f"{obj(a)}<{scope}{a.use} {a.dtype.name} m{a.m}n{a.n}k{a.k} {a.layout}>"
         if isinstance(a, tuple):
             return "(" + ", ".join(attr_str(x) for x in a) + ")"
         return repr(a)

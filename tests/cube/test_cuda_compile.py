@@ -192,8 +192,9 @@ def library_kernels() -> set:
 
 def device_only_specializations() -> dict:
     """Kernels only device arrays launch, specialized directly: every tile variant of the tensor-core
-    matmul for bf16, the default tile for f16 and tf32 (the dtypes change only the fragment
-    instructions, which the default tile covers), and slice assignment into device arrays."""
+    matmuls (plane fragments; plane groups, for sm_90a) for bf16, the default tile for f16 (and tf32 for
+    fragments: the dtypes change only the matrix instructions, which the default tile covers), and slice
+    assignment into device arrays."""
     found = {}
     kfn = common.assign_kernel
     for src, dst, ndim in ((cube.f32, cube.f16, 2), (cube.bool_, cube.i64, 3), (cube.bf16, cube.bf16, 1)):
@@ -209,6 +210,13 @@ def device_only_specializations() -> dict:
             dtypes = kfn.resolve_dtypes((t, t, t) + (None,) * 5, comptime)
             key = (kfn.__name__, dtypes, tuple(sorted(comptime.items())), cube.CubeDim(tile.units))
             found[key] = kfn.specialize(dtypes, comptime)
+    kfn = matmul_tc.matmul_group_kernel
+    for tile in matmul_tc.GROUP_TILES:
+        for t in (cube.bf16,) + ((cube.f16,) if tile == matmul_tc.GROUP_TILES[0] else ()):
+            comptime = kfn.comptime_values(dict(T=t, bm=tile.bm, bn=tile.bn, stages=tile.stages, group=tile.group))
+            dtypes = kfn.resolve_dtypes((t, t, t) + (None,) * 5, comptime)
+            found[(kfn.__name__, dtypes, tuple(sorted(comptime.items())), cube.CubeDim(tile.units))] = \
+                kfn.specialize(dtypes, comptime)
     return found
 
 
@@ -257,9 +265,11 @@ def compile_one(i: int) -> str:
     name, dtypes, comptime, dim = key
     optimized = optimize(SPECIALIZATIONS[key])
     entry = cuda_target.entry_name(optimized)
-    kind = "cubin" if name == "matmul_tc_kernel" else "ptx"  # ptxas checks the inline PTX of a CUBIN
+    # ptxas checks the inline PTX of a CUBIN; wgmma (plane groups) compiles for sm_90a
+    kind = "cubin" if name in ("matmul_tc_kernel", "matmul_group_kernel") else "ptx"
     try:
-        binary = compile_cuda(cuda_target.render(optimized, dim), entry, 90, kind=kind, cache_dir=CACHE)
+        binary = compile_cuda(cuda_target.render(optimized, dim), entry, 90, kind=kind, cache_dir=CACHE,
+                              specific=cuda_target.uses_group_mma(optimized))
     except CudaCompileError as e:
         return f"{name} {[d.name for d in dtypes]} {dict(comptime)}:\n{e}"
     if kind == "cubin":

@@ -12,7 +12,8 @@ import pytest
 from ember import cube
 from ember.cube import ir
 from ember.cube.frontend import matrix as mx
-from ember.cube.kernels.matmul_tc import TILES, Tile, gpu_timer, matmul_tc, supports
+from ember.cube.kernels.matmul_tc import (GROUP_TILES, TILES, GroupTile, Tile, gpu_timer, matmul_group_kernel,
+                                          matmul_tc, supports)
 from ember.cube.runtime.cuda import cuda_available
 from ember.cube.targets import c as c_target, wgsl
 from ember.errors import DTypeError, ShapeError
@@ -51,6 +52,78 @@ def test_fragment_ops_are_type_checked():
         b.copy_async(s, b.const(0, ir.i32), x, b.const(0, ir.i32), 3, b.const(True, cube.bool_))
     b.copy_async(s, b.const(0, ir.i32), x, b.const(0, ir.i32), 8, b.const(True, cube.bool_))
     assert "copy_async" in str(b.kernel) and "<a bf16 m16n16k16 row>" in str(b.kernel)
+
+
+def test_plane_group_ops_are_type_checked():
+    b = ir.Builder("k")
+    x = b.array_param("x", cube.bf16)
+    i = b.const(0, ir.i32)
+    for shape in ((64, 12, 16), (32, 64, 16), (64, 264, 16), (64, 64, 8)):
+        with pytest.raises(ir.IRError, match="f32 accumulator of 64 x n x 16, n a multiple of 8 up to 256"):
+            b.fragment("accumulator", cube.f32, *shape, scope="group")
+    with pytest.raises(ir.IRError, match="scope is 'plane' or 'group'"):
+        b.fragment("accumulator", cube.f32, 16, 16, 16, scope="block")
+    acc = b.fragment("accumulator", cube.f32, 64, 128, 16, scope="group")
+    plane = b.fragment("accumulator", cube.f32, 16, 16, 16)
+    sa, sb = b.shared(cube.bf16, 64 * 64), b.shared(cube.bf16, 64 * 128)
+    with pytest.raises(ir.IRError, match="matrix_mma takes a plane's fragments"):
+        b.matrix_mma(acc, plane, plane, acc)
+    with pytest.raises(ir.IRError, match="group_mma accumulates into a plane group's fragment"):
+        b.group_mma(plane, sa, (i,), sb, (i,), 4096)
+    with pytest.raises(ir.IRError, match="two shared arrays of one dtype"):
+        b.group_mma(acc, sa, (i,), x, (i,), 4096)
+    with pytest.raises(ir.IRError, match="two shared arrays of one dtype"):
+        b.group_mma(acc, sa, (i,), b.shared(cube.f16, 64), (i,), 4096)
+    with pytest.raises(ir.IRError, match="one or more pairs of indices, got 2 and 1"):
+        b.group_mma(acc, sa, (i, i), sb, (i,), 4096)
+    with pytest.raises(ir.IRError, match="b_panel .* whole 1024-byte blocks, got 100"):
+        b.group_mma(acc, sa, (i,), sb, (i,), 100)
+    with pytest.raises(ir.IRError, match="comptime count >= 0"):
+        b.group_wait(acc, -1)
+    with pytest.raises(ir.IRError, match="group_wait waits for a plane group's accumulator"):
+        b.group_wait(plane, 0)
+    with pytest.raises(ir.IRError, match="into a float array, got a group's accumulator and y of i32"):
+        b.group_store(b.array_param("y", cube.i32), i, i, acc, i, i)
+    b.group_mma(acc, sa, (i,), sb, (i,), 4096)
+    b.group_wait(acc, 0)
+    b.group_store(x, i, i, acc, i, i)
+    assert "<group accumulator f32 m64n128k16 row>" in str(b.kernel) and "group_mma" in str(b.kernel)
+
+
+def _group_kernel(tile: GroupTile, t=cube.bf16):
+    from ember.cube.passes import optimize
+    kfn = matmul_group_kernel
+    comptime = kfn.comptime_values(dict(T=t, bm=tile.bm, bn=tile.bn, stages=tile.stages, group=tile.group))
+    return optimize(kfn.specialize(kfn.resolve_dtypes((t, t, t) + (None,) * 5, comptime), comptime))
+
+
+@pytest.mark.parametrize("tile", GROUP_TILES, ids=str)
+def test_the_group_kernel_renders_wgmma_on_aligned_swizzled_operands(tile):
+    """What the CUDA target makes of the plane-group kernel: one asynchronous wgmma batch of four 16-deep
+    products a step on 1024-byte-aligned shared tiles, the landed copies fenced for the async proxy, and
+    as much shared memory as the autotuner's estimate; C and WGSL refuse it by name."""
+    from ember.cube.targets import cuda as cuda_target
+    kernel = _group_kernel(tile)
+    source = cuda_target.render(kernel, cube.CubeDim(tile.units))
+    assert cuda_target.uses_group_mma(kernel)
+    assert source.count(f"wgmma.mma_async.sync.aligned.m64n{tile.bn}k16.f32.bf16.bf16") == 4
+    assert source.count("wgmma.commit_group") == 1 and "wgmma.wait_group.sync.aligned 1;" in source
+    assert "extern __shared__ __align__(1024)" in source
+    wait = source.index("cp.async.wait_group")
+    assert source.index("fence.proxy.async.shared::cta", wait) < source.index("__syncthreads", wait)
+    offsets, total = cuda_target.shared_layout(kernel)
+    assert all(off % 1024 == 0 for off in offsets.values()) and total == tile.shared_bytes(2)
+    with pytest.raises(c_target.CTargetError, match="fragment .* no C rendering; it runs on the CUDA target"):
+        c_target.render(kernel, cube.CubeDim(tile.units))
+
+
+def test_wgsl_refuses_plane_group_ops_by_name():
+    b = ir.Builder("k")
+    acc = b.fragment("accumulator", cube.f32, 64, 64, 16, scope="group")
+    i = b.const(0, ir.i32)
+    b.group_mma(acc, b.shared(cube.f16, 4096), (i,), b.shared(cube.f16, 4096), (i,), 4096)
+    with pytest.raises(wgsl.WgslTargetError, match="fragment .* no WGSL rendering"):
+        wgsl.render(b.kernel, cube.CubeDim(128))
 
 
 def test_c_and_wgsl_targets_refuse_fragments_by_name():
@@ -119,7 +192,8 @@ def test_matmul_tc_matches_numpy(rt, dtype, shape):
     rng = np.random.default_rng(len(str(shape)))
     a = rng.standard_normal(shape[0]).astype(dtype)
     b = rng.standard_normal(shape[1]).astype(dtype)
-    for tile in (TILES[0], Tile(64, 128, 32, 32, 64, 4)):
+    group = (GROUP_TILES[0], GroupTile(64, 128, 4)) if dtype is not np.float32 and rt.arch == 90 else ()
+    for tile in (TILES[0], Tile(64, 128, 32, 32, 64, 4)) + group:
         out = matmul_tc(rt, rt.to_device(a), rt.to_device(b), tile).numpy()
         want = reference(a, b, dtype is np.float32)
         assert out.shape == want.shape and out.dtype == np.dtype(dtype)
@@ -136,6 +210,9 @@ def test_matmul_tc_refuses_what_it_cannot_run(rt):
         matmul_tc(rt, a, rt.to_device(np.ones((6, 8), np.float16)))
     with pytest.raises(DTypeError, match="tf32 allowed"):
         matmul_tc(rt, rt.to_device(np.ones((4, 8), np.float32)), rt.to_device(np.ones((8, 8), np.float32)), tf32=False)
+    with pytest.raises(DTypeError, match="plane-group tiles take f16 or bf16"):
+        matmul_tc(rt, rt.to_device(np.ones((4, 8), np.float32)), rt.to_device(np.ones((8, 8), np.float32)),
+                  GROUP_TILES[0])
 
 
 @gpu

@@ -83,6 +83,30 @@ def test_host_span_covers_strided_views():
     assert host_span(a[:0]) == (0, 0)
 
 
+def test_plane_group_kernels_compile_for_sm_90a_and_only_run_on_sm_90(monkeypatch):
+    """wgmma exists on sm_90a alone: the runtime compiles such kernels for it, and another device names
+    why it cannot run them instead of failing in NVRTC or the driver."""
+    from ember.cube.kernels.matmul_tc import GROUP_TILES, matmul_group_kernel
+    calls = []
+    monkeypatch.setattr(rt_cuda, "compile_cuda",
+                        lambda source, name, arch, **kw: calls.append((name, arch, kw)) or Binary("cubin", b"//", arch))
+    tile = GROUP_TILES[0]
+    a = np.zeros((64, 64), ml_dtypes.bfloat16)
+    args = (a, a, np.zeros((64, 64), ml_dtypes.bfloat16), 64, 64, 64, 0, 0)
+    comptime = dict(T=cube.bf16, bm=tile.bm, bn=tile.bn, stages=tile.stages, group=tile.group)
+    CudaRuntime(0, driver=FakeDriver()).launch(matmul_group_kernel, cube.CubeCount(1), cube.CubeDim(tile.units), args,
+                                              comptime)
+    assert [(name, arch, kw["specific"]) for name, arch, kw in calls] == [("ember_matmul_group_kernel", 90, True)]
+    older = FakeDriver()
+    older.attributes["COMPUTE_CAPABILITY_MAJOR"] = 8
+    with pytest.raises(CudaError, match="ember_matmul_group_kernel uses plane-group products .* this device is sm_80"):
+        CudaRuntime(0, driver=older).launch(matmul_group_kernel, cube.CubeCount(1), cube.CubeDim(tile.units), args,
+                                            comptime)
+    CudaRuntime(0, driver=FakeDriver()).launch(axpy, cube.CubeCount(1), cube.CubeDim(4),
+                                              (np.ones(4, np.float32), np.ones(4, np.float32), 1.0), {})
+    assert calls[-1][2]["specific"] is False
+
+
 def test_a_launch_through_a_fake_driver(monkeypatch):
     """Copies, the launch call and the copy back of written NumPy arrays, without a GPU."""
     monkeypatch.setattr(rt_cuda, "compile_cuda", lambda source, name, arch, **kw: Binary("ptx", b"//", arch))
@@ -425,6 +449,9 @@ class FakeDriver:
 
     def cuModuleGetFunction(self, module, name):
         return 0, name.decode()
+
+    def cuFuncSetAttribute(self, function, attribute, value):
+        return (0,)
 
     def cuLaunchKernel(self, function, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
         array = ctypes.cast(params, ctypes.POINTER(ctypes.c_void_p))

@@ -6,6 +6,11 @@ and accumulate, store the accumulator. Every unit of the plane calls each op wit
 earlier copy brought. Only the CUDA target renders these (tensor cores, `cp.async`); the C and WGSL
 targets refuse them with an error naming the op.
 
+A plane group (`ir.GROUP_PLANES` planes) shares a larger accumulator (`group_fragment`, 64 x n) that
+`group_mma` feeds straight from shared memory, asynchronously (Hopper's `wgmma`): the operands must lie
+in the swizzled layout `ir.Builder.group_mma` describes (the kernel places elements with it), and
+`group_wait` waits for the batches started. `group_store` writes the accumulator out, masked and rounded.
+
 Example:
     >>> from ember.cube.frontend import matrix as mx
     >>> @cube.kernel
@@ -61,6 +66,19 @@ def _fragment(b, use, dtype, m, n, k, layout="row"):
     return b.fragment(use, dtype, m, n, k, layout)
 
 
+def _group_fragment(b, n):
+    return b.fragment("accumulator", ir.f32, ir.GROUP_M, n, ir.GROUP_K, scope="group")
+
+
+def _group_mma(b, acc, a, a_indices, bb, b_indices, b_panel):
+    b.group_mma(acc, _array(a), tuple(_index(b, i) for i in a_indices), _array(bb),
+                tuple(_index(b, i) for i in b_indices), b_panel)
+
+
+def _group_store(b, arr, index, stride, acc, rows, cols):
+    b.group_store(_array(arr), _index(b, index), _index(b, stride), acc, _index(b, rows), _index(b, cols))
+
+
 def _fill(b, frag, value):
     v = value if isinstance(value, ir.Value) else b.const(value, frag.dtype)
     b.matrix_fill(frag, v)
@@ -91,3 +109,7 @@ store = _Op("store", _store)
 copy_async = _Op("copy_async", _copy_async)
 copy_commit = _Op("copy_commit", lambda b: b.copy_commit())
 copy_wait = _Op("copy_wait", lambda b, pending: b.copy_wait(pending))
+group_fragment = _Op("group_fragment", _group_fragment)
+group_mma = _Op("group_mma", _group_mma)
+group_wait = _Op("group_wait", lambda b, acc, pending: b.group_wait(acc, pending))
+group_store = _Op("group_store", _group_store)

@@ -73,6 +73,38 @@ TILES = (Tile(), Tile(128, 128, 32, 64, 64, 3), Tile(128, 256, 32, 64, 64, 3), T
          Tile(64, 128, 32, 32, 64, 4))
 
 
+@dataclass(frozen=True)
+class GroupTile:
+    """A tile of `matmul_group_kernel`: `bm x bn`, 64 deep, one plane group (4 planes) per 64 rows, each
+    accumulating its 64 x bn block; `stages` buffers in the copy ring and `group` tile rows side by side."""
+
+    bm: int = 256
+    bn: int = 128
+    stages: int = 4
+    group: int = 8
+    bk = 64  # one 128-byte swizzled row of 16-bit elements
+
+    @property
+    def units(self) -> int:
+        return self.bm // 64 * 128
+
+    def shared_bytes(self, itemsize: int) -> int:
+        """Shared memory per cube: `stages` tiles of A (bm x 64) and B (64 x bn), each a whole number
+        of the 1024-byte blocks their alignment asks for.
+
+        Example:
+            >>> GroupTile(128, 256, 4).shared_bytes(2)   # 192 KiB: one cube per H200 SM
+            196608
+        """
+        return self.stages * (self.bm + self.bn) * self.bk * itemsize
+
+
+# Plane-group tiles (sm_90: wgmma), f16/bf16 only, the fastest at bf16 8192^3 on an H200 first
+# (bench/RESULTS.md); the smaller ones leave more cubes to small products.
+GROUP_TILES = (GroupTile(256, 128, 4), GroupTile(128, 256, 4), GroupTile(128, 192, 4), GroupTile(128, 128, 6),
+               GroupTile(64, 128, 4))
+
+
 @cube.function
 def copy_tile(dst, dst_base, ld, src, src_base, src_ld, r0, c0, rows_valid, cols_valid, rows, cols, units, chunk):
     """Start copying the `rows x cols` block at (r0, c0) of `src` (row stride `src_ld`, rows_valid x
@@ -168,6 +200,76 @@ def matmul_tc_kernel(a: cube.Array, b: cube.Array, out: cube.Array, m: cube.i32,
             cube.sync_units()
 
 
+@cube.function
+def swizzled(row, col):
+    """Where element (row, col) of a tile with rows of 64 16-bit elements (128 bytes) lies in the
+    swizzled layout `group_mma` reads: 16-byte chunk j of row r at chunk j ^ (r % 8)."""
+    return row * 64 + (((col // 8) ^ (row % 8)) * 8) + col % 8
+
+
+@cube.function
+def load_group_tiles(a, b, sa, sb, stage, kt, m0, n0, a_base, b_base, m, n, k, bm, bn, units):
+    """Start the copies of step `kt`'s A tile (bm x 64, rows swizzled) and B tile (64 x bn, in panels
+    of 64 columns, each 64 x 64 swizzled) into ring buffer `stage`; zeros outside the matrices."""
+    for i in cube.unroll(range(bm * 8 // units)):
+        c = cube.UNIT_POS + i * units
+        r = c // 8
+        col = (c % 8) * 8
+        ok = (m0 + r < m) and (kt * 64 + col < k)
+        mx.copy_async(sa, stage * bm * 64 + swizzled(r, col), a, a_base + (m0 + r) * k + kt * 64 + col, 8, ok)
+    for i in cube.unroll(range(bn * 8 // units)):
+        c = cube.UNIT_POS + i * units
+        r = c // (bn // 8)
+        col = (c % (bn // 8)) * 8
+        ok = (kt * 64 + r < k) and (n0 + col < n)
+        mx.copy_async(sb, stage * bn * 64 + (col // 64) * 4096 + swizzled(r, col % 64), b,
+                      b_base + (kt * 64 + r) * n + n0 + col, 8, ok)
+
+
+@cube.kernel
+def matmul_group_kernel(a: cube.Array, b: cube.Array, out: cube.Array, m: cube.i32, n: cube.i32, k: cube.i32,
+                        a_batch: cube.i32, b_batch: cube.i32, T: cube.Comptime, bm: cube.Comptime[int],
+                        bn: cube.Comptime[int], stages: cube.Comptime[int], group: cube.Comptime[int]):
+    """`matmul_tc_kernel`'s product with plane-group products: each group of 4 planes owns 64 rows of
+    the tile and multiplies straight from shared memory, asynchronously, one batch (4 products of 16
+    deep) per 64-deep step with the next one's copies in flight. The ring keeps `stages - 2` steps of
+    copies ahead: a buffer is refilled only once the batch that read it (two steps back) is done."""
+    units = bm // 64 * 128
+    z = cube.CUBE_POS_Z
+    tiles_m = (m + bm - 1) // bm
+    width = group * ((n + bn - 1) // bn)
+    first = (cube.CUBE_POS_X // width) * group
+    rows_in_group = cube.min(tiles_m - first, group)
+    m0 = (first + (cube.CUBE_POS_X % width) % rows_in_group) * bm
+    n0 = ((cube.CUBE_POS_X % width) // rows_in_group) * bn
+    a_base = z * a_batch
+    b_base = z * b_batch
+    sa = cube.shared(T, stages * bm * 64)
+    sb = cube.shared(T, stages * bn * 64)
+    wg = cube.UNIT_POS // 128
+    acc = mx.group_fragment(bn)
+    mx.fill(acc, 0.0)
+    ktiles = (k + 63) // 64
+    for s in cube.unroll(range(stages - 2)):
+        load_group_tiles(a, b, sa, sb, s, s, m0, n0, a_base, b_base, m, n, k, bm, bn, units)
+        mx.copy_commit()
+    for kt in range(ktiles):
+        mx.copy_wait(stages - 3)  # step kt has landed (this unit's copies) ...
+        cube.sync_units()         # ... and everyone's; every group's batch kt - 2 is done
+        nxt = kt + stages - 2
+        load_group_tiles(a, b, sa, sb, nxt % stages, nxt, m0, n0, a_base, b_base, m, n, k, bm, bn, units)
+        mx.copy_commit()
+        a0 = (kt % stages) * bm * 64 + wg * 64 * 64
+        b0 = (kt % stages) * bn * 64
+        mx.group_mma(acc, sa, tuple(a0 + kk * 16 for kk in range(4)), sb, tuple(b0 + kk * 16 * 64 for kk in range(4)),
+                     4096)
+        mx.group_wait(acc, 1)     # batch kt - 1 is done: its buffer may be refilled next step
+    mx.group_wait(acc, 0)
+    mx.copy_wait(0)
+    row0 = m0 + wg * 64
+    mx.group_store(out, z * m * n + row0 * n + n0, n, acc, m - row0, n - n0)
+
+
 def supports(a_shape: tuple, b_shape: tuple, dtype, tf32: bool) -> str:
     """"" when `matmul_tc` can multiply these operands, else why not (for the caller's fallback)."""
     t = cube_dtype(dtype)
@@ -186,10 +288,11 @@ def supports(a_shape: tuple, b_shape: tuple, dtype, tf32: bool) -> str:
     return ""
 
 
-def matmul_tc(runtime, a, b, tile: Tile = TILES[0], tf32: bool = True):
+def matmul_tc(runtime, a, b, tile: Tile | GroupTile = TILES[0], tf32: bool = True):
     """`a @ b` on the matrix units of `runtime`'s device, for C-contiguous device arrays (2-D, or 3-D
     with a batch dim that may broadcast). f16/bf16 accumulate in f32; f32 runs as tf32 (`tf32` must be
     true: ember's `[cuda] allow_tf32` setting). Returns a new device array of the inputs' dtype.
+    A `GroupTile` runs `matmul_group_kernel` (f16/bf16, sm_90 devices).
 
     Example:
         >>> c = matmul_tc(rt, rt.to_device(a), rt.to_device(b))
@@ -199,19 +302,25 @@ def matmul_tc(runtime, a, b, tile: Tile = TILES[0], tf32: bool = True):
     why = supports(a.shape, b.shape, a.dtype, tf32)
     if why:
         raise DTypeError(f"matmul: {why}") if "takes f16" in why else ShapeError("matmul", why)
+    if isinstance(tile, GroupTile) and cube_dtype(a.dtype) is f32:
+        raise DTypeError("matmul: plane-group tiles take f16 or bf16 (wgmma transposes no tf32 operand), got float32")
     out, (m, n, k, batch, a_batch, b_batch) = product_output(runtime, a, b)
     if out.size == 0:
         return out  # (k == 0 stores the zero-filled accumulators)
     count = cube.CubeCount(-(-n // tile.bn) * -(-m // tile.bm), 1, batch)
-    runtime.launch(matmul_tc_kernel, count, cube.CubeDim(tile.units), (a, b, out, m, n, k, a_batch, b_batch),
-                   dict(T=cube_dtype(a.dtype), bm=tile.bm, bn=tile.bn, bk=tile.bk, wm=tile.wm, wn=tile.wn,
-                        stages=tile.stages, group=tile.group))
+    T = cube_dtype(a.dtype)
+    if isinstance(tile, GroupTile):
+        kernel, shape = matmul_group_kernel, dict(bm=tile.bm, bn=tile.bn, stages=tile.stages, group=tile.group)
+    else:
+        kernel, shape = matmul_tc_kernel, dict(bm=tile.bm, bn=tile.bn, bk=tile.bk, wm=tile.wm, wn=tile.wn,
+                                               stages=tile.stages, group=tile.group)
+    runtime.launch(kernel, count, cube.CubeDim(tile.units), (a, b, out, m, n, k, a_batch, b_batch), dict(T=T, **shape))
     return out
 
 
 def cuda_matmul_autotuner(runtime, level: str | None = None, tf32: bool = True, itemsize: int = 2) -> Autotuner:
     """An autotuner over the tile variants of `matmul_tc` that fit the device's shared memory for
-    elements of `itemsize` bytes, and cuBLAS (through CuPy, when it imports), for operands `matmul_tc`
+    elements of `itemsize` bytes (with the plane-group tiles for 16-bit elements on sm_90), and cuBLAS (through CuPy, when it imports), for operands `matmul_tc`
     supports; winners persist per GPU model. `tuner(a, b)` multiplies.
 
     Example:
@@ -224,6 +333,9 @@ def cuda_matmul_autotuner(runtime, level: str | None = None, tf32: bool = True, 
     candidates.update({f"tc_{t.bm}x{t.bn}x{t.bk}_w{t.wm}x{t.wn}_s{t.stages}":
                        (lambda a, b, t=t: matmul_tc(runtime, _rows(a), _rows(b), t, tf32)) for t in TILES
                        if t.shared_bytes(itemsize) <= runtime.limits.max_shared})
+    if runtime.arch == 90 and itemsize == 2:
+        candidates.update({f"group_{t.bm}x{t.bn}_s{t.stages}": (lambda a, b, t=t: matmul_tc(runtime, _rows(a), _rows(b), t))
+                           for t in GROUP_TILES if t.shared_bytes(itemsize) <= runtime.limits.max_shared})
 
     def key(a, b) -> tuple:
         # The layouts too: the tiles copy an operand that is not in rows (a transposed view), cuBLAS reads it.

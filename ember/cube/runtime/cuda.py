@@ -602,7 +602,11 @@ class CudaRuntime(Specializing, LaunchRecorder):
         name = cuda_target.entry_name(optimized)
         if os.environ.get("EMBER_DEBUG_KERNELS") == "1":
             print(f"// ---- cube kernel {kernel.name} (cube dim {dim}) ----\n{source}", file=sys.stderr)
-        binary = compile_cuda(source, name, self.arch, cache_dir=self.cache_dir)
+        specific = cuda_target.uses_group_mma(optimized)
+        if specific and self.arch != 90:
+            raise CudaError(f"kernel {name} uses plane-group products (wgmma), which only sm_90 devices run; "
+                            f"this device is sm_{self.arch}")
+        binary = compile_cuda(source, name, self.arch, cache_dir=self.cache_dir, specific=specific)
         d = self.driver
         self.activate()
         image = ctypes.create_string_buffer(binary.data)  # NUL-terminated, as PTX must be

@@ -80,30 +80,31 @@ def cubin_archs() -> tuple[int, ...]:
 
 
 def compile_cuda(source: str, name: str, arch: int, kind: str = "auto", options: tuple = (),
-                 cache_dir: Path | str | None = None) -> Binary:
+                 cache_dir: Path | str | None = None, specific: bool = False) -> Binary:
     """Compile `source` (whose kernel is called `name`) for compute capability `arch` (90 = 9.0).
 
-    `kind` is "cubin", "ptx", or "auto" (CUBIN where this NVRTC supports `arch`, else PTX).
+    `kind` is "cubin", "ptx", or "auto" (CUBIN where this NVRTC supports `arch`, else PTX). `specific`
+    compiles for the architecture-specific features (`sm_90a`: wgmma), which run on that one only.
     """
     if kind == "auto":
         kind = "cubin" if arch in cubin_archs() else "ptx"
     if kind not in ("cubin", "ptx"):
         raise ValueError(f"kind must be 'cubin', 'ptx' or 'auto', got {kind!r}")
     options = OPTIONS + tuple(options)
-    key = cache_key(hashlib.sha256(source.encode()).hexdigest(), "nvrtc", nvrtc_version(), kind, str(arch),
-                    " ".join(options))
+    key = cache_key(hashlib.sha256(source.encode()).hexdigest(), "nvrtc", nvrtc_version(), kind,
+                    f"{arch}{'a' if specific else ''}", " ".join(options))
     directory = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     path = directory / f"{key}.{kind}"
     if path.exists():
         data = path.read_bytes()
         if data:
             return Binary(kind, data, arch)
-    data = _compile(source, name, arch, kind, options)
+    data = _compile(source, name, f"{arch}{'a' if specific else ''}", kind, options)
     _write_atomically(path, data)
     return Binary(kind, data, arch)
 
 
-def _compile(source: str, name: str, arch: int, kind: str, options: tuple) -> bytes:
+def _compile(source: str, name: str, arch: str, kind: str, options: tuple) -> bytes:
     nvrtc = nvrtc_module()
     target = f"--gpu-architecture={'sm' if kind == 'cubin' else 'compute'}_{arch}"
     opts = [o.encode() for o in (target, *options)]

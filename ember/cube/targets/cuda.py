@@ -16,6 +16,10 @@ How the launch model maps onto a GPU (no phases as on the C target: the hardware
 - **f16/bf16** are stored as 16-bit words and computed in `float`, rounded on store and on casts,
   as on the C target. The conversions are written here (PTX `cvt` for f16, bit arithmetic for bf16),
   so NVRTC needs no header at all: the wheel of NVRTC ships none;
+- a **plane group** is a warpgroup (4 warps): `group_mma` is `wgmma.mma_async` reading both operands
+  from shared memory through matrix descriptors (128-byte swizzle), which only sm_90a has
+  (`uses_group_mma` tells the runtime to compile for it); arrays it reads are aligned to 1024 bytes,
+  and `copy_wait` then also fences the landed copies for the tensor cores' (async) proxy;
 - **vector** values (from the vectorize pass) are small structs of lanes; a vector load or store whose
   address is aligned at run time is one wide memory access (`float4` and friends), else lane by lane.
 
@@ -108,6 +112,15 @@ template <typename T> static __device__ __forceinline__ T ember_atomic_min_float
 """
 
 
+# Added to the prelude only for kernels with plane-group products: a wgmma shared-memory descriptor
+# (start address, leading and stride byte offsets, all in 16-byte units; 128-byte swizzle).
+_GROUP = r"""static __device__ __forceinline__ uint64_t ember_group_desc(const void *p, uint32_t lead, uint32_t stride) {
+  const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+  return (uint64_t)((a & 0x3FFFF) >> 4) | ((uint64_t)((lead >> 4) & 0x3FFF) << 16)
+       | ((uint64_t)((stride >> 4) & 0x3FFF) << 32) | (1ull << 62); }
+"""
+
+
 class CudaTargetError(ValueError):
     """A kernel this target cannot render (atomics on 8/16-bit types, plane ops on vectors)."""
 
@@ -131,15 +144,27 @@ def entry_name(kernel: ir.Kernel) -> str:
     return "ember_" + identifier(kernel.name)
 
 
+def uses_group_mma(kernel: ir.Kernel) -> bool:
+    """Whether `kernel` has plane-group products (wgmma: compiled for sm_90a, run on sm_90 only)."""
+    return any(isinstance(s, Instr) and s.op == "group_mma" for s in ir.walk(kernel.body))
+
+
+def _group_operands(kernel: ir.Kernel) -> set:
+    return {arr for s in ir.walk(kernel.body) if isinstance(s, Instr) and s.op == "group_mma" for arr in s.attr[1:3]}
+
+
 def shared_layout(kernel: ir.Kernel) -> tuple[dict, int]:
     """(byte offset of each shared Array, total bytes) in the cube's dynamic shared memory."""
     offsets, total = {}, 0
     packed = packed_shared(kernel)
+    swizzled = _group_operands(kernel)
     for s in ir.walk(kernel.body):
         if isinstance(s, Instr) and s.op == "shared":
             arr = s.attr
             size = arr.dtype.itemsize if arr in packed else 1 if arr.dtype is bool_ else _compute_size(arr.dtype)
-            align = 32 if arr in packed else 16  # fragment loads want 32 bytes; vector accesses 16
+            # wgmma's swizzle works on address bits: its operands start on a 1024-byte block; fragment
+            # loads want 32 bytes; vector accesses 16
+            align = ir.SWIZZLE_BLOCK_BYTES if arr in swizzled else 32 if arr in packed else 16
             total = -(-total // align) * align
             offsets[arr] = total
             total += size * arr.size
@@ -151,10 +176,9 @@ def packed_shared(kernel: ir.Kernel) -> set:
     in the storage type (16-bit words for f16/bf16), as the tensor cores and the copy engine see them."""
     out = set()
     for s in ir.walk(kernel.body):
-        if isinstance(s, Instr) and s.op in ("matrix_load", "matrix_store", "copy_async"):
-            arr = s.attr[1] if s.op == "matrix_load" else s.attr[0]
-            if arr.kind == "shared":
-                out.add(arr)
+        if isinstance(s, Instr) and s.op in ("matrix_load", "matrix_store", "copy_async", "group_mma", "group_store"):
+            arrays = s.attr[1:3] if s.op == "group_mma" else (s.attr[1] if s.op == "matrix_load" else s.attr[0],)
+            out.update(arr for arr in arrays if arr.kind == "shared")
     return out
 
 
@@ -185,6 +209,7 @@ class Renderer(CFamily, Walker):
         self.packed = packed_shared(kernel)
         self.fragments: dict = {}
         self.float_atomics = False
+        self.group = uses_group_mma(kernel)
 
     # -- names and types ------------------------------------------------------------------------
     def ctype(self, t: ir.Type) -> str:
@@ -216,14 +241,15 @@ class Renderer(CFamily, Walker):
                 conv = f"p{v.id} != 0" if v.type.dtype is bool_ else f"p{v.id}"
                 self.emit(f"const {self.ctype(v.type)} v{v.id} = {conv};", 1)
         if self.shared_total:
-            self.emit("extern __shared__ __align__(16) unsigned char ember_smem[];", 1)
+            align = ir.SWIZZLE_BLOCK_BYTES if self.group else 16
+            self.emit(f"extern __shared__ __align__({align}) unsigned char ember_smem[];", 1)
             for arr, off in self.shared_offsets.items():
                 t = (_STORAGE if arr in self.packed else _COMPUTE)[arr.dtype.name]
                 self.emit(f"{t} *s_{arr.name} = ({t} *)(ember_smem + {off});", 1)
         self.block(self.k.body, 1)
         self.emit("}", 0)
         d = self.dim
-        head = [PRELUDE, _CAS if self.float_atomics else "", f"#define NU {d.total}", f"#define DX {d.x}",
+        head = [PRELUDE, _CAS if self.float_atomics else "", _GROUP if self.group else "", f"#define NU {d.total}", f"#define DX {d.x}",
                 f"#define DY {d.y}", f"#define DZ {d.z}", *self.vectors.values(), ""]
         return "\n".join(head + self.lines) + "\n"
 
@@ -355,6 +381,10 @@ class Renderer(CFamily, Walker):
     def fragment(self, s: Instr, a: list, depth: int) -> None:
         f = s.attr
         ctype = "float" if f.use == "accumulator" else "uint32_t"
+        if f.scope == "group":
+            self.emit("#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)", depth)
+            self.emit('#error "plane-group products (wgmma) need sm_90a"', depth)
+            self.emit("#endif", depth)
         self.emit(f"{ctype} {self.frag(f)}[{_fragment_regs(f)}];", depth)
 
     def matrix_fill(self, s: Instr, a: list, depth: int) -> None:
@@ -415,6 +445,57 @@ class Renderer(CFamily, Walker):
 
     def copy_wait(self, s: Instr, a: list, depth: int) -> None:
         self.emit(f'asm volatile("cp.async.wait_group {int(s.attr)};" : : : "memory");', depth)
+        if self.group:  # what landed must be visible to wgmma, which reads through the async proxy
+            self.emit('asm volatile("fence.proxy.async.shared::cta;" : : : "memory");', depth)
+
+    # -- plane groups (wgmma) -------------------------------------------------------------------
+    def group_mma(self, s: Instr, a: list, depth: int) -> None:
+        acc, arr_a, arr_b, panel = s.attr
+        pairs = len(a) // 2
+        regs = _fragment_regs(acc)
+        kind = arr_a.dtype.name
+        outs = ", ".join(f'"+f"({self.frag(acc)}[{i}])' for i in range(regs))
+        self.emit('asm volatile("wgmma.fence.sync.aligned;" : : : "memory");', depth)
+        for i in range(pairs):
+            # A is K-major (rows of the swizzled blocks; the leading offset is unused); B is N-major
+            # (panels, transposed in the instruction): leading offset = the panel stride, stride = 8 rows.
+            da = f"ember_group_desc(&s_{arr_a.name}[{a[i]}], 16, {ir.SWIZZLE_BLOCK_BYTES})"
+            db = f"ember_group_desc(&s_{arr_b.name}[{a[pairs + i]}], {panel * arr_b.dtype.itemsize}, {ir.SWIZZLE_BLOCK_BYTES})"
+            self.emit(f'asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{regs + 2}, 0;\\n'
+                      f'wgmma.mma_async.sync.aligned.m{acc.m}n{acc.n}k{acc.k}.f32.{kind}.{kind} '
+                      f'{_regs(0, regs)}, %{regs}, %{regs + 1}, p, 1, 1, 0, 1;\\n}}" : {outs} : '
+                      f'"l"({da}), "l"({db}), "r"(1) : "memory");', depth)
+        self.emit('asm volatile("wgmma.commit_group.sync.aligned;" : : : "memory");', depth)
+
+    def group_wait(self, s: Instr, a: list, depth: int) -> None:
+        acc, pending = s.attr
+        self.emit(f'asm volatile("wgmma.wait_group.sync.aligned {pending};" : : : "memory");', depth)
+        # The accumulator's registers are written behind the compiler's back until the wait: pin them
+        # here, so nothing reads or moves them earlier.
+        regs = ", ".join(f'"+f"({self.frag(acc)}[{i}])' for i in range(_fragment_regs(acc)))
+        self.emit(f'asm volatile("" : {regs} : : "memory");', depth)
+
+    def group_store(self, s: Instr, a: list, depth: int) -> None:
+        """The m64nNk16 accumulator: unit t of the group holds rows 16 * (t / 32) + (t % 32) / 4 (+ 8),
+        columns 8 * i + 2 * (t % 4) (+ 1) in registers 4 * i (+ 1; + 2 for the row 8 below)."""
+        arr, acc = s.attr
+        index, stride, rows, cols = a
+        f = self.frag(acc)
+        dst = f"{'s' if arr.kind == 'shared' else 'a'}_{arr.name}"
+        unit = self.builtin("unit_pos")
+        conv = lambda x: x if arr.kind == "shared" and arr not in self.packed else self.to_storage(x, arr.dtype)
+        self.emit("{", depth)
+        self.emit(f"const int gt = {unit} & 127, gr = 16 * (gt >> 5) + ((gt & 31) >> 2), gc = 2 * (gt & 3);", depth + 1)
+        self.emit("#pragma unroll", depth + 1)
+        self.emit(f"for (int i = 0; i < {acc.n // 8}; ++i) {{", depth + 1)
+        self.emit("#pragma unroll", depth + 2)
+        self.emit("for (int h = 0; h < 2; ++h) {", depth + 2)
+        self.emit(f"const int r = gr + 8 * h, c = 8 * i + gc; const int64_t o = (int64_t){index} + (int64_t)r * {stride} + c;", depth + 3)
+        self.emit(f"if (r < {rows} && c < {cols}) {dst}[o] = {conv(f'{f}[4 * i + 2 * h]')};", depth + 3)
+        self.emit(f"if (r < {rows} && c + 1 < {cols}) {dst}[o + 1] = {conv(f'{f}[4 * i + 2 * h + 1]')};", depth + 3)
+        self.emit("}", depth + 2)
+        self.emit("}", depth + 1)
+        self.emit("}", depth)
 
     # -- atomics --------------------------------------------------------------------------------
     def atomic(self, s: Instr, a: list, depth: int) -> None:
@@ -439,7 +520,10 @@ class Renderer(CFamily, Walker):
 
 
 def _fragment_regs(f: ir.Fragment) -> int:
-    """32-bit registers per unit of a PTX wmma fragment (m16n16k16 f16/bf16, m16n16k8 tf32)."""
+    """32-bit registers per unit of a PTX wmma fragment (m16n16k16 f16/bf16, m16n16k8 tf32), or of a
+    plane group's wgmma accumulator (64 x n over 128 units)."""
+    if f.scope == "group":
+        return f.m * f.n // (ir.GROUP_PLANES * PLANE_DIM)
     if f.use == "accumulator":
         return 8
     return 8 if f.dtype is f16 else 4
