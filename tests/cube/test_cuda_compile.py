@@ -42,6 +42,7 @@ from ember.cube.kernels.norm import layer_norm, norm_grad, rms_norm
 from ember.cube.kernels.pool import avg_pool2d, max_pool2d, max_pool2d_grad, max_pool2d_indices
 from ember.cube.kernels.random import bits, normal, uniform
 from ember.cube.kernels.reduce import OPS as REDUCE_OPS, reduce
+from ember.cube.kernels.cross_entropy import cross_entropy
 from ember.cube.kernels.softmax import softmax, softmax_grad
 from ember.cube.kernels.sort import sort, topk
 from ember.cube.passes import optimize
@@ -130,6 +131,8 @@ def library_calls() -> list:
     calls += [lambda x=rng.standard_normal((3, n)).astype(F32), rms=rms:
               on_target("cuda", norm_grad, x, x[0], x, 1e-5, rms) for n in (300, 8192) for rms in (False, True)]
     calls += [lambda n=n: on_target("cuda", layer_norm, rng.standard_normal((3, n)).astype(F32)) for n in (3, 7)]
+    calls += [lambda n=n, t=t: on_target("cuda", cross_entropy, rng.standard_normal((3, n)).astype(t),
+                                         np.zeros(3, np.int32)) for n, t in ((50257, F32), (300, BF16), (7, F64))]
     calls += [lambda: on_target("cuda", layer_norm, x3d, w, bias), lambda: on_target("cuda", rms_norm, x3d)]
     calls += [lambda t=t: matmul(x.astype(t), x.T.astype(t)) for t in (F32, F16, BF16, F64, np.int32, np.int64)]
     calls += [lambda: matmul(rng.standard_normal((2, 1, 3, 4)).astype(F32), rng.standard_normal((5, 4, 6)).astype(F32)),

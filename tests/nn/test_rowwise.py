@@ -12,6 +12,7 @@ import torch.nn.functional as TF
 import ember
 from ember import activation as F
 from ember.cube.runtime.wgpu import wgpu_available
+from ember.nn.loss import cross_entropy
 from ember.nn.norm import layer_norm, rms_norm
 from ember.nn.ops import rowwise
 from ops.torch_check import check_op, random
@@ -120,3 +121,94 @@ def test_the_ops_are_recorded_by_the_fusion_layer_and_check_their_operands_at_th
     with pytest.raises(ember.errors.ShapeError, match="weight of shape"):
         rowwise.norm_rows(x, w[:3], w, eps=1e-5, rms=False, has_weight=True, has_bias=True)
     assert backend.stats()["flushes"] == flushes + 1  # the first read ran the whole block
+
+
+@needs_wgpu
+def test_cross_entropy_is_routed_for_logit_rows_with_indices_without_smoothing(monkeypatch, rng):
+    counts = {"ce": 0}
+    op = rowwise.cross_entropy_rows
+
+    def counted(*args):
+        counts["ce"] += 1
+        return op(*args)
+    monkeypatch.setattr(rowwise, "cross_entropy_rows", counted)
+    device = ember.Device.wgpu()
+    x = ember.tensor(random(rng, (4, 7), "f32"), device=device)
+    y = ember.tensor(np.array([0, 6, 2, 1]), device=device)
+    cross_entropy(x, y)
+    assert counts["ce"] == 1
+    cross_entropy(x, y, label_smoothing=0.1)             # the composition
+    cross_entropy(x, x.softmax(-1))                       # probabilities: the composition
+    cross_entropy(x.reshape(4, 7, 1), y.reshape(4, 1))  # (N, C, d): the composition
+    cross_entropy(x.to(ember.Device.cpu()), y.to(ember.Device.cpu()))  # the C target
+    assert counts["ce"] == 1
+
+
+@needs_wgpu
+@pytest.mark.parametrize("shape", [(5, 3), (4, 1000), (3, 2500), (1, 1)])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_cross_entropy_value_and_gradient_match_torch(rng, shape, reduction, weighted):
+    n, c = shape
+    x = random(rng, shape, "f32") * 4
+    y = rng.integers(0, c, n)
+    y[0] = -100 if n > 1 else y[0]  # an ignored row
+    w = rng.uniform(0.5, 2.0, c).astype(np.float32) if weighted else None
+    device = ember.Device.wgpu().autodiff()
+    xt = ember.tensor(x, device=device).require_grad()
+    kwargs = dict(reduction=reduction, weight=None if w is None else ember.tensor(w, device=device))
+    loss = cross_entropy(xt, ember.tensor(y, device=device), **kwargs)
+    seed = random(rng, loss.shape, "f32") + 2
+    grads = (loss * ember.tensor(seed, device=device)).sum().backward()
+    tx = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    want = TF.cross_entropy(tx, torch.from_numpy(y), reduction=reduction,
+                            weight=None if w is None else torch.tensor(w, dtype=torch.float64))
+    (want * torch.from_numpy(np.asarray(seed)).double()).sum().backward()
+    np.testing.assert_allclose(loss.numpy(), want.detach().numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(grads.get(xt).numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("device", ["cpu", "wgpu", "numpy"])
+def test_cross_entropy_rows_and_its_logsumexp_gradient_match_torch(rng, device):
+    """The op itself on the C target, wgpu and NumPy (its reference): both outputs, and the gradient of a
+    loss that uses the logsumexp too; rows of -inf give PyTorch's -inf / NaN, a blocked target +inf."""
+    if device == "wgpu" and not wgpu_available()[0]:
+        pytest.skip(f"no wgpu adapter: {wgpu_available()[1]}")
+    dev = getattr(ember.Device, device)().autodiff()
+    x = random(rng, (6, 300), "f32") * 5
+    y = rng.integers(0, 300, 6).astype(np.int32)
+    xt = ember.tensor(x, device=dev).require_grad()
+    out = rowwise.cross_entropy_rows(xt, ember.tensor(y, device=dev))
+    a, b = random(rng, 6, "f32"), random(rng, 6, "f32")
+    grads = (out[:, 0] * ember.tensor(a, device=dev) + out[:, 1] * ember.tensor(b, device=dev)).sum().backward()
+    tx = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    lse = torch.logsumexp(tx, -1)
+    nll = lse - tx[torch.arange(6), torch.from_numpy(y).long()]
+    (nll * torch.from_numpy(a).double() + lse * torch.from_numpy(b).double()).sum().backward()
+    np.testing.assert_allclose(out.numpy(), torch.stack([nll, lse], -1).detach().numpy(), rtol=1e-5)
+    np.testing.assert_allclose(grads.get(xt).numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-6)
+    blocked = x.copy()
+    blocked[1] = -np.inf
+    blocked[2, y[2]] = -np.inf
+    got = rowwise.cross_entropy_rows(ember.tensor(blocked, device=dev), ember.tensor(y, device=dev)).numpy()
+    assert np.isnan(got[1, 0]) and got[1, 1] == -np.inf and got[2, 0] == np.inf and np.isfinite(got[[0, 3, 4, 5]]).all()
+    assert rowwise.cross_entropy_rows(ember.zeros(0, 4, device=dev), ember.zeros(0, dtype="i32", device=dev)).shape == (0, 2)
+
+
+def test_cross_entropy_rows_is_recorded_and_checks_its_operands_at_the_call(rng):
+    device = ember.Device.cpu()
+    backend = ember.debug.fusion_backend(device)
+    x = ember.tensor(rng.standard_normal((6, 40)).astype(np.float32), device=device)
+    y = ember.tensor(np.arange(6, dtype=np.int32), device=device)
+    flushes = backend.stats()["flushes"]
+    out = rowwise.cross_entropy_rows(x * 2.0, y)
+    assert backend.stats()["flushes"] == flushes and backend.stats()["pending"] >= 2
+    with pytest.raises(ember.errors.ShapeError, match=r"logits \(R, C\) and one target per row \(R,\), got \(6, 40\) "
+                                                      r"and \(5,\)"):
+        rowwise.cross_entropy_rows(x, y[:5])
+    with pytest.raises(ember.errors.ShapeError, match=r"at least one class, got logits of shape \(6, 0\)"):
+        rowwise.cross_entropy_rows(x[:, :0], y)
+    with pytest.raises(ember.errors.DTypeError, match="float logits and integer targets, got f32 and f32"):
+        rowwise.cross_entropy_rows(x, y.cast(ember.f32))
+    assert backend.stats()["flushes"] == flushes
+    np.testing.assert_allclose(out.numpy(), rowwise._cross_entropy_reference(x.numpy() * 2, y.numpy()), rtol=1e-5)

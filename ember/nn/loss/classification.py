@@ -17,6 +17,7 @@ from ...api.activation import log_softmax
 from ...dispatch import value_bounds
 from ...errors import DTypeError, ShapeError
 from ...tensor import Tensor
+from ..ops import rowwise
 from .reduction import check_reduction, check_same_shape, floating, reduce
 
 
@@ -95,9 +96,13 @@ def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None, ignore
 def _picked_nll(logp: Tensor, safe: Tensor, kept: Tensor, weight: Tensor | None, reduction: str,
                 cdim: int) -> Tensor:
     """`nll_loss` once the targets are checked (`safe`: ignored set to 0; `kept`: the mask)."""
-    picked = logp.gather(cdim, safe.unsqueeze(cdim)).squeeze(cdim)
-    w = _class_weights(weight, safe, kept, logp)
-    loss = -picked * w
+    return _reduced_nll(-logp.gather(cdim, safe.unsqueeze(cdim)).squeeze(cdim), safe, kept, weight, reduction)
+
+
+def _reduced_nll(nll: Tensor, safe: Tensor, kept: Tensor, weight: Tensor | None, reduction: str) -> Tensor:
+    """Each target's `-logp[y]` (`nll`) weighted, ignored entries zeroed, and reduced."""
+    w = _class_weights(weight, safe, kept, nll)
+    loss = nll * w
     if reduction == "mean":
         return _weighted_mean(loss.sum(), w.sum())
     return loss.sum() if reduction == "sum" else loss
@@ -140,6 +145,11 @@ def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, i
     cdim = _class_dim(op, input)
     classes = input.shape[cdim]
     _check_weight(op, weight, classes)
+    if not target.dtype.is_float and label_smoothing == 0.0 and input.ndim == 2 and rowwise.routes(input):
+        # logits (N, C) on a GPU cube target: one op reads them once; no (N, C) log-probabilities are kept
+        safe, kept = _class_targets(op, input, target, ignore_index)
+        nll = rowwise.cross_entropy_rows(input, safe.cast("i32"))[:, 0].cast(input.dtype)
+        return _reduced_nll(nll, safe, kept, weight, reduction)
     logp = log_softmax(input, cdim)
     if target.dtype.is_float:
         return _soft_cross_entropy(logp, target, weight, reduction, label_smoothing, cdim)

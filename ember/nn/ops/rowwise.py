@@ -1,4 +1,5 @@
-"""Softmax, log-softmax, layer norm and RMS norm over the last dim as one op each on GPU cube targets.
+"""Softmax, log-softmax, layer norm, RMS norm and cross entropy over the last dim as one op each on GPU
+cube targets.
 
 The tensor API composes these from primitives (max, sub, exp, sum, div; mean, var, ...), which the
 fusion layer runs as three or four passes over the input. On a GPU cube target (CUDA, wgpu) they are
@@ -9,7 +10,13 @@ write it once (`reduce.resident_shape`): on the H200, (8192, 8192) f32 in about 
 - `softmax_rows(x, log=...)`: exp(x) / sum(exp(x)) over the last dim, or its log;
 - `norm_rows(x, weight, bias, eps=..., rms=..., has_weight=..., has_bias=...)`: layer norm (biased
   variance) or RMS norm over the last dim, then the optional affine map; `weight`/`bias` are the (n,)
-  parameters, or any tensor (x itself) standing in for a missing one.
+  parameters, or any tensor (x itself) standing in for a missing one;
+- `cross_entropy_rows(x, target)`: logits (R, C) against a class index per row -> (R, 2), each row's
+  negative log likelihood and logsumexp (`ember.cube.kernels.cross_entropy`: one read of the logits, any
+  row length). Its gradient is one fused elementwise pass over the logits, `softmax * (g_nll + g_lse) -
+  onehot * g_nll`, with the one-hot from a comparison against the class positions (kept on the device
+  per (C, device): a host upload would wait for the GPU), so no (R, C) log-probabilities are kept for
+  backward and no (R, C) gradient is scattered into zeros.
 
 The gradients are written with ember ops (fused reductions and elementwise kernels on a fused device):
 softmax's `y * (g - sum(g * y))`, log-softmax's `g - exp(y) * sum(g)`, and the norms' usual formulas
@@ -28,11 +35,11 @@ import math
 
 import numpy as np
 
-from ...cube.kernels import norm as norm_kernels
+from ...cube.kernels import cross_entropy as ce_kernels, norm as norm_kernels
 from ...cube.kernels.common import check_elements, check_float_dtypes
 from ...cube.kernels.reduce import resident_shape
 from ...cube.kernels.softmax import softmax as softmax_kernel, softmax_grad as softmax_grad_kernel
-from ...dtype import DType
+from ...dtype import DType, f32
 from ...errors import ShapeError
 from ...extension import backend_extension, cube_target
 from ...ops.primitive import is_half
@@ -189,3 +196,65 @@ def norm_rows_grad(x, weight, g, *, eps: float, rms: bool, has_weight: bool):
     """The gradients of `norm_rows` packed as (rows + 2, n): the input's rows, then the weight's and the
     bias's (`ember.cube.kernels.norm.norm_grad`)."""
     return norm_kernels.norm_grad(x, weight if has_weight else None, g, eps, rms)
+
+
+def _cross_entropy_reference(x: np.ndarray, target: np.ndarray) -> np.ndarray:
+    w = x.astype(np.float32) if is_half(x.dtype) else x
+    if not w.size:
+        return np.zeros((len(w), 2), w.dtype)
+    top = w.max(-1, keepdims=True)
+    top = np.where(np.isfinite(top), top, 0)  # a row of -inf: logsumexp -inf, not NaN
+    with np.errstate(divide="ignore"):
+        lse = np.log(np.exp(w - top).sum(-1)) + top[:, 0]
+    with np.errstate(invalid="ignore"):
+        return np.stack([lse - w[np.arange(len(w)), target], lse], axis=-1).astype(w.dtype)
+
+
+_positions: dict = {}  # (C, dtype, device) -> arange(C) on the device (a few kept)
+
+
+def _class_positions(classes: int, dtype: DType, device) -> Tensor:
+    """arange(`classes`) of `dtype` on `device`, made once per (classes, dtype, device) and kept: an upload
+    from the host in every backward would wait for the GPU (the runtime's copies from the host synchronize)."""
+    key = (classes, dtype, device)
+    found = _positions.get(key)
+    if found is None:
+        from ...api.creation import tensor
+        found = tensor(np.arange(classes, dtype=dtype.np), device=device)
+        if len(_positions) >= 4:
+            _positions.pop(next(iter(_positions)))
+        _positions[key] = found
+    return found
+
+
+def _cross_entropy_backward(g: Tensor, out: Tensor, x: Tensor, target: Tensor) -> tuple:
+    nll_grad = g[:, :1]
+    lse = out[:, 1:]
+    hit = target.unsqueeze(1) == _class_positions(x.shape[1], target.dtype, x.device)
+    dx = (x.cast(out.dtype) - lse).exp() * (nll_grad + g[:, 1:]) - hit.cast(out.dtype) * nll_grad
+    return dx.cast(x.dtype), None
+
+
+def _cross_entropy_dtype(x: DType, target: DType) -> DType:
+    ce_kernels.check_dtypes("cross_entropy", x, target)
+    return f32 if x.itemsize < 4 else x
+
+
+def _cross_entropy_shape(x: tuple, target: tuple) -> tuple:
+    out = ce_kernels.check_operands("cross_entropy", x, target)
+    check_elements("cross_entropy", x)
+    return out
+
+
+@backend_extension(shape=_cross_entropy_shape, dtype=_cross_entropy_dtype, reference=_cross_entropy_reference, backward=_cross_entropy_backward,
+                   name="cross_entropy_rows", saves="all", pure=True)
+def cross_entropy_rows(x, target):
+    """(R, 2): each row's `logsumexp(x_r) - x_r[target_r]` and `logsumexp(x_r)`, in the accumulator dtype
+    (f32 for f16/bf16), by the library's one-read kernel. Targets must be in [0, C): the caller checks.
+
+    Example:
+        >>> x = ember.zeros(2, 4, device=ember.Device.wgpu())
+        >>> cross_entropy_rows(x, ember.tensor([0, 3], dtype="i32", device=x.device))[:, 0].tolist()
+        [1.3862943649291992, 1.3862943649291992]
+    """
+    return ce_kernels.cross_entropy(x, target)
