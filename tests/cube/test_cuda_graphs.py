@@ -383,6 +383,23 @@ def test_a_plan_whose_keys_do_not_come_back_stops_capturing(monkeypatch):
     assert replays.counts["captures"] == 2
 
 
+def test_a_plan_past_its_spare_captures_tries_again_after_retry_plain_runs(monkeypatch):
+    """Graphs that mismatched while a loop's layout settled spend a plan's spare captures; once the layout
+    is steady, `RETRY` plain runs later the plan captures its key again and replays it."""
+    monkeypatch.setattr(graphs, "SPARE", 2)
+    monkeypatch.setattr(graphs, "RETRY", 8)
+    rng, rt, plan, replays = fake(10)
+    held = []
+    for _ in range(4):  # each key seen twice (captured), then the inputs land elsewhere for good
+        loop(replays, plan, rt, rng, 2)
+        held.append(rt.empty((3, 4), np.float32))
+    assert replays.counts["captures"] == 2 and replays.counts["replays"] == 0
+    loop(replays, plan, rt, rng, 3)  # steady now, but past its spare captures: plain
+    assert replays.counts["captures"] == 2
+    loop(replays, plan, rt, rng, 6)  # 8 plain runs since the last capture: captured, then replayed
+    assert replays.counts["captures"] == 3 and replays.counts["replays"] == 4 and replays.counts["mismatched"] == 0
+
+
 class Inner:
     def __init__(self, runtime) -> None:
         self.runtime = runtime

@@ -40,7 +40,12 @@ each step's outputs alive (new addresses every step); its plans run plainly, as 
 - At most `PER_PLAN` keys keep a graph per plan (least recently used go), and `SEEN` keys are
   remembered as seen once (more, and they are forgotten: a loop whose addresses never repeat). A plan
   captures only while its captures stay within `SPARE` of its replays: where keys come back once and
-  not again, capturing stops instead of costing every step.
+  not again, capturing stops instead of costing every step. It tries again after `RETRY` plain runs:
+  a plan shared by a model's layers can spend its spare captures while the loop's layout settles (the
+  GPT step with a warm autotune cache, whose pool grows over the first steps: 2 plans of the 12
+  layers used theirs up on graphs that then mismatched and ran plainly for good, 24 runs a step, 80.8
+  against 75.4 ms a step where the pool had settled first); a loop whose keys never recur pays one
+  capture in `RETRY` runs.
 - A plan evicted from the plan cache drops its graphs (they live in a weak map keyed by the plan).
   Several threads may run one plan: its state changes under a lock, one thread captures a key, and a
   trace replay with its launch holds the runtime's lock.
@@ -71,6 +76,8 @@ SEEN = 256
 SPARE = 4
 """Captures a plan may have beyond its replays: a capture costs a plain run's host time again and more,
 so a plan whose keys come back once and never again (a loop whose addresses creep) stops capturing."""
+RETRY = 64
+"""Plain runs after which a plan past its `SPARE` captures may capture once more."""
 
 
 def signature(records: list, externals: list, array_type: type) -> tuple | None:
@@ -214,6 +221,7 @@ class PlanGraphs:
         self.refused: set = set()  # layouts (keys without addresses)
         self.graphs: OrderedDict = OrderedDict()
         self.captured = self.replayed = 0  # graphs captured and launched, over the plan's life
+        self.plain = 0  # plain runs since the last capture
 
 
 class GraphReplays:
@@ -252,10 +260,11 @@ class GraphReplays:
             if found is not None:
                 state.graphs.move_to_end(key)
             elif layout not in state.refused and key not in state.capturing:
-                capture = key in state.seen and state.captured < state.replayed + SPARE
+                capture = key in state.seen and (state.captured < state.replayed + SPARE or state.plain >= RETRY)
                 if capture:
                     state.seen.discard(key)
                     state.capturing.add(key)
+                    state.plain = 0
                 else:
                     if len(state.seen) >= SEEN:
                         state.seen.clear()
@@ -273,6 +282,8 @@ class GraphReplays:
                     state.seen.add(key)
             return plan.run(records, externals, inner, False, donated) if values is None else values
         if not capture:
+            with self._lock:
+                state.plain += 1
             return plan.run(records, externals, inner, False, donated)
         why: Exception | None = None
         try:
