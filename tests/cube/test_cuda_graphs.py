@@ -370,13 +370,20 @@ def test_an_evicted_plan_drops_its_graphs_and_at_most_per_plan_keys_keep_one(mon
     assert replays.stats()["graphs"] == 0 and replays.stats()["pinned_bytes"] == 0
 
 
+def moving_keys(replays, plan, rt, rng, keys: int) -> list:
+    """`keys` keys each run twice (captured while the plan may), then its inputs land elsewhere for good;
+    the arrays that hold the old places, to keep."""
+    held = []
+    for _ in range(keys):
+        loop(replays, plan, rt, rng, 2)
+        held.append(rt.empty((3, 4), np.float32))
+    return held
+
+
 def test_a_plan_whose_keys_do_not_come_back_stops_capturing(monkeypatch):
     monkeypatch.setattr(graphs, "SPARE", 2)
     rng, rt, plan, replays = fake(8)
-    held = []
-    for _ in range(6):  # each key seen twice (captured), then the inputs land elsewhere for good
-        loop(replays, plan, rt, rng, 2)
-        held.append(rt.empty((3, 4), np.float32))
+    held = moving_keys(replays, plan, rt, rng, 6)
     assert replays.counts["captures"] == 2 and replays.counts["replays"] == 0
     assert rt.captures == 2 and plan.plain == 10
     loop(replays, plan, rt, rng, 3)  # a key that would recur gets no graph now either
@@ -389,10 +396,7 @@ def test_a_plan_past_its_spare_captures_tries_again_after_retry_plain_runs(monke
     monkeypatch.setattr(graphs, "SPARE", 2)
     monkeypatch.setattr(graphs, "RETRY", 8)
     rng, rt, plan, replays = fake(10)
-    held = []
-    for _ in range(4):  # each key seen twice (captured), then the inputs land elsewhere for good
-        loop(replays, plan, rt, rng, 2)
-        held.append(rt.empty((3, 4), np.float32))
+    held = moving_keys(replays, plan, rt, rng, 4)
     assert replays.counts["captures"] == 2 and replays.counts["replays"] == 0
     loop(replays, plan, rt, rng, 3)  # steady now, but past its spare captures: plain
     assert replays.counts["captures"] == 2

@@ -106,6 +106,18 @@ GROUP_TILES = (GroupTile(256, 128, 4), GroupTile(128, 256, 4), GroupTile(128, 19
 
 
 @cube.function
+def tile_origin(m, n, bm, bn, group):
+    """(row, column) of this cube's output tile. Cubes run in groups of `group` tile rows, column by
+    column within a group, so the cubes resident at once share a few panels of A and of B in L2 (row by
+    row, every cube row would re-read all of B)."""
+    tiles_m = (m + bm - 1) // bm
+    width = group * ((n + bn - 1) // bn)
+    first = (cube.CUBE_POS_X // width) * group
+    rows_in_group = cube.min(tiles_m - first, group)
+    return (first + (cube.CUBE_POS_X % width) % rows_in_group) * bm, ((cube.CUBE_POS_X % width) // rows_in_group) * bn
+
+
+@cube.function
 def copy_tile(dst, dst_base, ld, src, src_base, src_ld, r0, c0, rows_valid, cols_valid, rows, cols, units, chunk):
     """Start copying the `rows x cols` block at (r0, c0) of `src` (row stride `src_ld`, rows_valid x
     cols_valid) to `dst` from `dst_base` (row stride `ld`), `chunk` elements per copy; zeros outside."""
@@ -153,14 +165,7 @@ def matmul_tc_kernel(a: cube.Array, b: cube.Array, out: cube.Array, m: cube.i32,
     wy = warp // (bn // wn)
     wx = warp % (bn // wn)
     z = cube.CUBE_POS_Z
-    # Cubes run in groups of `group` tile rows, column by column within a group, so the cubes resident
-    # at once share a few panels of A and of B in L2 (row by row, every cube row would re-read all of B).
-    tiles_m = (m + bm - 1) // bm
-    width = group * ((n + bn - 1) // bn)
-    first = (cube.CUBE_POS_X // width) * group
-    rows_in_group = cube.min(tiles_m - first, group)
-    m0 = (first + (cube.CUBE_POS_X % width) % rows_in_group) * bm
-    n0 = ((cube.CUBE_POS_X % width) // rows_in_group) * bn
+    m0, n0 = tile_origin(m, n, bm, bn, group)
     a_base = z * a_batch
     b_base = z * b_batch
     sa = cube.shared(T, stages * bm * lda)
@@ -236,12 +241,7 @@ def matmul_group_kernel(a: cube.Array, b: cube.Array, out: cube.Array, m: cube.i
     copies ahead: a buffer is refilled only once the batch that read it (two steps back) is done."""
     units = bm // 64 * 128
     z = cube.CUBE_POS_Z
-    tiles_m = (m + bm - 1) // bm
-    width = group * ((n + bn - 1) // bn)
-    first = (cube.CUBE_POS_X // width) * group
-    rows_in_group = cube.min(tiles_m - first, group)
-    m0 = (first + (cube.CUBE_POS_X % width) % rows_in_group) * bm
-    n0 = ((cube.CUBE_POS_X % width) // rows_in_group) * bn
+    m0, n0 = tile_origin(m, n, bm, bn, group)
     a_base = z * a_batch
     b_base = z * b_batch
     sa = cube.shared(T, stages * bm * 64)
