@@ -115,7 +115,8 @@ def rel_error(bench: Bench, got, want) -> float:
 
 def case_matmul(b: Bench) -> None:
     import ml_dtypes
-    from ember.cube.kernels.matmul_tc import GROUP_TILES, TILES, GroupTile, Tile, cuda_matmul_autotuner, matmul_tc
+    from ember.cube.kernels.matmul_tc import (GROUP_TILES, TILES, GroupTile, Tile, cuda_matmul_autotuner, group_tiles_run,
+                                              matmul_tc)
     from ember.cube.runtime.cublas import cublas_available, cublas_matmul
     torch = b.torch
     n = 8192
@@ -140,7 +141,7 @@ def case_matmul(b: Bench) -> None:
     # The plane-group (wgmma) kernel on sm_90: the library's tiles, then a few more.
     groups = GROUP_TILES + tuple(GroupTile(*t) for t in ((256, 128, 4, 4), (256, 128, 4, 16), (256, 128, 3),
                                                           (256, 192, 3), (128, 256, 3)))
-    for i, tile in enumerate(groups if b.rt.arch == 90 else ()):
+    for i, tile in enumerate(groups if group_tiles_run(b.rt) else ()):
         err = rel_error(b, matmul_tc(b.rt, a, bb, tile), want)
         ms = b.time_ember(lambda: matmul_tc(b.rt, a, bb, tile), inner=3)
         name = f"cube group {tile.bm}x{tile.bn}x64 s{tile.stages} g{tile.group}" + \

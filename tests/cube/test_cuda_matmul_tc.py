@@ -12,8 +12,8 @@ import pytest
 from ember import cube
 from ember.cube import ir
 from ember.cube.frontend import matrix as mx
-from ember.cube.kernels.matmul_tc import (GROUP_TILES, TILES, GroupTile, Tile, gpu_timer, matmul_group_kernel,
-                                          matmul_tc, supports)
+from ember.cube.kernels.matmul_tc import (GROUP_TILES, TILES, GroupTile, Tile, gpu_timer, group_tiles_run,
+                                          matmul_group_kernel, matmul_tc, supports)
 from ember.cube.runtime.cuda import cuda_available
 from ember.cube.targets import c as c_target, wgsl
 from ember.errors import DTypeError, ShapeError
@@ -117,6 +117,16 @@ def test_the_group_kernel_renders_wgmma_on_aligned_swizzled_operands(tile):
         c_target.render(kernel, cube.CubeDim(tile.units))
 
 
+def test_group_tiles_need_sm_90_and_an_nvrtc_that_compiles_sm_90a(monkeypatch):
+    from ember.cube.runtime import nvrtc
+    from types import SimpleNamespace
+    monkeypatch.setattr(nvrtc, "nvrtc_version", lambda: "13.5")
+    assert group_tiles_run(SimpleNamespace(arch=90)) and not group_tiles_run(SimpleNamespace(arch=80))
+    assert not group_tiles_run(SimpleNamespace(arch=100))  # sm_100a has no wgmma
+    monkeypatch.setattr(nvrtc, "nvrtc_version", lambda: "11.8")
+    assert not group_tiles_run(SimpleNamespace(arch=90))
+
+
 def test_wgsl_refuses_plane_group_ops_by_name():
     b = ir.Builder("k")
     acc = b.fragment("accumulator", cube.f32, 64, 64, 16, scope="group")
@@ -192,7 +202,7 @@ def test_matmul_tc_matches_numpy(rt, dtype, shape):
     rng = np.random.default_rng(len(str(shape)))
     a = rng.standard_normal(shape[0]).astype(dtype)
     b = rng.standard_normal(shape[1]).astype(dtype)
-    group = (GROUP_TILES[0], GroupTile(64, 128, 4)) if dtype is not np.float32 and rt.arch == 90 else ()
+    group = (GROUP_TILES[0], GroupTile(64, 128, 4)) if dtype is not np.float32 and group_tiles_run(rt) else ()
     for tile in (TILES[0], Tile(64, 128, 32, 32, 64, 4)) + group:
         out = matmul_tc(rt, rt.to_device(a), rt.to_device(b), tile).numpy()
         want = reference(a, b, dtype is np.float32)

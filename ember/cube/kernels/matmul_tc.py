@@ -333,7 +333,7 @@ def cuda_matmul_autotuner(runtime, level: str | None = None, tf32: bool = True, 
     candidates.update({f"tc_{t.bm}x{t.bn}x{t.bk}_w{t.wm}x{t.wn}_s{t.stages}":
                        (lambda a, b, t=t: matmul_tc(runtime, _rows(a), _rows(b), t, tf32)) for t in TILES
                        if t.shared_bytes(itemsize) <= runtime.limits.max_shared})
-    if runtime.arch == 90 and itemsize == 2:
+    if itemsize == 2 and group_tiles_run(runtime):
         candidates.update({f"group_{t.bm}x{t.bn}_s{t.stages}": (lambda a, b, t=t: matmul_tc(runtime, _rows(a), _rows(b), t))
                            for t in GROUP_TILES if t.shared_bytes(itemsize) <= runtime.limits.max_shared})
 
@@ -346,6 +346,18 @@ def cuda_matmul_autotuner(runtime, level: str | None = None, tf32: bool = True, 
     cache = device_cache(f"cuda-{runtime.name}".replace(" ", "_"))
     return Autotuner("matmul", candidates, key, cache=cache, level=level, timer=gpu_timer(runtime),
                      worth=lambda a, b: a.shape[-2] * b.shape[-1] * a.shape[-1] >= 1 << 24)
+
+
+def group_tiles_run(runtime) -> bool:
+    """Whether `runtime` runs the plane-group tiles: an sm_90 device, and an NVRTC that compiles for
+    sm_90a (12.0 and later; CUDA 11.8's knows sm_90 without wgmma).
+
+    Example:
+        >>> group_tiles_run(rt)     # an H200 with the cuda extra's NVRTC
+        True
+    """
+    from ..runtime.nvrtc import nvrtc_version
+    return runtime.arch == 90 and tuple(int(p) for p in nvrtc_version().split(".")) >= (12, 0)
 
 
 GPU_TIMED_CALLS = 5
