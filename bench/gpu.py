@@ -115,8 +115,8 @@ def rel_error(bench: Bench, got, want) -> float:
 
 def case_matmul(b: Bench) -> None:
     import ml_dtypes
-    from ember.cube.kernels.matmul_tc import (GROUP_TILES, TILES, GroupTile, Tile, cuda_matmul_autotuner, group_tiles_run,
-                                              matmul_tc)
+    from ember.cube.kernels.matmul_tc import (GROUP_TILES, TILES, GroupTile, Tile, cuda_matmul_autotuner,
+                                              group_tiles_run, matmul_tc)
     from ember.cube.runtime.cublas import cublas_available, cublas_matmul
     torch = b.torch
     n = 8192

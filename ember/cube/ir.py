@@ -467,7 +467,8 @@ class Builder:
         accumulator f32. Shapes per input dtype are `MATRIX_SHAPES`; a "group" accumulator is
         `GROUP_M` x n x `GROUP_K`, n a multiple of 8 up to `GROUP_MAX_N`."""
         if scope == "group":
-            if use != "accumulator" or dtype is not f32 or m != GROUP_M or k != GROUP_K or n % 8 or not 8 <= n <= GROUP_MAX_N:
+            shape_ok = m == GROUP_M and k == GROUP_K and n % 8 == 0 and 8 <= n <= GROUP_MAX_N
+            if use != "accumulator" or dtype is not f32 or not shape_ok:
                 raise IRError(f"a plane group's fragment is an f32 accumulator of {GROUP_M} x n x {GROUP_K}, n a "
                               f"multiple of 8 up to {GROUP_MAX_N}; got {use} {dtype.name} m={m} n={n} k={k}")
             frag = Fragment(f"frag{self.kernel.next_id}", use, dtype, m, n, k, layout, scope)

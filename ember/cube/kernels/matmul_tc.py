@@ -320,8 +320,9 @@ def matmul_tc(runtime, a, b, tile: Tile | GroupTile = TILES[0], tf32: bool = Tru
 
 def cuda_matmul_autotuner(runtime, level: str | None = None, tf32: bool = True, itemsize: int = 2) -> Autotuner:
     """An autotuner over the tile variants of `matmul_tc` that fit the device's shared memory for
-    elements of `itemsize` bytes (with the plane-group tiles for 16-bit elements on sm_90), and cuBLAS (through CuPy, when it imports), for operands `matmul_tc`
-    supports; winners persist per GPU model. `tuner(a, b)` multiplies.
+    elements of `itemsize` bytes (with the plane-group tiles for 16-bit elements where `group_tiles_run`),
+    and cuBLAS (through CuPy, when it imports), for operands `matmul_tc` supports; winners persist per GPU
+    model. `tuner(a, b)` multiplies.
 
     Example:
         >>> tuner = cuda_matmul_autotuner(rt)
@@ -334,8 +335,9 @@ def cuda_matmul_autotuner(runtime, level: str | None = None, tf32: bool = True, 
                        (lambda a, b, t=t: matmul_tc(runtime, _rows(a), _rows(b), t, tf32)) for t in TILES
                        if t.shared_bytes(itemsize) <= runtime.limits.max_shared})
     if itemsize == 2 and group_tiles_run(runtime):
-        candidates.update({f"group_{t.bm}x{t.bn}_s{t.stages}": (lambda a, b, t=t: matmul_tc(runtime, _rows(a), _rows(b), t))
-                           for t in GROUP_TILES if t.shared_bytes(itemsize) <= runtime.limits.max_shared})
+        candidates.update({f"group_{t.bm}x{t.bn}_s{t.stages}":
+                           (lambda a, b, t=t: matmul_tc(runtime, _rows(a), _rows(b), t)) for t in GROUP_TILES
+                           if t.shared_bytes(itemsize) <= runtime.limits.max_shared})
 
     def key(a, b) -> tuple:
         # The layouts too: the tiles copy an operand that is not in rows (a transposed view), cuBLAS reads it.

@@ -249,7 +249,8 @@ class Renderer(CFamily, Walker):
         self.block(self.k.body, 1)
         self.emit("}", 0)
         d = self.dim
-        head = [PRELUDE, _CAS if self.float_atomics else "", _GROUP if self.group else "", f"#define NU {d.total}", f"#define DX {d.x}",
+        head = [PRELUDE, _CAS if self.float_atomics else "", _GROUP if self.group else "", f"#define NU {d.total}",
+                f"#define DX {d.x}",
                 f"#define DY {d.y}", f"#define DZ {d.z}", *self.vectors.values(), ""]
         return "\n".join(head + self.lines) + "\n"
 
@@ -460,7 +461,8 @@ class Renderer(CFamily, Walker):
             # A is K-major (rows of the swizzled blocks; the leading offset is unused); B is N-major
             # (panels, transposed in the instruction): leading offset = the panel stride, stride = 8 rows.
             da = f"ember_group_desc(&s_{arr_a.name}[{a[i]}], 16, {ir.SWIZZLE_BLOCK_BYTES})"
-            db = f"ember_group_desc(&s_{arr_b.name}[{a[pairs + i]}], {panel * arr_b.dtype.itemsize}, {ir.SWIZZLE_BLOCK_BYTES})"
+            lead = panel * arr_b.dtype.itemsize
+            db = f"ember_group_desc(&s_{arr_b.name}[{a[pairs + i]}], {lead}, {ir.SWIZZLE_BLOCK_BYTES})"
             self.emit(f'asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{regs + 2}, 0;\\n'
                       f'wgmma.mma_async.sync.aligned.m{acc.m}n{acc.n}k{acc.k}.f32.{kind}.{kind} '
                       f'{_regs(0, regs)}, %{regs}, %{regs + 1}, p, 1, 1, 0, 1;\\n}}" : {outs} : '
@@ -490,7 +492,8 @@ class Renderer(CFamily, Walker):
         self.emit(f"for (int i = 0; i < {acc.n // 8}; ++i) {{", depth + 1)
         self.emit("#pragma unroll", depth + 2)
         self.emit("for (int h = 0; h < 2; ++h) {", depth + 2)
-        self.emit(f"const int r = gr + 8 * h, c = 8 * i + gc; const int64_t o = (int64_t){index} + (int64_t)r * {stride} + c;", depth + 3)
+        offset = f"const int64_t o = (int64_t){index} + (int64_t)r * {stride} + c;"
+        self.emit(f"const int r = gr + 8 * h, c = 8 * i + gc; {offset}", depth + 3)
         self.emit(f"if (r < {rows} && c < {cols}) {dst}[o] = {conv(f'{f}[4 * i + 2 * h]')};", depth + 3)
         self.emit(f"if (r < {rows} && c + 1 < {cols}) {dst}[o + 1] = {conv(f'{f}[4 * i + 2 * h + 1]')};", depth + 3)
         self.emit("}", depth + 2)

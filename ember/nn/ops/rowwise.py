@@ -246,7 +246,8 @@ def _cross_entropy_shape(x: tuple, target: tuple) -> tuple:
     return out
 
 
-@backend_extension(shape=_cross_entropy_shape, dtype=_cross_entropy_dtype, reference=_cross_entropy_reference, backward=_cross_entropy_backward,
+@backend_extension(shape=_cross_entropy_shape, dtype=_cross_entropy_dtype, reference=_cross_entropy_reference,
+                   backward=_cross_entropy_backward,
                    name="cross_entropy_rows", saves="all", pure=True)
 def cross_entropy_rows(x, target):
     """(R, 2): each row's `logsumexp(x_r) - x_r[target_r]` and `logsumexp(x_r)`, in the accumulator dtype
