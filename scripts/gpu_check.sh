@@ -5,15 +5,16 @@
 #   OUT=/some/dir scripts/gpu_check.sh       # results there (default ./gpu-results)
 #   STEPS="tests bench" scripts/gpu_check.sh # a subset of: env tests library conformance fusion bench
 #   BENCH_CASES="gpt plan_replay" ...          # bench.gpu cases (default: all)
-#   CUDA_TESTS="tests/cube/test_cuda_graphs.py" ... # the tests step's files (default: tests/cube/test_cuda_*.py
-#                                                   # and tests/backend/test_device_moves.py)
+#   CUDA_TESTS="tests/cube/test_cuda_graphs.py" ... # the tests step's files (default: tests/cube/test_cuda_*.py,
+#                                                   # tests/backend/test_device_moves.py, tests/nn/test_rowwise.py)
 #
 # Needs python with numpy, ml_dtypes, pytest, hypothesis, cuda-bindings and nvidia-cuda-nvrtc, and
 # torch (CUDA) for the conformance oracle and the benchmarks; cupy adds cuBLAS as a matmul candidate;
 # pytest-xdist spreads the conformance suite over JOBS workers (default 8). No network. Steps:
 #   env          GPU, driver, Python and package versions (environment.txt);
 #   tests        the CUDA tests (tests/cube/test_cuda_*.py): rendering, NVRTC, runtime, tensor cores,
-#                fusion plans replayed as CUDA graphs; cat/pad/slice_assign on the device;
+#                fusion plans replayed as CUDA graphs; cat/pad/slice_assign on the device; the row ops
+#                (cross entropy on CUDA among them, tests/nn/test_rowwise.py);
 #   library      the kernel-library tests of tests/cube with every kernel launched on the GPU (NumPy in
 #                and out, compared by the tests themselves): `host_runtime(cuda_runtime())`;
 #   conformance  the conformance suite (tests/conformance) on Device.cuda(0), fused (Fusion(Cube(cuda)))
@@ -70,7 +71,7 @@ fi
 
 if has tests; then
   echo "== CUDA tests"
-  "$PY" -m pytest -q -p no:cacheprovider ${CUDA_TESTS:-tests/cube/test_cuda_*.py tests/backend/test_device_moves.py} --junitxml="$RESULTS/junit-tests.xml" \
+  "$PY" -m pytest -q -p no:cacheprovider ${CUDA_TESTS:-tests/cube/test_cuda_*.py tests/backend/test_device_moves.py tests/nn/test_rowwise.py} --junitxml="$RESULTS/junit-tests.xml" \
     > "$RESULTS/tests.log" 2>&1 || failed+=("tests")
   tail -n 3 "$RESULTS/tests.log"
 fi

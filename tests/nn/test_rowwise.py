@@ -144,17 +144,29 @@ def test_cross_entropy_is_routed_for_logit_rows_with_indices_without_smoothing(m
     assert counts["ce"] == 1
 
 
-@needs_wgpu
+def gpu_device(name: str) -> ember.Device:
+    """Device.wgpu() or Device.cuda(0), or a skip naming why it is not here (scripts/gpu_check.sh runs this
+    file on the GPU machine)."""
+    if name == "wgpu":
+        ok, why = wgpu_available()
+        return ember.Device.wgpu() if ok else pytest.skip(f"no wgpu adapter: {why}")
+    from ember.cube.runtime.cuda import cuda_available
+    ok, why = cuda_available()
+    return ember.Device.cuda(0) if ok else pytest.skip(f"no CUDA GPU here: {why}")
+
+
+@pytest.mark.parametrize("gpu", ["wgpu", "cuda"])
 @pytest.mark.parametrize("shape", [(5, 3), (4, 1000), (3, 2500), (1, 1)])
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 @pytest.mark.parametrize("weighted", [False, True])
-def test_cross_entropy_value_and_gradient_match_torch(rng, shape, reduction, weighted):
+def test_cross_entropy_value_and_gradient_match_torch(rng, gpu, shape, reduction, weighted):
+    base = gpu_device(gpu)
     n, c = shape
     x = random(rng, shape, "f32") * 4
     y = rng.integers(0, c, n)
     y[0] = -100 if n > 1 else y[0]  # an ignored row
     w = rng.uniform(0.5, 2.0, c).astype(np.float32) if weighted else None
-    device = ember.Device.wgpu().autodiff()
+    device = base.autodiff()
     xt = ember.tensor(x, device=device).require_grad()
     kwargs = dict(reduction=reduction, weight=None if w is None else ember.tensor(w, device=device))
     loss = cross_entropy(xt, ember.tensor(y, device=device), **kwargs)
@@ -168,13 +180,12 @@ def test_cross_entropy_value_and_gradient_match_torch(rng, shape, reduction, wei
     np.testing.assert_allclose(grads.get(xt).numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-6)
 
 
-@pytest.mark.parametrize("device", ["cpu", "wgpu", "numpy"])
+@pytest.mark.parametrize("device", ["cpu", "wgpu", "cuda", "numpy"])
 def test_cross_entropy_rows_and_its_logsumexp_gradient_match_torch(rng, device):
-    """The op itself on the C target, wgpu and NumPy (its reference): both outputs, and the gradient of a
-    loss that uses the logsumexp too; rows of -inf give PyTorch's -inf / NaN, a blocked target +inf."""
-    if device == "wgpu" and not wgpu_available()[0]:
-        pytest.skip(f"no wgpu adapter: {wgpu_available()[1]}")
-    dev = getattr(ember.Device, device)().autodiff()
+    """The op itself on the C target, wgpu, CUDA and NumPy (its reference): both outputs, and the gradient
+    of a loss that uses the logsumexp too; rows of -inf give PyTorch's -inf / NaN, a blocked target +inf."""
+    base = gpu_device(device) if device in ("wgpu", "cuda") else getattr(ember.Device, device)()
+    dev = base.autodiff()
     x = random(rng, (6, 300), "f32") * 5
     y = rng.integers(0, 300, 6).astype(np.int32)
     xt = ember.tensor(x, device=dev).require_grad()
