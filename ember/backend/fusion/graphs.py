@@ -269,6 +269,8 @@ class GraphReplays:
                     if len(state.seen) >= SEEN:
                         state.seen.clear()
                     state.seen.add(key)
+            if found is None and not capture:  # a plain run (counted here, under the lock already held)
+                state.plain += 1
         if found is not None:
             values = found.replay(self.runtime, externals)
             with self._lock:
@@ -282,8 +284,6 @@ class GraphReplays:
                     state.seen.add(key)
             return plan.run(records, externals, inner, False, donated) if values is None else values
         if not capture:
-            with self._lock:
-                state.plain += 1
             return plan.run(records, externals, inner, False, donated)
         why: Exception | None = None
         try:

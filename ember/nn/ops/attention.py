@@ -42,6 +42,7 @@ from ...dtype import DType, dtype_of, f32
 from ...errors import DTypeError, ShapeError
 from ...extension import backend_extension
 from ...tensor import Tensor
+from .constants import kept
 
 MAX_DIM = kernels.MAX_DIM
 
@@ -122,22 +123,16 @@ def _materialized(q: Tensor, k: Tensor, causal: bool, offset: int) -> bool:
     return _materializes(q.device.kind, q.dtype.itemsize, q.shape, k.shape[1], causal, offset)
 
 
-_biases: dict = {}  # (L, S, offset, dtype, device) -> the causal bias on the device (a few kept)
+_biases: dict = {}  # (L, S, offset, dtype, device) -> the causal bias on the device
 
 
 def _causal_bias(n_q: int, n_k: int, offset: int, dtype: DType, device) -> Tensor:
-    """(L, S): 0 where query i sees key j, -inf where j > i + offset; made once per shape and kept (a host
-    upload every backward would wait for the GPU: the runtime's copies from the host synchronize)."""
-    key = (n_q, n_k, offset, dtype, device)
-    bias = _biases.get(key)
-    if bias is None:
-        from ...api.creation import tensor
+    """(L, S): 0 where query i sees key j, -inf where j > i + offset; made once per shape and kept
+    (`constants.kept`)."""
+    def host() -> np.ndarray:
         blocked = np.arange(n_k)[None, :] > np.arange(n_q)[:, None] + offset
-        bias = tensor(np.where(blocked, -np.inf, 0).astype(dtype.np), device=device)
-        if len(_biases) >= 4:
-            _biases.pop(next(iter(_biases)))
-        _biases[key] = bias
-    return bias
+        return np.where(blocked, -np.inf, 0).astype(dtype.np)
+    return kept(_biases, (n_q, n_k, offset, dtype), host, device)
 
 
 def _materialized_backward(g: Tensor, out: Tensor, q: Tensor, k: Tensor, v: Tensor, *, scale: float,

@@ -37,13 +37,14 @@ import numpy as np
 
 from ...cube.kernels import cross_entropy as ce_kernels, norm as norm_kernels
 from ...cube.kernels.common import check_elements, check_float_dtypes
-from ...cube.kernels.reduce import resident_shape
+from ...cube.kernels.reduce import accumulator, resident_shape
 from ...cube.kernels.softmax import softmax as softmax_kernel, softmax_grad as softmax_grad_kernel
-from ...dtype import DType, f32
+from ...dtype import DType
 from ...errors import ShapeError
 from ...extension import backend_extension, cube_target
 from ...ops.primitive import is_half
 from ...tensor import Tensor
+from .constants import kept
 
 GPU_TARGETS = ("cuda", "wgsl")
 
@@ -210,21 +211,12 @@ def _cross_entropy_reference(x: np.ndarray, target: np.ndarray) -> np.ndarray:
         return np.stack([lse - w[np.arange(len(w)), target], lse], axis=-1).astype(w.dtype)
 
 
-_positions: dict = {}  # (C, dtype, device) -> arange(C) on the device (a few kept)
+_positions: dict = {}  # (C, dtype, device) -> arange(C) on the device
 
 
 def _class_positions(classes: int, dtype: DType, device) -> Tensor:
-    """arange(`classes`) of `dtype` on `device`, made once per (classes, dtype, device) and kept: an upload
-    from the host in every backward would wait for the GPU (the runtime's copies from the host synchronize)."""
-    key = (classes, dtype, device)
-    found = _positions.get(key)
-    if found is None:
-        from ...api.creation import tensor
-        found = tensor(np.arange(classes, dtype=dtype.np), device=device)
-        if len(_positions) >= 4:
-            _positions.pop(next(iter(_positions)))
-        _positions[key] = found
-    return found
+    """arange(`classes`) of `dtype` on `device`, made once and kept (`constants.kept`)."""
+    return kept(_positions, (classes, dtype), lambda: np.arange(classes, dtype=dtype.np), device)
 
 
 def _cross_entropy_backward(g: Tensor, out: Tensor, x: Tensor, target: Tensor) -> tuple:
@@ -237,7 +229,7 @@ def _cross_entropy_backward(g: Tensor, out: Tensor, x: Tensor, target: Tensor) -
 
 def _cross_entropy_dtype(x: DType, target: DType) -> DType:
     ce_kernels.check_dtypes("cross_entropy", x, target)
-    return f32 if x.itemsize < 4 else x
+    return accumulator("sum", x)  # what the kernel computes in
 
 
 def _cross_entropy_shape(x: tuple, target: tuple) -> tuple:
