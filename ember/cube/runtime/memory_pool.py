@@ -10,8 +10,10 @@ A pool owns *pages* obtained from the device (`allocate(nbytes)` / `release(page
   step, and its addresses would recur only after the permutation's order: see `trace`);
 - **large** allocations come from pages managed first-fit with coalescing of free ranges. A new large
   page is `max(request, target)` bytes where `target` follows the observed sizes: four times the
-  power of two above the median of the last 64 large requests (between 2 MiB and 256 MiB), or the
-  configured `[memory] page_size_mb` when it is set. A request above the target gets a *dedicated* page
+  median of the last 64 large requests, rounded up to 2 MiB (between 2 MiB and 256 MiB), or the
+  configured `[memory] page_size_mb` when it is set. Four typical requests fill a page exactly; four
+  times the power of two above the median left a GPT's 24 MiB activations 8 MiB short of each 128 MiB
+  page. A request above the target gets a *dedicated* page
   of its own size, which then serves only requests of at least half its size (small slices would pin
   it, and the next request of its size would need a new page). When a new page would take the
   reserved bytes past their peak, a request above the target first takes room in any dedicated page
@@ -22,11 +24,17 @@ A pool owns *pages* obtained from the device (`allocate(nbytes)` / `release(page
   transformer's score matrices, made and dropped in every layer: on CUDA each new one was a
   `cuMemAllocAsync` of ~0.6 ms of host time). No page is made past the peak while empty dedicated
   pages are kept (a GPT step's recorded allocations: peak reserved over in use 1.103 -> 1.107, device
-  allocations 95 -> 89 over three steps; `tests/cube/test_memory_pool.py`). Before the room rule the
+  allocations 95 -> 89 over three steps; `tests/cube/test_memory_pool.py`). Empty *stale* pages go
+  then too: ordinary pages under a quarter of the target, made while requests were small and too small
+  for what is asked now (a model's parameters, which the optimizer's packed state replaces after the
+  first step: a GPT's 17 pages of 16 MiB held 23 MiB at its peak). The target never comes back down to
+  their size in a loop whose requests stay large, so they are not made again. Before the room rule the
   logits' and the score matrices' pages were given back and remade in turn, 9 a step at new addresses,
   which kept the step's plans from replaying as CUDA graphs; with it, the step's recorded allocations
   (with Adam's state written in place) make no page after the second step and every slice recurs, at
-  1.071 reserved over in use (the older trace of the test: 1.080 -> 1.134).
+  1.071 reserved over in use (the older trace of the test: 1.080 -> 1.134). Over the GPT bench's whole
+  run (building the model, warm-up, steps), what it reports: 1.180 before the stale pages and the
+  exact target, 1.136 with them (11,757 -> 11,313 MiB reserved at 9,960 in use).
 
 A page with nothing allocated for `free_after_s` seconds is given back at the next allocation;
 `cleanup()` gives back every empty page at once. Live slices never move. `stats()` reports reserved
@@ -214,8 +222,8 @@ class MemoryPool:
                 if self._reserved + new > self._peak_reserved:
                     if not small and size > target:
                         page, offset = self._room_in_dedicated(size)
-                    if offset is None:
-                        self._free_pages(lambda page: page.floor > 0)  # empty dedicated pages (see above)
+                    if offset is None:  # empty dedicated pages, and stale ones (see above)
+                        self._free_pages(lambda page: page.floor > 0 or (not page.chunk and page.size < target // 4))
                 if offset is None:
                     # a slab page of `size` chunks; a dedicated page (above the target: floor half its size)
                     floor = size // 2 if size > target else 0
@@ -294,7 +302,7 @@ class MemoryPool:
         if self.fixed_page:
             return self.fixed_page
         typical = statistics.median(self._recent)
-        return min(self.max_page, max(MIN_PAGE, 4 << (int(typical) - 1).bit_length()))
+        return min(self.max_page, max(MIN_PAGE, -(-4 * int(typical) // MIN_PAGE) * MIN_PAGE))
 
     def _new_page(self, size: int, chunk: int, floor: int = 0) -> Page:
         page = Page(self._allocate(size), size, chunk, floor)
