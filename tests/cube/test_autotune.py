@@ -171,3 +171,21 @@ def test_real_timer_picks_a_candidate_and_results_match():
     t = Autotuner("matmul", {"np": np.matmul, "dot": np.dot}, key=lambda x, y: (x.shape,), level="balanced")
     np.testing.assert_array_equal(t(a, a.T), a @ a.T)
     assert t.choose(a, a.T) in ("np", "dot")
+
+
+def test_candidates_are_timed_aside_and_the_winner_runs_in_place():
+    """`aside` wraps the timing runs only (the CUDA tuner's `runtime.unrecorded`); the winner's call is
+    the op's own."""
+    from contextlib import contextmanager
+    calls, timed, log = [], [], []
+
+    @contextmanager
+    def aside():
+        log.append("in")
+        yield
+        log.append(f"out after {len(calls)} calls")
+    t = tuner(calls, timed, aside=aside)
+    assert t(5) == 6
+    assert log == ["in", "out after 8 calls"] and calls[8:] == ["fast"]  # 2 candidates x (warm-up + 3 timed runs)
+    t(5)
+    assert log == ["in", "out after 8 calls"], "a known key is not tuned again"

@@ -143,3 +143,18 @@ def test_the_parallel_threshold_follows_the_measured_wake_cost_and_the_setting(t
         monkeypatch.undo()
         settings.reload()
         cpu.set_parallel_min(previous)
+
+
+def test_launches_inside_unrecorded_are_left_out_of_the_enclosing_record():
+    """What an autotuner runs to time its candidates inside a recorded step is not part of the step."""
+    from ember.cube.runtime.cpu import cpu_runtime
+    rt = cpu_runtime()
+    with rt.record_launches() as launches:
+        run(rt)
+        with rt.unrecorded():
+            run(rt)
+            run(rt)
+        x = run(rt)
+    assert len(launches) == 2 and launches[1].args[0] is x
+    with rt.unrecorded():  # outside any record: nothing to leave out, nothing breaks
+        np.testing.assert_array_equal(run(rt), np.arange(10, dtype=np.float32) + 1)

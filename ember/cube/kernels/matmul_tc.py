@@ -347,7 +347,7 @@ def cuda_matmul_autotuner(runtime, level: str | None = None, tf32: bool = True, 
 
     cache = device_cache(f"cuda-{runtime.name}".replace(" ", "_"))
     return Autotuner("matmul", candidates, key, cache=cache, level=level, timer=gpu_timer(runtime),
-                     worth=lambda a, b: a.shape[-2] * b.shape[-1] * a.shape[-1] >= 1 << 24)
+                     worth=lambda a, b: a.shape[-2] * b.shape[-1] * a.shape[-1] >= 1 << 24, aside=runtime.unrecorded)
 
 
 def group_tiles_run(runtime) -> bool:

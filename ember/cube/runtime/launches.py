@@ -62,6 +62,24 @@ class LaunchRecorder:
         finally:
             self._recording.launches = before
 
+    @contextmanager
+    def unrecorded(self):
+        """Within the block, the calling thread's launches and allocations are not recorded for an
+        enclosing `record_launches` block (an autotuner timing its candidates inside a recorded step).
+
+        Example:
+            >>> with rt.record_launches() as launches, rt.unrecorded():
+            ...     rt.run(compiled, CubeCount(1), (x, y))
+            >>> len(launches)
+            0
+        """
+        before = getattr(self._recording, "launches", None)
+        self._recording.launches = None
+        try:
+            yield
+        finally:
+            self._recording.launches = before
+
     def recorded(self, compiled, count, args: tuple) -> None:
         """Note one launch for the enclosing `record_launches` block, if any (cheap when there is none)."""
         launches = getattr(self._recording, "launches", None)
