@@ -114,6 +114,23 @@ def contiguous(x):
     return np.ascontiguousarray(x)
 
 
+def unit_rows(x) -> tuple:
+    """(`x`, its row step in elements) for a 2-D `x` whose rows a kernel reads at that step: `x` itself
+    when it is a device array of unit-stride rows at a step of at least a row (C order, or rows padded
+    wider: a large cuBLAS product's output, `runtime.cublas.PADDED_ROWS_MIN`), else a C-contiguous copy.
+
+    Example:
+        >>> unit_rows(np.ones((2, 3), np.float32))[1]
+        3
+    """
+    if isinstance(x, DeviceArray) and len(x.shape) == 2:
+        row, item = x.strides
+        if (item == x.itemsize or x.shape[1] <= 1) and row >= x.shape[1] * x.itemsize and row % x.itemsize == 0:
+            return x, row // x.itemsize
+    x = contiguous(x)
+    return x, x.shape[-1]
+
+
 def copy_as(x, dtype):
     """A new C-contiguous copy of `x` converted to `dtype`, on `x`'s device."""
     if isinstance(x, DeviceArray):

@@ -24,7 +24,7 @@ import numpy as np
 
 from ... import cube
 from ...errors import DTypeError, ShapeError
-from .common import check_size, contiguous, cube_dtype, empty
+from .common import check_size, contiguous, cube_dtype, empty, unit_rows
 from .reduce import accumulator, block_reduce, row_units
 
 
@@ -37,10 +37,10 @@ def online_fold(m, s, v, T):
 
 
 @cube.kernel
-def cross_entropy_kernel(x: cube.Array, target: cube.Array, out: cube.Array, n: cube.i32, T: cube.Comptime,
-                         units: cube.Comptime[int]):
+def cross_entropy_kernel(x: cube.Array, target: cube.Array, out: cube.Array, n: cube.i32, ld: cube.i32,
+                         T: cube.Comptime, units: cube.Comptime[int]):
     row = cube.CUBE_POS
-    base = row * n
+    base = row * ld
     m = T(-np.inf)
     s = T(0)
     for k in range(cube.UNIT_POS, n, units):
@@ -80,10 +80,10 @@ def cross_entropy(x, target) -> np.ndarray:
     shape = check_operands("cross_entropy", x.shape, target.shape)
     check_size("cross_entropy", x)
     t = accumulator("sum", cube_dtype(x.dtype))
-    x, target = contiguous(x), contiguous(target)
+    (x, ld), target = unit_rows(x), contiguous(target)  # padded rows (a large cuBLAS product's) read in place
     out = empty(shape, t.np, x, target)
     if out.size:
         units = row_units(x.shape[1], t, x)
         cross_entropy_kernel.launch(cube.CubeCount(x.shape[0]), cube.CubeDim(units), x, target, out, x.shape[1],
-                                    T=t, units=units)
+                                    ld, T=t, units=units)
     return out
