@@ -349,18 +349,6 @@ def test_a_batched_product_output_follows_the_batch_an_empty_one_included():
     assert out.shape == (0, 2, 4) and out.size == 0 and batch == 0  # no matrices: nothing to call cuBLAS on
 
 
-def test_a_product_output_aligned_wider_is_a_view_of_padded_rows():
-    from ember.cube.runtime.arguments import DeviceArray
-    from ember.cube.runtime.cublas import product_output
-    rt = SimpleNamespace(empty=lambda shape, dtype: DeviceArray(None, shape, dtype))
-    a = DeviceArray(None, (5, 2, 3), np.float32)
-    out, (m, n, *_) = product_output(rt, a, DeviceArray(None, (3, 13), np.float32), align=4)
-    assert out.shape == (5, 2, 13) and out.strides == (2 * 16 * 4, 16 * 4, 4) and out.owner.shape == (5, 2, 16)
-    assert (m, n) == (2, 13)
-    out, _ = product_output(rt, a, DeviceArray(None, (3, 16), np.float32), align=4)
-    assert out.owner is None and out.flags.c_contiguous  # rows already a multiple of 16 bytes
-
-
 class FakeDriver:
     """Enough of cuda.bindings.driver for the runtime: host memory stands in for the GPU's."""
 
@@ -731,10 +719,11 @@ def test_cublas_matmul_of_transposed_and_strided_views(rt, dtype):
 
 @gpu
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
-def test_a_large_cublas_product_writes_rows_padded_to_16_bytes(rt, dtype, monkeypatch):
-    """Rows of n elements that are not a multiple of 16 bytes are written padded (cuBLAS's aligned
-    kernels: the GPT head's 50257 columns 4.9 -> 1.7 ms), the output a view of them with the same values;
-    batched products and the one-taller-product fold too."""
+def test_a_large_cublas_product_of_misaligned_columns_runs_on_b_widened(rt, dtype, monkeypatch):
+    """A product of n columns that are not a multiple of 16 bytes runs on b widened with zero columns
+    (cuBLAS's aligned kernels: the GPT head's 50257 columns 4.9 -> 1.7 ms), the output a view of the wider
+    rows with the same values: a transposed b (a linear layer's weight), batched products and the
+    one-taller-product fold too."""
     from ember.cube.runtime import cublas
     if not cublas.cublas_available()[0]:
         pytest.skip(cublas.cublas_available()[1])
@@ -742,9 +731,11 @@ def test_a_large_cublas_product_writes_rows_padded_to_16_bytes(rt, dtype, monkey
     rng = np.random.default_rng(5)
     host = lambda *shape: rng.standard_normal(shape).astype(dtype)
     width = 16  # 13 columns padded to a multiple of 4 (f32) or 8 (f16) elements
+    weight = host(13, 20)
     for x, y in [(host(9, 20), host(20, 13)), (host(3, 9, 20), host(20, 13)), (host(3, 9, 20), host(3, 20, 13)),
-                 (host(9, 20), host(20, 16))]:
-        out = cublas.cublas_matmul(rt, rt.to_device(x), rt.to_device(y), tf32=False)
+                 (host(9, 20), host(20, 16)), (host(3, 9, 20), weight.T)]:
+        b = rt.to_device(weight).T if y.base is weight else rt.to_device(y)
+        out = cublas.cublas_matmul(rt, rt.to_device(x), b, tf32=False)
         want = x.astype(np.float64) @ y.astype(np.float64)
         assert out.shape == want.shape
         if y.shape[-1] == 13:

@@ -9,8 +9,8 @@ whose last two dims are rows (C order, or rows of a wider matrix: a slice) or co
 view, as the matmul's gradients `g @ w.T` and `x.T @ g` pass them) are read in place (the leading
 dimension, the batch stride, cuBLAS's transpose flag); other layouts are copied first. f16/bf16 accumulate in f32; f32
 uses TF32 tensor cores when `tf32` is true (as `[cuda] allow_tf32` says), else full f32. A large product
-whose output rows are not a multiple of 16 bytes (a vocabulary of 50257) writes them padded and returns
-a view (`PADDED_ROWS_MIN`).
+whose n columns are not a multiple of 16 bytes (a vocabulary of 50257) is computed on b widened with
+zero columns, and returns a view of the output's first n columns (`PADDED_ROWS_MIN`).
 
 Why CuPy and not cuBLASLt through nvmath-python: CuPy is on the GPU machines we run on and its
 bindings take raw pointers, so no dtype support of its own is needed (bf16 included); nvmath-python
@@ -78,18 +78,17 @@ def _load():
 
 
 PADDED_ROWS_MIN = 1 << 32
-"""m * n * k (times the batch) from which a product whose output rows are not a multiple of 16 bytes
-writes them padded to 16 bytes, the output being a view of the padded rows: cuBLAS then runs its
-aligned kernels. On the H200 (TF32) the GPT head's (8192, 768) @ (768, 50257) took 4.91 ms in rows of
-50257 (an sm80 align-1 kernel, as torch gets) and 1.71 ms in rows of 50264. Below it the saving is
-smaller than what a view may cost later ops (one that needs C-contiguous rows copies it)."""
+"""m * n * k (times the batch) from which a product whose n columns are not a multiple of 16 bytes is
+computed on b widened to such a multiple (its columns, then zeros) and returned as a view of the wider
+output's first n columns: cuBLAS then runs its aligned kernels. On the H200 (TF32) the GPT head's
+(8192, 768) @ (768, 50257) took 4.91 ms (an sm80 align-1 kernel, which torch gets too) and 1.71 ms
+widened to 50264 columns; a wider ldc alone does not change cuBLAS's choice. Below it the saving is
+smaller than the copy of b and what a view may cost later ops (one that needs C-contiguous rows)."""
 
 
-def product_output(runtime, a, b, align: int = 1) -> tuple:
+def product_output(runtime, a, b) -> tuple:
     """The output of a batched `a @ b` of C-contiguous 2-D/3-D operands (uninitialized, on `runtime`) and
     (m, n, k, batch, a's batch stride, b's batch stride), a stride being 0 where the operand broadcasts.
-    With `align` > 1 the output's rows start every multiple of `align` elements: a view of wider rows
-    where n is not one.
 
     Example:
         >>> out, (m, n, k, batch, sa, sb) = product_output(rt, a, b)
@@ -98,13 +97,7 @@ def product_output(runtime, a, b, align: int = 1) -> tuple:
     n = b.shape[-1]
     batches = [x.shape[0] for x in (a, b) if len(x.shape) == 3]
     batch = 0 if 0 in batches else max(batches, default=1)  # a batch of none: an empty product
-    shape = (batch, m, n) if 3 in (len(a.shape), len(b.shape)) else (m, n)
-    width = -(-n // align) * align
-    if width == n:
-        out = runtime.empty(shape, a.dtype)
-    else:
-        wide = runtime.empty(shape[:-1] + (width,), a.dtype)
-        out = wide.strided(shape, wide.strides)  # the first n elements of each padded row
+    out = runtime.empty((batch, m, n) if 3 in (len(a.shape), len(b.shape)) else (m, n), a.dtype)
     sa = m * k if len(a.shape) == 3 and a.shape[0] == batch else 0
     sb = k * n if len(b.shape) == 3 and b.shape[0] == batch else 0
     return out, (m, n, k, batch, sa, sb)
@@ -156,10 +149,12 @@ def cublas_matmul(runtime, a, b, tf32: bool = True):
     if b_layout is None:
         b = b.copy()
         b_layout = operand_layout(b, k, n)
-    work = m * n * k * max([x.shape[0] for x in (a, b) if len(x.shape) == 3], default=1)
-    align = 16 // a.itemsize if work >= PADDED_ROWS_MIN else 1
-    out, (m, n, k, batch, _, _) = product_output(runtime, a, b, align)
-    ldc = out.strides[-2] // out.itemsize  # n, or the padded rows' width
+    align = 16 // a.itemsize
+    columns = n
+    if n % align and m * n * k * max([x.shape[0] for x in (a, b) if len(x.shape) == 3], default=1) >= PADDED_ROWS_MIN:
+        b = _widened(runtime, b, n + (-n) % align)
+        b_layout = operand_layout(b, k, b.shape[-1])
+    out, (m, n, k, batch, _, _) = product_output(runtime, a, b)
     sa = a_layout[2] if len(a.shape) == 3 and a.shape[0] == batch else 0  # 0: one matrix for the batch
     sb = b_layout[2] if len(b.shape) == 3 and b.shape[0] == batch else 0
     if batch > 1 and sb == 0 and a_layout[0] == _OP_N and sa == m * a_layout[1]:
@@ -179,19 +174,40 @@ def cublas_matmul(runtime, a, b, tf32: bool = True):
     # Row-major C = A @ B is column-major C^T = B^T @ A^T: swap the operands; a transposed view is a
     # column-major matrix, read with the transpose flag.
     args = (handle, b_layout[0], a_layout[0], n, m, k, one.ctypes.data, b.ptr, data, b_layout[1], sb, a.ptr, data,
-            a_layout[1], sa, zero.ctypes.data, out.ptr, data, ldc, m * ldc, batch, compute, _GEMM_DEFAULT)
+            a_layout[1], sa, zero.ctypes.data, out.ptr, data, n, m * n, batch, compute, _GEMM_DEFAULT)
     if lib is not None:
         gemm = Gemm(runtime, lib, args, f"{m}x{k} @ {k}x{n}, batch {batch}, {a.dtype}")
         gemm.call(args)
         runtime.recorded(gemm, None, (a, b, out))
-        return out
-    from cupy.cuda import stream
-    own_stream = _streams.get(id(runtime))
-    if own_stream is None:
-        own_stream = _streams[id(runtime)] = stream.ExternalStream(int(runtime.stream))
-    with own_stream:  # CuPy sets the handle's stream from the current one (and refuses while capturing)
-        cublas.gemmStridedBatchedEx(*args)
-    return out
+    else:
+        from cupy.cuda import stream
+        own_stream = _streams.get(id(runtime))
+        if own_stream is None:
+            own_stream = _streams[id(runtime)] = stream.ExternalStream(int(runtime.stream))
+        with own_stream:  # CuPy sets the handle's stream from the current one (and refuses while capturing)
+            cublas.gemmStridedBatchedEx(*args)
+    return out if columns == n else out.strided(out.shape[:-1] + (columns,), out.strides)
+
+
+def _widened(runtime, b, width: int):
+    """`b` (..., k, n) as a (..., k, `width`) array: its columns, then zeros. A transposed view (a linear
+    layer's weight, (n, k) in rows) widens its rows instead: one dense copy.
+
+    Example:
+        >>> _widened(rt, w.T, 50264).shape      # w a C-contiguous (50257, 768) device array
+        (768, 50264)
+    """
+    from ..kernels.common import assign
+    k, n = b.shape[-2:]
+    if len(b.shape) == 2 and b.strides[0] == b.itemsize:  # columns of unit stride: rows of b.T
+        rows = runtime.empty((width, k), b.dtype)
+        runtime.write_zeros(rows)
+        assign(rows.strided((n, k), rows.strides), b.T)
+        return rows.T
+    wide = runtime.empty(b.shape[:-1] + (width,), b.dtype)
+    runtime.write_zeros(wide)
+    assign(wide.strided(b.shape, wide.strides), b)
+    return wide
 
 
 class Gemm:
