@@ -727,7 +727,7 @@ def test_a_large_cublas_product_of_misaligned_columns_runs_on_b_widened(rt, dtyp
     from ember.cube.runtime import cublas
     if not cublas.cublas_available()[0]:
         pytest.skip(cublas.cublas_available()[1])
-    monkeypatch.setattr(cublas, "PADDED_ROWS_MIN", 1)  # every product counts as large here
+    monkeypatch.setattr(cublas, "WIDEN_MIN", 1)  # every product counts as large here
     rng = np.random.default_rng(5)
     host = lambda *shape: rng.standard_normal(shape).astype(dtype)
     width = 16  # 13 columns padded to a multiple of 4 (f32) or 8 (f16) elements

@@ -117,7 +117,8 @@ def contiguous(x):
 def unit_rows(x) -> tuple:
     """(`x`, its row step in elements) for a 2-D `x` whose rows a kernel reads at that step: `x` itself
     when it is a device array of unit-stride rows at a step of at least a row (C order, or rows padded
-    wider: a large cuBLAS product's output, `runtime.cublas.PADDED_ROWS_MIN`), else a C-contiguous copy.
+    wider: a large cuBLAS product's output of misaligned columns, `runtime.cublas.WIDEN_MIN`), else a
+    C-contiguous copy.
 
     Example:
         >>> unit_rows(np.ones((2, 3), np.float32))[1]

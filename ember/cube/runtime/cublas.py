@@ -10,7 +10,7 @@ view, as the matmul's gradients `g @ w.T` and `x.T @ g` pass them) are read in p
 dimension, the batch stride, cuBLAS's transpose flag); other layouts are copied first. f16/bf16 accumulate in f32; f32
 uses TF32 tensor cores when `tf32` is true (as `[cuda] allow_tf32` says), else full f32. A large product
 whose n columns are not a multiple of 16 bytes (a vocabulary of 50257) is computed on b widened with
-zero columns, and returns a view of the output's first n columns (`PADDED_ROWS_MIN`).
+zero columns, and returns a view of the output's first n columns (`WIDEN_MIN`).
 
 Why CuPy and not cuBLASLt through nvmath-python: CuPy is on the GPU machines we run on and its
 bindings take raw pointers, so no dtype support of its own is needed (bf16 included); nvmath-python
@@ -77,13 +77,14 @@ def _load():
     return lib
 
 
-PADDED_ROWS_MIN = 1 << 32
+WIDEN_MIN = 1 << 32
 """m * n * k (times the batch) from which a product whose n columns are not a multiple of 16 bytes is
 computed on b widened to such a multiple (its columns, then zeros) and returned as a view of the wider
 output's first n columns: cuBLAS then runs its aligned kernels. On the H200 (TF32) the GPT head's
-(8192, 768) @ (768, 50257) took 4.91 ms (an sm80 align-1 kernel, which torch gets too) and 1.71 ms
-widened to 50264 columns; a wider ldc alone does not change cuBLAS's choice. Below it the saving is
-smaller than the copy of b and what a view may cost later ops (one that needs C-contiguous rows)."""
+(8192, 768) @ (768, 50257) took 4.92 ms (an sm80 align-1 kernel, which torch gets too) and 1.91 ms
+widened to 50260 columns, the widening included; a wider ldc alone does not change cuBLAS's choice.
+Below it the saving is smaller than the copy of b and what a view may cost later ops (one that needs
+C-contiguous rows)."""
 
 
 def product_output(runtime, a, b) -> tuple:
@@ -149,9 +150,9 @@ def cublas_matmul(runtime, a, b, tf32: bool = True):
     if b_layout is None:
         b = b.copy()
         b_layout = operand_layout(b, k, n)
-    align = 16 // a.itemsize
-    columns = n
-    if n % align and m * n * k * max([x.shape[0] for x in (a, b) if len(x.shape) == 3], default=1) >= PADDED_ROWS_MIN:
+    align, columns = 16 // a.itemsize, n
+    work = m * n * k * max([x.shape[0] for x in (a, b) if len(x.shape) == 3], default=1)
+    if n % align and work >= WIDEN_MIN:
         b = _widened(runtime, b, n + (-n) % align)
         b_layout = operand_layout(b, k, b.shape[-1])
     out, (m, n, k, batch, _, _) = product_output(runtime, a, b)
@@ -194,8 +195,8 @@ def _widened(runtime, b, width: int):
     layer's weight, (n, k) in rows) widens its rows instead: one dense copy.
 
     Example:
-        >>> _widened(rt, w.T, 50264).shape      # w a C-contiguous (50257, 768) device array
-        (768, 50264)
+        >>> _widened(rt, w.T, 50260).shape      # w a C-contiguous (50257, 768) device array
+        (768, 50260)
     """
     from ..kernels.common import assign
     k, n = b.shape[-2:]

@@ -223,7 +223,8 @@ class MemoryPool:
                     if not small and size > target:
                         page, offset = self._room_in_dedicated(size)
                     if offset is None:  # empty dedicated pages, and stale ones (see above)
-                        self._free_pages(lambda page: page.floor > 0 or (not page.chunk and page.size < target // 4))
+                        stale = target // 4
+                        self._free_pages(lambda page: page.floor > 0 or (not page.chunk and page.size < stale))
                 if offset is None:
                     # a slab page of `size` chunks; a dedicated page (above the target: floor half its size)
                     floor = size // 2 if size > target else 0
