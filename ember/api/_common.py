@@ -30,8 +30,8 @@ _scalars: dict[tuple, Tensor] = {}  # a small registry of constant 0-d tensors, 
 def scalar_like(value, dtype: DType, device) -> Tensor:
     """A 0-d tensor holding a Python scalar, on `device` with `dtype`.
 
-    Recent constants are reused (tensors are immutable): `x * 2.0` in a loop converts 2.0 once. A float
-    zero or NaN is keyed by its text: 0.0 == -0.0 would share one key, and NaN, equal to nothing, would
+    Recent constants are reused (tensors are immutable): `x * 2.0` in a loop converts 2.0 once. A zero
+    or NaN is keyed by its text: 0.0 == -0.0 would share one key, and NaN, equal to nothing, would
     miss its own (a loss's `masked_fill(empty, nan)` then uploaded a new 0-d tensor at every step, and
     kept up to 1,024 of them).
 
@@ -39,10 +39,10 @@ def scalar_like(value, dtype: DType, device) -> Tensor:
         >>> scalar_like(float("nan"), f32, device) is scalar_like(float("nan"), f32, device)
         True
     """
-    if isinstance(value, (float, np.floating)) and (value != value or value == 0):
-        key = (type(value), repr(value), dtype, device)
-    else:
+    if value and value == value:  # the common case: a number other than zero, equal to itself
         key = (type(value), value, dtype, device)
+    else:
+        key = (type(value), repr(value), dtype, device)
     hit = _scalars.get(key)
     if hit is not None:
         return hit
