@@ -151,8 +151,7 @@ def cublas_matmul(runtime, a, b, tf32: bool = True):
         b = b.copy()
         b_layout = operand_layout(b, k, n)
     align, columns = 16 // a.itemsize, n
-    work = m * n * k * max([x.shape[0] for x in (a, b) if len(x.shape) == 3], default=1)
-    if n % align and work >= WIDEN_MIN:
+    if n % align and m * n * k * max([x.shape[0] for x in (a, b) if len(x.shape) == 3], default=1) >= WIDEN_MIN:
         b = _widened(runtime, b, n + (-n) % align)
         b_layout = operand_layout(b, k, b.shape[-1])
     out, (m, n, k, batch, _, _) = product_output(runtime, a, b)
@@ -199,16 +198,12 @@ def _widened(runtime, b, width: int):
         (768, 50260)
     """
     from ..kernels.common import assign
-    k, n = b.shape[-2:]
-    if len(b.shape) == 2 and b.strides[0] == b.itemsize:  # columns of unit stride: rows of b.T
-        rows = runtime.empty((width, k), b.dtype)
-        runtime.write_zeros(rows)
-        assign(rows.strided((n, k), rows.strides), b.T)
-        return rows.T
-    wide = runtime.empty(b.shape[:-1] + (width,), b.dtype)
+    transposed = len(b.shape) == 2 and b.strides[0] == b.itemsize  # columns of unit stride: rows of b.T
+    source = b.T if transposed else b
+    wide = runtime.empty((width, b.shape[0]) if transposed else b.shape[:-1] + (width,), b.dtype)
     runtime.write_zeros(wide)
-    assign(wide.strided(b.shape, wide.strides), b)
-    return wide
+    assign(wide.strided(source.shape, wide.strides), source)
+    return wide.T if transposed else wide
 
 
 class Gemm:
