@@ -267,25 +267,22 @@ def test_a_graph_whose_slices_land_elsewhere_for_good_is_captured_again_there():
                                                                  "refused": 0}
 
 
-def test_a_replay_that_runs_out_of_memory_gives_back_what_it_took_and_raises():
+def test_a_launch_that_fails_gives_back_what_the_replay_took_and_raises():
     rng, rt, plan, replays = fake(9)
     loop(replays, plan, rt, rng, 3)  # captured and replayed
     ext = inputs(rt, rng)
-    reserve, calls = rt.reserve, []
+    (state,) = replays._plans.values()
+    (found,) = state.graphs.values()
 
-    def failing(nbytes: int):
-        calls.append(nbytes)
-        if len(calls) == 2:
-            raise MemoryError("out of memory")
-        return reserve(nbytes)
+    def failing() -> None:
+        raise RuntimeError("launch failed")
 
-    rt.reserve = failing
-    with pytest.raises(MemoryError):
+    found.graph.replay = failing
+    with pytest.raises(RuntimeError, match="launch failed"):
         replays.run(plan, records(), ext, None)
-    rt.reserve = reserve
     del ext
     gc.collect()
-    assert len(calls) == 2 and rt.pool.stats().in_use == 0
+    assert rt.pool.stats().in_use == 0
 
 
 def test_a_new_layout_address_or_param_is_a_new_key():

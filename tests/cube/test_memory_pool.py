@@ -149,6 +149,78 @@ def test_a_trace_notes_each_slice_handed_out_and_given_back_and_a_replay_of_it_m
     check_consistent(pool, device, [])
 
 
+def events_of(trace: list) -> list:
+    """A trace as `retake` reads it (what `Captured.of` keeps): (nbytes, page, offset) or a take's number."""
+    number, events = {}, []
+    for e in trace:
+        if type(e) is tuple:
+            number[id(e[1])] = len(number)
+            events.append((e[0], e[1].page, e[1].offset))
+        else:
+            events.append(number[id(e)])
+    return events
+
+
+def traced_step(pool, sizes, keep=2):
+    """Reserve `sizes` (giving every third back at once), keep the last `keep`, free the rest; the trace."""
+    pool.trace = trace = []
+    held = []
+    for k, n in enumerate(sizes):
+        held.append(pool.reserve(n))
+        if k % 3 == 2:
+            pool.free(held.pop(0))
+    kept = held[len(held) - keep:]
+    for piece in held[:len(held) - keep]:
+        pool.free(piece)
+    pool.trace = None
+    return trace, kept
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.one_of(st.integers(1, 40_000), st.integers(40_000, 3_000_000)), min_size=3, max_size=40))
+def test_a_retaken_trace_holds_the_slices_reserve_would_give_and_books_them_alike(sizes):
+    pool, device = pool_and_device()
+    for _ in range(3):  # the page size settles
+        _, kept = traced_step(pool, sizes)
+        for piece in kept:
+            pool.free(piece)
+    trace, kept = traced_step(pool, sizes)
+    for piece in kept:
+        pool.free(piece)
+    stats = pool.stats()
+    taken = pool.retake(events_of(trace))
+    assert taken is not None
+    held = [piece for piece in taken if piece is not None]
+    assert [(p.page, p.offset, p.size) for p in held] == \
+        [(p.page, p.offset, p.size) for p in (e[1] for e in trace if type(e) is tuple) if any(p is q for q in kept)]
+    check_consistent(pool, device, held)
+    assert pool.stats().peak_in_use == stats.peak_in_use  # the same sizes at the same moments
+    for piece in held:
+        pool.free(piece)
+    check_consistent(pool, device, [])
+
+
+def test_a_retake_meeting_a_taken_slice_or_a_released_page_takes_nothing():
+    pool, device = pool_and_device()
+    sizes = [300_000, 5000, 700_000, 120_000, 64, 2_000_000]
+    trace, kept = traced_step(pool, sizes)
+    for piece in kept:
+        pool.free(piece)
+    events = events_of(trace)
+    before = (free_ranges(pool), pool.stats().in_use)
+    blocker = pool.reserve(700_000)  # where the trace's 3rd slice was
+    assert pool.retake(events) is None
+    pool.free(blocker)
+    assert (free_ranges(pool), pool.stats().in_use) == before  # everything taken went back
+    assert pool.cleanup() > 0  # every page back to the device: the trace's pages are gone
+    for _ in range(2):
+        _, kept = traced_step(pool, sizes)
+        for piece in kept:
+            pool.free(piece)
+    assert pool.retake(events) is None
+    check_consistent(pool, device, [])
+
+
 def test_pages_given_up_while_deferring_reach_the_device_when_the_block_ends():
     pool, device = pool_and_device()
     piece = pool.reserve(1000)

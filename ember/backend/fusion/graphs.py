@@ -12,12 +12,13 @@ plan reads afresh at each run, a scalar say, would otherwise stay baked into the
   writes the slices the pool hands out during the run, and the trace says which sizes were asked and
   given back in which order. The graph pins nothing but the kernels' layout arrays: the outputs and
   the intermediates live and die as in a plain run. It is launched once at once for this run's values.
-- later runs: the trace is replayed first: the same sizes asked, the same slices given back, in the
-  same order. A pool in the same state hands out the same (page, offset) for each: then every address
-  the graph writes is this run's own, and the graph is launched, its outputs wrapped as arrays over
-  the slices just reserved (`runtime.over`), views where the plan made views. The first slice that
-  differs gives everything back and the plan runs plainly (`mismatched`); stream order makes both
-  safe, as for every pool slice (all work is queued on the runtime's one stream). A mismatched graph
+- later runs: the trace is replayed first, in one pool call (`MemoryPool.retake`): each slice taken
+  at its captured (page, offset), the same ones given back, in the same order. When every one is
+  free there, every address the graph writes is this run's own, and the graph is launched, its
+  outputs wrapped as arrays over the slices just taken (`runtime.over`), views where the plan made
+  views. A slice taken by someone else (or a page given back since) gives everything back and the
+  plan runs plainly (`mismatched`); stream order makes both safe, as for every pool slice (all work
+  is queued on the runtime's one stream). A mismatched graph
   is dropped and its key counts as seen once, so the next run with it captures again (within
   `SPARE`): a graph captured while a loop's layout was still settling (the GPT step's first ~6
   steps, while the pool's pages settle) otherwise mismatched at every later step (9 plans a step).
@@ -169,32 +170,20 @@ class Captured:
         return Captured(graph, events, outputs)
 
     def replay(self, runtime, externals: list) -> dict[int, Any] | None:
-        """This graph's outputs for a run on `externals` (at the captured addresses), or None when the
-        pool hands out a slice other than the captured one (all given back then; nothing launched)."""
+        """This graph's outputs for a run on `externals` (at the captured addresses), or None when a
+        captured slice is not free now (nothing taken or launched then)."""
         pool = runtime.pool
-        taken: list = []
-        launched = False
         with runtime.lock, pool.deferring():  # as while it was captured: a page the graph writes goes back after its launch
+            taken = pool.retake(self.events)
+            if taken is None:
+                return None
             try:
-                for event in self.events:
-                    if type(event) is int:
-                        pool.free_later(taken[event])
-                        taken[event] = None
-                        continue
-                    piece = runtime.reserve(event[0])
-                    taken.append(piece)
-                    if piece.page is not event[1] or piece.offset != event[2]:
-                        break
-                else:
-                    self.graph.replay()
-                    launched = True
-            finally:
-                if not launched:  # a slice that differs (or an error, out of memory say): all given back
-                    for piece in taken:
-                        if piece is not None:
-                            pool.free_later(piece)
-        if not launched:
-            return None
+                self.graph.replay()
+            except BaseException:
+                for piece in taken:
+                    if piece is not None:
+                        pool.free_later(piece)
+                raise
         values: dict[int, Any] = {}
         roots: dict[int, Any] = {}
         for i, (k, shape, kind, view) in self.outputs.items():
