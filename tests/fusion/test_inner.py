@@ -9,6 +9,7 @@ import pytest
 import ember
 import ember.debug
 import ember.nn.functional as F
+from ember.backend.fusion import ops as fusion_ops
 
 
 def watch(backend) -> list:
@@ -55,19 +56,54 @@ def test_matmul_bias_relu_is_recorded_and_its_epilogue_fused(cpu, rng):
     np.testing.assert_allclose(got, np.maximum(a @ w + b, 0), rtol=1e-5, atol=1e-6)
 
 
-def test_a_matmul_after_elementwise_ops_starts_a_block(cpu, rng):
-    """Blocks are cut before a matmul that follows elementwise ops or reductions (ops.starts_block), so
-    their boundaries do not drift in a loop; a matmul after only views and matmuls joins the block."""
+def test_a_matmul_after_elementwise_ops_starts_a_block_once_the_block_is_big(cpu, rng, monkeypatch):
+    """A matmul after elementwise ops or reductions cuts the stream (ops.starts_block) once the block
+    holds `max_ops // 2` records or `HELD_BYTES` of externals; a small block grows past it, and a matmul
+    after only views and matmuls never cuts."""
     backend = ember.debug.fusion_backend(cpu)
+    backend.flush()
     host = rng.standard_normal((4, 4)).astype(np.float32)
     x = ember.tensor(host, device=cpu)
     y = x.exp()
-    assert backend.stats()["pending"] == 1
     z = y @ x
-    assert backend.stats()["pending"] == 1  # exp ran; the matmul waits
-    w = z.T @ x
+    assert backend.stats()["pending"] == 2  # a small block: no cut
+    monkeypatch.setattr(fusion_ops, "HELD_BYTES", host.nbytes)  # the block holds x: big enough now
+    w = z.tanh() @ x
+    assert backend.stats()["pending"] == 1  # exp, the matmul and tanh ran; the matmul waits
+    v = w.T @ x
     assert backend.stats()["pending"] == 3  # after a view and a matmul: no cut
-    np.testing.assert_allclose(w.numpy(), (np.exp(host) @ host).T @ host, rtol=1e-4)
+    np.testing.assert_allclose(v.numpy(), (np.tanh(np.exp(host) @ host) @ host).T @ host, rtol=1e-4)
+    monkeypatch.undo()
+    y = x
+    for _ in range(backend.max_ops // 4):  # two ops a round: the block reaches max_ops // 2
+        y = y.sin() * 0.5
+    assert backend.stats()["pending"] == backend.max_ops // 2
+    z = y @ x
+    assert backend.stats()["pending"] == 1
+    expected = host
+    for _ in range(backend.max_ops // 4):
+        expected = np.sin(expected) * 0.5
+    np.testing.assert_allclose(z.numpy(), expected @ host, rtol=1e-4, atol=1e-6)
+
+
+def test_a_loop_that_never_syncs_settles_on_a_few_plans(cpu, rng):
+    """Cuts at matmuls, each the same number of ops after the last: the blocks of a loop that never
+    reads a value cycle through a few phases of its step, so after a while every block is a plan hit."""
+    backend = ember.debug.fusion_backend(cpu)
+    backend.flush()
+    host = rng.standard_normal((4, 4)).astype(np.float32) * 0.5
+    w = ember.tensor(host, device=cpu)
+    x, expected = w, host
+    misses = []
+    for step in range(200):  # 7 ops a step, two matmuls after elementwise ops
+        x = ((x * 0.9).sin() @ w).tanh()
+        x = (x + 0.1) @ w * 0.5
+        expected = np.tanh(np.sin(expected * 0.9) @ host)
+        expected = (expected + 0.1) @ host * 0.5
+        misses.append(backend.stats()["plan_misses"])
+    assert backend.stats()["pending"] < backend.max_ops
+    assert misses[-1] == misses[100] > 0  # no new plan in the last 100 steps
+    np.testing.assert_allclose(x.numpy(), expected, rtol=1e-4, atol=1e-5)
 
 
 def _block(x, n):
@@ -83,8 +119,9 @@ def _expected(a, n):
     return (g @ g.T).cumsum(1).sum(axis=1) + 1.0
 
 
-def test_plans_replay_on_new_sizes_with_their_own_params_and_miss_on_a_new_class(cpu, rng):
+def test_plans_replay_on_new_sizes_with_their_own_params_and_miss_on_a_new_class(cpu, rng, monkeypatch):
     backend = ember.debug.fusion_backend(cpu)
+    monkeypatch.setattr(fusion_ops, "HELD_BYTES", 0)  # every block is big enough to be cut at a matmul
     backend.plans.clear()
     misses = []
     # A plan per block, its replay, then a size giving the same shape classes (all sizes distinct and

@@ -110,7 +110,7 @@ class Fusion(Decorator):
                 if rec is not None and rec.stream is not stream:
                     self._flush(rec.stream)  # another thread's pending value: run that stream first
             with stream.lock:
-                if prim in _STARTS and starts_block(stream.records):
+                if prim in _STARTS and starts_block(stream, self.max_ops):
                     self._flush(stream)  # a matmul or convolution starts a block (see ops.STARTS_BLOCK)
                 handle = stream.record(prim, inputs, params, out)
                 if len(stream.records) >= self.max_ops:

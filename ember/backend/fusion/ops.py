@@ -17,13 +17,19 @@ Recorded (run at the next sync point, not at the call):
   sync point (an elementwise chain, a view, another chain, a matmul and its epilogue are one block).
 
 A matmul or a convolution (`STARTS_BLOCK`) starts a new block when an elementwise op or a reduction
-was recorded since the previous one (`starts_block`): the stream recorded before it is run first.
-That depends only on the ops since the previous matmul, so block boundaries sit at the same ops in
-every step of a training loop, whether or not the loop syncs, and its plans repeat. Cutting only every
-`[fusion] max_ops` records would not: in a loop that never syncs, a step of 65 ops cut every 256
-starts its blocks at positions that drift through the step, a new plan (and new fused kernels to
-compile) for each of 65 phases; anchored at matmuls it keeps a handful. The cost is about a flush per
-matmul with an elementwise prologue (a backward pass's `g @ w.T` then `x.T @ g` share a block).
+was recorded since the previous one and the block is big enough (`starts_block`): half of
+`[fusion] max_ops` records, or externals of `HELD_BYTES` (a block holds what it reads until it has
+run). The stream recorded before it is run first. That depends only on the ops since the previous
+cut, so block boundaries sit at the same ops in every step of a training loop, whether or not the
+loop syncs, and its plans repeat: from a cut at one matmul the next cut is at a matmul the same
+ops further on, so the cuts cycle through a few matmuls of the step. Cutting only every `max_ops`
+records would not: in a loop that never syncs, a step of 65 ops cut every 256 starts its blocks at
+positions that drift through the step, a new plan (and new fused kernels to compile) for each of 65
+phases. Why not cut at every such matmul (as before): each block is a flush, ~80 us of host time
+for a CUDA graph's replay, and a small model's step is all flushes (the encoder bench's 24 a step,
+1.9 of its 5.2 ms on the H200); blocks of large tensors are still cut at each matmul (the GPT's
+activations alone pass `HELD_BYTES`), which keeps a backward pass from holding a layer's saved
+values past their use.
 
 Not recorded, so run at once (their inputs are made concrete first, a sync point):
 
@@ -163,10 +169,18 @@ def index_bounds(value, depth: int = 8, devices: bool = True) -> tuple[int, int]
     return None
 
 
-def starts_block(records: Sequence) -> bool:
-    """Whether a `STARTS_BLOCK` op recorded after `records` (a stream's, since its last sync point)
-    cuts the stream first: when an elementwise op or a reduction (an op other than an `INNER` or index
-    one) was recorded since the last `STARTS_BLOCK` op (or the sync point)."""
+HELD_BYTES = 64 << 20
+"""Bytes of externals past which a block is cut at its next matmul (see the module docstring)."""
+
+
+def starts_block(stream, max_ops: int) -> bool:
+    """Whether a `STARTS_BLOCK` op recorded next in `stream` (its records since the last sync point)
+    cuts the stream first: when the block has `max_ops // 2` records or holds `HELD_BYTES` of
+    externals, and an elementwise op or a reduction (an op other than an `INNER` or index one) was
+    recorded since the last `STARTS_BLOCK` op (or the sync point)."""
+    records = stream.records
+    if len(records) < max_ops // 2 and stream.held < HELD_BYTES:
+        return False
     for rec in reversed(records):
         prim = rec.prim
         if prim in _STARTS:

@@ -111,6 +111,8 @@ class Stream:
         self._sizes: dict[int, int] = {}
         self._classes: dict[tuple, tuple] = {}  # shape -> shape class, in this block
         self._key = array("I")
+        self.held = 0
+        """Bytes of the externals the block reads: it holds them until it has run (`ops.starts_block`)."""
 
     def __len__(self) -> int:
         return len(self.records)
@@ -147,6 +149,7 @@ class Stream:
     def _external(self, array: Any, aval: Aval) -> tuple:
         slot = self._slots[id(array)] = ("x", len(self.externals))
         self.externals.append(array)
+        self.held += getattr(array, "nbytes", 0)
         self.external_avals.append(aval)
         part = ("input", aval.dtype, self._class(aval.shape))
         number = _PARTS.get(part)
@@ -166,4 +169,5 @@ class Stream:
         block = (self.records, self.externals, self.external_avals, live, (self._key.tobytes(), live))
         self.records, self.externals, self.external_avals, self._key = [], [], [], array("I")
         self._slots, self._sizes, self._classes = {}, {}, {}
+        self.held = 0
         return block

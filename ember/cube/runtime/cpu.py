@@ -50,7 +50,14 @@ from .host import empty as host_empty
 from .launches import Launch, LaunchRecorder
 
 FLAGS = ("-O3", "-march=native", "-mprefer-vector-width=512", "-fopenmp", "-shared", "-fPIC", "-std=gnu11",
-         "-fno-math-errno")
+         "-fno-math-errno", "-ffp-contract=off")
+"""`-ffp-contract=off`: no multiply-add contracted into one FMA (gcc's default in gnu modes). A fused
+chain then rounds each op as the op's own kernel does, so a value's bits do not depend on where the
+fusion layer cut its blocks, which depends on the ops since the last sync point (`fusion/ops.py`): an
+optimizer's state saved and resumed replays the same bits as the run that went on (Muon's updates
+differed in the last bit with contraction; `tests/optim/test_state.py`). Elementwise kernels are
+bound by memory, not by the FMA's saved instruction. NVRTC still contracts (its `--fmad=true`), so on
+CUDA the last bit may depend on the blocks."""
 
 ELEMENTS_PER_US = 3000
 """Elements of a contiguous elementwise kernel one thread does per microsecond (2^20 f32 adds in ~300 us on
