@@ -46,8 +46,9 @@ device frees it after the graph's launch (stream order), while the slices land a
 While `trace` is a list, the pool appends what it is asked: `(nbytes, slice)` for each slice it hands
 out and the slice itself for each one given back (`free` or `free_later`). A caller that asks for the
 same sizes again and gives them back in the same order gets the same (page, offset) wherever the pool is
-in the same state: that is how a CUDA graph captured over a fusion plan's allocations knows its
-addresses are the plan's again (`ember/backend/fusion/graphs.py`).
+in the same state; `retake` takes a trace's slices at those places directly, in one call, wherever they
+are free: that is how a CUDA graph captured over a fusion plan's allocations makes its addresses the
+plan's again (`ember/backend/fusion/graphs.py`).
 
 Example:
     >>> pool = MemoryPool(allocate=lambda n: bytearray(n), release=lambda page: None)
