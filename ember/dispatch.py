@@ -152,6 +152,11 @@ def bind(prim: Primitive, inputs: tuple, params: dict):
             device, (a, b) = _unify(prim.name, inputs)
         aval = prim.infer(a._aval, b._aval, **params)
         handles = [a._handle, b._handle]
+    elif len(inputs) == 1:  # views, unary ops and reductions: no loop either
+        a, = inputs
+        device = a._device
+        aval = prim.infer(a._aval, **params)
+        handles = [a._handle]
     else:
         device = inputs[0]._device
         for t in inputs:

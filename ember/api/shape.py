@@ -18,7 +18,10 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..ops.primitive import normalize_dim
-from ._common import Tensor, apply, promote, shape_arg
+from ..dispatch import bind
+from ._common import Tensor, apply, promote, registry, shape_arg
+
+_PERMUTE = registry["permute"]
 
 
 def reshape(x: Tensor, *shape) -> Tensor:
@@ -47,22 +50,26 @@ def permute(x: Tensor, *dims) -> Tensor:
     """The dims of `x` reordered: output dim i is input dim `dims[i]`."""
     if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
         dims = tuple(dims[0])
-    if len(dims) != x.ndim:
+    ndim = len(x._aval.shape)
+    if len(dims) != ndim:
         raise ShapeError("permute", f"{len(dims)} dims given for a tensor of shape {x.shape}")
-    dims = tuple(normalize_dim("permute", d, x.ndim) for d in dims)
-    if dims == tuple(range(x.ndim)):
+    dims = tuple([normalize_dim("permute", d, ndim) for d in dims])
+    if dims == tuple(range(ndim)):
         return x
-    return apply("permute", x, dims=dims)
+    return bind(_PERMUTE, (x,), {"dims": dims})
 
 
 def transpose(x: Tensor, dim0: int, dim1: int) -> Tensor:
     """`x` with two dims swapped."""
-    if x.ndim == 0:
+    ndim = len(x._aval.shape)
+    if ndim == 0:
         return x
-    order = list(range(x.ndim))
-    a, b = normalize_dim("transpose", dim0, x.ndim), normalize_dim("transpose", dim1, x.ndim)
-    order[a], order[b] = order[b], order[a]
-    return permute(x, order)
+    a, b = normalize_dim("transpose", dim0, ndim), normalize_dim("transpose", dim1, ndim)
+    if a == b:
+        return x
+    order = list(range(ndim))
+    order[a], order[b] = b, a
+    return bind(_PERMUTE, (x,), {"dims": tuple(order)})  # a permutation already: `permute`'s checks skipped
 
 
 def _T(x: Tensor) -> Tensor:

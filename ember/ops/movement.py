@@ -33,9 +33,10 @@ primitive("reshape", infer=_reshape_infer, saves=saves_none,
 
 
 def _permute_infer(x: Aval, *, dims: tuple[int, ...]) -> Aval:
-    if sorted(dims) != list(range(len(x.shape))):
-        raise ShapeError("permute", f"dims {dims} are not a permutation of the {len(x.shape)} dims of {x.shape}")
-    return Aval(tuple(x.shape[d] for d in dims), x.dtype)
+    shape = x.shape
+    if sorted(dims) != list(range(len(shape))):
+        raise ShapeError("permute", f"dims {dims} are not a permutation of the {len(shape)} dims of {shape}")
+    return Aval(tuple([shape[d] for d in dims]), x.dtype)
 
 
 def _permute_vjp(ctx, g):
