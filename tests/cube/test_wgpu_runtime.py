@@ -48,6 +48,22 @@ def test_adapters_are_listed_best_first_and_chosen_by_index_or_name():
         rt_wgpu.choose_adapter(99)
 
 
+@pytest.mark.parametrize("adapter", range(len(rt_wgpu.listed_adapters()) if AVAILABLE else 0))
+def test_signed_integer_division_and_remainders_on_every_adapter(adapter, rng):
+    """Truncated and floored division and remainders of negative ints, on each adapter listed (OpenGL too:
+    naga's GLSL keeps `%`, which GLSL leaves undefined for negative operands)."""
+    import ember
+    from ember import Device
+    device = Device.wgpu(adapter)
+    a = rng.integers(-50, 50, 257).astype(np.int32)
+    b = rng.integers(-7, 8, 257).astype(np.int32)
+    b[b == 0] = 3
+    ea, eb = ember.tensor(a, device=device), ember.tensor(b, device=device)
+    np.testing.assert_array_equal((ea // eb).numpy(), a // b)
+    np.testing.assert_array_equal((ea % eb).numpy(), a % b)
+    np.testing.assert_array_equal(ember.fmod(ea, eb).numpy(), np.fmod(a, b))
+
+
 def test_device_arrays_and_numpy_arrays(rt):
     x = rt.to_device(np.arange(1000, dtype=np.float32))
     y = rt.to_device(np.ones(1000, np.float32))

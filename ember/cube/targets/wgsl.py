@@ -50,7 +50,7 @@ from .clike import BINARY
 from .walker import Walker, builtin_table, identifier
 
 ENTRY = "main"
-VERSION = "wgsl-6"  # bump when the rendering changes, so cached pipelines are rebuilt
+VERSION = "wgsl-7"  # bump when the rendering changes, so cached pipelines are rebuilt
 
 # Helper functions by op: WGSL has no erf, expm1, log1p, log10 or 32x32->64-bit multiply.
 HELPERS = {
@@ -404,6 +404,12 @@ class Renderer(Walker):
             return f"({a[0]} {'<<' if op == 'shl' else '>>'} u32({a[1]}))"  # WGSL shifts by a u32
         if op == "xor" and src is bool_:
             return f"({a[0]} != {a[1]})"
+        if op == "rem" and src.is_int and src.signed:
+            # a - (a / b) * b, WGSL's truncated remainder (and its 0 for b == 0) spelled out: naga's GLSL
+            # output keeps `%`, which GLSL leaves undefined for negative operands (llvmpipe's OpenGL
+            # adapter gave -7 % -2 == -7, -6 % 3 == 1).
+            x, y = a
+            return f"select({x} - ({x} / {y}) * {y}, {literal(0, src)}, {y} == {literal(0, src)})"
         if op == "ne" and src.is_float:  # naga's != is ordered (false for NaN); C's is not
             return f"(!({a[0]} == {a[1]}))"
         if op in ("lt", "le", "gt", "ge") and src is bool_:  # WGSL orders no bools: as 0/1 words
