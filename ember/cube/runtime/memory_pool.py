@@ -211,17 +211,22 @@ class MemoryPool:
         self.trace: list | None = None
         """When a list: each slice handed out, as (nbytes asked, slice), and each given back (see above)."""
 
+    def _tidy(self) -> None:
+        """Under the lock, before a reserve: give back the slices finalizers freed, and now and then the
+        pages idle for `free_after_s`."""
+        if self._pending:
+            self._drain()
+        now = time.monotonic()
+        if now >= self._next_idle_check:
+            self._next_idle_check = now + min(1.0, self.free_after_s / 4)
+            self._free_idle_pages()
+
     def reserve(self, nbytes: int) -> Slice:
         """A slice of at least `nbytes` (rounded up to the alignment or the size class)."""
         if nbytes < 0:
             raise ValueError(f"cannot reserve {nbytes} bytes")
         with self._lock:
-            if self._pending:
-                self._drain()
-            now = time.monotonic()
-            if now >= self._next_idle_check:
-                self._next_idle_check = now + min(1.0, self.free_after_s / 4)
-                self._free_idle_pages()
+            self._tidy()
             offset = None
             if nbytes <= self.small_limit:
                 size = ALIGN if nbytes <= ALIGN else 1 << (nbytes - 1).bit_length()
@@ -286,12 +291,7 @@ class MemoryPool:
             [None]
         """
         with self._lock:
-            if self._pending:
-                self._drain()
-            now = time.monotonic()
-            if now >= self._next_idle_check:
-                self._next_idle_check = now + min(1.0, self.free_after_s / 4)
-                self._free_idle_pages()
+            self._tidy()
             taken: list = []
             trace = self.trace
             small_limit, recent = self.small_limit, self._recent
