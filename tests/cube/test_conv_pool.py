@@ -262,6 +262,31 @@ def test_both_weight_grad_strategies_match_the_direct_loops(case, dtype):
                                        err_msg=strategy.__name__)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", [c for c in ADJOINT_CASES if c[-1] == 1], ids=str)
+def test_both_transpose_strategies_match_numpy(case, dtype):
+    """The autotuner's two layouts of conv_transpose2d's patches (`conv_gemm.transpose_tuner`): channel first
+    (one GEMM over the batch) and batch first (a GEMM per sample), each against the NumPy reference, with
+    strides, padding, dilation and an output padding."""
+    import ember.cube.kernels.conv_gemm as conv_gemm
+    xs, ws, s, p, d, _ = case
+    w = rng.standard_normal(ws).astype(dtype)
+    y = conv_ref(rng.standard_normal(xs), w, s, p, d, 1)
+    cot = rng.standard_normal(y.shape).astype(dtype)
+    extra = tuple(n + 2 * pp - ((o - 1) * ss + dd * (k - 1) + 1)
+                  for n, o, k, ss, pp, dd in zip(xs[2:], y.shape[2:], ws[2:], s, p, d))
+    params = dict(stride=s, padding=p, output_padding=extra, dilation=d, groups=1)
+    prim = registry["conv_transpose"]
+    want = NumpyBackend().execute(prim, [cot, w], params, prim.infer(Aval(cot.shape, dtype_of(cot.dtype)),
+                                                                     Aval(w.shape, dtype_of(w.dtype)), **params))
+    plan = (1, s, p, d, xs[2:])
+    for strategy in (conv_gemm._transpose_channel_first, conv_gemm._transpose_batch_first):
+        got = strategy(cot, w, plan)
+        assert got.shape == xs and got.dtype == np.dtype(dtype)
+        np.testing.assert_allclose(got, want, rtol=1e-4 if dtype == np.float32 else 1e-10, atol=1e-4,
+                                   err_msg=strategy.__name__)
+
+
 def test_the_weight_grad_reads_the_columns_conv2d_made_of_a_live_input(monkeypatch):
     """conv2d keeps the batch-first columns of its host input while that input lives (bounded by
     KEPT_COLUMN_BYTES, oldest dropped first); the per-sample weight gradient of the same input and geometry

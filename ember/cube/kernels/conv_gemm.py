@@ -5,7 +5,9 @@ the cube kernel, whichever the autotuner picked), fed by a cube kernel that copi
 
     conv2d:            cols = im2col(x)            (N, G, Cg*KH*KW, OH*OW)
                        y    = W (G, Og, Cg*KH*KW) @ cols -> (N, O, OH*OW)  (one GEMM per sample)
-    conv_transpose2d:  patches = W^T (G, Og*KH*KW, Cg) @ x (G, Cg, N*H*W), x copied channel first
+    conv_transpose2d:  patches = W^T (G, Og*KH*KW, Cg) @ x (G, Cg, N*H*W), x copied channel first,
+                    or, groups 1 on the host: patches = W^T @ x[n] per sample, x read in place
+                       (whichever `transpose_tuner` timed faster for the shape class)
                        y = col2im(patches), cropped by `padding`        (a gather: no atomics)
     conv_weight_grad2d: cols = im2col(x) laid out (G, Cg*KH*KW, N*OH*OW)
                        dW = g (G, Og, N*OH*OW) @ cols^T                 (the batch folded into k)
@@ -295,25 +297,83 @@ def conv_transpose2d(x: np.ndarray, w: np.ndarray, stride=1, padding=0, output_p
                                              f"{(oh, ow)}")
     if cg == 0 or h * wd == 0:
         return zeros((nb, o, oh, ow), x.dtype, x)
+    if nb * o * oh * ow == 0:
+        return empty((nb, o, oh, ow), x.dtype, x)
+    plan = (groups, (sh, sw), (ph, pw), (dh, dw), (oh, ow))
+    if groups == 1 and isinstance(x, np.ndarray) and x.dtype in _HOST_BLAS_DTYPES:
+        return transpose_tuner()(x, w, plan)
+    return _transpose_channel_first(x, w, plan)
+
+
+def _transpose_channel_first(x, w, plan: tuple):
+    """patches = W^T (G, Og*KH*KW, Cg) @ x (G, Cg, N*H*W): one GEMM per group over the whole batch, after
+    one copy of the pixels channel first; patches (G, Og*KH*KW, N*H*W) in memory."""
+    groups = plan[0]
+    nb, c, h, wd = x.shape
+    og, kh, kw = w.shape[1:]
+    cg = c // groups
+    weights_t = w.reshape(groups, cg, og * kh * kw).transpose(0, 2, 1)  # (G, Og*KH*KW, Cg), a view
+    pixels = cast(x.reshape(nb, groups, cg, h * wd).transpose(1, 2, 0, 3), x.dtype)  # (G, Cg, N, H*W)
+    patches = tuned_matmul(weights_t, pixels.reshape(groups, cg, nb * h * wd))
+    return _col2im(patches, x, w, plan, s_n=h * wd, s_row=nb * h * wd)
+
+
+def _transpose_batch_first(x, w, plan: tuple):
+    """(groups 1) patches = W^T (O*KH*KW, C) @ x[n] (C, H*W) for each sample, x read in place; patches
+    (N, O*KH*KW, H*W) in memory."""
+    nb, c, h, wd = x.shape
+    rows = w.shape[1] * w.shape[2] * w.shape[3]
+    patches = tuned_matmul(w.reshape(c, rows).T, x.reshape(nb, c, h * wd))
+    return _col2im(patches, x, w, plan, s_n=rows * h * wd, s_row=h * wd)
+
+
+def _col2im(patches, x, w, plan: tuple, s_n: int, s_row: int) -> np.ndarray:
+    """The output of conv_transpose2d gathered from `patches` (row o*KH*KW + tap of sample n, pixel p at
+    n * s_n + row * s_row + p), cropped by the padding."""
+    groups, (sh, sw), (ph, pw), (dh, dw), (oh, ow) = plan
+    nb, _, h, wd = x.shape
+    og, kh, kw = w.shape[1:]
+    o = og * groups
     out = empty((nb, o, oh, ow), x.dtype, x)
     check_size("conv_transpose2d", x, w, out)
-    if out.size == 0:
-        return out
-    weights_t = w.reshape(groups, cg, og * kh * kw).transpose(0, 2, 1)  # (G, Og*KH*KW, Cg), a view
-    # One GEMM per group over the whole batch (the batch folded into n) after one copy of the pixels.
-    # Measured against one GEMM per sample reading x in place (no copy, patches batch first): that
-    # was slower on one thread and on two, in the GEMM and in col2im's reads (MNIST conv2: 0.3-0.6 ms).
-    pixels = cast(x.reshape(nb, groups, cg, h * wd).transpose(1, 2, 0, 3), x.dtype)  # (G, Cg, N, H*W)
-    patches = tuned_matmul(weights_t, pixels.reshape(groups, cg, nb * h * wd))  # (G, Og*KH*KW, N*H*W)
-    # patches: (O*KH*KW, N, H*W) in memory, read in place by col2im (s_row and s_n)
     g = _geometry(N=nb, C=o, H=h, W=wd, KH=kh, KW=kw, OH=oh, OW=ow, sh=sh, sw=sw, ph=ph, pw=pw, dh=dh, dw=dw,
-                  s_n=h * wd, s_row=nb * h * wd)
+                  s_n=s_n, s_row=s_row)
     count, dim, units, exact = _grid(ow, nb * o)
     t = cube_dtype(x.dtype)
     col2im_kernel.launch(count, dim, contiguous(patches), out, g, units=units, exact=exact,
                          T=cube.f32 if t.itemsize < 4 else t, unit_stride=sh == 1 and sw == 1,
                          kernel=(kh, kw) if kh * kw <= UNROLL_TAPS else (0, 0))
     return out
+
+
+_transpose_tuner = None
+
+
+def transpose_tuner():
+    """The process's `Autotuner` over the two layouts of conv_transpose2d's patches (groups 1, host): channel
+    first (the pixels copied, one GEMM over the batch) or batch first (x read in place, a GEMM per sample),
+    per shape class (batch, in channels, out channels x taps, pixels; cached per CPU model). Neither wins
+    everywhere: the MNIST CNN's conv2 input gradient (x (64, 32, 14, 14), w (32, 16, 3, 3)) ran batch first
+    in 1.7 ms against 2.2 on a 2-vCPU Zen 4 with two threads, and in 4.5 against 2.8 ms on one (the 64
+    small GEMMs cost more than the copy there); an earlier VM measured batch first slower on both.
+
+    Example:
+        >>> transpose_tuner().choose(x, w, plan) in ("channel_first", "batch_first")
+        True
+    """
+    global _transpose_tuner
+    if _transpose_tuner is None:
+        from ..runtime.autotune import Autotuner, anchor, device_cache
+
+        def key(x, w, plan) -> tuple:
+            return (anchor(x.shape[0]), anchor(x.shape[1]), anchor(w.shape[1] * w.shape[2] * w.shape[3]),
+                    anchor(x.shape[2] * x.shape[3]), str(x.dtype))
+        _transpose_tuner = Autotuner(
+            "conv_transpose", {"channel_first": _transpose_channel_first, "batch_first": _transpose_batch_first},
+            key, cache=device_cache("cpu"),
+            worth=lambda x, w, plan: x.shape[0] > 1 and 2 * x.size * w.shape[1] * w.shape[2] * w.shape[3]
+            >= TUNE_MIN_FLOPS)
+    return _transpose_tuner
 
 
 def conv_weight_grad2d(x: np.ndarray, grad: np.ndarray, kernel, stride=1, padding=0, dilation=1,
