@@ -30,6 +30,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import math
 import weakref
 
@@ -346,34 +347,29 @@ def _col2im(patches, x, w, plan: tuple, s_n: int, s_row: int) -> np.ndarray:
     return out
 
 
-_transpose_tuner = None
-
-
+@functools.cache
 def transpose_tuner():
     """The process's `Autotuner` over the two layouts of conv_transpose2d's patches (groups 1, host): channel
     first (the pixels copied, one GEMM over the batch) or batch first (x read in place, a GEMM per sample),
     per shape class (batch, in channels, out channels x taps, pixels; cached per CPU model). Neither wins
-    everywhere: the MNIST CNN's conv2 input gradient (x (64, 32, 14, 14), w (32, 16, 3, 3)) ran batch first
-    in 1.7 ms against 2.2 on a 2-vCPU Zen 4 with two threads, and in 4.5 against 2.8 ms on one (the 64
-    small GEMMs cost more than the copy there); an earlier VM measured batch first slower on both.
+    everywhere (2-vCPU Zen 4, interleaved runs, min): batch first ran a ResNet-like layer (x (32, 64, 56, 56),
+    w (64, 64, 3, 3)) in 64 ms against 74, tied the MNIST CNN's conv2 input gradient on two threads (2.44
+    against 2.22 ms) and lost it on one (4.5 against 2.8 ms: the 64 small GEMMs cost more than the copy).
 
     Example:
         >>> transpose_tuner().choose(x, w, plan) in ("channel_first", "batch_first")
         True
     """
-    global _transpose_tuner
-    if _transpose_tuner is None:
-        from ..runtime.autotune import Autotuner, anchor, device_cache
+    from ..runtime.autotune import Autotuner, anchor, device_cache
 
-        def key(x, w, plan) -> tuple:
-            return (anchor(x.shape[0]), anchor(x.shape[1]), anchor(w.shape[1] * w.shape[2] * w.shape[3]),
-                    anchor(x.shape[2] * x.shape[3]), str(x.dtype))
-        _transpose_tuner = Autotuner(
-            "conv_transpose", {"channel_first": _transpose_channel_first, "batch_first": _transpose_batch_first},
-            key, cache=device_cache("cpu"),
-            worth=lambda x, w, plan: x.shape[0] > 1 and 2 * x.size * w.shape[1] * w.shape[2] * w.shape[3]
-            >= TUNE_MIN_FLOPS)
-    return _transpose_tuner
+    def key(x, w, plan) -> tuple:
+        return (anchor(x.shape[0]), anchor(x.shape[1]), anchor(w.shape[1] * w.shape[2] * w.shape[3]),
+                anchor(x.shape[2] * x.shape[3]), str(x.dtype))
+    return Autotuner(
+        "conv_transpose", {"channel_first": _transpose_channel_first, "batch_first": _transpose_batch_first},
+        key, cache=device_cache("cpu"),
+        worth=lambda x, w, plan: x.shape[0] > 1 and 2 * x.size * w.shape[1] * w.shape[2] * w.shape[3]
+        >= TUNE_MIN_FLOPS)
 
 
 def conv_weight_grad2d(x: np.ndarray, grad: np.ndarray, kernel, stride=1, padding=0, dilation=1,
@@ -442,9 +438,7 @@ def _weight_grad_per_sample(x, grad, geometry: tuple):
     return np.ascontiguousarray(dw_t.T).reshape((o, c) + tuple(kernel))
 
 
-_weight_grad_tuner = None
-
-
+@functools.cache
 def weight_grad_tuner():
     """The process's `Autotuner` over the two ways to compute a (groups 1, host) weight gradient, per shape
     class (batch, out channels, C*KH*KW, positions; cached per CPU model). It times them where a training
@@ -455,17 +449,14 @@ def weight_grad_tuner():
         >>> weight_grad_tuner().choose(x, grad, ((3, 3), 1, 1, 1, (28, 28)))
         'per_sample'
     """
-    global _weight_grad_tuner
-    if _weight_grad_tuner is None:
-        from ..runtime.autotune import Autotuner, anchor, device_cache
+    from ..runtime.autotune import Autotuner, anchor, device_cache
 
-        def key(x, grad, geometry) -> tuple:
-            kernel, (gh, gw) = geometry[0], geometry[4]
-            return (anchor(x.shape[0]), anchor(grad.shape[1]), anchor(x.shape[1] * kernel[0] * kernel[1]),
-                    anchor(gh * gw), str(x.dtype))
-        _weight_grad_tuner = Autotuner(
-            "conv_weight_grad", {"folded": _weight_grad_folded, "per_sample": _weight_grad_per_sample}, key,
-            cache=device_cache("cpu"),
-            worth=lambda x, grad, geometry: x.shape[0] > 1 and 2 * grad.size * x.shape[1] * math.prod(geometry[0])
-            >= TUNE_MIN_FLOPS)
-    return _weight_grad_tuner
+    def key(x, grad, geometry) -> tuple:
+        kernel, (gh, gw) = geometry[0], geometry[4]
+        return (anchor(x.shape[0]), anchor(grad.shape[1]), anchor(x.shape[1] * kernel[0] * kernel[1]),
+                anchor(gh * gw), str(x.dtype))
+    return Autotuner(
+        "conv_weight_grad", {"folded": _weight_grad_folded, "per_sample": _weight_grad_per_sample}, key,
+        cache=device_cache("cpu"),
+        worth=lambda x, grad, geometry: x.shape[0] > 1 and 2 * grad.size * x.shape[1] * math.prod(geometry[0])
+        >= TUNE_MIN_FLOPS)

@@ -228,8 +228,9 @@ class MemoryPool:
         with self._lock:
             self._tidy()
             offset = None
-            if nbytes <= self.small_limit:
-                size = ALIGN if nbytes <= ALIGN else 1 << (nbytes - 1).bit_length()
+            small = nbytes <= self.small_limit
+            size = self._size(nbytes, small)
+            if small:
                 pages = self._slabs.get(size)
                 if pages is None:
                     pages = self._slabs[size] = []
@@ -239,8 +240,6 @@ class MemoryPool:
                         offset = heapq.heappop(page.free_chunks)
                         break
             else:
-                size = -(-nbytes // ALIGN) * ALIGN
-                self._recent.append(size)
                 pages = self._large
                 for page in pages:  # first fit; pages whose longest free range is too short are skipped
                     if page.largest >= size >= page.floor:
@@ -248,7 +247,6 @@ class MemoryPool:
                         if offset is not None:
                             break
             if offset is None:
-                small = nbytes <= self.small_limit
                 target = 0 if small else self._target()
                 new = max(SLAB_PAGE, size) if small else max(size, target)
                 if self._reserved + new > self._peak_reserved:
@@ -263,14 +261,32 @@ class MemoryPool:
                     page = self._new_page(new, size) if small else self._new_page(new, 0, floor)
                     pages.append(page)
                     offset = page.take(size)
-            self._in_use += size
-            self._slices += 1
-            if self._in_use > self._peak_in_use:
-                self._peak_in_use = self._in_use
-            piece = Slice(page, offset, size)
-            if self.trace is not None:
-                self.trace.append((nbytes, piece))
-            return piece
+            return self._handed_out(nbytes, Slice(page, offset, size))
+
+    def _size(self, nbytes: int, small: bool) -> int:
+        """The bytes a slice of `nbytes` takes: its slab's chunk size (small), else `nbytes` aligned (and
+        remembered for the page target)."""
+        if small:
+            return ALIGN if nbytes <= ALIGN else 1 << (nbytes - 1).bit_length()
+        size = -(-nbytes // ALIGN) * ALIGN
+        self._recent.append(size)
+        return size
+
+    def _handed_out(self, nbytes: int, piece: Slice) -> Slice:
+        """Count `piece` as in use (and traced)."""
+        self._in_use += piece.size
+        self._slices += 1
+        if self._in_use > self._peak_in_use:
+            self._peak_in_use = self._in_use
+        if self.trace is not None:
+            self.trace.append((nbytes, piece))
+        return piece
+
+    def _given_back(self, piece: Slice) -> None:
+        """Give `piece` back under the lock (and trace it)."""
+        if self.trace is not None:
+            self.trace.append(piece)
+        self._give(piece)
 
     def retake(self, events: list) -> list | None:
         """The slices a trace names, taken where it says, in one call: `events` as `Captured` keeps them
@@ -293,37 +309,20 @@ class MemoryPool:
         with self._lock:
             self._tidy()
             taken: list = []
-            trace = self.trace
-            small_limit, recent = self.small_limit, self._recent
+            small_limit = self.small_limit
             for event in events:
                 if type(event) is int:
-                    piece = taken[event]
+                    self._given_back(taken[event])
                     taken[event] = None
-                    if trace is not None:
-                        trace.append(piece)
-                    self._give(piece)
                     continue
                 nbytes, page, offset = event
-                if nbytes <= small_limit:
-                    size = ALIGN if nbytes <= ALIGN else 1 << (nbytes - 1).bit_length()
-                else:
-                    size = -(-nbytes // ALIGN) * ALIGN
-                    recent.append(size)
+                size = self._size(nbytes, nbytes <= small_limit)
                 if page.released or not page.take_at(offset, size):
                     for piece in taken:
                         if piece is not None:
-                            if trace is not None:
-                                trace.append(piece)
-                            self._give(piece)
+                            self._given_back(piece)
                     return None
-                piece = Slice(page, offset, size)
-                taken.append(piece)
-                self._in_use += size
-                self._slices += 1
-                if self._in_use > self._peak_in_use:
-                    self._peak_in_use = self._in_use
-                if trace is not None:
-                    trace.append((nbytes, piece))
+                taken.append(self._handed_out(nbytes, Slice(page, offset, size)))
             return taken
 
     def free(self, piece: Slice) -> None:
