@@ -1,6 +1,6 @@
 """The OpenMP-driven OpenBLAS GEMM (runtime/blas.py) against float64 NumPy: layouts, broadcast batches,
-empty and degenerate shapes, pieces split over threads; and that OpenBLAS's own thread setting is
-left as it was."""
+empty and degenerate shapes, pieces split over threads; batches summed as they are made
+(`matmul_sum`); and that OpenBLAS's own thread setting is left as it was."""
 
 import ctypes
 
@@ -47,6 +47,33 @@ def test_batches_and_broadcasting(dtype):
     check(normal(2, 3, 80, 60, dtype=dtype), b[0])    # one b for consecutive row blocks: one taller product
     check(a[:, :, :50], normal(1, 50, 70, dtype=dtype))  # blocks of a wider matrix (ld 60): folded too
     check(a.transpose(1, 0, 2)[:, :3], b[0])          # blocks not consecutive: kept batched
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_many_small_matrices_are_split_over_the_batch(dtype):
+    # Each product under OpenBLAS's single-thread size, the batch over it (a conv with one input
+    # channel: 16x9 @ 9x784 per sample).
+    check(normal(16, 9, dtype=dtype), normal(64, 9, 784, dtype=dtype))
+    check(normal(64, 9, 784, dtype=dtype), normal(64, 784, 16, dtype=dtype))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("a_shape, b_shape", [((64, 144, 196), (64, 196, 32)), ((3, 40, 50), (3, 50, 60)),
+                                              ((1, 80, 70), (1, 70, 90)), ((5, 9, 784), (5, 784, 16)),
+                                              ((7, 30, 20), (20, 40)), ((2, 3, 60, 50), (3, 50, 70)),
+                                              ((0, 30, 40), (0, 40, 50)), ((4, 30, 0), (4, 0, 50)),
+                                              ((2, 2, 3), (2, 3, 2))])
+def test_matmul_sum_adds_the_batch_products(dtype, a_shape, b_shape):
+    a, b = normal(*a_shape, dtype=dtype), normal(*b_shape, dtype=dtype)
+    got = host_blas().matmul_sum(a, np.swapaxes(np.swapaxes(b, -1, -2).copy(), -1, -2))  # b read transposed
+    products = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    want = products.sum(tuple(range(products.ndim - 2)))
+    assert got.shape == want.shape and got.dtype == a.dtype
+    tol = 1e-4 if dtype == np.float32 else 1e-10
+    terms = max(1, products.size // max(1, want.size) * a.shape[-1])  # products summed into each output
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * terms ** 0.5)
+    with pytest.raises(ValueError, match="needs matrices and a batch"):
+        host_blas().matmul_sum(normal(3, 4), normal(4, 5))
 
 
 def test_views_blas_cannot_take_are_copied():

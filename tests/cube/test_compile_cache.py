@@ -195,18 +195,21 @@ def test_compiler_probes_are_remembered_per_compiler(tmp_path, monkeypatch):
         settings.reload()
 
 
-def test_openmp_waits_passively_even_when_the_probe_loads_it_first(tmp_path):
-    """libgomp reads OMP_WAIT_POLICY once, when a library linking it first loads: with a cold probe
-    cache that is the OpenMP probe, so the policy must be set before it (spinning threads made MNIST
-    steps 5x slower on a loaded 2-core machine)."""
+def test_openmp_spin_is_bounded_even_when_the_probe_loads_it_first(tmp_path):
+    """libgomp reads its wait policy once, when a library linking it first loads: with a cold probe cache
+    that is the OpenMP probe, so `SPIN_ROUNDS` must be set before it; a policy the user set is kept."""
     import os
     import subprocess
-    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    from ember.cube.runtime.cpu import SPIN_ROUNDS
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")}
     env.update(EMBER_CACHE_DIR=str(tmp_path), OMP_DISPLAY_ENV="verbose")
     script = "from ember.cube.runtime import cpu; cpu.cpu_runtime()"
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
     if "GOMP_SPINCOUNT" not in out.stderr:
         pytest.skip("the compiler's OpenMP runtime is not libgomp (no GOMP_SPINCOUNT to read)")
+    assert f"GOMP_SPINCOUNT = '{SPIN_ROUNDS}'" in out.stderr, out.stderr
+    env["OMP_WAIT_POLICY"] = "passive"
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
     assert "GOMP_SPINCOUNT = '0'" in out.stderr, out.stderr
 
 

@@ -41,7 +41,7 @@ from ...errors import DTypeError, ShapeError
 from .common import asarray, check_size, contiguous, cube_dtype, element_strides, empty, zeros
 from .conv import _pair
 from .elementwise import cast
-from .matmul import TUNE_MIN_FLOPS, tuned_matmul
+from .matmul import TUNE_MIN_FLOPS, summed_matmul, tuned_matmul
 
 UNITS = 128
 COLUMN_BYTES = 256 << 20  # the most memory one im2col buffer may take
@@ -434,7 +434,7 @@ def _weight_grad_per_sample(x, grad, geometry: tuple):
     if cols is None:
         cols = im2col(x, kernel, stride, padding, dilation, (gh, gw))  # (N, C*KH*KW, P)
     g = contiguous(grad).reshape(nb, o, gh * gw)
-    dw_t = np.add.reduce(tuned_matmul(cols, g.transpose(0, 2, 1)), 0)  # (C*KH*KW, O)
+    dw_t = summed_matmul(cols, g.transpose(0, 2, 1))  # (C*KH*KW, O), the products summed as they are made
     return np.ascontiguousarray(dw_t.T).reshape((o, c) + tuple(kernel))
 
 

@@ -180,6 +180,19 @@ def _blas_matmul():
     return np.matmul if blas is None else blas.matmul
 
 
+def summed_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """`(a @ b).sum(0)` for f32/f64 NumPy batches (N, M, K) @ (N, K, P): the host BLAS accumulates each
+    thread's run of the batch in place (`HostBlas.matmul_sum`), so the N products are never stored.
+
+    Example:
+        >>> summed_matmul(np.ones((3, 2, 4), np.float32), np.ones((3, 4, 5), np.float32))[0, 0]
+        12.0
+    """
+    from ..runtime.blas import host_blas
+    blas = host_blas()
+    return np.add.reduce(np.matmul(a, b), 0) if blas is None else blas.matmul_sum(a, b)
+
+
 def _blas_name() -> str:
     from ..runtime.blas import host_blas
     blas = host_blas()

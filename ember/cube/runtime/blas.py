@@ -48,10 +48,12 @@ _FLAVOURS = (("scipy_cblas_", "gemm64_", "scipy_openblas_get_num_threads64_", "s
              ("cblas_", "gemm", "openblas_get_num_threads", "openblas_set_num_threads", 0))
 
 # One entry point for both dtypes and both int widths; p = [batch, m, n, k, a_batch_stride, lda, trans_a,
-# b_batch_stride, ldb, trans_b, c_batch_stride, ldc, f64, ilp64] (strides and leading dims in elements).
+# b_batch_stride, ldb, trans_b, c_batch_stride, ldc, f64, ilp64, sum over the batch] (strides and leading
+# dims in elements).
 SHIM = r"""
 #include <stdint.h>
 #include <omp.h>
+#include <stdlib.h>
 typedef void (*s64_t)(int, int, int, int64_t, int64_t, int64_t, float, const float *, int64_t,
                       const float *, int64_t, float, float *, int64_t);
 typedef void (*d64_t)(int, int, int, int64_t, int64_t, int64_t, double, const double *, int64_t,
@@ -67,9 +69,10 @@ typedef void (*set32_t)(int);
 
 enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112 };
 
-/* One piece: rows [r0, r1) and columns [c0, c1) of matrix `i` of the batch. */
+/* One piece: rows [r0, r1) and columns [c0, c1) of matrix `i` of the batch, written to c (or added to
+   it when `add`). */
 static void piece(void *fn, const int64_t *p, const char *a, const char *b, char *c, int64_t i,
-                  int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+                  int64_t r0, int64_t r1, int64_t c0, int64_t c1, int add) {
   const int64_t k = p[3], lda = p[5], ldb = p[8], ldc = p[11];
   const int ta = (int)p[6], tb = (int)p[9], f64 = (int)p[12], ilp64 = (int)p[13];
   const int64_t size = f64 ? 8 : 4;
@@ -78,15 +81,15 @@ static void piece(void *fn, const int64_t *p, const char *a, const char *b, char
   char *ci = c + (i * p[10] + r0 * ldc + c0) * size;
   const int64_t m = r1 - r0, n = c1 - c0;
   if (f64 && ilp64)
-    ((d64_t)fn)(ROW_MAJOR, ta, tb, m, n, k, 1.0, (const double *)ai, lda, (const double *)bi, ldb, 0.0, (double *)ci, ldc);
+    ((d64_t)fn)(ROW_MAJOR, ta, tb, m, n, k, 1.0, (const double *)ai, lda, (const double *)bi, ldb, (double)add, (double *)ci, ldc);
   else if (f64)
     ((d32_t)fn)(ROW_MAJOR, ta, tb, (int)m, (int)n, (int)k, 1.0, (const double *)ai, (int)lda, (const double *)bi,
-                (int)ldb, 0.0, (double *)ci, (int)ldc);
+                (int)ldb, (double)add, (double *)ci, (int)ldc);
   else if (ilp64)
-    ((s64_t)fn)(ROW_MAJOR, ta, tb, m, n, k, 1.0f, (const float *)ai, lda, (const float *)bi, ldb, 0.0f, (float *)ci, ldc);
+    ((s64_t)fn)(ROW_MAJOR, ta, tb, m, n, k, 1.0f, (const float *)ai, lda, (const float *)bi, ldb, (float)add, (float *)ci, ldc);
   else
     ((s32_t)fn)(ROW_MAJOR, ta, tb, (int)m, (int)n, (int)k, 1.0f, (const float *)ai, (int)lda, (const float *)bi,
-                (int)ldb, 0.0f, (float *)ci, (int)ldc);
+                (int)ldb, (float)add, (float *)ci, (int)ldc);
 }
 
 void ember_gemm(void *fn, void *get, void *set, const int64_t *p, const void *a, const void *b, void *c,
@@ -97,8 +100,29 @@ void ember_gemm(void *fn, void *get, void *set, const int64_t *p, const void *a,
   if (old != 1) { if (ilp64) ((set64_t)set)(1); else ((set32_t)set)(1); }
   const int threads = omp_get_max_threads();
   const double flops = 2.0 * batch * m * n * k;
-  if (threads == 1 || flops < (double)serial_flops) {
-    for (int64_t i = 0; i < batch; ++i) piece(fn, p, a, b, c, i, 0, m, 0, n);
+  if (p[14] && batch > 1) {
+    /* The batch's products summed into one (m, n) c: contiguous runs of the batch, each accumulated
+       by one task (two per thread, as below) into c or a scratch matrix, then the scratches added. */
+    const int64_t size = p[12] ? 8 : 4, cells = m * n;
+    int64_t parts = threads == 1 || flops < (double)serial_flops ? 1 : 2 * threads;
+    if (parts > batch) parts = batch;
+    char *scratch = parts > 1 ? malloc((size_t)((parts - 1) * cells * size)) : NULL;
+    if (parts > 1 && !scratch) parts = 1;
+    #pragma omp parallel for schedule(dynamic, 1) if(parts > 1)
+    for (int64_t q = 0; q < parts; ++q) {
+      char *into = q == 0 ? (char *)c : scratch + (q - 1) * cells * size;
+      for (int64_t i = batch * q / parts; i < batch * (q + 1) / parts; ++i)
+        piece(fn, p, a, b, into, i, 0, m, 0, n, i > batch * q / parts);
+    }
+    for (int64_t q = 1; q < parts; ++q) {
+      if (p[12]) { double *to = (double *)c; const double *from = (const double *)scratch + (q - 1) * cells;
+                   for (int64_t e = 0; e < cells; ++e) to[e] += from[e]; }
+      else { float *to = (float *)c; const float *from = (const float *)scratch + (q - 1) * cells;
+             for (int64_t e = 0; e < cells; ++e) to[e] += from[e]; }
+    }
+    free(scratch);
+  } else if (threads == 1 || flops < (double)serial_flops) {
+    for (int64_t i = 0; i < batch; ++i) piece(fn, p, a, b, c, i, 0, m, 0, n, 0);
   } else {
     /* Enough matrices: one per task. Else split each over rows (or columns when wider), two pieces
        per thread so that a thread slowed by another process does not hold the others back. */
@@ -111,8 +135,8 @@ void ember_gemm(void *fn, void *get, void *set, const int64_t *p, const void *a,
     for (int64_t t = 0; t < tasks; ++t) {
       const int64_t i = t / split, s = t % split;
       const int64_t lo = extent * s / split, hi = extent * (s + 1) / split;
-      if (by_rows) piece(fn, p, a, b, c, i, lo, hi, 0, n);
-      else piece(fn, p, a, b, c, i, 0, m, lo, hi);
+      if (by_rows) piece(fn, p, a, b, c, i, lo, hi, 0, n, 0);
+      else piece(fn, p, a, b, c, i, 0, m, lo, hi, 0);
     }
   }
   if (old != 1) { if (ilp64) ((set64_t)set)(old); else ((set32_t)set)((int)old); }
@@ -146,27 +170,46 @@ class HostBlas:
             array([[0., 1.],
                    [2., 3.]])
         """
-        if (a.ndim < 2 or b.ndim < 2 or a.dtype != b.dtype or a.dtype not in self.gemm
-                or a.shape[-2] * a.shape[-1] * b.shape[-1] < OPENBLAS_SERIAL_MNK
-                or not self.ilp64 and max(a.size, b.size) >= 2**31):
+        return self._gemm(a, b, summed=False)
+
+    def matmul_sum(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """`(a @ b).sum(0)` for 3-D (or broadcast) batches, without the batch of products: each thread
+        accumulates a run of the batch in BLAS (beta = 1) and the runs' sums are added at the end. This
+        is how a convolution's per-sample weight gradients are summed.
+
+        Example:
+            >>> host_blas().matmul_sum(np.ones((3, 2, 4)), np.ones((3, 4, 5)))[0, 0]
+            12.0
+        """
+        if min(a.ndim, b.ndim) < 2 or max(a.ndim, b.ndim) < 3:
+            raise ValueError(f"matmul_sum: needs matrices and a batch, got {a.shape} @ {b.shape}")
+        return self._gemm(a, b, summed=True)
+
+    def _gemm(self, a: np.ndarray, b: np.ndarray, summed: bool) -> np.ndarray:
+        if a.ndim < 2 or b.ndim < 2:
             return np.matmul(a, b)
-        (m, k), n = a.shape[-2:], b.shape[-1]
-        if k != b.shape[-2]:
+        if a.shape[-1] != b.shape[-2]:
             raise ValueError(f"matmul: inner dims differ: {a.shape} @ {b.shape}")
+        (m, k), n = a.shape[-2:], b.shape[-1]
         batch_shape = () if a.ndim == b.ndim == 2 else np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-        out = empty(batch_shape + (m, n), a.dtype)  # from the host pool: `Device.cpu().memory_stats()` counts it
+        batch = math.prod(batch_shape)
+        if (a.dtype != b.dtype or a.dtype not in self.gemm or batch * m * k * n < OPENBLAS_SERIAL_MNK
+                or not self.ilp64 and max(a.size, b.size) >= 2**31):
+            product = np.matmul(a, b)
+            return np.add.reduce(product, tuple(range(product.ndim - 2))) if summed else product
+        # from the host pool: `Device.cpu().memory_stats()` counts it
+        out = empty((m, n) if summed else batch_shape + (m, n), a.dtype)
         if out.size == 0:
             return out
-        if k == 0:
+        if k == 0 or batch == 0:
             out[...] = 0
             return out
         a, ta, lda, a_step = _operand(a, batch_shape)
         b, tb, ldb, b_step = _operand(b, batch_shape)
-        batch = math.prod(batch_shape)
-        if batch > 1 and b_step == 0 and ta == 111 and a_step == m * lda:
+        if batch > 1 and b_step == 0 and ta == 111 and a_step == m * lda and not summed:
             m, batch, a_step = batch * m, 1, 0  # one b for a's consecutive row blocks: one taller product
-        p = (ctypes.c_int64 * 14)(batch, m, n, k, a_step, lda, ta, b_step, ldb, tb, m * n, n,
-                                  int(a.dtype == np.float64), self.ilp64)
+        p = (ctypes.c_int64 * 15)(batch, m, n, k, a_step, lda, ta, b_step, ldb, tb, 0 if summed else m * n, n,
+                                  int(a.dtype == np.float64), self.ilp64, int(summed))
         self.shim(self.gemm[a.dtype], self.get, self.set, p, data_pointer(a), data_pointer(b), data_pointer(out),
                   SERIAL_FLOPS, MIN_PIECE)
         return out

@@ -11,10 +11,10 @@ where launch = [cube_count.x, cube_count.y, cube_count.z, len(array_0), len(arra
 args[i] is the i-th parameter: a data pointer for an array, a pointer to the value for a scalar.
 
 A launch spreads its cubes over OpenMP's threads only when its largest array has at least
-`ember_parallel_min` elements (a global of each kernel library): waking the threads, which wait
-passively, costs ~5 us on a bare machine and ~100 us on a virtual one, where a 65,536-element add ran in
-170 us on two threads and 65 us on one. The runtime measures that cost once per process
-(`wake_cost`) and sets every library's threshold to the size whose work it saves (`parallel_min_for`);
+`ember_parallel_min` elements (a global of each kernel library): a parallel region costs its threads'
+wake-up, a few microseconds while they still spin after the last one (`SPIN_ROUNDS`), ~5 us asleep on a
+bare machine and ~100 us on a virtual one. The runtime measures that cost once per process, back to back
+(`wake_cost`), and sets every library's threshold to the size whose work it saves (`parallel_min_for`);
 `[cpu] parallel_min` (`EMBER_CPU_PARALLEL_MIN`) sets it instead.
 
 Example:
@@ -58,6 +58,22 @@ optimizer's state saved and resumed replays the same bits as the run that went o
 differed in the last bit with contraction; `tests/optim/test_state.py`). Elementwise kernels are
 bound by memory, not by the FMA's saved instruction. NVRTC still contracts (its `--fmad=true`), so on
 CUDA the last bit may depend on the blocks."""
+
+SPIN_ROUNDS = 30_000
+"""How long an idle OpenMP thread spins before it sleeps: `GOMP_SPINCOUNT` rounds (~21 ns each on a 2-vCPU
+AMD EPYC: 0.6-0.9 ms of CPU after the last parallel region, measured as CPU time burnt in a sleep).
+
+Why not sleep at once (`OMP_WAIT_POLICY=passive`, ember's choice until stop 25): on a virtual machine a
+sleeping thread's vCPU halts, and waking it for the next kernel cost ~100 us; a 2^20-element fill ran
+118-204 us on two passive threads (96 us on one) and 48-71 us on two spinning ones, a max pool
+158-261 against 79-133 us (six alternated processes each). Why not libgomp's default (300,000 rounds,
+~6 ms): a thread that spins that long after the last kernel takes a core from whatever runs next (NumPy's
+own BLAS threads made MNIST steps 5x slower that way, stop 12). Within a training step the kernels come
+less than a millisecond apart, so the threads stay awake through a step and sleep between steps.
+
+One libgomp serves the process: torch's wheel ships its own `libgomp.so.1`, and a kernel library loaded
+after torch links that one. So this setting is torch's as well when ember starts first (the bench: with
+passive threads torch's MLP step ran 8.8-10.2 ms against 5.2-7.1 ms with its default)."""
 
 ELEMENTS_PER_US = 3000
 """Elements of a contiguous elementwise kernel one thread does per microsecond (2^20 f32 adds in ~300 us on
@@ -103,13 +119,12 @@ def cpu_available() -> tuple:
     """(True, "") if a C compiler with OpenMP builds and loads a test kernel here, else (False, why)."""
     global _probe
     if _probe is None:
-        # OpenMP's idle threads spin by default; beside NumPy's BLAS threads (and on a shared machine)
-        # the spinning takes the cores that the next kernel or GEMM needs: 5x slower MNIST steps on two
-        # cores. Passive waiting costs a futex wake per parallel launch instead. libgomp reads this once,
-        # when the first library linking it loads, which the OpenMP probe below can be: so it is set
-        # here, before the probe (set in the runtime, after the probe, it was ignored). A value the user
-        # set is kept.
-        os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+        # How OpenMP's idle threads wait (see `SPIN_ROUNDS`). libgomp reads this once, when the first
+        # library linking it loads, which the OpenMP probe below can be: so it is set here, before the
+        # probe (set in the runtime, after the probe, it was ignored). A policy the user set is kept.
+        if not any(name in os.environ for name in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")):
+            os.environ["GOMP_SPINCOUNT"] = str(SPIN_ROUNDS)
+            os.environ["KMP_BLOCKTIME"] = "1"  # LLVM's libomp (a clang build): spin 1 ms, then sleep
         _probe = _check_compiler()
     return _probe
 
@@ -319,7 +334,8 @@ def _wake_probe(cc: str, cc_version: str) -> ctypes.CDLL:
 
 def wake_cost(lib, rounds: int = 25) -> tuple[float, int]:
     """(median microseconds one OpenMP parallel region costs over a plain call, the threads it runs on),
-    timed on `WAKE_PROBE`'s library `lib`, back to back (the threads wait passively between)."""
+    timed on `WAKE_PROBE`'s library `lib`, back to back (as the kernels of a step come: the threads
+    still spinning)."""
     wake, still = lib.ember_wake, lib.ember_still
     wake.restype = still.restype = ctypes.c_int64
     threads = wake()

@@ -195,8 +195,8 @@ class Renderer(CFamily, Walker):
                 t = self.ctype(p.value.type)
                 self.emit(f"const {t} v{p.value.id} = *(const {t} *)args[{i}];", 1)
         self.emit("const int64_t ncubes = (int64_t)cx * cy * cz;", 1)
-        # Threads only pay off on enough data: waking them costs microseconds (on a virtual machine with
-        # passive waiting, ~100), so a launch whose largest array is under `ember_parallel_min` elements
+        # Threads only pay off on enough data: waking them costs microseconds (on a virtual machine, ~100
+        # once they sleep), so a launch whose largest array is under `ember_parallel_min` elements
         # (set by the runtime from the measured cost) runs its cubes on the calling thread.
         sizes = [f"launch[{3 + k}]" for k in range(n_arrays)]
         largest = "0" if not sizes else sizes[0] if len(sizes) == 1 else \
