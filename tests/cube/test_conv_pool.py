@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from ember.cube.kernels.conv import conv2d
-from ember.cube.kernels.pool import avg_pool2d, max_pool2d, max_pool2d_indices, pool_out_size
+from ember.cube.kernels import pool
+from ember.cube.kernels.pool import avg_pool2d, max_pool2d, max_pool2d_grad, max_pool2d_indices, pool_out_size
 
 rng = np.random.default_rng(5)
 
@@ -66,8 +67,15 @@ POOL_CASES = [((2, 2), (2, 2), (0, 0), (1, 1), False), ((3, 3), (2, 2), (1, 1), 
               ((3, 2), (2, 1), (1, 0), (2, 1), False)]
 
 
+@pytest.fixture(params=["row", "plane"])
+def cubes(request, monkeypatch):
+    """Each pool test in both forms of the kernels: a cube per output row, and a cube per plane."""
+    monkeypatch.setattr(pool, "PLANE_CUBES", 1 if request.param == "plane" else 1 << 30)
+    return request.param
+
+
 @pytest.mark.parametrize("k, s, p, d, ceil_mode", POOL_CASES)
-def test_max_pool_and_indices(k, s, p, d, ceil_mode):
+def test_max_pool_and_indices(k, s, p, d, ceil_mode, cubes):
     x = rng.standard_normal((2, 3, 9, 8)).astype(np.float32)[:, :, ::-1]
     taps = windows(x, k, s, p, d, ceil_mode, -np.inf)
     np.testing.assert_array_equal(max_pool2d(x, k, s, p, d, ceil_mode), taps.max(-1))
@@ -78,7 +86,7 @@ def test_max_pool_and_indices(k, s, p, d, ceil_mode):
 
 
 @pytest.mark.parametrize("width, k", [(70, (2, 2)), (9, (3, 2)), (5, (1, 1))])
-def test_max_pool_nan_and_ties_in_wide_and_narrow_rows(width, k):
+def test_max_pool_nan_and_ties_in_wide_and_narrow_rows(width, k, cubes):
     # Windows inside the input (no padding) of rows wider than a cube (70 // 2 = 35 outputs: the last
     # chunk overlaps the one before) and narrower; ties take the first position, the last NaN wins.
     x = rng.integers(-3, 3, (2, 3, 6, width)).astype(np.float32)
@@ -97,7 +105,7 @@ def test_max_pool_nan_and_ties_in_wide_and_narrow_rows(width, k):
 
 @pytest.mark.parametrize("k, s, p, d, ceil_mode", POOL_CASES[:2])
 @pytest.mark.parametrize("count_include_pad", [True, False])
-def test_avg_pool(k, s, p, d, ceil_mode, count_include_pad):
+def test_avg_pool(k, s, p, d, ceil_mode, count_include_pad, cubes):
     x = rng.standard_normal((2, 3, 9, 8)).astype(np.float64)
     taps = windows(x, k, s, p, (1, 1), ceil_mode, np.nan)
     inside = ~np.isnan(taps)
@@ -113,6 +121,21 @@ def test_avg_pool(k, s, p, d, ceil_mode, count_include_pad):
         divisor = inside.sum(-1)
     np.testing.assert_allclose(avg_pool2d(x, k, s, p, ceil_mode, count_include_pad), total / divisor, rtol=1e-12)
     np.testing.assert_allclose(avg_pool2d(x, k, s, p, ceil_mode, divisor_override=3), total / 3, rtol=1e-12)
+
+
+@pytest.mark.parametrize("k, s, p, d, ceil_mode", [((2, 2), (2, 2), (0, 0), (1, 1), False),
+                                                    ((3, 2), (3, 3), (1, 1), (1, 1), True),
+                                                    ((2, 2), (3, 2), (0, 0), (1, 1), True)])
+@pytest.mark.parametrize("shape", [(2, 3, 9, 8), (4, 20, 6, 14), (1, 1, 4, 70)])
+def test_max_pool_grad_goes_to_each_window_winner(k, s, p, d, ceil_mode, shape, cubes):
+    # Ties (small integers) and NaNs: the gradient goes where max_pool2d_indices points, 0 elsewhere.
+    x = rng.integers(-3, 3, shape).astype(np.float32)
+    x[rng.random(x.shape) < 0.03] = np.nan
+    index = max_pool2d_indices(x, k, s, p, d, ceil_mode)
+    g = rng.standard_normal(index.shape).astype(np.float32)
+    want = np.zeros(x.shape[:2] + (x.shape[2] * x.shape[3],), np.float32)
+    np.put_along_axis(want, index.reshape(index.shape[:2] + (-1,)), g.reshape(g.shape[:2] + (-1,)), 2)
+    np.testing.assert_array_equal(max_pool2d_grad(x, g, k, s, p, d, ceil_mode), want.reshape(x.shape))
 
 
 # ---- GEMM convolutions (conv_gemm) and the Cube(cpu) conv rows ------------------------------------

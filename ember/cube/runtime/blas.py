@@ -81,12 +81,14 @@ static void piece(void *fn, const int64_t *p, const char *a, const char *b, char
   char *ci = c + (i * p[10] + r0 * ldc + c0) * size;
   const int64_t m = r1 - r0, n = c1 - c0;
   if (f64 && ilp64)
-    ((d64_t)fn)(ROW_MAJOR, ta, tb, m, n, k, 1.0, (const double *)ai, lda, (const double *)bi, ldb, (double)add, (double *)ci, ldc);
+    ((d64_t)fn)(ROW_MAJOR, ta, tb, m, n, k, 1.0, (const double *)ai, lda, (const double *)bi, ldb, (double)add,
+                (double *)ci, ldc);
   else if (f64)
     ((d32_t)fn)(ROW_MAJOR, ta, tb, (int)m, (int)n, (int)k, 1.0, (const double *)ai, (int)lda, (const double *)bi,
                 (int)ldb, (double)add, (double *)ci, (int)ldc);
   else if (ilp64)
-    ((s64_t)fn)(ROW_MAJOR, ta, tb, m, n, k, 1.0f, (const float *)ai, lda, (const float *)bi, ldb, (float)add, (float *)ci, ldc);
+    ((s64_t)fn)(ROW_MAJOR, ta, tb, m, n, k, 1.0f, (const float *)ai, lda, (const float *)bi, ldb, (float)add,
+                (float *)ci, ldc);
   else
     ((s32_t)fn)(ROW_MAJOR, ta, tb, (int)m, (int)n, (int)k, 1.0f, (const float *)ai, (int)lda, (const float *)bi,
                 (int)ldb, (float)add, (float *)ci, (int)ldc);
