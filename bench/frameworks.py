@@ -17,7 +17,7 @@ from typing import Callable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
-from .harness import Row, Settings, framework_of, peer, time_us
+from .harness import Row, Settings, framework_of, peer, time_together
 
 PEERS = ("numpy", "torch", "tinygrad")
 # Frameworks whose tensors spell these methods alike (x.exp(), x.relu(), x @ w, ...).
@@ -87,6 +87,7 @@ class Frameworks:
         """
         notes = notes or {}
         rows = []
+        calls: dict[str, Callable[[], object]] = {}
         for label, impl in impls.items():
             name = framework_of(label)
             if name in PEERS and name not in self.modules and name not in self.missing:
@@ -97,9 +98,13 @@ class Frameworks:
                 rows.append(Row(bench, case, label, None, f"skipped: {impl}"))
             else:
                 call = impl()
-                us, runs = time_us(lambda: self.finish(name, call()), settings)
-                slow = "" if runs >= settings.repeats else _runs(runs)
-                rows.append(Row(bench, case, label, us, "; ".join(n for n in (notes.get(label, ""), slow) if n)))
+                calls[label] = lambda name=name, call=call: self.finish(name, call())
+        # the implementations' repeats taken in turn (`time_together`), rows in the order of `impls`
+        for label, (us, runs) in time_together(calls, settings).items():
+            slow = "" if runs >= settings.repeats else _runs(runs)
+            rows.append(Row(bench, case, label, us, "; ".join(n for n in (notes.get(label, ""), slow) if n)))
+        order = list(impls)
+        rows.sort(key=lambda row: order.index(row.impl))
         labelled = {framework_of(label) for label in impls}
         rows += [Row(bench, case, name, None, f"skipped: {self.missing.get(name, 'cannot express this case')}")
                  for name in [*self.modules, *self.missing] if name not in labelled]

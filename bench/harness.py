@@ -61,13 +61,36 @@ def median_us(fn: Callable[[], object], inner: int, repeats: int = 7, warmup: in
     for _ in range(warmup):
         for _ in range(inner):
             fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(inner):
-            fn()
-        times.append((time.perf_counter() - start) / inner * 1e6)
-    return statistics.median(times)
+    return statistics.median(_repeat_us(fn, inner) for _ in range(repeats))
+
+
+def _repeat_us(fn: Callable[[], object], inner: int) -> float:
+    start = time.perf_counter()
+    for _ in range(inner):
+        fn()
+    return (time.perf_counter() - start) / inner * 1e6
+
+
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    inner: int  # calls per timed repeat
+    repeats: int  # timed repeats (0: `once_us` is the measurement)
+    once_us: float  # the last warm-up call
+
+
+def _plan(fn: Callable[[], object], settings: Settings) -> _Plan:
+    """Warm `fn` up and size its repeats (see `time_us`)."""
+    once = _seconds(fn)
+    if not settings.warmup:
+        return _Plan(1, 0, once * 1e6)
+    for _ in range(MAX_WARMUP):
+        previous, once = once, _seconds(fn)
+        if once > previous / 2:
+            break
+    if settings.repeats <= 1 or once >= settings.budget_s:
+        return _Plan(1, 0, once * 1e6)
+    inner = max(1, min(10_000, round(settings.min_repeat_s / max(once, 1e-9))))
+    return _Plan(inner, max(1, min(settings.repeats, int(settings.budget_s / (once * inner)))), once * 1e6)
 
 
 def time_us(fn: Callable[[], object], settings: Settings) -> tuple[float, int]:
@@ -78,18 +101,27 @@ def time_us(fn: Callable[[], object], settings: Settings) -> tuple[float, int]:
     are repeated `inner` times per repeat, slow ones get fewer repeats within `settings.budget_s`, and
     one slower than the budget is measured by that call alone.
     """
-    once = _seconds(fn)
-    if not settings.warmup:
-        return once * 1e6, 1
-    for _ in range(MAX_WARMUP):
-        previous, once = once, _seconds(fn)
-        if once > previous / 2:
-            break
-    if settings.repeats <= 1 or once >= settings.budget_s:
-        return once * 1e6, 1
-    inner = max(1, min(10_000, round(settings.min_repeat_s / max(once, 1e-9))))
-    repeats = max(1, min(settings.repeats, int(settings.budget_s / (once * inner))))
-    return median_us(fn, inner, repeats, warmup=0), repeats
+    return time_together({"fn": fn}, settings)["fn"]
+
+
+def time_together(fns: dict[str, Callable[[], object]], settings: Settings) -> dict[str, tuple[float, int]]:
+    """`time_us` of several implementations of one case, their timed repeats taken in turn (one repeat of
+    each, then the next round): a slow spell of a shared machine falls on all of them alike, where timing
+    one after the other let a spell decide the ratio (two vCPUs: ember/torch on one training step read
+    0.7x-1.4x from run to run). Each is warmed up first, all before the first timed round.
+
+    Example:
+        >>> time_together({"a": lambda: None, "b": lambda: None}, Settings())["a"][1]
+        5
+    """
+    plans = {name: _plan(fn, settings) for name, fn in fns.items()}
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for round_ in range(max((plan.repeats for plan in plans.values()), default=0)):
+        for name, fn in fns.items():
+            if round_ < plans[name].repeats:
+                times[name].append(_repeat_us(fn, plans[name].inner))
+    return {name: (statistics.median(times[name]), len(times[name])) if times[name] else (plans[name].once_us, 1)
+            for name in fns}
 
 
 def _seconds(fn: Callable[[], object]) -> float:
