@@ -310,6 +310,32 @@ def test_both_transpose_strategies_match_numpy(case, dtype):
                                    err_msg=strategy.__name__)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", [((16, 16, 14, 14), (32, 16, 3, 3), (1, 1), (1, 1), (1, 1)),  # masked tail
+                                  ((8, 5, 9, 13), (6, 5, 3, 3), (1, 1), (2, 2), (2, 2)),       # dilated
+                                  ((2, 3, 5, 150), (4, 3, 3, 3), (1, 1), (1, 0), (1, 1)),      # rows > units
+                                  ((4, 8, 7, 16), (8, 8, 5, 4), (1, 1), (2, 1), (1, 1)),       # 20 taps
+                                  ((5, 2, 6, 6), (3, 2, 1, 1), (1, 1), (0, 0), (1, 1))], ids=str)
+def test_col2im_reads_whole_rows_inside_and_tests_columns_at_the_ends(case, dtype):
+    """With unit strides col2im reads each tap's row of patches as one vector where the over-read stays
+    inside the patches (every plane but the first and last of a launch) and tests each column elsewhere:
+    both forms, in both layouts of the patches, against the NumPy reference."""
+    import ember.cube.kernels.conv_gemm as conv_gemm
+    xs, ws, s, p, d = case
+    w = rng.standard_normal(ws).astype(dtype)
+    y = conv_ref(rng.standard_normal(xs), w, s, p, d, 1)
+    cot = rng.standard_normal(y.shape).astype(dtype)
+    params = dict(stride=s, padding=p, output_padding=(0, 0), dilation=d, groups=1)
+    prim = registry["conv_transpose"]
+    want = NumpyBackend().execute(prim, [cot, w], params, prim.infer(Aval(cot.shape, dtype_of(cot.dtype)),
+                                                                     Aval(w.shape, dtype_of(w.dtype)), **params))
+    assert want.shape == xs
+    for strategy in (conv_gemm._transpose_channel_first, conv_gemm._transpose_batch_first):
+        got = strategy(cot, w, (1, s, p, d, xs[2:]))
+        np.testing.assert_allclose(got, want, rtol=1e-4 if dtype == np.float32 else 1e-10, atol=1e-4,
+                                   err_msg=strategy.__name__)
+
+
 def test_the_weight_grad_reads_the_columns_conv2d_made_of_a_live_input(monkeypatch):
     """conv2d keeps the batch-first columns of its host input while that input lives (bounded by
     KEPT_COLUMN_BYTES, oldest dropped first); the per-sample weight gradient of the same input and geometry

@@ -2,9 +2,9 @@
 
 A CPU target runs the units of a cube as a loop. A barrier then means: every unit finishes the code
 before it before any unit starts the code after it. `Schedule` cuts the kernel body at barriers into
-`Phase`s (each run as one loop over the units) and lifts loops and branches with uniform bounds or
-conditions (the same for every unit) to "cube level", outside the unit loops, with phases inside them;
-this is what lets a barrier sit inside a uniform loop. Uniform instructions can also be hoisted to
+`Phase`s (each run as one loop over the units) and lifts loops, and branches around loops or barriers,
+with uniform bounds or conditions (the same for every unit) to "cube level", outside the unit loops,
+with phases inside them; this is what lets a barrier sit inside a uniform loop. Uniform instructions can also be hoisted to
 cube level (`Schedule.hoist`), to be computed once per cube.
 
 A barrier under divergent control flow (a branch on a per-unit value, a loop with per-unit bounds)
@@ -71,7 +71,7 @@ class Schedule:
                 nodes.append(("for", s, self.build(s.body)))
                 phase = self.new_phase()
                 nodes.append(phase)
-            elif isinstance(s, If) and _has_barrier(s) and self.hoist((s.cond,)):
+            elif isinstance(s, If) and (_has_barrier(s) or _has_loop(s)) and self.hoist((s.cond,)):
                 nodes.append(("if", s, self.build(s.then), self.build(s.orelse)))
                 phase = self.new_phase()
                 nodes.append(phase)
@@ -117,6 +117,12 @@ class Schedule:
         if instr.op == "load":
             return self.hoist_loads and instr.attr.kind == "global" and instr.attr not in self.written
         return ir.is_pure(instr) and instr.op != "read"
+
+
+def _has_loop(s) -> bool:
+    """A loop under `s`: a uniform branch around one is lifted like the loop itself would be, so the unit loop
+    stays innermost (gcc vectorizes no unit loop with a loop inside)."""
+    return any(isinstance(i, For) for i in ir.walk([s]) if i is not s)
 
 
 def _has_barrier(s) -> bool:
