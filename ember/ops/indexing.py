@@ -53,10 +53,26 @@ def _gather_reference(x, index, *, dim):
     return x[_full_index(index, dim)]
 
 
+_positions: dict = {}  # (size, dim, ndim, dtype) -> arange(size) along `dim`, kept per device
+
+
 def _gather_vjp(ctx, g):
+    """Each gathered gradient added at its index along `dim` of zeros (a scatter-add). Where the index
+    picks one element per row of `dim` (its size there 1, the input's elsewhere: cross entropy's picked
+    log-probabilities) no two land on one element, and the gradient is `where(positions == index, g, 0)`
+    instead: elementwise, so a fused device runs it in the kernel of its neighbours, with no zeros made
+    and no scatter (on the CPU an MLP training step's ~0.3 ms of host time)."""
     index = ctx.input(1)
     (shape, _), _ = ctx.input_avals
-    return g.new_zeros(shape).scatter_add(ctx.params["dim"], index, g), None
+    dim = ctx.params["dim"]
+    if len(shape) and index.shape[dim] == 1 and all(n == m for d, (n, m) in enumerate(zip(index.shape, shape))
+                                                     if d != dim):
+        from .constants import kept
+        along = tuple(n if d == dim else 1 for d, n in enumerate(shape))
+        positions = kept(_positions, (shape[dim], dim, len(shape), index.dtype),
+                         lambda: np.arange(shape[dim], dtype=index.dtype.np).reshape(along), g.device)
+        return g.where(positions == index, 0), None
+    return g.new_zeros(shape).scatter_add(dim, index, g), None
 
 
 primitive("gather", infer=_gather_infer, vjp=_gather_vjp, saves=saves_inputs_at(1))(_gather_reference)

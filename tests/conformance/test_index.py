@@ -258,6 +258,28 @@ def test_assignment_grad(dtype, device, rng):
 
 
 @pytest.mark.parametrize("dtype", ["f64", "f32"])
+def test_gather_grad(dtype, device, rng):
+    """gather's gradient in both of its forms: one index per row of `dim` (a compare against the positions,
+    elementwise) and any other index (a scatter-add: repeated indices add up), with NaN and inf in the
+    incoming gradient, int32 and int64 indices, 1-d to 3-d."""
+    for shape, dim, ishape in [((4, 5), 1, (4, 1)), ((4, 5), 0, (1, 5)), ((3, 4, 6), 2, (3, 4, 1)),
+                               ((3, 4, 6), -2, (3, 1, 6)), ((7,), 0, (1,)), ((4, 5), 1, (4, 3)),
+                               ((4, 5), 1, (2, 1)), ((4, 5), 0, (6, 5)), ((0, 5), 1, (0, 1))]:
+        for index_dtype in (np.int64, np.int32):
+            with case(shape=shape, dim=dim, index=ishape, index_dtype=index_dtype.__name__):
+                ex, tx = leaf(sample(shape, dtype, rng), device)
+                index = rng.integers(0, shape[dim], ishape).astype(index_dtype)
+                ev = ex.gather(dim, ember.tensor(index, device=device))
+                tv = torch.gather(tx, dim, torch.tensor(index.astype(np.int64)))
+                seed = sample(ishape, dtype, rng)
+                if seed.size > 2:
+                    seed.flat[:2] = [np.nan, np.inf]
+                grads = (ev * ember.tensor(seed, device=device)).sum().backward()
+                (tv * to_torch(seed)).sum().backward()
+                check_grad(ex.grad(grads), tx.grad)
+
+
+@pytest.mark.parametrize("dtype", ["f64", "f32"])
 def test_scatter_grad(dtype, device, rng):
     x, src = sample((4, 5), dtype, rng), sample((3, 5), dtype, rng)
     index = np.stack([rng.permutation(4)[:3] for _ in range(5)], axis=1)

@@ -42,7 +42,7 @@ from ...dtype import DType, dtype_of, f32
 from ...errors import DTypeError, ShapeError
 from ...extension import backend_extension
 from ...tensor import Tensor
-from .constants import kept
+from ...ops.constants import kept
 
 MAX_DIM = kernels.MAX_DIM
 

@@ -44,7 +44,7 @@ from ...errors import ShapeError
 from ...extension import backend_extension, cube_target
 from ...ops.primitive import is_half
 from ...tensor import Tensor
-from .constants import kept
+from ...ops.constants import kept
 
 GPU_TARGETS = ("cuda", "wgsl")
 

@@ -1,5 +1,5 @@
 """Device tensors the ops build from host data once and keep: attention's causal bias, cross entropy's
-class positions.
+class positions, the positions along a dim that gather's gradient compares its indices with.
 
 An upload from the host at every call would wait for the GPU (the runtime's copies from the host
 synchronize), so an op that needs a fixed tensor of its shape asks `kept` for it: made on the first
@@ -14,11 +14,12 @@ Example:
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from ...tensor import Tensor
+if TYPE_CHECKING:
+    from ..tensor import Tensor
 
 KEEP = 4
 """Entries a cache keeps (a few shapes at once: a model's sequence lengths, its vocabularies)."""
@@ -29,7 +30,7 @@ def kept(cache: dict, key: tuple, host: Callable[[], np.ndarray], device) -> Ten
     full = (*key, device)
     found = cache.get(full)
     if found is None:
-        from ...api.creation import tensor
+        from ..api.creation import tensor
         found = tensor(host(), device=device)
         if len(cache) >= KEEP:
             cache.pop(next(iter(cache)))
