@@ -178,7 +178,13 @@ class Tensor:
                                "require_grad() on an autodiff device, outside ember.no_grad()")
         inner = self._device.inner
         seed = (grad.to(inner) if grad is not None else None)
-        if seed is None:
+        if seed is None and not self.shape:
+            # a loss: its seed 1 is the kept read-only 0-d constant of binary ops' scalars (no fill made
+            # and run at every step), in a tensor object of its own
+            from .api._common import scalar_like
+            one = scalar_like(1, self.dtype, inner)
+            seed = Tensor._make(inner, one._handle, one._aval)
+        elif seed is None:
             from .api.creation import ones
             seed = ones(*self.shape, dtype=self.dtype, device=inner)
         elif seed.shape != self.shape:
