@@ -104,3 +104,16 @@ def test_small_products_and_other_dtypes_go_to_numpy():
     np.testing.assert_array_equal(host_blas().matmul(a, a.T), a @ a.T)
     with pytest.raises(ValueError, match="inner dims"):
         host_blas().matmul(normal(200, 300), normal(400, 200))
+
+
+def test_summed_matmul_without_the_host_blas(monkeypatch):
+    # Another BLAS under NumPy (MKL, Accelerate): the products made by np.matmul and summed after.
+    import ember.cube.runtime.blas as blas
+    from ember.cube.kernels.matmul import summed_matmul
+    a, b = normal(5, 30, 20), normal(5, 20, 40)
+    want = np.matmul(a.astype(np.float64), b.astype(np.float64)).sum(0)
+    np.testing.assert_allclose(summed_matmul(a, b), want, rtol=1e-4, atol=1e-4)
+    monkeypatch.setattr(blas, "host_blas", lambda: None)
+    got = summed_matmul(a, b)
+    assert got.shape == (30, 40) and got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
