@@ -285,12 +285,22 @@ def test_both_weight_grad_strategies_match_the_direct_loops(case, dtype):
                                        err_msg=strategy.__name__)
 
 
+# Unit strides, many planes: col2im reads whole rows of patches inside a launch and tests columns in its
+# first and last planes (`col2im_kernel`).
+COL2IM_CASES = [((16, 16, 14, 14), (32, 16, 3, 3), (1, 1), (1, 1), (1, 1), 1),  # rows of 14: a masked tail
+                ((8, 5, 9, 13), (6, 5, 3, 3), (1, 1), (2, 2), (2, 2), 1),       # dilated
+                ((2, 3, 5, 150), (4, 3, 3, 3), (1, 1), (1, 0), (1, 1), 1),      # rows wider than the units
+                ((4, 8, 7, 16), (8, 8, 5, 4), (1, 1), (2, 1), (1, 1), 1),       # 20 taps, looped over
+                ((5, 2, 6, 6), (3, 2, 1, 1), (1, 1), (0, 0), (1, 1), 1)]
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("case", [c for c in ADJOINT_CASES if c[-1] == 1], ids=str)
+@pytest.mark.parametrize("case", [c for c in ADJOINT_CASES if c[-1] == 1] + COL2IM_CASES, ids=str)
 def test_both_transpose_strategies_match_numpy(case, dtype):
     """The autotuner's two layouts of conv_transpose2d's patches (`conv_gemm.transpose_tuner`): channel first
     (one GEMM over the batch) and batch first (a GEMM per sample), each against the NumPy reference, with
-    strides, padding, dilation and an output padding."""
+    strides, padding, dilation and an output padding; with unit strides col2im's whole-row reads and its
+    tested columns (`COL2IM_CASES`)."""
     import ember.cube.kernels.conv_gemm as conv_gemm
     xs, ws, s, p, d, _ = case
     w = rng.standard_normal(ws).astype(dtype)
@@ -306,32 +316,6 @@ def test_both_transpose_strategies_match_numpy(case, dtype):
     for strategy in (conv_gemm._transpose_channel_first, conv_gemm._transpose_batch_first):
         got = strategy(cot, w, plan)
         assert got.shape == xs and got.dtype == np.dtype(dtype)
-        np.testing.assert_allclose(got, want, rtol=1e-4 if dtype == np.float32 else 1e-10, atol=1e-4,
-                                   err_msg=strategy.__name__)
-
-
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("case", [((16, 16, 14, 14), (32, 16, 3, 3), (1, 1), (1, 1), (1, 1)),  # masked tail
-                                  ((8, 5, 9, 13), (6, 5, 3, 3), (1, 1), (2, 2), (2, 2)),       # dilated
-                                  ((2, 3, 5, 150), (4, 3, 3, 3), (1, 1), (1, 0), (1, 1)),      # rows > units
-                                  ((4, 8, 7, 16), (8, 8, 5, 4), (1, 1), (2, 1), (1, 1)),       # 20 taps
-                                  ((5, 2, 6, 6), (3, 2, 1, 1), (1, 1), (0, 0), (1, 1))], ids=str)
-def test_col2im_reads_whole_rows_inside_and_tests_columns_at_the_ends(case, dtype):
-    """With unit strides col2im reads each tap's row of patches as one vector where the over-read stays
-    inside the patches (every plane but the first and last of a launch) and tests each column elsewhere:
-    both forms, in both layouts of the patches, against the NumPy reference."""
-    import ember.cube.kernels.conv_gemm as conv_gemm
-    xs, ws, s, p, d = case
-    w = rng.standard_normal(ws).astype(dtype)
-    y = conv_ref(rng.standard_normal(xs), w, s, p, d, 1)
-    cot = rng.standard_normal(y.shape).astype(dtype)
-    params = dict(stride=s, padding=p, output_padding=(0, 0), dilation=d, groups=1)
-    prim = registry["conv_transpose"]
-    want = NumpyBackend().execute(prim, [cot, w], params, prim.infer(Aval(cot.shape, dtype_of(cot.dtype)),
-                                                                     Aval(w.shape, dtype_of(w.dtype)), **params))
-    assert want.shape == xs
-    for strategy in (conv_gemm._transpose_channel_first, conv_gemm._transpose_batch_first):
-        got = strategy(cot, w, (1, s, p, d, xs[2:]))
         np.testing.assert_allclose(got, want, rtol=1e-4 if dtype == np.float32 else 1e-10, atol=1e-4,
                                    err_msg=strategy.__name__)
 
