@@ -56,14 +56,6 @@ class Settings:
         return tiny if self.tiny else full
 
 
-def median_us(fn: Callable[[], object], inner: int, repeats: int = 7, warmup: int = 1) -> float:
-    """Median over `repeats` of the mean time of `inner` calls of `fn`, in microseconds."""
-    for _ in range(warmup):
-        for _ in range(inner):
-            fn()
-    return statistics.median(_repeat_us(fn, inner) for _ in range(repeats))
-
-
 def _repeat_us(fn: Callable[[], object], inner: int) -> float:
     start = time.perf_counter()
     for _ in range(inner):
@@ -79,7 +71,13 @@ class _Plan:
 
 
 def _plan(fn: Callable[[], object], settings: Settings) -> _Plan:
-    """Warm `fn` up and size its repeats (see `time_us`)."""
+    """Warm `fn` up and size its repeats.
+
+    Warm-up goes on while calls keep getting much faster (a lazy framework may compile for several calls,
+    e.g. an optimizer's first steps create its state). The last warm-up call sizes the loop: fast calls
+    are repeated `inner` times per repeat, slow ones get fewer repeats within `settings.budget_s`, and
+    one slower than the budget is measured by that call alone.
+    """
     once = _seconds(fn)
     if not settings.warmup:
         return _Plan(1, 0, once * 1e6)
@@ -93,20 +91,10 @@ def _plan(fn: Callable[[], object], settings: Settings) -> _Plan:
     return _Plan(inner, max(1, min(settings.repeats, int(settings.budget_s / (once * inner)))), once * 1e6)
 
 
-def time_us(fn: Callable[[], object], settings: Settings) -> tuple[float, int]:
-    """The median time of one call of `fn` in microseconds, and how many repeats it is the median of.
-
-    Warm-up goes on while calls keep getting much faster (a lazy framework may compile for several calls,
-    e.g. an optimizer's first steps create its state). The last warm-up call sizes the loop: fast calls
-    are repeated `inner` times per repeat, slow ones get fewer repeats within `settings.budget_s`, and
-    one slower than the budget is measured by that call alone.
-    """
-    return time_together({"fn": fn}, settings)["fn"]
-
-
 def time_together(fns: dict[str, Callable[[], object]], settings: Settings) -> dict[str, tuple[float, int]]:
-    """`time_us` of several implementations of one case, their timed repeats taken in turn (one repeat of
-    each, then the next round): a slow spell of a shared machine falls on all of them alike, where timing
+    """The median time of one call of each implementation of a case in microseconds, and how many repeats
+    it is the median of (`_plan` sizes them), their timed repeats taken in turn (one repeat of each, then
+    the next round): a slow spell of a shared machine falls on all of them alike, where timing
     one after the other let a spell decide the ratio (two vCPUs: ember/torch on one training step read
     0.7x-1.4x from run to run). Each is warmed up first, all before the first timed round.
 

@@ -105,11 +105,12 @@ def col2im_kernel(patches: cube.Array, out: cube.Array, g: cube.Array[cube.i32],
     (144, 12544) patches) 0.64 -> 0.27 ms; (64, 16, 32, 32) 4.0 -> 1.4 ms (min of 100, alternated)."""
     row = cube.CUBE_POS_Y  # (n, o)
     base = (row // geo(g, "C")) * geo(g, "s_n") + (row % geo(g, "C")) * geo(g, "KH") * geo(g, "KW") * geo(g, "s_row")
-    # The farthest a tap's row read reaches before its plane's start and past the plane's last tap row.
-    inside = base >= (geo(g, "KW") - 1) * geo(g, "dw") and (
+    # With unit strides: whether the farthest a tap's row read reaches, before the plane's start and past
+    # its last tap row, stays inside `patches` (comptime False otherwise: nothing of it is traced).
+    inside = unit_stride and base >= (geo(g, "KW") - 1) * geo(g, "dw") and (
         base + (geo(g, "KH") * geo(g, "KW") - 1) * geo(g, "s_row") + geo(g, "H") * geo(g, "W") + geo(g, "pw")
         + units <= len(patches))
-    if unit_stride and inside:  # the same for every unit of the cube: a branch around the unit loops
+    if inside:  # the same for every unit of the cube: a branch around the unit loops
         col2im_plane(patches, out, g, base, row, units, exact, T, True, kernel, True)
     else:
         col2im_plane(patches, out, g, base, row, units, exact, T, unit_stride, kernel, False)
