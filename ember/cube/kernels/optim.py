@@ -208,8 +208,10 @@ def adam_update(param, grad, moments, scalars_, *, amsgrad: bool, first: bool):
     n = int(param.size)
     if n:
         count, dim = grid(n)
+        # A shifted launch computes a few positions twice; over a donated `out` the second pass would
+        # read the moments the first one wrote, so writing over the input takes the bounds-tested form.
         adam_kernel.launch(count, dim, *arrays, out, n, T=cube_dtype(compute_dtype(param.dtype)), amsgrad=amsgrad,
-                           first=first, shifted=n >= dim.x)
+                           first=first, shifted=n >= dim.x and out is not moments)
     return out
 
 
