@@ -135,3 +135,45 @@ def test_a_block_that_fails_after_writing_over_its_input_raises_instead_of_runni
         cpu.sync()
     with pytest.raises(RuntimeError, match="not computed"):
         model.a.weight.numpy()
+
+
+# Sizes at, below and past the kernels' 256-unit cube, none a multiple of it but one: a shifted launch
+# computes a few positions twice, which over a donated state read what the first pass wrote.
+ODD = [(19, 16), (33, 17), (100, 50), (16, 16), (7, 9), (257,)]
+
+
+@pytest.mark.parametrize("torch_name, options", [("Adam", {}), ("AdamW", {"weight_decay": 0.1}),
+                                                 ("Adam", {"amsgrad": True, "weight_decay": 0.05})])
+def test_updates_written_over_odd_sized_states_follow_torch(fused, torch_name, options):
+    # A user's loop: a backward pass, the update, the loss read; each weight is a parameter of its own.
+    import torch
+    rng = np.random.default_rng(1)
+    start = [rng.standard_normal(s).astype(np.float32) for s in ODD]
+    xs = [rng.standard_normal((8, s[0])).astype(np.float32) for s in ODD]
+
+    class Weights(Module):
+        def __init__(self) -> None:
+            for k, w in enumerate(start):
+                setattr(self, f"w{k}", ember.nn.Param(ember.tensor(w)))
+
+    device = fused.autodiff()
+    model = Weights().to(device)
+    opt = getattr(ember.optim, torch_name)(model, lr=1e-2, **options)
+    theirs = [torch.tensor(w, requires_grad=True) for w in start]
+    torch_opt = getattr(torch.optim, torch_name)(theirs, lr=1e-2, **options)
+    inputs = [ember.tensor(x, device=device) for x in xs]
+    addresses = []
+    for _ in range(4):
+        loss = sum(((x @ getattr(model, f"w{k}")) if len(s) == 2 else x[:, :1] * getattr(model, f"w{k}")).square().sum()
+                   for k, (x, s) in enumerate(zip(inputs, ODD)))
+        opt.step(loss.backward())
+        loss.item()
+        torch_opt.zero_grad()
+        sum(((torch.from_numpy(x) @ t) if len(s) == 2 else torch.from_numpy(x)[:, :1] * t).square().sum()
+            for x, t, s in zip(xs, theirs, ODD)).backward()
+        torch_opt.step()
+        addresses.append([address(opt, f"w{k}") for k in range(len(ODD))])
+    assert addresses[1] == addresses[2] == addresses[3], "the states were not written over"
+    for k, t in enumerate(theirs):
+        np.testing.assert_allclose(getattr(model, f"w{k}").numpy(), t.detach().numpy(), rtol=1e-4, atol=1e-5,
+                                   err_msg=f"w{k} of shape {ODD[k]}")

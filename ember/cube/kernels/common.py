@@ -59,7 +59,8 @@ DONATED: ContextVar = ContextVar("donated", default=None)
 def donating(array) -> Iterator[None]:
     """Let the op run inside the block write its output over `array`, an input no one else can see any
     more (the fusion decorator decides: `ember/backend/fusion/donation.py`). Only kernels that read each
-    element before they write it take the offer (Adam's update, `kernels/optim.py`).
+    element before they write it, and compute each position once (an unshifted `position`), take the
+    offer (Adam's update, `kernels/optim.py`).
 
     Example:
         >>> with donating(previous):
