@@ -164,7 +164,9 @@ class Tensor:
     def backward(self, grad: "Tensor | None" = None):
         """Reverse-mode autodiff from this tensor; returns `Gradients`.
 
-        Without `grad` the seed is ones of this tensor's shape (so a non-scalar behaves like its sum).
+        Without `grad` the tensor must hold one element (a loss) and the seed is 1; any other tensor
+        needs its seed, `grad`, of its own shape (or backward from a reduction of it, `y.sum()`), as in
+        PyTorch.
 
         Example:
             >>> grads = loss.backward()
@@ -185,6 +187,11 @@ class Tensor:
             one = scalar_like(1, self.dtype, inner)
             seed = Tensor._make(inner, one._handle, one._aval)
         elif seed is None:
+            from .errors import ShapeError
+            if self.numel != 1:
+                raise ShapeError("backward", f"a seed is implied only for a tensor of one element, this one has "
+                                             f"shape {self.shape}: pass one of that shape, y.backward(seed), or "
+                                             f"reduce first, y.sum().backward()")
             from .api.creation import ones
             seed = ones(*self.shape, dtype=self.dtype, device=inner)
         elif seed.shape != self.shape:

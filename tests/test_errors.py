@@ -237,3 +237,6 @@ def test_autodiff_errors(d):
     grads = (w * 2).sum().backward()
     _raises(ValueError, lambda: x.grad(grads), "not tracked")
     _raises(ShapeError, lambda: (w * 2).backward(ember.ones(3, device=d)), "backward", "(3,)", "(2,)")
+    # no seed is implied for more than one element (PyTorch's rule): the shape and both ways out are named
+    for y in (w * 2, (w * 2).reshape(1, 2), (w * 2)[:0]):
+        _raises(ShapeError, lambda: y.backward(), "backward", str(y.shape), "y.backward(seed)", "y.sum().backward()")
