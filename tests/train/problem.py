@@ -13,9 +13,9 @@ from ember.train import Learner, StepOutput
 
 
 class MLP(Module):
-    def __init__(self, classes: int = 3) -> None:
-        self.hidden = Linear(4, 16)
-        self.out = Linear(16, classes)
+    def __init__(self, classes: int = 3, hidden: int = 16) -> None:
+        self.hidden = Linear(4, hidden)
+        self.out = Linear(hidden, classes)
 
     def forward(self, x):
         return self.out(self.hidden(x).relu())
@@ -42,13 +42,13 @@ def noisy_step(model, batch) -> StepOutput:
     return StepOutput(cross_entropy(logits, y), logits, y)
 
 
-def learner(run_dir=None, seed: int = 0, **kwargs) -> Learner:
+def learner(run_dir=None, seed: int = 0, device=None, hidden: int = 16, **kwargs) -> Learner:
     ember.seed(seed)
-    model = MLP()
+    model = MLP(hidden=hidden)
     kwargs.setdefault("loss", cross_entropy)
     kwargs.setdefault("display", "none")
     kwargs.setdefault("plots", False)
-    return Learner(model, AdamW(model, lr=1e-2), device=ember.Device.numpy(), run_dir=run_dir, **kwargs)
+    return Learner(model, AdamW(model, lr=1e-2), device=device or ember.Device.numpy(), run_dir=run_dir, **kwargs)
 
 
 def weights(learner: Learner) -> dict[str, np.ndarray]:

@@ -62,6 +62,17 @@ def test_resume_mid_epoch_is_bit_exact(tmp_path, how):
     assert resumed_result.best == full_result.best
 
 
+def test_resume_mid_epoch_is_bit_exact_on_every_device(tmp_path, device):
+    # 67 hidden units: weights of 268 and 201 elements, past one 256-unit cube and no multiple of it, so a
+    # fused device's optimizer writes over its states with a launch that has a partial last cube.
+    options = dict(device=device, hidden=67)
+    full, _ = _run(tmp_path, "full", **options)
+    _, result = _run(tmp_path, "resumed", callbacks=[InterruptAt(8)], **options)
+    assert result.interrupted and result.steps == 8
+    resumed, _ = _run(tmp_path, "resumed", resume=True, **options)
+    _assert_same(full, resumed)
+
+
 def test_resume_after_last_step_of_an_epoch(tmp_path):
     full, _ = _run(tmp_path, "full", epochs=2)
     _run(tmp_path, "resumed", epochs=2, callbacks=[InterruptAt(6, "request")])  # before validation of epoch 1
