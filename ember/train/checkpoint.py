@@ -157,6 +157,7 @@ def find_checkpoint(path: str | os.PathLike) -> Path:
         'epoch0003-step00000189'
     """
     path = Path(path)
+    tidy(path.parent)
     if (path / "training.ember").is_file():
         return path
     for folder in (path / "checkpoints", path):

@@ -4,7 +4,8 @@ subprocess timeout, and prints one JSON line describing what happened.
 
 Scenarios:
     mid_send     a worker SIGKILLs itself halfway through writing a 16 MiB batch to its pipe
-    kill         the main process SIGKILLs a worker while 16 MiB batches are in flight (three rounds)
+    kill         the main process SIGKILLs a worker at a random moment while 16 MiB batches are being
+                 built and sent (three rounds)
     orphan       workers stuck in __getitem__; prints "ready" and waits for the test to SIGKILL it
     orphan_fork  the same with "fork" workers and no prctl: only the worker's watchdog can end them
 """
@@ -29,10 +30,11 @@ MIB16 = 4 << 20  # float32 elements in 16 MiB
 
 
 class Big(Dataset[np.ndarray]):
-    """Item i is a 16 MiB float32 vector filled with i; item `die_at` kills its worker mid-send."""
+    """Item i is a 16 MiB float32 vector filled with i, made in `delay` seconds; item `die_at` kills
+    its worker mid-send."""
 
-    def __init__(self, n: int, die_at: int = -1) -> None:
-        self.n, self.die_at = n, die_at
+    def __init__(self, n: int, die_at: int = -1, delay: float = 0.0) -> None:
+        self.n, self.die_at, self.delay = n, die_at, delay
 
     def __len__(self) -> int:
         return self.n
@@ -40,6 +42,7 @@ class Big(Dataset[np.ndarray]):
     def get(self, i: int) -> np.ndarray:
         if i == self.die_at:
             _die_halfway_through_the_next_large_write()
+        time.sleep(self.delay)
         return np.full(MIB16, i, dtype=np.float32)
 
 
@@ -93,7 +96,7 @@ def main(scenario: str) -> None:
     if scenario == "mid_send":
         print(json.dumps(_iterate(DataLoader(Big(8, die_at=3), batch_size=1, num_workers=2), False)))
     elif scenario == "kill":
-        rounds = [_iterate(DataLoader(Big(8), batch_size=1, num_workers=2), True) for _ in range(3)]
+        rounds = [_iterate(DataLoader(Big(16, delay=0.05), batch_size=1, num_workers=2), True) for _ in range(3)]
         print(json.dumps(rounds))
     elif scenario in ("orphan", "orphan_fork"):
         context = "spawn"
