@@ -77,12 +77,14 @@ def _workers() -> list[Any]:
 
 
 def _iterate(loader: DataLoader[Any], kill_after_first: bool) -> dict[str, Any]:
-    start = time.monotonic()
-    count = 0
+    """What iterating `loader` gave; "seconds" counts from the first batch (after the workers' start-up)."""
+    count, start = 0, 0.0
     try:
         for batch in loader:
             assert float(batch[0, 0]) == loader.batch_indices(0)[count][0], "batches in order"
             count += 1
+            if count == 1:
+                start = time.monotonic()
             if kill_after_first and count == 1:
                 victim = _workers()[0]
                 threading.Timer(np.random.default_rng().uniform(0, 0.05), os.kill,

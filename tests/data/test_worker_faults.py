@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -124,7 +125,9 @@ def _parent_and_state(pid: int) -> tuple[int, str]:
 def test_killing_the_main_process_leaves_no_worker_or_tracker(scenario: str) -> None:
     proc, children = _python(scenario), {}
     try:
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        assert proc.stdout is not None
+        assert select.select([proc.stdout], [], [], 60)[0], "the scenario did not start its workers in 60 s"
+        assert proc.stdout.readline().strip() == "ready"
         children = _children(proc.pid)
         workers = [p for p, cmd in children.items() if "resource_tracker" not in cmd]
         assert len(workers) == 2, children
