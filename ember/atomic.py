@@ -16,7 +16,7 @@ Temporary names are `.<name>.<pid>.<12 hex digits>.tmp` (`.old` for an aside), s
 midway leaves only hidden entries that say who made them. `tidy(folder)`, run by every atomic write
 and by `ember.store.load` and checkpoint lookup in that folder, removes those whose process is gone,
 and those of older ember versions: files `.<name>.<12 hex digits>.tmp` last modified before this
-process started, checkpoint folders `.tmp-<name>-<pid>` and `.old-<name>-<pid>`. Process ids are
+process started, checkpoint folders `.tmp-<checkpoint>-<pid>` and `.old-<checkpoint>-<pid>`. Process ids are
 this machine's: on a folder shared by several machines, a temporary entry made by a live process on
 another one may be taken for a dead one's.
 
@@ -41,10 +41,11 @@ from typing import BinaryIO, Callable, Iterator
 
 __all__ = ["atomic_open", "write_atomic", "temp_path", "replace_folder", "tidy"]
 
-# (pattern, how its new folder is named from an aside's name): ours, then older ember's checkpoint folders.
+# (pattern, how its new folder is named from an aside's name): ours, then older ember's checkpoint
+# folders (only checkpoint names: a user's `.old-notes-12` is not ours).
 _TEMPS = [
     (re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.[0-9a-f]{12}\.(?P<kind>tmp|old)$"), lambda n: n[:-3] + "tmp"),
-    (re.compile(r"^\.(?P<kind>tmp|old)-(?P<name>.+)-(?P<pid>\d+)$"), lambda n: ".tmp" + n[4:]),
+    (re.compile(r"^\.(?P<kind>tmp|old)-(?P<name>epoch\d+-step\d+)-(?P<pid>\d+)$"), lambda n: ".tmp" + n[4:]),
 ]
 # Older ember's temporary files carry no pid.
 _LEGACY_TEMP = re.compile(r"^\..+\.[0-9a-f]{12}\.tmp$")

@@ -46,6 +46,8 @@ def test_tidy_removes_only_dead_processes_and_old_legacy_temporaries(tmp_path):
         f".m.ember.{parent}.0123456789ab.tmp": True,       # a live process's
         ".old.ember.ba9876543210.tmp": False,              # an older ember's, from before we started
         ".new.ember.ba9876543210.tmp": True,               # an older ember's, written since
+        f".tmp-epoch0001-step00000007-{dead}/": False,      # an older ember's killed checkpoint
+        f".old-notes-{dead}": True,                        # looks like one, but is no checkpoint
         ".gitignore": True, ".m.ember.notes": True, "m.ember": True,
     }
     for name in names:
@@ -65,8 +67,9 @@ def test_tidy_removes_only_dead_processes_and_old_legacy_temporaries(tmp_path):
 @pytest.mark.parametrize("style", ["ours", "older ember"])
 def test_tidy_puts_back_a_folder_replacement_killed_between_its_renames(tmp_path, style):
     dead = _dead_pid()
-    names = {"ours": (f".ck.{dead}.0123456789ab.old", f".ck.{dead}.0123456789ab.tmp"),
-             "older ember": (f".old-ck-{dead}", f".tmp-ck-{dead}")}[style]
+    ck = "epoch0001-step00000007"
+    names = {"ours": (f".{ck}.{dead}.0123456789ab.old", f".{ck}.{dead}.0123456789ab.tmp"),
+             "older ember": (f".old-{ck}-{dead}", f".tmp-{ck}-{dead}")}[style]
     for has_new in (True, False):
         folder = tmp_path / str(has_new)
         folder.mkdir()
@@ -77,7 +80,7 @@ def test_tidy_puts_back_a_folder_replacement_killed_between_its_renames(tmp_path
             (folder / names[1]).mkdir()
             (folder / names[1] / "which").write_text("new")
         atomic.tidy(folder)
-        assert (folder / "ck" / "which").read_text() == ("new" if has_new else "old")
+        assert (folder / ck / "which").read_text() == ("new" if has_new else "old")
         assert _hidden(folder) == []
 
 
