@@ -18,4 +18,5 @@ class DataError(EmberError, ValueError):
 
 
 class WorkerError(EmberError, RuntimeError):
-    """An exception inside a `DataLoader` worker process; the message carries the worker's traceback text."""
+    """A `DataLoader` worker that failed: an exception inside it (the message carries its traceback
+    text), its death (worker, pid, exit code or signal) or a batch that missed the loader's timeout."""

@@ -56,6 +56,10 @@ class DataLoader(Generic[B]):
         device: when given, each batch's arrays become ember tensors on it (in the main process).
         multiprocessing_context: how workers start; "spawn" (default, see `ember.data.workers`),
             "forkserver" or "fork".
+        timeout: seconds to wait for each batch from the workers (the first wait includes their
+            start-up); 0 waits without limit. When it passes, `WorkerError` names the worker, its
+            pid, the batch and the timeout. A worker that dies raises `WorkerError` at once, whatever
+            the timeout.
 
     Example:
         >>> from ember.data import InMemoryDataset
@@ -67,7 +71,7 @@ class DataLoader(Generic[B]):
     def __init__(self, dataset: Dataset[Any], batch_size: int, shuffle: bool = False, seed: int = 0,
                  drop_last: bool = False, num_workers: int = 0, prefetch: int = 2,
                  batcher: Callable[[list[Any]], B] | None = None, device: Any = None,
-                 multiprocessing_context: str = "spawn") -> None:
+                 multiprocessing_context: str = "spawn", timeout: float = 0) -> None:
         if not isinstance(dataset, Dataset):
             raise TypeError(f"DataLoader needs an ember.data.Dataset, got {type(dataset).__name__}")
         for name, value, least in (("batch_size", batch_size, 1), ("num_workers", num_workers, 0),
@@ -77,6 +81,11 @@ class DataLoader(Generic[B]):
         if multiprocessing_context not in mp.get_all_start_methods():
             raise ValueError(f"multiprocessing_context must be one of {mp.get_all_start_methods()}, "
                              f"got {multiprocessing_context!r}")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 <= timeout < float("inf"):
+            raise ValueError(f"DataLoader timeout must be a finite number of seconds >= 0, got {timeout!r}")
+        if timeout and not num_workers:
+            raise ValueError(f"DataLoader timeout={timeout} bounds the wait for worker processes; "
+                             f"with num_workers=0 there are none (use timeout=0)")
         if batcher is not None and not callable(batcher):
             raise TypeError(f"batcher must be callable, got {type(batcher).__name__}")
         self.dataset = dataset
@@ -89,6 +98,7 @@ class DataLoader(Generic[B]):
         self.batcher: Callable[[list[Any]], Any] = batcher if batcher is not None else default_batcher
         self.device = device
         self.multiprocessing_context = multiprocessing_context
+        self.timeout = timeout
         self.epoch = 0
         self._position = 0
         self._resume_at = 0
@@ -185,8 +195,6 @@ class LoaderIterator(Iterator[B]):
         self._finished = False
         self._pool: WorkerPool | None = None
         self._submitted = start
-        # batch number -> (ok, pickled batch or error text), for batches that came back early.
-        self._ready: dict[int, tuple[bool, Any]] = {}
         if loader.num_workers and start < len(batches):
             self._pool = WorkerPool(loader.dataset, loader.batcher, loader.num_workers,
                                     loader.multiprocessing_context)
@@ -231,10 +239,7 @@ class LoaderIterator(Iterator[B]):
         while self._submitted < len(self._batches) and self._submitted - number < window:
             self._pool.submit(self._submitted, self._batches[self._submitted].tolist())
             self._submitted += 1
-        while number not in self._ready:
-            done, ok, payload = self._pool.receive()
-            self._ready[done] = (ok, payload)
-        ok, payload = self._ready.pop(number)
+        ok, payload = self._pool.receive(number, self._loader.timeout)
         if not ok:
-            raise WorkerError(f"DataLoader {payload}")
+            raise WorkerError(f"DataLoader {payload.decode()}")
         return pickle.loads(payload)

@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-import tempfile
 import threading
 import weakref
 from collections.abc import Mapping
@@ -34,6 +33,7 @@ from typing import Any, NamedTuple
 import ml_dtypes  # noqa: F401  (registers bfloat16 and friends with np.dtype, for stored dtype names)
 import numpy as np
 
+from ..atomic import temp_path, tidy
 from .dataset import Dataset
 from .errors import DataError
 
@@ -146,9 +146,9 @@ class SqliteDatasetWriter:
         self.path = Path(path)
         if self.path.exists() and not overwrite:
             raise DataError(f"{self.path}: file exists; pass overwrite=True to replace it")
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
-        os.close(fd)
-        self._tmp = Path(tmp)
+        # A pid-tagged temporary name: ember.atomic.tidy removes it if this process is killed.
+        self._tmp = temp_path(self.path)
+        tidy(self._tmp.parent)
         self._conn = sqlite3.connect(self._tmp)
         self._conn.executescript(_CREATE)
         self._conn.executemany("INSERT INTO ember_meta VALUES (?, ?)", [("format", FORMAT), ("version", VERSION)])
@@ -190,8 +190,6 @@ class SqliteDatasetWriter:
         self._finalizer.detach()
         self._conn.commit()
         self._conn.close()
-        # mkstemp makes the file private (0600); a dataset is meant to be read by others too.
-        os.chmod(self._tmp, 0o644)
         os.replace(self._tmp, self.path)
 
     def abort(self) -> None:

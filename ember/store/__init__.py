@@ -22,6 +22,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from ..atomic import tidy
 from ..dtype import DType
 from ..errors import StoreError
 from . import remap
@@ -74,6 +75,8 @@ def load(path: str | os.PathLike, format: str | None = None, *, mmap: bool = Tru
     Example:
         >>> state, _ = load("pytorch_model.bin", prefix="encoder.", cast="f16")
     """
+    # A write killed midway may have left temporary files beside the one asked for (ember.atomic).
+    tidy(os.path.dirname(os.path.abspath(path)))
     fmt = format or detect_format(path, reading=True)
     if fmt == "torch":
         state, metadata = load_torch(path, mmap=mmap, key=key)

@@ -8,9 +8,13 @@
                            RNG streams, optimizer/scheduler scalars, history, best, early stopping
       best.json            which checkpoint is the best so far, by which metric, with its value
 
-A checkpoint is built in a hidden temporary folder and renamed into place, so a crash leaves either
-the old set of checkpoints or the new one, never a half-written folder. Names sort by (step, epoch):
-the newest is the one to resume from.
+A checkpoint is built complete in a hidden temporary folder, then moved into place by
+`ember.atomic.replace_folder`: saving a name that exists (a Ctrl-C right at a `checkpoint_every`
+step) swaps the two folders in one step where the OS can, so a kill at any moment leaves the old
+checkpoint or the new one, never none and never a torn one. Saving and finding checkpoints first
+run `ember.atomic.tidy` on the folder, which finishes a replacement killed midway and removes the
+temporary files and folders of killed saves. Names sort by (step, epoch): the newest is the one to
+resume from.
 
 Example:
     >>> ckpt = Checkpointer("runs/mnist/checkpoints", keep_last=2)
@@ -29,7 +33,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..config import write_atomic
+from ..atomic import replace_folder, temp_path, tidy, write_atomic
 from ..tensor import Tensor
 
 _NAME = re.compile(r"^epoch(\d+)-step(\d+)$")
@@ -67,20 +71,24 @@ class Checkpointer:
 
     def save(self, name: str, model_state: Mapping[str, Any], training: Mapping[str, Any],
              best: Mapping[str, Any] | None = None) -> Path:
-        """Write checkpoint `name`; with `best` (a JSON-ready dict), mark it the best one. Returns its path."""
+        """Write checkpoint `name`; with `best` (a JSON-ready dict), mark it the best one. Returns its path.
+
+        A checkpoint already named `name` is replaced by the new one atomically (see the module
+        docstring): a kill at any point leaves one of the two, complete.
+        """
         if not _NAME.match(name):
             raise ValueError(f"checkpoint name {name!r} must look like {checkpoint_name(1, 10)!r}")
         from ..store import save
         self.folder.mkdir(parents=True, exist_ok=True)
+        tidy(self.folder)
         final = self.folder / name
-        tmp = self.folder / f".tmp-{name}-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
+        tmp = temp_path(final)
         tmp.mkdir()
         try:
             save(tmp / "model.ember", {k: _host(v) for k, v in model_state.items()})
             tree, arrays = flatten_tree(dict(training))
             save(tmp / "training.ember", arrays, metadata={_TREE_KEY: json.dumps(tree)})
-            _replace_folder(tmp, final)
+            replace_folder(tmp, final)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -90,9 +98,10 @@ class Checkpointer:
         return final
 
     def checkpoints(self) -> list[Path]:
-        """Every complete checkpoint, oldest first."""
+        """Every complete checkpoint, oldest first (after tidying the folder, see the module docstring)."""
         if not self.folder.is_dir():
             return []
+        tidy(self.folder)
         found = [p for p in self.folder.iterdir() if p.is_dir() and _NAME.match(p.name)]
         return sorted(found, key=_order)
 
@@ -128,6 +137,7 @@ def load_checkpoint(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dic
     """
     from ..store import load
     path = Path(path)
+    tidy(path.parent)
     for file in ("model.ember", "training.ember"):
         if not (path / file).is_file():
             raise FileNotFoundError(f"{path} is not a checkpoint: {file} is missing")
@@ -147,6 +157,7 @@ def find_checkpoint(path: str | os.PathLike) -> Path:
         'epoch0003-step00000189'
     """
     path = Path(path)
+    tidy(path.parent)
     if (path / "training.ember").is_file():
         return path
     for folder in (path / "checkpoints", path):
@@ -216,13 +227,3 @@ def _order(path: Path) -> tuple[int, int]:
     epoch, step = _NAME.match(path.name).groups()
     return int(step), int(epoch)
 
-
-def _replace_folder(tmp: Path, final: Path) -> None:
-    """Move `tmp` to `final`, replacing an existing `final` (renames only, never a partial folder)."""
-    if not final.exists():
-        os.replace(tmp, final)
-        return
-    old = final.with_name(f".old-{final.name}-{os.getpid()}")
-    os.replace(final, old)
-    os.replace(tmp, final)
-    shutil.rmtree(old, ignore_errors=True)

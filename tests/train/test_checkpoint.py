@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -10,6 +11,8 @@ import pytest
 import ember
 from ember.train import Accuracy, Checkpointer, find_checkpoint, load_checkpoint
 from ember.train.checkpoint import checkpoint_name, flatten_tree, unflatten_tree
+
+from kill_points import run_killed_at
 
 from .problem import learner, loaders
 
@@ -28,7 +31,7 @@ def test_keep_last_and_best(tmp_path):
     assert ckpt.best()["checkpoint"] == checkpoint_name(1, 10)
     _save(ckpt, 5, 50, best={"metric": "valid/loss", "value": 0.1, "epoch": 5})
     assert [p.name for p in ckpt.checkpoints()] == [checkpoint_name(4, 40), checkpoint_name(5, 50)]
-    assert not list(tmp_path.glob(".tmp-*")) and not list(tmp_path.glob(".old-*"))
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
 
 def test_order_is_by_step_then_epoch(tmp_path):
@@ -94,3 +97,41 @@ def test_learner_keeps_last_and_best(tmp_path):
     # The model file stands alone: it loads into a fresh model with Module.load_state_dict.
     state, _ = ember.store.load(folder / best["checkpoint"] / "model.ember")
     assert lrn.model.load_state_dict(state).ok
+
+
+def _state(rng, step):
+    return ({"w": rng.standard_normal((3, 5)).astype(np.float32), "b": np.full(2, step, np.int64)},
+            {"step": step, "adam": {"m": rng.standard_normal(4), "t": step}, "history": [0.5, 0.25]})
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="kills a forked child")
+@pytest.mark.parametrize("exchange", [True, False], ids=["swap", "rename-aside"])
+def test_resaving_a_name_killed_at_any_rename_leaves_a_complete_checkpoint(tmp_path, exchange):
+    """Saving a checkpoint name again (a Ctrl-C at a checkpoint_every step), SIGKILLed at each rename
+    event in turn: the newest checkpoint is always the old or the new one, complete; with the folder
+    swap its name never goes missing, even before tidying."""
+    rng = np.random.default_rng(0)
+    name, old, new = checkpoint_name(1, 7), _state(rng, 7), _state(rng, 8)
+    seen, gaps = set(), 0
+    for n in range(1, 40):
+        folder = tmp_path / str(n)
+        ckpt = Checkpointer(folder, keep_last=1)
+        ckpt.save(checkpoint_name(0, 3), *_state(rng, 3), best={"metric": "valid/loss", "value": 0.9})
+        ckpt.save(name, *old)
+        killed = run_killed_at(n, lambda: ckpt.save(name, *new, best={"metric": "valid/loss", "value": 0.5}),
+                               exchange)
+        gaps += not (folder / name).exists()
+        state, training = load_checkpoint(find_checkpoint(folder))
+        which = [label for label, (s, t) in (("old", old), ("new", new))
+                 if all(np.array_equal(state[k], s[k]) for k in s) and state.keys() == s.keys()
+                 and training["step"] == t["step"] and np.array_equal(training["adam"]["m"], t["adam"]["m"])]
+        assert len(which) == 1, f"killed at rename event {n}: the checkpoint is neither the old nor the new one"
+        seen.add(which[0])
+        assert (folder / ckpt.best()["checkpoint"] / "training.ember").is_file()
+        assert [p.name for p in folder.rglob(".*")] == [], f"killed at rename event {n}: leftovers"
+        ckpt.save(checkpoint_name(2, 9), *_state(rng, 9))
+        assert [p.name for p in folder.rglob(".*")] == []
+        if not killed:
+            break
+    assert seen == {"old", "new"} and n > 4, (n, seen)
+    assert (gaps == 0) if exchange else (gaps > 0), f"{gaps} kill points left no folder named {name}"
