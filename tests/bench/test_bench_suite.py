@@ -140,3 +140,13 @@ def test_gpt_workloads_run_one_step_each() -> None:
                                          "--heads", "2", "--d-ff", "12", "--seq", "4", "--batch", "2",
                                          "--steps", "1"]))
         assert encoder["impl"] == impl and encoder["step_ms"] > 0
+
+
+def test_gpu_training_rows_note_ember_over_each_torch_row() -> None:
+    from bench.gpu import note_ratios
+    rows = [dict(case="c", impl="torch", ms=4.0), dict(case="c", impl="ember", ms=6.0),
+            dict(case="c", impl="torch.compile", ms=3.0), dict(case="c", impl="ember EMBER_CUDA_GRAPHS=0", ms=None),
+            dict(case="other", impl="torch", ms=1.0)]
+    note_ratios(rows, "c")
+    assert rows[1] == dict(case="c", impl="ember", ms=6.0, vs_torch=1.5, **{"vs_torch.compile": 2.0})
+    assert "vs_torch" not in rows[3] and rows[0] == dict(case="c", impl="torch", ms=4.0)
