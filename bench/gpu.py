@@ -9,7 +9,7 @@ Cases (default: all):
   same bytes (the bandwidth ceiling) and torch's GELU -> TB/s;
 - `softmax`, `layer_norm`: (8192, 8192) f32 over the last dim, ember's library against torch eager;
 - `tiny_ops`: host time per op of 100 tiny adds: eager launches, the chain replayed as a CUDA graph
-  (`CudaRuntime.capture`), torch eager;
+  (`CudaRuntime.capture`), torch eager and the chain as a torch CUDA graph (`torch.cuda.graph`);
 - `plan_replay`: host time per op of a 100-op elementwise chain on a 4x4 tensor through Device.cuda(0)
   (recorded, then its cached fusion plan run at the sync) with the plan's CUDA graph on and off, and
   torch eager;
@@ -262,7 +262,7 @@ def case_layer_norm(b: Bench) -> None:
 
 def case_tiny_ops(b: Bench) -> None:
     """Host time per op of a chain of 100 tiny adds ((256,) f32): eager launches, the same chain
-    captured once as a CUDA graph and replayed, and torch eager."""
+    captured once as a CUDA graph and replayed, and torch eager and its own CUDA graph replay."""
     from ember.cube.kernels.elementwise import binary
     torch = b.torch
     ops = 100
@@ -285,10 +285,19 @@ def case_tiny_ops(b: Bench) -> None:
     graph = b.rt.capture(chain)
     graph.replay()
     err = rel_error(b, graph.result, torch_chain())
+    torch_graph = torch.cuda.CUDAGraph()  # torch's own answer to launch overhead: the chain captured too
+    torch.cuda.synchronize()
+    with torch.cuda.graph(torch_graph):
+        captured = torch_chain()
+    torch_graph.replay()
+    torch.cuda.synchronize()
+    if not torch.equal(captured, torch_chain()):
+        raise RuntimeError("tiny_ops: torch's CUDA graph replay differs from its eager chain")
     case = f"{ops} tiny adds (256,) f32, host time"
     for impl, fn, sync in (("ember eager launches", chain, b.rt.synchronize),
                            ("ember CUDA graph replay", graph.replay, b.rt.synchronize),
-                           ("torch eager", torch_chain, torch.cuda.synchronize)):
+                           ("torch eager", torch_chain, torch.cuda.synchronize),
+                           ("torch CUDA graph replay", torch_graph.replay, torch.cuda.synchronize)):
         times = []
         for _ in range(b.repeats * 3):
             sync()
@@ -298,7 +307,7 @@ def case_tiny_ops(b: Bench) -> None:
         sync()
         us = statistics.median(times) * 1e6 / ops
         b.rows.append(dict(case=case, impl=impl, ms=round(us * ops / 1e3, 4), rate=round(us, 2), unit="us/op",
-                           **({"rel_error": f"{err:.1e}"} if "graph" in impl else {})))
+                           **({"rel_error": f"{err:.1e}"} if impl == "ember CUDA graph replay" else {})))
         print(f"{case:34s} {impl:28s} {us:9.2f} us/op (host)", flush=True)
     graph.close()
 
