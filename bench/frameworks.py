@@ -113,14 +113,16 @@ class Frameworks:
     def compare_op(self, bench: str, case: str, ops: Mapping[str, Callable | str], hosts: Sequence[np.ndarray],
                    settings: Settings) -> list[Row]:
         """`compare` for a function of arrays: `ops[name](*hosts as that framework's tensors)`; an op wrapped
-        in `OnHost` gets copies of the NumPy arrays (ember's kernel library called directly)."""
+        in `OnHost` gets copies of the NumPy arrays (ember's kernel library called directly), one wrapped
+        in `Compiled` runs under `torch.compile`."""
         def setup(name: str, op: Callable) -> Setup:
             def build():
                 if isinstance(op, OnHost):
                     arrays = [h.copy() for h in hosts]
                     return lambda: op.fn(*arrays)
+                fn = self.modules["torch"].compile(op.fn) if isinstance(op, Compiled) else op
                 arrays = [self.array(framework_of(name), h) for h in hosts]
-                return lambda: op(*arrays)
+                return lambda: fn(*arrays)
             return build
         return self.compare(bench, case, {name: op if isinstance(op, str) else setup(name, op)
                                           for name, op in ops.items()}, settings)
@@ -133,14 +135,23 @@ class OnHost(NamedTuple):
     fn: Callable
 
 
+class Compiled(NamedTuple):
+    """An op of `compare_op` that torch runs under `torch.compile` (labelled "torch.compile"): how a torch
+    user fuses a chain of elementwise ops, as ember's fusion layer does without being asked."""
+
+    fn: Callable
+
+
 def fixed(fn: Callable, *args, **kwargs) -> Setup:
     """A setup whose call is `fn(*args, **kwargs)`: for cases whose inputs need no conversion."""
     return lambda: (lambda: fn(*args, **kwargs))
 
 
-def tensor_op(op: Callable, numpy: Callable | str) -> dict[str, Callable | str]:
-    """`op` for every framework in `TENSORS` (it uses only methods they share) and `numpy` for NumPy."""
-    return {"numpy": numpy, **dict.fromkeys(TENSORS, op)}
+def tensor_op(op: Callable, numpy: Callable | str, compiled: bool = False) -> dict[str, Callable | str]:
+    """`op` for every framework in `TENSORS` (it uses only methods they share) and `numpy` for NumPy;
+    `compiled`: also torch's `op` under `torch.compile` (`Compiled`), for chains a compiler fuses."""
+    ops = {"numpy": numpy, **dict.fromkeys(TENSORS, op)}
+    return {**ops, "torch.compile": Compiled(op)} if compiled else ops
 
 
 def _open(name: str) -> tuple[object | None, str]:

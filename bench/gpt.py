@@ -2,14 +2,22 @@
 transformer encoder of `bench/training.py`, one run per process so each framework's peak memory is its own.
 
     python -m bench.gpt gpt ember|torch|torch.compile [--layers 12 --d-model 768 --heads 12 --seq 1024
-                        --batch 8 --vocab 50257] [--steps 5] [--budget-s 120]
+                        --batch 8 --vocab 50304] [--steps 5] [--budget-s 120]
     python -m bench.gpt encoder ember|torch|torch.compile [--d-model 256 --heads 4 --d-ff 1024 ...]
 
-GPT: token + learned position embeddings, `layers` pre-norm blocks (`TransformerEncoderLayer` with
-`norm_first=True`, GELU, d_ff = 4 d_model, causal self-attention, no dropout), a final LayerNorm, an
-untied linear head, cross entropy over the vocabulary, AdamW (lr 3e-4, weight decay 0.01). f32
-parameters, TF32 matmuls in both frameworks (`EMBER_ALLOW_TF32=1`; torch's `allow_tf32`).
-Encoder: `TransformerEncoder` forward, `square().mean()`, backward (no optimizer), as bench/training.py.
+GPT (`models.ember_gpt`; its torch peer `torch_models.GPT`): token + learned position embeddings, `layers`
+pre-norm causal blocks (GELU, d_ff = 4 d_model, no dropout), a final LayerNorm, the head tied to the
+token embedding, cross entropy over the vocabulary (GPT-2's 50257 padded to 50304, a multiple of 64, on
+both sides; the ids stay below 50257), AdamW (lr 3e-4, weight decay 0.01). f32 parameters, TF32 matmuls
+on CUDA in both frameworks (`EMBER_ALLOW_TF32=1`; torch's `allow_tf32`), no autocast on either side.
+Encoder: `TransformerEncoder` (`models.ember_encoder`; peer `torch_models.Encoder`) forward,
+`square().mean()`, backward (no optimizer), as bench/training.py.
+
+The torch peer is what a torch user writes for speed: attention through
+`F.scaled_dot_product_attention(..., is_causal=True)` (no mask, so CUDA runs its fused kernel), fused
+AdamW (`models.torch_adamw`), `zero_grad(set_to_none=True)`; `torch.compile` wraps the model for the
+third row. Both frameworks read the loss on the host once per step (`loss.item()`) and end the step
+with a device sync.
 
 Prints one JSON line: the median step time (ms; a step ends with a device sync), the steps timed, the
 first and last loss (a random-init GPT starts near ln(vocab)), and peak memory: ember's pool
@@ -19,7 +27,7 @@ steps are timed until `--steps` or `--budget-s` seconds, whichever comes first (
 
 Example:
     >>> python -m bench.gpt gpt torch --steps 3
-    {"workload": "gpt", "impl": "torch", "step_ms": 61.2, ...}
+    {"workload": "gpt", "impl": "torch", "step_ms": ..., "steps": 3, ...}
 """
 
 from __future__ import annotations
@@ -34,7 +42,10 @@ import time
 
 import numpy as np
 
+from . import models
 
+GPT2_TOKENS = 50257  # GPT-2's vocabulary; the model's is padded to 50304, a multiple of 64
+LR, WEIGHT_DECAY = 3e-4, 0.01  # the GPT's AdamW, in both frameworks
 gpt_step_memory: list = []  # [list holding the bytes in use after the first step's forward pass]
 
 
@@ -42,7 +53,6 @@ def ember_workload(args):
     """(step function returning the loss as a float or None, device) for ember on `args.device`."""
     os.environ["EMBER_ALLOW_TF32"] = "1"
     import ember
-    from ember.nn import (Embedding, LayerNorm, Linear, Module, TransformerEncoder, TransformerEncoderLayer)
     from ember.nn.loss import cross_entropy
     from ember.optim import AdamW
     base = ember.Device(args.device)
@@ -50,8 +60,7 @@ def ember_workload(args):
     device.seed(0)
     rng = np.random.default_rng(0)
     if args.workload == "encoder":
-        encoder = TransformerEncoder(args.d_model, args.heads, args.d_ff, num_layers=args.layers, dropout=0.0,
-                                     device=device)
+        encoder = models.ember_encoder(args.d_model, args.heads, args.d_ff, args.layers, device)
         x = ember.tensor(rng.standard_normal((args.batch, args.seq, args.d_model), dtype=np.float32), device=device)
 
         def encoder_step():
@@ -61,26 +70,9 @@ def ember_workload(args):
             return None
         return encoder_step, base
 
-    class GPT(Module):
-        def __init__(self) -> None:
-            d = args.d_model
-            self.tok = Embedding(args.vocab, d, device=device)
-            self.pos = Embedding(args.seq, d, device=device)
-            self.blocks = [TransformerEncoderLayer(d, args.heads, 4 * d, dropout=0.0, activation="gelu",
-                                                   norm_first=True, device=device) for _ in range(args.layers)]
-            self.norm = LayerNorm(d, device=device)
-            self.head = Linear(d, args.vocab, bias=False, device=device)
-
-        def forward(self, idx):
-            x = self.tok(idx) + self.pos(ember.arange(idx.shape[1], device=device))
-            for block in self.blocks:
-                x = block(x, is_causal=True)
-            return self.head(self.norm(x))
-
-    model = GPT()
-    optimizer = AdamW(model, lr=3e-4, weight_decay=0.01)
-    idx = ember.tensor(rng.integers(0, args.vocab, (args.batch, args.seq)), device=device)
-    target = ember.tensor(rng.integers(0, args.vocab, (args.batch * args.seq,)), device=device)
+    model = models.ember_gpt(args.vocab, args.seq, args.d_model, args.heads, args.layers, device)
+    optimizer = AdamW(model, lr=LR, weight_decay=WEIGHT_DECAY)
+    idx, target = (ember.tensor(a, device=device) for a in tokens(args, rng))
 
     forward_in_use: list = []
     gpt_step_memory[:] = [forward_in_use]
@@ -98,20 +90,20 @@ def ember_workload(args):
 
 
 def torch_workload(args, compiled: bool):
+    """The step function for torch (eager, or the model under `torch.compile`) on cuda or the CPU."""
     import torch
-    torch.backends.cuda.matmul.allow_tf32 = True
+    from . import torch_models
+    torch.backends.cuda.matmul.allow_tf32 = True  # ember's EMBER_ALLOW_TF32; both CUDA-only
     torch.backends.cudnn.allow_tf32 = True
     torch.manual_seed(0)
-    nn = torch.nn
     rng = np.random.default_rng(0)
     dev = "cuda" if args.device.startswith("cuda") else "cpu"
     sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
     if args.workload == "encoder":
-        layer = nn.TransformerEncoderLayer(args.d_model, args.heads, args.d_ff, dropout=0.0, batch_first=True,
-                                           device=dev)
-        encoder = nn.TransformerEncoder(layer, args.layers, enable_nested_tensor=False)
+        encoder = torch_models.Encoder(args.d_model, args.heads, args.d_ff, args.layers).to(dev)
         forward = torch.compile(encoder) if compiled else encoder
         x = torch.from_numpy(rng.standard_normal((args.batch, args.seq, args.d_model), dtype=np.float32)).to(dev)
+        fused_attention_only(torch, encoder, x)
 
         def encoder_step():
             encoder.zero_grad(set_to_none=True)
@@ -120,37 +112,18 @@ def torch_workload(args, compiled: bool):
             return None
         return encoder_step
 
-    class GPT(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            d = args.d_model
-            self.tok = nn.Embedding(args.vocab, d)
-            self.pos = nn.Embedding(args.seq, d)
-            self.blocks = nn.ModuleList(nn.TransformerEncoderLayer(d, args.heads, 4 * d, dropout=0.0,
-                                                                   activation="gelu", batch_first=True,
-                                                                   norm_first=True) for _ in range(args.layers))
-            self.norm = nn.LayerNorm(d)
-            self.head = nn.Linear(d, args.vocab, bias=False)
-            self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(args.seq))
-
-        def forward(self, idx):
-            x = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
-            for block in self.blocks:
-                x = block(x, src_mask=self.mask, is_causal=True)
-            return self.head(self.norm(x))
-
-    model = GPT().to(dev)
+    model = torch_models.GPT(args.vocab, args.seq, args.d_model, args.heads, args.layers).to(dev)
     forward = torch.compile(model) if compiled else model
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.01)
-    idx = torch.from_numpy(rng.integers(0, args.vocab, (args.batch, args.seq))).to(dev)
-    target = torch.from_numpy(rng.integers(0, args.vocab, (args.batch * args.seq,))).to(dev)
+    optimizer = models.torch_adamw(torch, model.parameters(), lr=LR, weight_decay=WEIGHT_DECAY)
+    idx, target = (torch.from_numpy(a).to(dev) for a in tokens(args, rng))
+    fused_attention_only(torch, model, idx)
 
     forward_in_use: list = []
     gpt_step_memory[:] = [forward_in_use]
 
     def gpt_step():
         optimizer.zero_grad(set_to_none=True)
-        loss = nn.functional.cross_entropy(forward(idx).reshape(-1, args.vocab), target)
+        loss = torch.nn.functional.cross_entropy(forward(idx).reshape(-1, args.vocab), target)
         if not forward_in_use and dev == "cuda":  # the first step only: what the forward pass holds
             torch.cuda.synchronize()
             forward_in_use.append(torch.cuda.memory_allocated())
@@ -159,6 +132,23 @@ def torch_workload(args, compiled: bool):
         sync()
         return float(loss.item())
     return gpt_step
+
+
+def fused_attention_only(torch, model, *inputs) -> None:
+    """Check that the peer's attention runs in torch's fused SDPA kernels (`torch_models.check_fused_attention`:
+    an error, not a slowed row, where it would not), outside the peaks the row reports."""
+    from .torch_models import check_fused_attention
+    check_fused_attention(model, *inputs)
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+
+
+def tokens(args, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """The GPT's input ids (batch, seq) and targets (batch * seq,), drawn below GPT-2's 50257 tokens (the
+    padded vocabulary's extra rows are never a token, as in nanoGPT)."""
+    real = min(args.vocab, GPT2_TOKENS)
+    return rng.integers(0, real, (args.batch, args.seq)), rng.integers(0, real, (args.batch * args.seq,))
 
 
 def measure(args) -> dict:
@@ -223,7 +213,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--d-ff", type=int, default=1024, help="encoder only (GPT: 4 d_model)")
     parser.add_argument("--seq", type=int)
     parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--vocab", type=int, default=50257)
+    parser.add_argument("--vocab", type=int, default=50304, help="GPT-2's 50257 padded to a multiple of 64")
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--budget-s", type=float, default=120.0, help="seconds of timed steps at most")
     parser.add_argument("--device", default="cuda:0", help="the device (torch: cuda when this is a cuda device, else cpu)")

@@ -9,13 +9,16 @@ Cases (default: all):
   same bytes (the bandwidth ceiling) and torch's GELU -> TB/s;
 - `softmax`, `layer_norm`: (8192, 8192) f32 over the last dim, ember's library against torch eager;
 - `tiny_ops`: host time per op of 100 tiny adds: eager launches, the chain replayed as a CUDA graph
-  (`CudaRuntime.capture`), torch eager;
+  (`CudaRuntime.capture`), torch eager and the chain as a torch CUDA graph (`torch.cuda.graph`);
 - `plan_replay`: host time per op of a 100-op elementwise chain on a 4x4 tensor through Device.cuda(0)
   (recorded, then its cached fusion plan run at the sync) with the plan's CUDA graph on and off, and
   torch eager;
 - `encoder`, `gpt`: training steps of bench/gpt.py (transformer_encoder fwd+bwd; a GPT-2-small step with
-  AdamW, tf32) in ember, torch eager and torch.compile, each in its own process -> ms/step and peak
-  memory (ember's pool peaks; torch's max_memory_allocated / reserved);
+  AdamW, tf32, the vocabulary padded to 50304, the head tied) in ember, torch eager and torch.compile
+  (the peers of bench/torch_models.py: causal SDPA, fused AdamW), each in its own process -> ms/step
+  and peak memory (ember's pool peaks; torch's max_memory_allocated / reserved), each ember row with its
+  ratio to each torch row (`vs_torch`, `vs_torch.compile`; >1: ember slower); `gpt_reduced` the GPT
+  step at sizes ember fits, against the same two peers;
 - peak memory where measurable: ember's pool peak against torch.cuda.max_memory_allocated for the
   same op.
 
@@ -259,7 +262,7 @@ def case_layer_norm(b: Bench) -> None:
 
 def case_tiny_ops(b: Bench) -> None:
     """Host time per op of a chain of 100 tiny adds ((256,) f32): eager launches, the same chain
-    captured once as a CUDA graph and replayed, and torch eager."""
+    captured once as a CUDA graph and replayed, and torch eager and its own CUDA graph replay."""
     from ember.cube.kernels.elementwise import binary
     torch = b.torch
     ops = 100
@@ -282,10 +285,19 @@ def case_tiny_ops(b: Bench) -> None:
     graph = b.rt.capture(chain)
     graph.replay()
     err = rel_error(b, graph.result, torch_chain())
+    torch_graph = torch.cuda.CUDAGraph()  # torch's own answer to launch overhead: the chain captured too
+    torch.cuda.synchronize()
+    with torch.cuda.graph(torch_graph):
+        captured = torch_chain()
+    torch_graph.replay()
+    torch.cuda.synchronize()
+    if not torch.equal(captured, torch_chain()):
+        raise RuntimeError("tiny_ops: torch's CUDA graph replay differs from its eager chain")
     case = f"{ops} tiny adds (256,) f32, host time"
     for impl, fn, sync in (("ember eager launches", chain, b.rt.synchronize),
                            ("ember CUDA graph replay", graph.replay, b.rt.synchronize),
-                           ("torch eager", torch_chain, torch.cuda.synchronize)):
+                           ("torch eager", torch_chain, torch.cuda.synchronize),
+                           ("torch CUDA graph replay", torch_graph.replay, torch.cuda.synchronize)):
         times = []
         for _ in range(b.repeats * 3):
             sync()
@@ -295,7 +307,7 @@ def case_tiny_ops(b: Bench) -> None:
         sync()
         us = statistics.median(times) * 1e6 / ops
         b.rows.append(dict(case=case, impl=impl, ms=round(us * ops / 1e3, 4), rate=round(us, 2), unit="us/op",
-                           **({"rel_error": f"{err:.1e}"} if "graph" in impl else {})))
+                           **({"rel_error": f"{err:.1e}"} if impl == "ember CUDA graph replay" else {})))
         print(f"{case:34s} {impl:28s} {us:9.2f} us/op (host)", flush=True)
     graph.close()
 
@@ -364,10 +376,11 @@ def case_plan_replay(b: Bench) -> None:
 def _training(b: Bench, workload: str, args: list[str], timeout_s: float,
               impls: tuple = ("torch", "ember", "torch.compile"), env: dict | None = None) -> None:
     """Rows of `python -m bench.gpt workload impl args` for `impls`, each in its own process (its own peak
-    memory) with `env` added to the environment, each stopped after `timeout_s` (a row then says so)."""
+    memory) with `env` added to the environment, each stopped after `timeout_s` (a row then says so); then
+    the case's ember rows get their ratios to its torch rows (`note_ratios`)."""
     import os
     import subprocess
-    case = {"gpt": "GPT step (12 layers, d 768, 12 heads, seq 1024, batch 8, vocab 50257, AdamW, tf32)",
+    case = {"gpt": "GPT step (12 layers, d 768, 12 heads, seq 1024, batch 8, vocab 50304, tied head, AdamW, tf32)",
             "encoder": "transformer_encoder fwd+bwd (d 256, 4 heads, d_ff 1024, seq 128, batch 8, 2 layers, tf32)"}
     name = case[workload] if not args else f"{workload} {' '.join(args)} (otherwise as the full step)"
     for impl in impls:
@@ -392,6 +405,22 @@ def _training(b: Bench, workload: str, args: list[str], timeout_s: float,
         b.rows.append(dict(case=name, impl=label, ms=row["step_ms"], rate=round(1e3 / row["step_ms"], 3),
                            unit="steps/s", **extra))
         print(f"{name}: {label} {row['step_ms']} ms/step {extra}\n{done.stderr[-800:]}", flush=True)
+    note_ratios(b.rows, name)
+
+
+def note_ratios(rows: list[dict], case: str) -> None:
+    """Add to each timed ember row of `case` its time over each timed torch row's (`vs_torch`,
+    `vs_torch.compile`: >1 means ember is slower).
+
+    Example:
+        >>> rows = [dict(case="c", impl="ember", ms=6.0), dict(case="c", impl="torch", ms=3.0)]
+        >>> note_ratios(rows, "c"); rows[0]["vs_torch"]
+        2.0
+    """
+    timed = [r for r in rows if r["case"] == case and r["ms"]]
+    for row in (r for r in timed if r["impl"].startswith("ember")):
+        row.update({f"vs_{peer['impl']}": round(row["ms"] / peer["ms"], 3) for peer in timed
+                    if peer["impl"].startswith("torch")})
 
 
 def case_encoder(b: Bench) -> None:
@@ -407,7 +436,7 @@ def case_gpt_reduced(b: Bench) -> None:
     """The GPT step at sizes ember fits in the H200's memory: 2 of the 12 layers at batch 8, and all 12
     layers at batch 1; ember also with CUDA graphs off (what graphs cost in memory and gain in time)."""
     for args in (["--layers", "2"], ["--batch", "1"]):
-        _training(b, "gpt", args, timeout_s=150, impls=("torch", "ember"))
+        _training(b, "gpt", args, timeout_s=150)
         _training(b, "gpt", args, timeout_s=150, impls=("ember",), env={"EMBER_CUDA_GRAPHS": "0"})
 
 

@@ -3,6 +3,10 @@ training step (forward, cross entropy, backward, AdamW update) per framework.
 
 A network is its forward function and its parameters, so the step builders need not know its shape.
 ember's networks are `Module`s (its optimizer walks a module); the CNN is the MNIST example's `ConvNet`.
+The transformers (`ember_encoder`, `ember_gpt`) have their torch peers in bench/torch_models.py.
+
+torch's optimizer is `torch_adamw`: AdamW with `fused=True`, one kernel over all parameters on CUDA and on
+the CPU (torch 2.13), the fastest of torch's AdamW implementations on both (bench/RESULTS.md, "Peers").
 """
 
 from __future__ import annotations
@@ -79,6 +83,49 @@ def tinygrad_cnn(tinygrad, width: int) -> tuple[Forward, list]:
     return cnn_forward(*layers, pool=lambda x: x.max_pool2d(2)), nn.state.get_parameters(layers)
 
 
+def ember_encoder(d_model: int, heads: int, d_ff: int, layers: int, device):
+    """ember's `TransformerEncoder` (post-norm ReLU layers, no dropout); its torch peer is
+    `torch_models.Encoder`."""
+    from ember.nn import TransformerEncoder
+    return TransformerEncoder(d_model, heads, d_ff, num_layers=layers, dropout=0.0, device=device)
+
+
+def ember_gpt(vocab: int, seq: int, d_model: int, heads: int, layers: int, device):
+    """A GPT in ember's public API: token and learned position embeddings (N(0, 0.02)), `layers` pre-norm
+    causal `TransformerEncoderLayer`s (GELU, d_ff = 4 d_model, no dropout), a final LayerNorm and the
+    head tied to the token embedding; `model(idx)` gives the logits. Its torch peer is
+    `torch_models.GPT`.
+
+    Example:
+        >>> ember_gpt(64, 8, 16, 2, 1, Device.numpy())(ember.zeros(2, 8, dtype="int64")).shape
+        (2, 8, 64)
+    """
+    import ember
+    from ember.nn import Embedding, LayerNorm, Module, TransformerEncoderLayer, init
+
+    class GPT(Module):
+        def __init__(self) -> None:
+            self.tok, self.pos = Embedding(vocab, d_model, device=device), Embedding(seq, d_model, device=device)
+            for embedding in (self.tok, self.pos):
+                embedding.weight.set(init.normal(embedding.weight.shape, std=0.02, device=device))
+            self.blocks = [TransformerEncoderLayer(d_model, heads, 4 * d_model, dropout=0.0, activation="gelu",
+                                                   norm_first=True, device=device) for _ in range(layers)]
+            self.norm = LayerNorm(d_model, device=device)
+
+        def forward(self, idx):
+            x = self.tok(idx) + self.pos(ember.arange(idx.shape[1], device=device))
+            for block in self.blocks:
+                x = block(x, is_causal=True)
+            return self.norm(x) @ self.tok.weight.transpose(0, 1)
+
+    return GPT()
+
+
+def torch_adamw(torch, params, lr: float, weight_decay: float = 0.01):
+    """torch's AdamW as the peers run it: fused (see the module docstring); the defaults ember's AdamW has."""
+    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=True)
+
+
 def ember_step(model, x, y) -> Step:
     from ember.nn.loss import cross_entropy
     from ember.optim import AdamW
@@ -90,7 +137,7 @@ def ember_step(model, x, y) -> Step:
 
 
 def torch_step(torch, forward: Forward, params: list, x, y) -> Step:
-    optimizer = torch.optim.AdamW(params, lr=LR)
+    optimizer = torch_adamw(torch, params, lr=LR)
 
     def step() -> None:
         optimizer.zero_grad(set_to_none=True)

@@ -23,18 +23,16 @@ def transformer_encoder(fw: Frameworks, settings: Settings) -> list[Row]:
     x = np.random.default_rng(0).standard_normal((batch, seq, d_model), dtype=np.float32)
 
     def ember_setup():
-        from ember.nn import TransformerEncoder
         device = fw.device.autodiff()
-        encoder = TransformerEncoder(d_model, heads, d_ff, num_layers=layers, dropout=0.0, device=device)
+        encoder = models.ember_encoder(d_model, heads, d_ff, layers, device)
         xs = fw.modules["ember"].tensor(x, device=device)
         return lambda: encoder(xs).square().mean().backward()
 
     def torch_setup():
-        nn = fw.modules["torch"].nn
-        layer = nn.TransformerEncoderLayer(d_model, heads, d_ff, dropout=0.0, batch_first=True,
-                                           device=fw.torch_device)
-        encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        from . import torch_models
+        encoder = torch_models.Encoder(d_model, heads, d_ff, layers).to(fw.torch_device)
         xs = fw.array("torch", x)
+        torch_models.check_fused_attention(encoder, xs)
 
         def step() -> None:
             encoder.zero_grad(set_to_none=True)

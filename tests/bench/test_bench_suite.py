@@ -46,3 +46,107 @@ def test_cli_writes_json(tmp_path, capsys) -> None:
     assert {framework_of(r["impl"]) for r in payload["rows"]} == {"numpy", "ember"}
     assert payload["run"]["device"] == 'Device("numpy")' and "cores" in payload["machine"]
     assert "| overhead | add | ember |" in capsys.readouterr().out
+
+
+class SdpaCalls:
+    """`F.scaled_dot_product_attention` that records how each call asked for its mask."""
+
+    def __init__(self, sdpa) -> None:
+        self.sdpa, self.calls = sdpa, []
+
+    def __call__(self, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, **kwargs):
+        self.calls.append((attn_mask is None, is_causal, dropout_p))
+        return self.sdpa(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, **kwargs)
+
+
+@pytest.fixture
+def sdpa_calls(monkeypatch) -> SdpaCalls:
+    from bench import torch_models
+    calls = SdpaCalls(torch_models.F.scaled_dot_product_attention)
+    monkeypatch.setattr(torch_models.F, "scaled_dot_product_attention", calls)
+    return calls
+
+
+def test_gpt_peer_is_embers_gpt_through_causal_sdpa(sdpa_calls: SdpaCalls) -> None:
+    """The GPT bench's torch peer has ember's parameters (count and shapes) and, given ember's weights,
+    the same logits, loss and loss after one AdamW step; each layer's attention is one causal SDPA call
+    without a mask, which torch's fused kernels take."""
+    import numpy as np
+    import torch
+
+    import ember
+    from bench import gpt, models, torch_models
+    from ember.nn.loss import cross_entropy
+    from ember.optim import AdamW
+    vocab, seq, d_model, heads, layers, batch = 67, 7, 12, 3, 2, 3  # odd sizes; head width 4
+    device = ember.Device.numpy().autodiff()
+    model = models.ember_gpt(vocab, seq, d_model, heads, layers, device)
+    peer = torch_models.GPT(vocab, seq, d_model, heads, layers)
+    assert model.num_params() == sum(p.numel() for p in peer.parameters())
+    torch_models.load_ember(peer, model)  # strict: every name and shape must match
+    rng = np.random.default_rng(0)
+    idx, target = rng.integers(0, vocab, (batch, seq)), rng.integers(0, vocab, (batch * seq,))
+    ember_idx, ember_target = ember.tensor(idx, device=device), ember.tensor(target, device=device)
+    torch_idx, torch_target = torch.from_numpy(idx), torch.from_numpy(target)
+    optimizer = AdamW(model, lr=gpt.LR, weight_decay=gpt.WEIGHT_DECAY)
+    peer_optimizer = models.torch_adamw(torch, peer.parameters(), lr=gpt.LR, weight_decay=gpt.WEIGHT_DECAY)
+    for step in range(2):
+        logits = model(ember_idx)
+        peer_logits = peer(torch_idx)
+        np.testing.assert_allclose(logits.numpy(), peer_logits.detach().numpy(), rtol=1e-4, atol=1e-5)
+        loss = cross_entropy(logits.reshape(-1, vocab), ember_target)
+        peer_loss = torch.nn.functional.cross_entropy(peer_logits.reshape(-1, vocab), torch_target)
+        assert abs(loss.item() - peer_loss.item()) < 1e-5, f"step {step}"
+        optimizer.step(loss.backward())
+        peer_optimizer.zero_grad(set_to_none=True)
+        peer_loss.backward()
+        peer_optimizer.step()
+    assert sdpa_calls.calls == [(True, True, 0.0)] * (2 * layers)
+    torch_models.check_fused_attention(peer, torch_idx)
+
+
+def test_encoder_peer_is_embers_encoder_through_sdpa(sdpa_calls: SdpaCalls) -> None:
+    """The encoder bench's torch peer computes ember's `TransformerEncoder` (post-norm, ReLU) given its
+    weights, through one unmasked, non-causal SDPA call per layer."""
+    import numpy as np
+    import torch
+
+    import ember
+    from bench import models, torch_models
+    d_model, heads, d_ff, layers = 10, 2, 18, 2
+    device = ember.Device.numpy()
+    encoder = models.ember_encoder(d_model, heads, d_ff, layers, device)
+    peer = torch_models.Encoder(d_model, heads, d_ff, layers)
+    assert encoder.num_params() == sum(p.numel() for p in peer.parameters())
+    torch_models.load_ember(peer, encoder)
+    x = np.random.default_rng(1).standard_normal((3, 5, d_model)).astype(np.float32)
+    with torch.no_grad():
+        want = peer(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(encoder(ember.tensor(x, device=device)).numpy(), want, rtol=1e-4, atol=1e-5)
+    assert sdpa_calls.calls == [(True, False, 0.0)] * layers
+
+
+def test_gpt_workloads_run_one_step_each() -> None:
+    """`python -m bench.gpt` for ember and the torch peer at tiny sizes on the CPU: a row each, with the
+    GPT's first loss near ln(vocab) on both sides (the same initial distributions)."""
+    from bench import gpt
+    for impl in ("ember", "torch"):
+        args = gpt.parse(["gpt", impl, "--device", "cpu", "--layers", "1", "--d-model", "16", "--heads", "2",
+                          "--seq", "8", "--batch", "2", "--vocab", "64", "--steps", "1"])
+        row = gpt.measure(args)
+        assert row["impl"] == impl and row["steps"] == 1 and row["step_ms"] > 0
+        assert abs(row["first_loss"] - row["ln_vocab"]) < 0.5, row
+        encoder = gpt.measure(gpt.parse(["encoder", impl, "--device", "cpu", "--layers", "1", "--d-model", "8",
+                                         "--heads", "2", "--d-ff", "12", "--seq", "4", "--batch", "2",
+                                         "--steps", "1"]))
+        assert encoder["impl"] == impl and encoder["step_ms"] > 0
+
+
+def test_gpu_training_rows_note_ember_over_each_torch_row() -> None:
+    from bench.gpu import note_ratios
+    rows = [dict(case="c", impl="torch", ms=4.0), dict(case="c", impl="ember", ms=6.0),
+            dict(case="c", impl="torch.compile", ms=3.0), dict(case="c", impl="ember EMBER_CUDA_GRAPHS=0", ms=None),
+            dict(case="other", impl="torch", ms=1.0)]
+    note_ratios(rows, "c")
+    assert rows[1] == dict(case="c", impl="ember", ms=6.0, vs_torch=1.5, **{"vs_torch.compile": 2.0})
+    assert "vs_torch" not in rows[3] and rows[0] == dict(case="c", impl="torch", ms=4.0)
