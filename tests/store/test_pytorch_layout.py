@@ -1,7 +1,7 @@
 """ember's `Linear` has PyTorch's layout, weight (out, in): a torch `nn.Linear` state dict, a `torch.save`
-file and a safetensors file written by the `safetensors` package load with no adapter and give torch's
-outputs on every device, files ember writes load back into torch, and the weight's gradient comes out
-in that layout (the oracle is torch on the CPU).
+file, a safetensors file written by the `safetensors` package and a LoRA file laid out as PEFT's load
+with no adapter and give torch's outputs on every device, files ember writes load back into torch,
+and the weight's gradient comes out in that layout (the oracle is torch on the CPU).
 
 Square weights are the case that matters: a transposed (3, 3) weight has the right shape and would
 load without a word, so only the outputs can tell the layouts apart.
@@ -71,6 +71,35 @@ def test_files_ember_writes_load_into_torch(tmp_path, rng):
         save_module(model, tmp_path / "m.safetensors")
         assert torch.equal(safetensors.torch.load_file(tmp_path / "m.safetensors")["weight"], twin.weight.detach())
         assert_outputs_match(model, twin, ember.Device.numpy(), rng)
+
+
+class LoRA(nn.Module):
+    """A LoRA delta under PEFT's names: `lora_B(lora_A(x))`."""
+
+    def __init__(self, d_in: int, rank: int, d_out: int, device) -> None:
+        self.lora_A = nn.Linear(d_in, rank, bias=False, device=device)
+        self.lora_B = nn.Linear(rank, d_out, bias=False, device=device)
+
+    def forward(self, x):
+        return self.lora_B(self.lora_A(x))
+
+
+def test_peft_style_lora_file_loads_with_no_adapter(device, rng, tmp_path):
+    """PEFT saves a LoRA adapter as `adapter_model.safetensors` holding the weights of its torch.nn.Linear
+    layers, `<module>.lora_A.weight` (r, in) and `<module>.lora_B.weight` (out, r), under
+    `base_model.model.`; such a file (written here without PEFT) loads by prefix as it is."""
+    torch.manual_seed(5)
+    d_in, rank, d_out = 7, 3, 5
+    lora_a, lora_b = torch.nn.Linear(d_in, rank, bias=False), torch.nn.Linear(rank, d_out, bias=False)
+    prefix = "base_model.model.encoder.layer.0.attention.self.query."
+    path = tmp_path / "adapter_model.safetensors"
+    safetensors.torch.save_file({prefix + "lora_A.weight": lora_a.weight.detach(),
+                                 prefix + "lora_B.weight": lora_b.weight.detach()}, path)
+    model = LoRA(d_in, rank, d_out, device)
+    assert load_module(model, path, prefix=prefix).ok
+    x = rng.standard_normal((4, d_in)).astype(np.float32)
+    got = model(ember.tensor(x, device=device)).numpy()
+    np.testing.assert_allclose(got, lora_b(lora_a(torch.from_numpy(x))).detach().numpy(), *forward("f32"))
 
 
 def test_weight_gradient_matches_torch_in_its_layout(device, rng):
