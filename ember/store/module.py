@@ -34,7 +34,9 @@ Example:
     >>> report = load_module(Model(), "model.ember")
     >>> report.ok
     True
-    >>> load_module(Linear(784, 10), "torch_linear.pt").ok      # torch.save(torch.nn.Linear(784, 10).state_dict())
+    >>> load_module(Linear(784, 10), "torch_linear.pt").ok   # torch.save(torch.nn.Linear(784, 10).state_dict(), ...)
+    True
+    >>> load_module(LSTM(8, 16), "torch_lstm.pt", adapter="pytorch").ok
     True
 """
 
