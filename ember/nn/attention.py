@@ -204,7 +204,7 @@ class KVCache:
 
 
 class MultiHeadAttention(Module):
-    """Multi-head attention, batch first: `concat_h(softmax(Q_h K_h^T / sqrt(d) + M) V_h) W_o + b_o`.
+    """Multi-head attention, batch first: `concat_h(softmax(Q_h K_h^T / sqrt(d) + M) V_h) W_o^T + b_o`.
 
     Args:
         d_model: model width E (split into `n_heads` heads of width d = E / n_heads).
@@ -212,10 +212,12 @@ class MultiHeadAttention(Module):
         dropout: probability of dropping attention weights in training mode.
         bias: whether the four projections have biases.
         kdim, vdim: widths of the key and value inputs (default `d_model`).
-    With Q = query @ W_q + b_q, K = key @ W_k + b_k, V = value @ W_v + b_v, each W stored as
-    (in, out) like `Linear` (PyTorch's packed `in_proj_weight` is [W_q; W_k; W_v] transposed). The Q/K/V
-    weights are Glorot-uniform as PyTorch's packed in-projection (fan_out = 3 * d_model); biases start
-    at zero, as in PyTorch.
+    With Q = query @ W_q^T + b_q, K = key @ W_k^T + b_k, V = value @ W_v^T + b_v, each W stored as
+    (out, in) like `Linear`: PyTorch's packed `in_proj_weight` (3 * d_model, d_model) is [W_q; W_k; W_v]
+    stacked by rows. The Q/K/V weights are Glorot-uniform as in PyTorch: over the packed
+    in-projection (fan_out = 3 * d_model), or each over its own fans when kdim or vdim differ from
+    d_model (PyTorch's separate `q_proj_weight`, `k_proj_weight`, `v_proj_weight`); biases start at
+    zero, as in PyTorch.
 
     Example:
         >>> mha = MultiHeadAttention(16, 4)
@@ -235,8 +237,11 @@ class MultiHeadAttention(Module):
         self.key = Linear(kdim or d_model, d_model, bias, device, dtype)
         self.value = Linear(vdim or d_model, d_model, bias, device, dtype)
         self.output = Linear(d_model, d_model, bias, device, dtype)
+        packed = (kdim or d_model) == d_model and (vdim or d_model) == d_model
         for proj in (self.query, self.key, self.value):
-            proj.weight.set(init.xavier_uniform(proj.weight.shape, d_model, 3 * d_model, 1.0, device, dtype))
+            fan_out, fan_in = proj.weight.shape
+            proj.weight.set(init.xavier_uniform(proj.weight.shape, fan_in, 3 * fan_out if packed else fan_out, 1.0,
+                                                device, dtype))
         for proj in (self.query, self.key, self.value, self.output):
             if proj.bias is not None:
                 proj.bias.set(init.zeros(proj.bias.shape, device, dtype))

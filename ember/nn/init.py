@@ -1,10 +1,10 @@
 """Parameter initializers, Burn-style: each takes the shape and, where it matters, the fans explicitly.
 
-Layers know their own fans (a Linear of (in, out) has fan_in = in; a conv has in/groups * kernel size),
-so initializers do not guess them from a layout.
+Layers know their own fans (a Linear's (out, in) weight has fan_in = in, its second dim; a conv's has
+in/groups * kernel size), so initializers do not guess them from a layout.
 
 Example:
-    >>> w = init.kaiming_uniform((784, 128), fan_in=784)
+    >>> w = init.kaiming_uniform((128, 784), fan_in=784)      # a Linear(784, 128)'s weight
     >>> b = init.zeros((128,))
 """
 

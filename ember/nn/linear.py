@@ -12,14 +12,15 @@ from .param import Param
 
 
 class Linear(Module):
-    """`y = x @ weight + bias`.
+    """`y = x @ weight^T + bias`.
 
     Args:
         in_features: size of the last dim of the input.
         out_features: size of the last dim of the output.
         bias: whether to add a learned bias.
-    The weight is stored as (in_features, out_features), Burn's layout (PyTorch stores the transpose;
-    `ember.store` transposes on import). Both are initialized U(-1/sqrt(in), 1/sqrt(in)) like PyTorch.
+    The weight is stored as (out_features, in_features), PyTorch's layout, so PyTorch and Hugging Face
+    state dicts load as they are. The transpose is a view the matmul reads through its strides (no
+    copy). Weight and bias are initialized U(-1/sqrt(in), 1/sqrt(in)) like PyTorch.
 
     Example:
         >>> Linear(4, 2)(ember.ones(3, 4)).shape
@@ -30,13 +31,13 @@ class Linear(Module):
         self.in_features = in_features
         self.out_features = out_features
         bound_gain = 1.0 / math.sqrt(3.0)
-        self.weight = Param(init.kaiming_uniform((in_features, out_features), in_features, bound_gain,
+        self.weight = Param(init.kaiming_uniform((out_features, in_features), in_features, bound_gain,
                                                  device, dtype))
         self.bias = Param(init.kaiming_uniform((out_features,), in_features, bound_gain, device, dtype)) \
             if bias else None
 
     def forward(self, x: Tensor) -> Tensor:
-        y = x @ self.weight
+        y = x @ self.weight.T
         return y + self.bias if self.bias is not None else y
 
     def extra_repr(self) -> str:
@@ -63,8 +64,8 @@ class Bilinear(Module):
         in2_features: size of the last dim of `x2`.
         out_features: size of the last dim of the output.
         bias: whether to add a learned bias.
-    The weight is stored as (out_features, in1_features, in2_features), PyTorch's layout (it has no
-    matrix transpose to undo). Weight and bias are initialized U(-1/sqrt(in1), 1/sqrt(in1)) like PyTorch.
+    The weight is stored as (out_features, in1_features, in2_features), PyTorch's layout. Weight and
+    bias are initialized U(-1/sqrt(in1), 1/sqrt(in1)) like PyTorch.
     Inputs share their leading dims: (*, in1) and (*, in2) give (*, out).
 
     Example:

@@ -2,9 +2,9 @@
 
 All three share one driver (`Recurrent`): stacked layers, optional reverse direction, dropout between
 layers, initial states, batch-first or time-first input. A layer differs only in its step function.
-Each direction of each layer is a `RecurrentCell` holding `weight_ih` (input, G * hidden),
-`weight_hh` (hidden, G * hidden), `bias_ih` and `bias_hh` (G * hidden), where G is the number of gates.
-The weights are PyTorch's transposed (ember's `Linear` layout); the gate blocks are in PyTorch's order.
+Each direction of each layer is a `RecurrentCell` holding `weight_ih` (G * hidden, input),
+`weight_hh` (G * hidden, hidden), `bias_ih` and `bias_hh` (G * hidden), where G is the number of gates:
+PyTorch's layout (and `Linear`'s), gate blocks in PyTorch's order.
 Every weight and bias starts U(-1/sqrt(hidden), 1/sqrt(hidden)), as in PyTorch.
 
 Example:
@@ -40,26 +40,26 @@ class RecurrentCell(Module):
 
     Example:
         >>> RecurrentCell(3, 5, gates=4).weight_ih.shape
-        (3, 20)
+        (20, 3)
     """
 
     def __init__(self, input_size: int, hidden_size: int, gates: int, bias: bool = True,
                  device=None, dtype=None) -> None:
         bound = 1.0 / math.sqrt(hidden_size)
         width = gates * hidden_size
-        self.weight_ih = Param(init.uniform((input_size, width), -bound, bound, device, dtype))
-        self.weight_hh = Param(init.uniform((hidden_size, width), -bound, bound, device, dtype))
+        self.weight_ih = Param(init.uniform((width, input_size), -bound, bound, device, dtype))
+        self.weight_hh = Param(init.uniform((width, hidden_size), -bound, bound, device, dtype))
         self.bias_ih = Param(init.uniform((width,), -bound, bound, device, dtype)) if bias else None
         self.bias_hh = Param(init.uniform((width,), -bound, bound, device, dtype)) if bias else None
 
     def project_input(self, x: Tensor) -> Tensor:
-        """`x @ weight_ih + bias_ih` for every time step at once (one matmul instead of one per step)."""
-        y = x @ self.weight_ih
+        """`x @ weight_ih^T + bias_ih` for every time step at once (one matmul instead of one per step)."""
+        y = x @ self.weight_ih.T
         return y + self.bias_ih if self.bias_ih is not None else y
 
     def project_hidden(self, h: Tensor) -> Tensor:
-        """`h @ weight_hh + bias_hh`."""
-        y = h @ self.weight_hh
+        """`h @ weight_hh^T + bias_hh`."""
+        y = h @ self.weight_hh.T
         return y + self.bias_hh if self.bias_hh is not None else y
 
 
@@ -167,7 +167,7 @@ class Recurrent(Module):
 
 
 class RNN(Recurrent):
-    """The Elman RNN: `h_t = act(x_t W_ih + b_ih + h_{t-1} W_hh + b_hh)`, act = tanh or relu.
+    """The Elman RNN: `h_t = act(x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh)`, act = tanh or relu.
 
     Args: as `Recurrent`, plus `nonlinearity` ("tanh" or "relu").
     Returns `(output, h_n)`.
@@ -195,10 +195,10 @@ class RNN(Recurrent):
 class LSTM(Recurrent):
     """Long short-term memory, PyTorch's gate order (i, f, g, o):
 
-        i = sigmoid(x W_ii + b_ii + h W_hi + b_hi)      input gate
-        f = sigmoid(x W_if + b_if + h W_hf + b_hf)      forget gate
-        g = tanh(x W_ig + b_ig + h W_hg + b_hg)         cell candidate
-        o = sigmoid(x W_io + b_io + h W_ho + b_ho)      output gate
+        i = sigmoid(W_ii x + b_ii + W_hi h + b_hi)      input gate
+        f = sigmoid(W_if x + b_if + W_hf h + b_hf)      forget gate
+        g = tanh(W_ig x + b_ig + W_hg h + b_hg)         cell candidate
+        o = sigmoid(W_io x + b_io + W_ho h + b_ho)      output gate
         c' = f * c + i * g,   h' = o * tanh(c')
 
     Args: as `Recurrent`. `state` is `(h_0, c_0)`; returns `(output, (h_n, c_n))`.
@@ -222,9 +222,9 @@ class LSTM(Recurrent):
 class GRU(Recurrent):
     """Gated recurrent unit, PyTorch's gate order (r, z, n):
 
-        r = sigmoid(x W_ir + b_ir + h W_hr + b_hr)      reset gate
-        z = sigmoid(x W_iz + b_iz + h W_hz + b_hz)      update gate
-        n = tanh(x W_in + b_in + r * (h W_hn + b_hn))   candidate
+        r = sigmoid(W_ir x + b_ir + W_hr h + b_hr)      reset gate
+        z = sigmoid(W_iz x + b_iz + W_hz h + b_hz)      update gate
+        n = tanh(W_in x + b_in + r * (W_hn h + b_hn))   candidate
         h' = (1 - z) * n + z * h
 
     Args: as `Recurrent`. Returns `(output, h_n)`.

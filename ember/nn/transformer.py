@@ -1,8 +1,9 @@
 """Transformer blocks, batch first: `PositionWiseFeedForward`, encoder and decoder layers (post-norm as in
 "Attention is all you need", or pre-norm), and their stacks `TransformerEncoder`/`TransformerDecoder`.
 
-Names and equations follow PyTorch's `nn.Transformer*` so weights port one to one (with `Linear`'s
-transpose). A decoder decodes incrementally with a `DecoderCache` per layer (`new_cache()`).
+Names, layouts and equations follow PyTorch's `nn.Transformer*`, so weights port one to one (the
+"pytorch" adapter of `ember.store.load_module` renames the few parts ember names differently). A
+decoder decodes incrementally with a `DecoderCache` per layer (`new_cache()`).
 
 Example:
     >>> enc = TransformerEncoder(d_model=16, n_heads=4, d_ff=32, num_layers=2)

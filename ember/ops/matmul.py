@@ -38,11 +38,13 @@ def _matmul_vjp(ctx, g):
     ga = sum_to(g @ ctx.input(1).transpose(-1, -2), sa) if ctx.needs_grad(0) else None
     if not ctx.needs_grad(1):
         gb = None
-    elif len(sb) == 2 < len(sa):
-        # One matrix b for a whole batch (a linear layer's weight): the sum over the batch of a_i^T g_i
-        # is one product with the batch folded into its inner dim, not a batch of products summed after
-        # (a (batch, k, n) temporary: 1.2 GB for a GPT's vocabulary head).
-        gb = ctx.input(0).reshape(-1, sa[-1]).transpose(-1, -2) @ g.reshape(-1, sb[-1])
+    elif len(sb) == 2:
+        # One matrix b (for a whole batch of a): the sum over the batch of a_i^T g_i is one product with
+        # the batch folded into its inner dim, not a batch of products summed after (a (batch, k, n)
+        # temporary: 1.2 GB for a GPT's vocabulary head). It is made as (g^T a)^T, the view of an (n, k)
+        # product: a 2-D b is in practice a linear layer's (out, in) weight read through its transposed
+        # view, and the transpose's own rule then gives that weight's gradient in its C order.
+        gb = (g.reshape(-1, sb[-1]).transpose(-1, -2) @ ctx.input(0).reshape(-1, sa[-1])).transpose(-1, -2)
     else:
         gb = sum_to(ctx.input(0).transpose(-1, -2) @ g, sb)
     return ga, gb

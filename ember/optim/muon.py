@@ -9,11 +9,9 @@ Embeddings and output heads are 2-D but the reference advises AdamW for them: gi
 `ParamGroup(prefix="head.", optimizer=AdamW, lr=3e-4)`. A parameter that is not 2-D always goes to
 the fallback, unless a group hands it to another optimizer.
 
-Two differences from the reference, both deliberate:
-- Newton-Schulz runs in the parameter's dtype (the reference casts to bf16 for speed on GPUs).
-- ember stores a linear weight as (in, out), the transpose of PyTorch's (out, in), so the shape
-  `(A, B)` that the lr adjustment reads is taken as `(out, in) = (shape[1], shape[0])`. A Muon step
-  on an ember weight is then the transpose of PyTorch's step on the same layer.
+One difference from the reference, deliberate: Newton-Schulz runs in the parameter's dtype (the
+reference casts to bf16 for speed on GPUs). Weights have PyTorch's (out, in) layout, so the shape
+`(A, B)` that the lr adjustment reads is the parameter's own.
 """
 
 from __future__ import annotations
@@ -116,7 +114,7 @@ class Muon(Optimizer):
 
 
 def _adjusted_lr(lr: float, how: str | None, shape: tuple[int, ...]) -> float:
-    fan_out, fan_in = shape[1], shape[0]  # PyTorch's (A, B) for ember's (in, out) layout
+    fan_out, fan_in = shape  # (A, B): a Linear weight's (out, in)
     if how == "match_rms_adamw":
         return lr * 0.2 * math.sqrt(max(fan_out, fan_in))
     return lr * math.sqrt(max(1, fan_out / fan_in))

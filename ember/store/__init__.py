@@ -5,7 +5,7 @@ A *state* is `dict[str, numpy.ndarray]` (bf16 through `ml_dtypes.bfloat16`) and 
 bytes when reading, then its extension): `.ember` native, `.safetensors`, `.pt`/`.pth`/`.bin`
 PyTorch, and, for reading, the `.json` index of a sharded checkpoint. Loaded arrays are read-only
 views of the memory-mapped file unless `mmap=False`. `ember.store.remap` renames, selects, casts and
-transposes states to fit a model. `save_module` and `load_module` (`ember.store.module`) save a
+transforms states to fit a model. `save_module` and `load_module` (`ember.store.module`) save a
 `Module` and load a file into one, PyTorch state dicts included (`adapter="pytorch"`).
 
 Example:

@@ -7,24 +7,25 @@
 each value moves to its parameter's device and dtype, and the `LoadReport` lists missing,
 unexpected and mismatched keys (strict loading raises on any of them and loads nothing).
 
-`adapter="pytorch"` (`from_pytorch`) converts a PyTorch state dict to ember's names and layouts by
-walking the ember module: it knows which keys belong to layers whose layout differs from PyTorch's.
+Every ember layer stores its weights in PyTorch's layout (`Linear` and the recurrent layers as
+(out, in)), so a PyTorch, Hugging Face or PEFT file of a model built from the same layers under the
+same names loads with no adapter. `adapter="pytorch"` (`from_pytorch`) bridges the names of the
+layers whose parts ember names or groups differently, by walking the ember module (no tensor is
+transposed):
 
-- `Linear`: `weight` (out, in) is transposed to (in, out).
 - `MultiHeadAttention`: the packed `in_proj_weight`/`in_proj_bias` (q, k, v rows), or
   `q_proj_weight`, `k_proj_weight`, `v_proj_weight` when kdim/vdim differ (the bias stays packed),
-  go to `query`, `key` and `value`; `out_proj` becomes `output`; weights are transposed.
+  go to `query`, `key` and `value`; `out_proj` becomes `output`.
 - `RNN`, `LSTM`, `GRU`: `weight_ih_l{k}`, `weight_hh_l{k}`, `bias_ih_l{k}`, `bias_hh_l{k}` (with
-  `_reverse` for the backward direction) become `layers.{k}.{direction}.weight_ih` ...; weights
-  are transposed.
+  `_reverse` for the backward direction) become `layers.{k}.{direction}.weight_ih` ...
 - `TransformerEncoderLayer`, `TransformerDecoderLayer`: `linear1`, `linear2` and `multihead_attn`
   become `ff.linear_inner`, `ff.linear_outer` and `cross_attn`.
 
 A whole `torch.nn.Transformer` loads into a module with `encoder` and `decoder` attributes (ember's
 stacks, built with `final_norm=True`).
 
-Every other layer (Conv*, ConvTranspose*, Embedding, Bilinear, the norms, PReLU) has PyTorch's names
-and layout and passes through. Keys no ember layer claims keep their PyTorch names, so the report
+Every other layer (Linear, Bilinear, Conv*, ConvTranspose*, Embedding, the norms, PReLU) has
+PyTorch's names and passes through. Keys no ember layer claims keep their PyTorch names, so the report
 lists them as unexpected (strict loading refuses them; `strict=False` skips them). Nothing is dropped
 silently. BatchNorm's `num_batches_tracked` is an ember buffer too, so it loads.
 
@@ -33,7 +34,10 @@ Example:
     >>> report = load_module(Model(), "model.ember")
     >>> report.ok
     True
-    >>> load_module(model, "torch_model.pt", adapter="pytorch")
+    >>> load_module(Linear(784, 10), "torch_linear.pt").ok   # torch.save(torch.nn.Linear(784, 10).state_dict(), ...)
+    True
+    >>> load_module(LSTM(8, 16), "torch_lstm.pt", adapter="pytorch").ok
+    True
 """
 
 from __future__ import annotations
@@ -47,7 +51,6 @@ from .. import __version__
 from ..dtype import DType
 from ..errors import ShapeError, StoreError
 from ..nn.attention import MultiHeadAttention
-from ..nn.linear import Linear
 from ..nn.module import LoadReport, Module
 from ..nn.rnn import Recurrent
 from ..nn.transformer import PositionWiseFeedForward, TransformerDecoderLayer, TransformerEncoderLayer
@@ -67,7 +70,7 @@ def module_state(module: Module) -> State:
 
     Example:
         >>> module_state(Linear(2, 3))["weight"].shape
-        (2, 3)
+        (3, 2)
     """
     return {name: np.asarray(tensor.numpy()) for name, tensor in module.state_dict().items()}
 
@@ -101,13 +104,13 @@ def load_module(module: Module, path: str | os.PathLike, strict: bool = True, ad
         strict: raise on any missing, unexpected or shape-mismatched key and load nothing (the error
             names the file and lists every key, with both shapes for mismatches); with False, load
             the keys that fit and return the report.
-        adapter: "pytorch" converts a PyTorch state dict's names and layouts (see the module docs),
-            or a function `(module, state) -> state`.
+        adapter: "pytorch" converts the names PyTorch gives the parts of attention, recurrent and
+            transformer layers (see the module docs), or a function `(module, state) -> state`.
         rename: (regex, replacement) rules for the file's keys, applied before the adapter.
         prefix: keep only the file's keys starting with it, stripped (a sub-model's weights).
         cast: cast the file's float tensors (or a {source: target} dtype map) before loading; each
             value is cast to its parameter's dtype in any case.
-    Returns the `LoadReport` (missing, unexpected, mismatched), in ember's names and layouts.
+    Returns the `LoadReport` (missing, unexpected, mismatched), in ember's names.
 
     Example:
         >>> report = load_module(model, "pytorch_model.bin", adapter="pytorch", prefix="encoder.", strict=False)
@@ -138,7 +141,7 @@ def _adapter(adapter: str | Adapter) -> Adapter:
 # ---- PyTorch layouts ------------------------------------------------------------------------------
 
 def from_pytorch(module: Module, state: Mapping[str, np.ndarray]) -> State:
-    """A PyTorch state dict in `module`'s names and layouts (see the module docs for the layers).
+    """A PyTorch state dict in `module`'s names (see the module docs for the layers).
 
     Keys are looked up where PyTorch's equivalent of `module` keeps them; those no layer claims pass
     through unchanged (so `load_state_dict` reports them as unexpected), and ember keys the state
@@ -146,8 +149,8 @@ def from_pytorch(module: Module, state: Mapping[str, np.ndarray]) -> State:
     the layer's width raises `ShapeError` naming the key and both shapes.
 
     Example:
-        >>> from_pytorch(Linear(784, 10), {"weight": np.zeros((10, 784), np.float32)})["weight"].shape
-        (784, 10)
+        >>> sorted(from_pytorch(LSTM(3, 5), {"weight_ih_l0": np.zeros((20, 3), np.float32)}))
+        ['layers.0.0.weight_ih']
     """
     pending = dict(state)
     out: State = {}
@@ -177,33 +180,21 @@ def _convert(module: Module, ember: str, torch: str, pending: State, out: State)
             _move(pending, torch + torch_name, out, ember + name)
 
 
-def _move(pending: State, source: str, out: State, target: str,
-          fn: Callable[[np.ndarray], np.ndarray] | None = None) -> None:
-    """`out[target] = fn(pending.pop(source))` if the source exists (absent keys become missing ones)."""
+def _move(pending: State, source: str, out: State, target: str) -> None:
+    """`out[target] = pending.pop(source)` if the source exists (absent keys become missing ones)."""
     if source in pending:
-        array = pending.pop(source)
-        out[target] = fn(array) if fn is not None else array
-
-
-def _transposed(array: np.ndarray) -> np.ndarray:
-    # A tensor of the wrong rank passes unchanged so that load_state_dict reports its shape.
-    return np.ascontiguousarray(array.T) if array.ndim == 2 else array
-
-
-def _linear(module: Linear, ember: str, torch: str, pending: State, out: State) -> None:
-    _move(pending, torch + "weight", out, ember + "weight", _transposed)
-    _move(pending, torch + "bias", out, ember + "bias")
+        out[target] = pending.pop(source)
 
 
 def _attention(module: MultiHeadAttention, ember: str, torch: str, pending: State, out: State) -> None:
     names = ("query", "key", "value")
-    for suffix, fn in (("weight", _transposed), ("bias", None)):
+    for suffix in ("weight", "bias"):
         packed = torch + f"in_proj_{suffix}"
         if packed in pending:
             for name, part in zip(names, _unpack(packed, pending.pop(packed), module.d_model)):
-                out[f"{ember}{name}.{suffix}"] = fn(part) if fn is not None else part
+                out[f"{ember}{name}.{suffix}"] = part
     for name, letter in zip(names, "qkv"):  # PyTorch's unpacked form, when kdim or vdim differ from d_model
-        _move(pending, f"{torch}{letter}_proj_weight", out, f"{ember}{name}.weight", _transposed)
+        _move(pending, f"{torch}{letter}_proj_weight", out, f"{ember}{name}.weight")
     _convert(module.output, ember + "output.", torch + "out_proj.", pending, out)
 
 
@@ -222,14 +213,11 @@ def _recurrent(module: Recurrent, ember: str, torch: str, pending: State, out: S
             suffix = f"_l{layer}" + ("_reverse" if direction else "")
             # ember's cells are `layers[layer][direction]`, so their state names are layers.L.D.*
             cell = f"{ember}layers.{layer}.{direction}."
-            for name in ("weight_ih", "weight_hh"):
-                _move(pending, torch + name + suffix, out, cell + name, _transposed)
-            for name in ("bias_ih", "bias_hh"):
+            for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
                 _move(pending, torch + name + suffix, out, cell + name)
 
 
 _CONVERTERS: dict[type, Callable[[Module, str, str, State, State], None]] = {
-    Linear: _linear,
     MultiHeadAttention: _attention,
     Recurrent: _recurrent,
 }

@@ -7,33 +7,28 @@ compose in the order the caller writes:
     state, _ = load("resnet.pth")
     state = select(state, prefix="backbone.", strip=True)
     state = rename(state, [(r"^downsample\\.", "shortcut."), (r"\\.running_var$", ".var")])
-    state = transpose_linear(state, ["fc.weight"])
     state = cast(state, "f16")
 
-PyTorch layouts: `torch.nn.Linear` stores its weight as (out_features, in_features); ember's
-`Linear`, like Burn's, stores (in_features, out_features), so `y = x @ W + b` needs no transpose.
-Which 2-D `*.weight` tensors belong to Linear layers cannot be told from the state alone (an
-Embedding weight is 2-D too), so the adapter is explicit: `transpose_linear(state, keys)` with the
-keys named by the caller (the model knows its Linear layers). Transposing is its own inverse, so the
-same call converts ember -> PyTorch.
+Layouts need no adapting: ember's layers store their weights as PyTorch does (`Linear` and the
+recurrent layers (out, in), convolutions (out, in / groups, *kernel)), so tensors move as they are.
 
 Example:
-    >>> state = {"fc.weight": np.zeros((10, 784), np.float32), "emb.weight": np.zeros((5, 3), np.float32)}
-    >>> transpose_linear(state, ["fc.weight"])["fc.weight"].shape
-    (784, 10)
+    >>> state = {"module.fc.weight": np.zeros((10, 784), np.float32)}
+    >>> rename(state, [(r"^module\\.", "")])["fc.weight"].shape
+    (10, 784)
 """
 
 from __future__ import annotations
 
 import re
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
 from ..dtype import FLOATS, DType, dtype_of
 from ..errors import StoreError
 
-__all__ = ["rename", "select", "cast", "transform", "transpose_linear"]
+__all__ = ["rename", "select", "cast", "transform"]
 
 State = dict[str, np.ndarray]
 
@@ -114,23 +109,3 @@ def transform(state: Mapping[str, np.ndarray], transforms: Mapping[str, Callable
     if missing:
         raise StoreError(f"transform: no tensor named {', '.join(map(repr, missing))} in the state")
     return {key: transforms[key](array) if key in transforms else array for key, array in state.items()}
-
-
-def transpose_linear(state: Mapping[str, np.ndarray], keys: Iterable[str]) -> State:
-    """Transpose the named Linear weights between PyTorch's (out, in) and ember's (in, out).
-
-    Each named tensor must exist and be 2-D; the result is contiguous.
-
-    Example:
-        >>> transpose_linear({"fc.weight": np.zeros((10, 784))}, ["fc.weight"])["fc.weight"].shape
-        (784, 10)
-    """
-    keys = list(keys)
-    for key in keys:
-        if key in state and state[key].ndim != 2:
-            raise StoreError(f"transpose_linear: {key!r} has shape {state[key].shape}; a Linear weight is 2-D")
-    return transform(state, {key: _transpose for key in keys})
-
-
-def _transpose(array: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(array.T)

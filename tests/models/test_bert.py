@@ -46,28 +46,26 @@ INVERSE = [
 ]
 
 
-def test_load_hf_state_renames_transposes_and_drops_extras(tmp_path):
+def test_load_hf_state_renames_and_drops_extras_and_keeps_layouts(tmp_path):
     model = BertModel(TINY)
     rng = np.random.default_rng(0)
     ours = {k: v.numpy() for k, v in model.state_dict().items()}
-    hf = {}
-    for name, value in ours.items():  # write the model under HuggingFace's names and layout
+    hf, source = {}, {}
+    for name, value in ours.items():  # write the model under HuggingFace's names (its layout is ours)
         hf_key = name
         for pattern, replacement in INVERSE:
             hf_key = re.sub(pattern, replacement, hf_key)
-        linear = name.endswith(".weight") and (".self_attn." in name or ".ff." in name)
-        hf[hf_key] = np.ascontiguousarray(rng.standard_normal(value.shape).astype(np.float32).T if linear else
-                                          rng.standard_normal(value.shape).astype(np.float32))
+        hf[hf_key], source[name] = rng.standard_normal(value.shape).astype(np.float32), hf_key
     hf["bert.embeddings.position_ids"] = np.arange(16)[None]
     hf["bert.pooler.dense.weight"] = np.zeros((8, 8), np.float32)
+    assert hf["bert.encoder.layer.0.intermediate.dense.weight"].shape == (12, 8)  # HF's Linear: (out, in)
     store.save(tmp_path / "model.safetensors", hf)
     state = load_hf_state(tmp_path)
     assert set(state) == set(ours)
     assert model.load_state_dict(state).ok
-    q = "encoder.layers.1.self_attn.query.weight"
-    np.testing.assert_array_equal(model.state_dict()[q].numpy(), hf["bert.encoder.layer.1.attention.self.query.weight"].T)
-    ln = "embeddings.norm.weight"
-    np.testing.assert_array_equal(model.state_dict()[ln].numpy(), hf["bert.embeddings.LayerNorm.gamma"])
+    mine = model.state_dict()
+    for name, hf_key in source.items():  # every tensor as the file holds it: no transposes
+        np.testing.assert_array_equal(mine[name].numpy(), hf[hf_key], err_msg=name)
 
 
 def test_missing_checkpoint_and_bad_config_are_named(tmp_path):
@@ -98,9 +96,7 @@ def test_tiny_bert_matches_transformers_with_gradients():
     hf_names = [n for n, _ in theirs.named_parameters()]
     layout = {}
     for name, _ in ours.named_parameters():
-        source = hf_name(name, hf_names)
-        linear = name.endswith(".weight") and (".self_attn." in name or ".ff." in name)
-        layout[name] = (lambda t, s=source: t[s].T) if linear else (lambda t, s=source: t[s])
+        layout[name] = lambda t, s=hf_name(name, hf_names): t[s]
     ids = np.array([[2, 7, 9, 11, 3, 0], [2, 5, 3, 0, 0, 0]])
     mask = (ids != 0).astype(np.int64)
     types = np.array([[0, 0, 0, 1, 1, 0], [0, 0, 0, 0, 0, 0]])

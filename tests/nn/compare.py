@@ -62,23 +62,22 @@ def compare(ember_fn, torch_fn, args: list, grad=(), rng: np.random.Generator | 
     return e_out
 
 
-def load_from_torch(module, torch_module, transpose: tuple[str, ...] = ()):
-    """Copy a torch module's state into an ember module by name (through `load_state_dict`, strict),
-    transposing the named 2-d weights (torch's Linear layout is the transpose of ember's); moves the
-    module to the autodiff device. Returns the module."""
+def load_from_torch(module, torch_module):
+    """Copy a torch module's state into an ember module by name and layout as they are (through
+    `load_state_dict`, strict); moves the module to the autodiff device. Returns the module."""
     state = {}
     for name, value in torch_module.state_dict().items():
         array = value.detach().numpy()
-        state[name] = ember.tensor(array.T.copy() if name in transpose else array, device=DEVICE.inner)
+        state[name] = ember.tensor(array, device=DEVICE.inner)
     report = module.load_state_dict(state)
     assert report.ok, report
     return module.to(DEVICE)
 
 
 def compare_module(module, torch_module, inputs: list, rng: np.random.Generator, grad_inputs: bool = True,
-                   transpose: tuple[str, ...] = (), rtol: float = 1e-9, atol: float = 1e-11):
+                   rtol: float = 1e-9, atol: float = 1e-11):
     """Run both modules on `inputs`; compare outputs, input gradients and every parameter's gradient
-    (matched by name, transposing the names in `transpose`). Returns the ember output."""
+    (matched by name, in the same layout). Returns the ember output."""
     torch_module.zero_grad()  # torch accumulates .grad across calls
     e_in = [to_ember(a, grad_inputs and a.dtype.kind == "f") for a in inputs]
     t_in = [to_torch(a, grad_inputs and a.dtype.kind == "f") for a in inputs]
@@ -95,6 +94,5 @@ def compare_module(module, torch_module, inputs: list, rng: np.random.Generator,
     names = [n for n, _ in module.named_parameters()]
     assert sorted(names) == sorted(t_params), (names, list(t_params))
     for name, p in module.named_parameters():
-        expected = t_params[name].grad.T if name in transpose else t_params[name].grad
-        assert_close(p.grad(grads), expected, rtol, atol, what=f"gradient of {name}")
+        assert_close(p.grad(grads), t_params[name].grad, rtol, atol, what=f"gradient of {name}")
     return e_out

@@ -98,9 +98,8 @@ class TorchSwiGLU(torch.nn.Module):
 def test_swiglu(d_output, bias, rng):
     tm = TorchSwiGLU(4, 6, d_output or 4, bias)
     em = nn.SwiGLU(4, 6, d_output, bias=bias, dtype="f64")
-    transpose = ("w1.weight", "w2.weight", "w3.weight")
-    load_from_torch(em, tm, transpose)
-    out = compare_module(em, tm, [rng.standard_normal((2, 3, 4))], rng, transpose=transpose)
+    load_from_torch(em, tm)
+    out = compare_module(em, tm, [rng.standard_normal((2, 3, 4))], rng)
     assert out.shape == (2, 3, d_output or 4)
     assert em.num_params() == 4 * 6 * 2 + 6 * (d_output or 4) + (2 * 6 + (d_output or 4) if bias else 0)
 

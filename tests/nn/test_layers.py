@@ -19,8 +19,34 @@ from .compare import DEVICE, compare, compare_module, load_from_torch
 @pytest.mark.parametrize("bias", [True, False])
 def test_linear(bias, rng):
     tm = torch.nn.Linear(4, 3, bias=bias, dtype=torch.float64)
-    em = load_from_torch(nn.Linear(4, 3, bias=bias, dtype="f64"), tm, transpose=("weight",))
-    compare_module(em, tm, [rng.standard_normal((2, 5, 4))], rng, transpose=("weight",))
+    em = load_from_torch(nn.Linear(4, 3, bias=bias, dtype="f64"), tm)
+    compare_module(em, tm, [rng.standard_normal((2, 5, 4))], rng)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_linear_reads_its_weight_in_place_and_gets_its_gradient_in_its_layout(fused, monkeypatch):
+    """On Cube(cpu) the (out, in) weight reaches the matmul as its transposed view, not a copy, and its
+    gradient comes back C-contiguous in (out, in), so an optimizer reads it without a copy either."""
+    from ember.backend.cube import lowering
+    seen = []
+    row = lowering.TABLE["matmul"]
+    monkeypatch.setitem(lowering.TABLE, "matmul", lowering.Lowering(
+        lambda out, a, b: seen.append((a.shape, a.strides, b.shape, b.strides)) or row.run(out, a, b), row.how))
+    device = ember.Device.cpu()
+    previous = ember.debug.set_fusion(device, fused)
+    try:
+        tracked = device.autodiff()
+        layer = nn.Linear(7, 5, device=tracked)
+        x = ember.randn(2, 3, 7, device=tracked)
+        grads = layer(x).square().sum().backward()
+        g = layer.weight.grad(grads)
+        device.sync()
+    finally:
+        ember.debug.set_fusion(device, previous)
+    item = 4
+    assert ((2, 3, 7), (84, 28, 4), (7, 5), (item, 7 * item)) in seen  # the forward: W^T read through strides
+    value = g._handle.value if hasattr(g._handle, "value") else g._handle
+    assert g.shape == (5, 7) and value.flags.c_contiguous
 
 
 @pytest.mark.parametrize("bias", [True, False])
@@ -182,9 +208,9 @@ LAYER_NAMES = {"0": "hidden", "1": "norm", "3": "out"}  # torch Sequential index
 
 
 def _ours(torch_name: str, value: np.ndarray) -> tuple[str, np.ndarray]:
-    """A torch Sequential state entry as our name and layout (Linear weights transposed)."""
+    """A torch Sequential state entry under our name (the layout is the same)."""
     layer, rest = torch_name.split(".", 1)
-    return f"{LAYER_NAMES[layer]}.{rest}", value.T if rest == "weight" and value.ndim == 2 else value
+    return f"{LAYER_NAMES[layer]}.{rest}", value
 
 
 def test_training_steps_match_torch(rng):

@@ -171,8 +171,8 @@ def test_map_and_visit():
         np.testing.assert_allclose(p.numpy(), before[name] * 2 + (name == "stem.bias"), rtol=1e-6)
     seen = []
     net.visit(lambda name, p: seen.append((name, p.shape)))
-    assert [n for n, _ in seen] == PARAM_NAMES and seen[0][1] == (2, 3)
-    with pytest.raises(ShapeError, match=r"new value of shape \(2,\) for a parameter of shape \(2, 3\)"):
+    assert [n for n, _ in seen] == PARAM_NAMES and seen[0][1] == (3, 2)
+    with pytest.raises(ShapeError, match=r"new value of shape \(2,\) for a parameter of shape \(3, 2\)"):
         net.map(lambda name, p: ember.zeros(2))
 
 
@@ -187,7 +187,7 @@ def test_copy_is_independent():
     twin = net.copy()
     assert twin.stem.weight is not net.stem.weight
     np.testing.assert_array_equal(twin.stem.weight.numpy(), net.stem.weight.numpy())
-    twin.stem.weight.set(ember.zeros(2, 3))
+    twin.stem.weight.set(ember.zeros(3, 2))
     twin.blocks.append(Block())
     twin.blocks[0].running = ember.ones(3)
     twin.eval()
@@ -236,8 +236,8 @@ def test_load_state_dict_strict_reports_everything_and_loads_nothing():
     with pytest.raises(KeyError, match=r"missing keys \['heads.a.bias'\].*unexpected keys \['extra.weight'\]"):
         net.load_state_dict(state)
     state["heads.a.bias"] = ember.zeros(1)
-    state["stem.weight"] = ember.zeros(3, 2)
-    with pytest.raises(ShapeError, match=r"stem.weight: expected \(2, 3\), found \(3, 2\)"):
+    state["stem.weight"] = ember.zeros(2, 3)
+    with pytest.raises(ShapeError, match=r"stem.weight: expected \(3, 2\), found \(2, 3\)"):
         net.load_state_dict(state)
     np.testing.assert_array_equal(net.stem.bias.numpy(), before)
 
@@ -246,11 +246,11 @@ def test_load_state_dict_non_strict_loads_what_fits():
     net = Net()
     state = dict(Net().state_dict())
     del state["heads.b.weight"]
-    state["stem.weight"] = ember.zeros(3, 2)
+    state["stem.weight"] = ember.zeros(2, 3)
     state["ghost"] = ember.zeros(1)
     report = net.load_state_dict(state, strict=False)
     assert report.missing == ["heads.b.weight"] and report.unexpected == ["ghost"]
-    assert report.mismatched == [("stem.weight", (2, 3), (3, 2))] and not report.ok
+    assert report.mismatched == [("stem.weight", (3, 2), (2, 3))] and not report.ok
     np.testing.assert_array_equal(net.stem.bias.numpy(), state["stem.bias"].numpy())
     assert float(net.stem.weight.abs().sum()) > 0  # the mismatched key was skipped
 

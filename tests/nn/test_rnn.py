@@ -18,15 +18,14 @@ CLASSES = {"rnn_tanh": (RNN, torch.nn.RNN, {}), "rnn_relu": (RNN, torch.nn.RNN, 
 
 
 def layout(num_layers: int, bidirectional: bool, bias: bool = True) -> dict:
-    """ember names (layers.{layer}.{direction}.weight_ih) -> torch's (weight_ih_l{layer}[_reverse]), transposed."""
+    """ember names (layers.{layer}.{direction}.weight_ih) -> torch's (weight_ih_l{layer}[_reverse]), same layout."""
     out = {}
     for layer in range(num_layers):
         for direction in range(2 if bidirectional else 1):
             suffix = f"l{layer}" + ("_reverse" if direction else "")
             for name in ("weight_ih", "weight_hh") + (("bias_ih", "bias_hh") if bias else ()):
                 key = f"{name}_{suffix}"
-                out[f"layers.{layer}.{direction}.{name}"] = (
-                    (lambda t, key=key: t[key].T) if name.startswith("weight") else (lambda t, key=key: t[key]))
+                out[f"layers.{layer}.{direction}.{name}"] = lambda t, key=key: t[key]
     return out
 
 
@@ -66,7 +65,7 @@ def test_init_is_uniform_within_one_over_sqrt_hidden():
     values = np.concatenate([p.numpy().ravel() for p in lstm.parameters()])
     assert np.abs(values).max() <= bound and np.abs(values).max() > 0.9 * bound
     assert abs(values.mean()) < 0.01
-    assert lstm.layers[1][0].weight_ih.shape == (50, 100)  # the second layer reads both directions
+    assert lstm.layers[1][0].weight_ih.shape == (100, 50)  # the second layer reads both directions
 
 
 def test_dropout_between_layers_only_in_training():

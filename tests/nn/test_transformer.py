@@ -23,7 +23,7 @@ def prefixed(prefix: str, layout: dict) -> dict:
 
 
 def linear(name: str) -> dict:
-    return {"weight": lambda t: t[f"{name}.weight"].T, "bias": lambda t: t[f"{name}.bias"]}
+    return {"weight": lambda t: t[f"{name}.weight"], "bias": lambda t: t[f"{name}.bias"]}
 
 
 def norm(name: str) -> dict:

@@ -1,12 +1,12 @@
 """Run an ember module and its PyTorch twin (same weights, copied) and compare outputs and gradients.
 
 A *layout* maps each ember parameter name to a function of the torch parameters (by name) giving that
-parameter in ember's layout, e.g. `lambda t: t["weight"].T` for a Linear. Layout functions are linear
-(transposes, slices, concatenations), so applied to torch's gradients they give the gradients ember
+parameter, e.g. `lambda t: t["in_proj_weight"][:8]` for an attention's query weight. Layout functions
+are linear (slices, concatenations), so applied to torch's gradients they give the gradients ember
 should have. Everything runs in f64 so tolerances stay tight.
 
 Example:
-    >>> check(module, torch_module, {"weight": lambda t: t["weight"].T, ...}, [x], lambda m, x: m(x))
+    >>> check(module, torch_module, {"weight": lambda t: t["weight"], ...}, [x], lambda m, x: m(x))
 """
 
 from __future__ import annotations
@@ -80,17 +80,17 @@ def check(module, torch_module, layout: Layout, inputs: list, ember_call: Callab
 
 
 def mha_layout(e: int, separate: bool = False) -> dict:
-    """ember MultiHeadAttention names -> torch nn.MultiheadAttention parameters in ember's layout."""
+    """ember MultiHeadAttention names -> torch nn.MultiheadAttention parameters (rows of the packed ones)."""
     if separate:
-        w = {"query": lambda t: t["q_proj_weight"].T, "key": lambda t: t["k_proj_weight"].T,
-             "value": lambda t: t["v_proj_weight"].T}
+        w = {"query": lambda t: t["q_proj_weight"], "key": lambda t: t["k_proj_weight"],
+             "value": lambda t: t["v_proj_weight"]}
     else:
-        w = {name: (lambda t, i=i: t["in_proj_weight"][i * e:(i + 1) * e].T)
+        w = {name: (lambda t, i=i: t["in_proj_weight"][i * e:(i + 1) * e])
              for i, name in enumerate(("query", "key", "value"))}
     layout = {f"{name}.weight": fn for name, fn in w.items()}
     layout.update({f"{name}.bias": (lambda t, i=i: t["in_proj_bias"][i * e:(i + 1) * e])
                    for i, name in enumerate(("query", "key", "value"))})
-    layout["output.weight"] = lambda t: t["out_proj.weight"].T
+    layout["output.weight"] = lambda t: t["out_proj.weight"]
     layout["output.bias"] = lambda t: t["out_proj.bias"]
     return layout
 

@@ -1,7 +1,7 @@
 """The shared test problem: a 2-layer MLP regression, in ember and in PyTorch with the same weights.
 
-ember's `Linear` stores its weight as (in, out), PyTorch's as (out, in): the copies are transposes, and
-every comparison reads the PyTorch weight transposed. Everything is f64 so trajectories agree tightly.
+ember's `Linear` stores its weight as PyTorch's does, (out, in), so the copies and the comparisons take
+the tensors as they are. Everything is f64 so trajectories agree tightly.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def make_pair(seed: int = 0) -> tuple[MLP, torch.nn.Module, dict[str, torch.Tens
         value = rng.normal(size=p.shape) * 0.7
         p.set(ember.from_numpy(value, DEVICE.inner))
         with torch.no_grad():
-            named[name].copy_(torch.from_numpy(value.T.copy() if value.ndim == 2 else value))
+            named[name].copy_(torch.from_numpy(value))
     return model, torch_model, named
 
 
@@ -68,14 +68,9 @@ def torch_backward(torch_model: torch.nn.Module, x: np.ndarray, y: np.ndarray) -
     ((out - torch.from_numpy(y)) ** 2).mean().backward()
 
 
-def as_ember_layout(name: str, t: torch.Tensor) -> np.ndarray:
-    value = t.detach().numpy()
-    return value.T if name.endswith("weight") else value
-
-
 def assert_same(model: MLP, named: dict[str, torch.Tensor], step: int, rtol: float = 1e-9, atol: float = 1e-11) -> None:
     for name, p in model.named_parameters():
-        np.testing.assert_allclose(p.numpy(), as_ember_layout(name, named[name]), rtol=rtol, atol=atol,
+        np.testing.assert_allclose(p.numpy(), named[name].detach().numpy(), rtol=rtol, atol=atol,
                                    err_msg=f"{name} after step {step}")
 
 

@@ -64,7 +64,7 @@ def test_state_dict_holds_host_arrays_and_scalars_by_param_name():
     state = opt.state_dict()
     assert state["optimizer"] == "Adam" and state["lr"] == 0.005 and state["steps"] == 2
     entry = state["params"]["l1.weight"]
-    assert entry["step"] == 2 and isinstance(entry["exp_avg"], np.ndarray) and entry["exp_avg"].shape == (4, 8)
+    assert entry["step"] == 2 and isinstance(entry["exp_avg"], np.ndarray) and entry["exp_avg"].shape == (8, 4)
     fresh = Adam(copy_of(model), lr=0.01)
     fresh.load_state_dict(state)
     assert fresh.lr == 0.005

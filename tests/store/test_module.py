@@ -190,7 +190,7 @@ def test_partial_load_loads_what_fits_and_reports_the_rest(tmp_path):
     target = Small()
     report = load_module(target, tmp_path / "m.ember", strict=False)
     assert report.missing == [] and report.unexpected == []
-    assert ("body.weight", (3, 4), (3, 5)) in report.mismatched
+    assert ("body.weight", (4, 3), (5, 3)) in report.mismatched
     assert {k for k, _, _ in report.mismatched} == {"body.weight", "body.bias", "norm.weight", "norm.bias",
                                                     "norm.running_mean", "norm.running_var"}
     np.testing.assert_array_equal(target.head.weight.numpy(), source.head.weight.numpy())
@@ -198,7 +198,7 @@ def test_partial_load_loads_what_fits_and_reports_the_rest(tmp_path):
 
 def test_strict_shape_mismatch_names_the_file_key_and_both_shapes(tmp_path):
     save_module(nn.Linear(3, 5), tmp_path / "m.ember")
-    with pytest.raises(ShapeError, match=r"m\.ember.*weight: expected \(3, 4\), found \(3, 5\)"):
+    with pytest.raises(ShapeError, match=r"m\.ember.*weight: expected \(4, 3\), found \(5, 3\)"):
         load_module(nn.Linear(3, 4), tmp_path / "m.ember")
 
 
@@ -219,10 +219,10 @@ def test_unknown_adapter():
 
 
 def test_custom_adapter_function(tmp_path):
-    save(tmp_path / "m.ember", {"W": np.ones((2, 3), np.float32), "b": np.zeros(3, np.float32)})
+    save(tmp_path / "m.ember", {"W": np.ones((3, 2), np.float32), "b": np.zeros(3, np.float32)})
     target = nn.Linear(2, 3)
     load_module(target, tmp_path / "m.ember", adapter=lambda module, state: {"weight": state["W"], "bias": state["b"]})
-    np.testing.assert_array_equal(target.weight.numpy(), np.ones((2, 3)))
+    np.testing.assert_array_equal(target.weight.numpy(), np.ones((3, 2)))
 
 
 # ---- damaged files --------------------------------------------------------------------------------

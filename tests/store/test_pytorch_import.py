@@ -1,7 +1,9 @@
 """Models built, trained and saved by PyTorch (`torch.save(model.state_dict(), path)`), loaded into the
-equivalent ember model with `load_module(..., adapter="pytorch")`, give PyTorch's outputs (f32, 1e-5).
+equivalent ember model with `load_module`, give PyTorch's outputs (f32, 1e-5).
 
-Each ember twin names its parts like the torch model, so the adapter alone bridges the layouts.
+Each ember twin names its parts like the torch model. Models of Linear, conv and norm layers load as
+they are; `adapter="pytorch"` bridges the names of attention, recurrent and transformer layers (no
+layout differs, so it transposes nothing).
 """
 
 from __future__ import annotations
@@ -58,9 +60,9 @@ class MLP(nn.Module):
 def test_mlp(tmp_path):
     torch.manual_seed(0)
     twin, model = TorchMLP().eval(), MLP()
-    report = load_module(model.to(DEVICE), saved(tmp_path, twin), adapter="pytorch")
+    report = load_module(model.to(DEVICE), saved(tmp_path, twin))
     assert report.ok
-    assert model.layers[0].weight.shape == (6, 16)  # ember's (in, out)
+    assert model.layers[0].weight.shape == (16, 6)  # PyTorch's (out, in)
     x = random_input(5, 6)
     assert_matches(model(ember.tensor(x, device=DEVICE)), twin(torch.from_numpy(x)))
 
@@ -69,7 +71,7 @@ def test_a_bare_sequential_loads_through_rename(tmp_path):
     torch.manual_seed(1)
     twin = tnn.Sequential(tnn.Linear(6, 16), tnn.ReLU(), tnn.Linear(16, 3)).eval()  # keys "0.weight", ...
     model = MLP()
-    load_module(model, saved(tmp_path, twin), adapter="pytorch", rename=[(r"^", "layers.")])
+    assert load_module(model, saved(tmp_path, twin), rename=[(r"^", "layers.")]).ok
     x = random_input(4, 6)
     assert_matches(model(ember.tensor(x)), twin(torch.from_numpy(x)))
 
@@ -107,7 +109,7 @@ def test_cnn_with_batch_norm_statistics(tmp_path):
             twin(torch.randn(8, 2, 8, 8) * 3 + 1)
     twin.eval()
     model = CNN()
-    report = load_module(model, saved(tmp_path, twin), adapter="pytorch")
+    report = load_module(model, saved(tmp_path, twin))
     assert report.ok
     assert model.eval().bn.num_batches_tracked.item() == 3
     x = random_input(3, 2, 8, 8)
@@ -190,13 +192,14 @@ def test_attention_with_separate_key_and_value_widths(tmp_path):
 
 def test_layers_with_pytorch_layout_pass_through(tmp_path):
     torch.manual_seed(8)
-    twin = tnn.ModuleDict({"emb": tnn.Embedding(7, 4), "bil": tnn.Bilinear(3, 2, 5),
+    twin = tnn.ModuleDict({"emb": tnn.Embedding(7, 4), "bil": tnn.Bilinear(3, 2, 5), "fc": tnn.Linear(3, 3),
                            "deconv": tnn.ConvTranspose1d(4, 6, 3, stride=2), "norm": tnn.GroupNorm(2, 6)})
     model = nn.Module()
-    model.emb, model.bil = nn.Embedding(7, 4), nn.Bilinear(3, 2, 5)
+    model.emb, model.bil, model.fc = nn.Embedding(7, 4), nn.Bilinear(3, 2, 5), nn.Linear(3, 3)
     model.deconv, model.norm = nn.ConvTranspose1d(4, 6, 3, stride=2), nn.GroupNorm(2, 6)
     assert load_module(model, saved(tmp_path, twin), adapter="pytorch").ok
     ids, a, b, s = np.array([[1, 6, 0]]), random_input(2, 3), random_input(2, 2), random_input(1, 4, 5)
+    assert_matches(model.fc(ember.tensor(a)), twin["fc"](torch.from_numpy(a)))
     assert_matches(model.emb(ember.tensor(ids)), twin["emb"](torch.from_numpy(ids)))
     assert_matches(model.bil(ember.tensor(a), ember.tensor(b)), twin["bil"](torch.from_numpy(a), torch.from_numpy(b)))
     assert_matches(model.norm(model.deconv(ember.tensor(s))), twin["norm"](twin["deconv"](torch.from_numpy(s))))
@@ -213,15 +216,15 @@ def test_keys_ember_lacks_are_reported_not_dropped(tmp_path):
         load_module(model, path, adapter="pytorch")
     report = load_module(model, path, adapter="pytorch", strict=False)
     assert report.unexpected == ["bias_k", "bias_v"] and not report.missing and not report.mismatched
-    np.testing.assert_array_equal(model.output.weight.numpy(), twin.out_proj.weight.detach().numpy().T)
+    np.testing.assert_array_equal(model.output.weight.numpy(), twin.out_proj.weight.detach().numpy())
 
 
 def test_partial_import_of_a_sub_model(tmp_path):
     torch.manual_seed(10)
     twin = TorchTagger()
     head = nn.Linear(16, 3)
-    assert load_module(head, saved(tmp_path, twin), adapter="pytorch", prefix="head.").ok
-    np.testing.assert_array_equal(head.weight.numpy(), twin.head.weight.detach().numpy().T)
+    assert load_module(head, saved(tmp_path, twin), prefix="head.").ok
+    np.testing.assert_array_equal(head.weight.numpy(), twin.head.weight.detach().numpy())
 
 
 def test_wrong_packed_projection_names_key_and_shapes():
@@ -230,10 +233,10 @@ def test_wrong_packed_projection_names_key_and_shapes():
         from_pytorch(nn.MultiHeadAttention(8, 2), state)
 
 
-def test_mismatched_linear_reports_ember_layout(tmp_path):
+def test_mismatched_linear_reports_both_shapes(tmp_path):
     twin = tnn.Linear(4, 3)
-    report = load_module(nn.Linear(5, 3), saved(tmp_path, twin), adapter="pytorch", strict=False)
-    assert report.mismatched == [("weight", (5, 3), (4, 3))]
+    report = load_module(nn.Linear(5, 3), saved(tmp_path, twin), strict=False)
+    assert report.mismatched == [("weight", (3, 5), (3, 4))]
 
 
 class Transformer(nn.Module):

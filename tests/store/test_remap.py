@@ -1,4 +1,4 @@
-"""Key remapping, partial selection, dtype casting and the PyTorch Linear adapter."""
+"""Key remapping, partial selection, dtype casting and tensor transforms."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from ember.errors import DTypeError, StoreError
-from ember.store.remap import cast, rename, select, transform, transpose_linear
+from ember.store.remap import cast, rename, select, transform
 
 
 def test_rename_applies_rules_in_order():
@@ -51,28 +51,10 @@ def test_cast_mapping_is_exact():
         cast(state, "f128")
 
 
-def test_transpose_linear_matches_torch_linear():
-    torch.manual_seed(0)
-    linear, emb = torch.nn.Linear(4, 3), torch.nn.Embedding(5, 4)
-    state = {k: v.detach().numpy() for k, v in {**{f"fc.{n}": p for n, p in linear.state_dict().items()},
-                                                 "emb.weight": emb.weight}.items()}
-    out = transpose_linear(state, ["fc.weight"])
-    assert out["fc.weight"].shape == (4, 3) and out["fc.weight"].flags.c_contiguous
-    assert out["emb.weight"] is state["emb.weight"]
-    x = torch.randn(2, 4)
-    np.testing.assert_allclose(x.numpy() @ out["fc.weight"] + out["fc.bias"], linear(x).detach().numpy(), rtol=1e-6)
-    np.testing.assert_array_equal(transpose_linear(out, ["fc.weight"])["fc.weight"], state["fc.weight"])
-
-
-def test_transpose_linear_checks_its_keys():
-    with pytest.raises(StoreError, match="no tensor named 'fc.weight'"):
-        transpose_linear({"w": np.zeros((2, 2))}, ["fc.weight"])
-    with pytest.raises(StoreError, match=r"'b' has shape \(3,\); a Linear weight is 2-D"):
-        transpose_linear({"b": np.zeros(3)}, ["b"])
-
-
 def test_transform_applies_named_functions():
     state = {"a": np.arange(3), "b": np.arange(2)}
     out = transform(state, {"a": lambda x: x * 2})
     np.testing.assert_array_equal(out["a"], [0, 2, 4])
     assert out["b"] is state["b"]
+    with pytest.raises(StoreError, match="no tensor named 'c'"):
+        transform(state, {"c": np.transpose})
