@@ -12,7 +12,8 @@ file), checked before the entry is used: a shared library that fails it is never
 bit-flipped `.so` would crash the process inside `dlopen` or at its first call). An entry that fails its
 checksum, or that does not load, is deleted with a `RuntimeWarning` naming the file and rebuilt: the
 cache can only cost time, never correctness. A library is checked once per process (while its file
-stays the same), never per call.
+stays the same), never per call. Library names carry `machine_stamp()`, so a folder shared by
+machines with different processors never hands one the other's `-march=native` code.
 
 Example:
     >>> cache = CompileCache()
@@ -22,6 +23,7 @@ Example:
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import os
 import platform
@@ -123,7 +125,8 @@ class CompileCache:
         self.builds = 0
 
     def path(self, key: str) -> Path:
-        return self.directory / f"{key}.{FORMAT}.so"
+        """Where the library under `key` lives for this machine's processor (`machine_stamp`)."""
+        return self.directory / f"{key}.{machine_stamp()}.{FORMAT}.so"
 
     def load(self, key: str, symbol: str) -> ctypes.CDLL | None:
         """The library under `key` when it exists, passes its checksum and loads (exporting `symbol`),
@@ -160,6 +163,31 @@ class CompileCache:
         if lib is None:
             raise OSError(f"the freshly built kernel {path} cannot be loaded")
         return lib
+
+
+@functools.lru_cache(maxsize=None)
+def machine_stamp() -> str:
+    """A short hash of what this processor executes: its model and instruction-set extensions
+    (`/proc/cpuinfo`'s first "model name" and "flags" or "Features" lines), else its architecture.
+    Libraries are built with `-march=native`, so one built by another processor sharing the cache
+    folder could stop on an illegal instruction: it is filed under another name.
+
+    Example:
+        >>> len(machine_stamp())
+        8
+    """
+    seen: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                name, _, value = line.partition(":")
+                name = name.strip()
+                if name in ("model name", "flags", "Features"):
+                    seen.setdefault(name, value.strip())
+    except OSError:
+        pass
+    text = "\x00".join([platform.machine(), *(seen[k] for k in sorted(seen))])
+    return hashlib.sha256(text.encode()).hexdigest()[:8]
 
 
 _libraries: dict[str, tuple[tuple, ctypes.CDLL]] = {}  # path -> (its file's identity, the library)
