@@ -13,7 +13,7 @@ Example:
 """
 
 from .dtype import DType, f64, f32, f16, bf16, i64, i32, i16, i8, u8, bool_, promote_types, result_type
-from .errors import EmberError, ShapeError, DTypeError, DeviceError, DeviceUnavailableError
+from .errors import EmberError, ShapeError, DTypeError, DeviceError, DeviceUnavailableError, OutOfMemoryError
 from .device import Device
 from .tensor import Tensor
 from .random import seed

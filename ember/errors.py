@@ -1,7 +1,7 @@
 """The errors ember raises for bad input, each naming what was wrong.
 
-Every error is an `EmberError`; the shape, dtype and device errors also subclass the built-in
-exception a Python user would expect (`ValueError`, `TypeError`, `RuntimeError`).
+Every error is an `EmberError`; the shape, dtype, device and memory errors also subclass the built-in
+exception a Python user would expect (`ValueError`, `TypeError`, `RuntimeError`, `MemoryError`).
 
 Example:
     >>> raise ShapeError("add", "shapes (2, 3) and (4,) do not broadcast")
@@ -22,6 +22,12 @@ class ShapeError(EmberError, ValueError):
     def __init__(self, op: str, message: str) -> None:
         super().__init__(f"{op}: {message}")
         self.op = op
+
+
+class OutOfMemoryError(EmberError, MemoryError):
+    """A tensor larger than any memory here can hold, refused before anything is allocated (or a device
+    allocation that failed); names the op, the shape, the dtype and the bytes. `except MemoryError`
+    catches it."""
 
 
 class DTypeError(EmberError, TypeError):

@@ -90,9 +90,35 @@ class Settings:
             raise ConfigError(f"unknown setting [{section}] {key}; known: {_known()}")
         return self._values[(section, key)]
 
+    def directory(self, section: str, key: str) -> Path:
+        """The folder `[section] key` names, `~` expanded; a `ConfigError` naming the setting, where it
+        came from and the path when that path (or a folder above it) is a file, which no folder can be
+        made in.
+
+        Example:
+            >>> settings().directory("compilation", "cache_dir").name
+            'kernels'
+        """
+        path = Path(self.get(section, key)).expanduser()
+        for above in (path, *path.parents):
+            if above.exists() or above.is_symlink():
+                if not above.is_dir():
+                    what = "is a file" if above == path else f"is inside {above}, which is a file"
+                    raise ConfigError(f"[{section}] {key} (from {self.origin(section, key)}) must name "
+                                      f"a folder, but {path} {what}")
+                break
+        return path
+
     def source(self, section: str, key: str) -> str:
         """Where the value came from: a file path, an environment variable, or `default`."""
         return self._sources[(section, key)]
+
+    def origin(self, section: str, key: str) -> str:
+        """Where the value came from, in words: "environment variable EMBER_...", a file, "the default"."""
+        source = self.source(section, key)
+        if source == SCHEMA[section][key].env:
+            return f"environment variable {source}"
+        return "the default" if source == "default" else source
 
     def items(self):
         """((section, key), value, source) for every setting."""

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import importlib
 import re
+import resource
 
 import numpy as np
 import pytest
 
 import ember
-from ember import Device, DeviceError, DTypeError, ShapeError
+from ember import Device, DeviceError, DTypeError, OutOfMemoryError, ShapeError
+
+shape_rules = importlib.import_module("ember.ops.primitive")  # `ember.ops.primitive` is also a function
 
 
 @pytest.fixture
@@ -28,7 +32,8 @@ def _raises(kind, fn, *fragments):
 def test_error_hierarchy():
     assert issubclass(ShapeError, ValueError) and issubclass(DTypeError, TypeError)
     assert issubclass(DeviceError, RuntimeError) and issubclass(ember.DeviceUnavailableError, DeviceError)
-    for kind in (ShapeError, DTypeError, DeviceError):
+    assert issubclass(OutOfMemoryError, MemoryError)
+    for kind in (ShapeError, DTypeError, DeviceError, OutOfMemoryError):
         assert issubclass(kind, ember.EmberError)
 
 
@@ -228,6 +233,66 @@ def test_value_errors(d):
     _raises(ValueError, lambda: ember.seed(-3), "seed")
     _raises(ValueError, lambda: d.autodiff(checkpointing="all"), "checkpointing")
     _raises(TypeError, lambda: ember.Tensor(), "ember.tensor")
+
+
+def test_negative_and_fractional_sizes_name_the_op_and_shape(d):
+    for op, make in [("zeros", lambda: ember.zeros(2, -3, device=d)), ("ones", lambda: ember.ones((-1,), device=d)),
+                     ("empty", lambda: ember.empty(-4, device=d)), ("full", lambda: ember.full((3, -1), 2.0, device=d)),
+                     ("rand", lambda: ember.rand(-2, device=d)), ("randn", lambda: ember.randn(5, -5, device=d)),
+                     ("randint", lambda: ember.randint(0, 5, (-1, 2), device=d)),
+                     ("eye", lambda: ember.eye(-3, device=d)),
+                     ("new_zeros", lambda: ember.ones(2, device=d).new_zeros(-2)),
+                     ("expand", lambda: ember.ones(1, device=d).expand(-2)),
+                     ("repeat", lambda: ember.ones(2, device=d).repeat(-1))]:
+        _raises(ShapeError, make, f"{op}:", "negative dimension")
+    _raises(ShapeError, lambda: ember.zeros(2.5, device=d), "zeros:", "integers", "(2.5,)")
+    state = ember.random.get_state()
+    with pytest.raises(ShapeError):
+        ember.randn(-1, device=d)
+    assert ember.random.get_state() == state, "a refused draw must not move the random stream"
+
+
+HUGE = 1 << 20  # (HUGE, HUGE) and (HUGE ** 2,): 2^40 elements, 4 TiB of f32, more than any memory here
+
+
+def test_sizes_beyond_memory_are_refused_before_allocating(d):
+    col, row = ember.ones(HUGE, 1, device=d), ember.ones(1, HUGE, device=d)
+    square, flat = f"({HUGE}, {HUGE})", f"({HUGE * HUGE},)"
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    for op, shape, make in [
+            ("zeros", flat, lambda: ember.zeros(HUGE * HUGE, device=d)),
+            ("ones", square, lambda: ember.ones(HUGE, HUGE, device=d)),
+            ("empty", square, lambda: ember.empty(HUGE, HUGE, device=d)),
+            ("full", square, lambda: ember.full((HUGE, HUGE), 1.5, dtype="f32", device=d)),
+            ("new_zeros", square, lambda: col.new_zeros(HUGE, HUGE)),
+            ("rand", square, lambda: ember.rand(HUGE, HUGE, device=d)),
+            ("randn", square, lambda: ember.randn(HUGE, HUGE, device=d)),
+            ("randint", square, lambda: ember.randint(0, 9, (HUGE, HUGE), dtype="f32", device=d)),
+            ("arange", flat, lambda: ember.arange(HUGE * HUGE, dtype="f32", device=d)),
+            ("linspace", flat, lambda: ember.linspace(0, 1, HUGE * HUGE, device=d)),
+            ("eye", square, lambda: ember.eye(HUGE, device=d)),
+            ("add", square, lambda: (col + row).sum()),
+            ("where", square, lambda: ember.where(col > 0, col, row)),
+            ("expand", flat, lambda: ember.ones(1, device=d).expand(HUGE * HUGE).sum()),
+            ("matmul", square, lambda: col @ row)]:
+        _raises(OutOfMemoryError, make, f"{op}:", shape, "f32", f"{4 * HUGE * HUGE} bytes (4.0 TiB)")
+    grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak  # KiB
+    assert grown < 256 << 10, f"the refused ops raised the peak memory by {grown} KiB"
+
+
+def test_the_memory_limit_is_the_largest_memory_here(d, monkeypatch):
+    monkeypatch.setattr(shape_rules, "_memory", [1 << 20])  # as if this machine had 1 MiB
+    assert ember.zeros(512, 512, device=d).shape == (512, 512)  # 1 MiB of f32: at the limit
+    _raises(OutOfMemoryError, lambda: ember.zeros(512, 513, device=d), "zeros:", "(512, 513)",
+            f"{4 * 512 * 513} bytes", "(1.0 MiB)")
+    _raises(OutOfMemoryError, lambda: ember.ones(511, 1, device=d) * ember.ones(1, 515, device=d), "mul:",
+            "(511, 515)")
+    assert ember.zeros(512, 513, dtype="f16", device=d).shape == (512, 513)  # the dtype's bytes count
+    shape_rules.note_device_memory(4 << 20)  # a GPU with more memory than the host
+    assert ember.zeros(512, 513, device=d).shape == (512, 513)
+    assert shape_rules.memory_limit() == 4 << 20
+    shape_rules.note_device_memory(2 << 20)  # a smaller one lowers nothing
+    assert shape_rules.memory_limit() == 4 << 20
 
 
 def test_autodiff_errors(d):

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 
 from ..dispatch import bind, create
 from ..dtype import FLOAT, DType, default_float, dtype_of, result_type
+from ..errors import ShapeError
 from ..ops import registry
 from ..ops.primitive import Aval
 from ..tensor import Tensor
@@ -92,11 +95,20 @@ def promote(*operands, float_only: bool = False) -> tuple[Tensor, ...]:
     return tuple(to_tensor_like(x, like, dtype) for x in plain)
 
 
-def shape_arg(shape) -> tuple[int, ...]:
-    """Accept `f(2, 3)`, `f((2, 3))` and `f([2, 3])` alike."""
+def shape_arg(shape, op: str) -> tuple[int, ...]:
+    """Accept `f(2, 3)`, `f((2, 3))` and `f([2, 3])` alike; `ShapeError` naming `op` for a size that is
+    not an integer or is negative.
+
+    Example:
+        >>> shape_arg(((2, 3),), "zeros")
+        (2, 3)
+    """
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = tuple(shape[0])
-    out = tuple(int(n) for n in shape)
-    if any(n < 0 for n in out):
-        raise ValueError(f"negative size in shape {out}")
+    try:
+        out = tuple(operator.index(n) for n in shape)
+    except TypeError:
+        raise ShapeError(op, f"sizes must be integers, got shape {tuple(shape)}") from None
+    if min(out, default=0) < 0:
+        raise ShapeError(op, f"negative dimension in shape {out}")
     return out

@@ -18,8 +18,8 @@ import numpy as np
 
 from ..device import Device
 from ..dtype import DType, bool_, default_float, dtype_of, i64
-from ..errors import DTypeError
-from ..ops.primitive import Aval
+from ..errors import DTypeError, ShapeError
+from ..ops.primitive import Aval, check_size
 from ..random import stream_of
 from ._common import Tensor, create_on, shape_arg
 
@@ -111,26 +111,32 @@ def full(shape, fill_value, dtype=None, device=None) -> Tensor:
         >>> ember.full((2,), 7).tolist()
         [7, 7]
     """
-    if isinstance(shape, int):
-        shape = (shape,)
     if dtype is None:
         dtype = bool_ if isinstance(fill_value, bool) else i64 if isinstance(fill_value, int) else default_float()
-    return create_on(_device(device), "full", shape=shape_arg((shape,)), value=fill_value, dtype=dtype_of(dtype))
+    return _constant("full", (shape,), fill_value, dtype, device)
+
+
+def _constant(op: str, shape: tuple, value, dtype, device) -> Tensor:
+    """`value` in `shape` (given as the creation ops take it: `(2, 3)` or `((2, 3),)`), its size checked
+    under the name `op` before anything is allocated (`check_size`)."""
+    shape, dtype = shape_arg(shape, op), dtype_of(dtype)
+    check_size(op, shape, dtype)
+    return create_on(_device(device), "full", shape=shape, value=value, dtype=dtype)
 
 
 def zeros(*shape, dtype=None, device=None) -> Tensor:
     """A tensor of zeros. Example: `ember.zeros(2, 3)`."""
-    return full(shape_arg(shape), 0, dtype or default_float(), device)
+    return _constant("zeros", shape, 0, dtype or default_float(), device)
 
 
 def ones(*shape, dtype=None, device=None) -> Tensor:
     """A tensor of ones. Example: `ember.ones(2, 3, dtype="i32")`."""
-    return full(shape_arg(shape), 1, dtype or default_float(), device)
+    return _constant("ones", shape, 1, dtype or default_float(), device)
 
 
 def empty(*shape, dtype=None, device=None) -> Tensor:
     """A tensor whose contents are unspecified; ember gives zeros so no stale data can leak."""
-    return zeros(*shape, dtype=dtype, device=device)
+    return _constant("empty", shape, 0, dtype or default_float(), device)
 
 
 def arange(start, end=None, step=1, dtype=None, device=None) -> Tensor:
@@ -148,6 +154,7 @@ def arange(start, end=None, step=1, dtype=None, device=None) -> Tensor:
         dtype = i64 if all(isinstance(v, int) for v in (start, end, step)) else default_float()
     dtype = dtype_of(dtype)
     count = max(0, math.ceil((end - start) / step))
+    check_size("arange", (count,), dtype)
     values = start + np.arange(count, dtype=np.float64 if dtype.is_float else np.int64) * step
     return from_numpy(values.astype(dtype.np), device)
 
@@ -160,22 +167,26 @@ def linspace(start: float, end: float, steps: int, dtype=None, device=None) -> T
         [0.0, 0.5, 1.0]
     """
     if steps < 0:
-        raise ValueError(f"linspace: steps must be non-negative, got {steps}")
+        raise ShapeError("linspace", f"steps must be non-negative, got {steps}")
     dtype = dtype_of(dtype) if dtype is not None else default_float()
+    check_size("linspace", (steps,), dtype)
     return from_numpy(np.linspace(start, end, steps).astype(dtype.np), device)
 
 
 def eye(n: int, m: int | None = None, dtype=None, device=None) -> Tensor:
     """The identity matrix of `n` rows and `m` (default `n`) columns."""
     dtype = dtype_of(dtype) if dtype is not None else default_float()
+    check_size("eye", shape_arg((n, n if m is None else m), "eye"), dtype)
     return from_numpy(np.eye(n, m, dtype=dtype.np), device)
 
 
 # ---- random ----------------------------------------------------------------------------------------
 
-def _random(name: str, shape, dtype, device, **params) -> Tensor:
-    device = _device(device)
-    shape = shape_arg(shape)
+def _random(op: str, name: str, shape, dtype: DType, device, **params) -> Tensor:
+    """Samples of the random primitive `name` for the creation op `op`, its size checked before the
+    device's random stream moves on."""
+    device, shape = _device(device), shape_arg(shape, op)
+    check_size(op, shape, dtype)
     seed, offset = stream_of(device).take(math.prod(shape))
     return create_on(device, name, shape=shape, dtype=dtype, seed=seed, offset=offset, **params)
 
@@ -189,22 +200,22 @@ def _float_dtype(dtype) -> DType:
 
 def rand(*shape, dtype=None, device=None) -> Tensor:
     """Uniform samples in [0, 1) from the device's random stream. Example: `ember.rand(2, 3)`."""
-    return _random("uniform", shape, _float_dtype(dtype), device, low=0.0, high=1.0)
+    return _random("rand", "uniform", shape, _float_dtype(dtype), device, low=0.0, high=1.0)
 
 
 def uniform(*shape, low: float = 0.0, high: float = 1.0, dtype=None, device=None) -> Tensor:
     """Uniform samples in [low, high). Example: `ember.uniform(3, low=-1, high=1)`."""
-    return _random("uniform", shape, _float_dtype(dtype), device, low=float(low), high=float(high))
+    return _random("uniform", "uniform", shape, _float_dtype(dtype), device, low=float(low), high=float(high))
 
 
 def randn(*shape, dtype=None, device=None) -> Tensor:
     """Standard normal samples. Example: `ember.randn(2, 3)`."""
-    return _random("normal", shape, _float_dtype(dtype), device, mean=0.0, std=1.0)
+    return _random("randn", "normal", shape, _float_dtype(dtype), device, mean=0.0, std=1.0)
 
 
 def normal(*shape, mean: float = 0.0, std: float = 1.0, dtype=None, device=None) -> Tensor:
     """Normal samples with `mean` and `std`. Example: `ember.normal(3, mean=1, std=0.1)`."""
-    return _random("normal", shape, _float_dtype(dtype), device, mean=float(mean), std=float(std))
+    return _random("normal", "normal", shape, _float_dtype(dtype), device, mean=float(mean), std=float(std))
 
 
 def randint(low: int, high: int | None = None, size=(), dtype=None, device=None) -> Tensor:
@@ -218,8 +229,7 @@ def randint(low: int, high: int | None = None, size=(), dtype=None, device=None)
         low, high = 0, low
     if high <= low:
         raise ValueError(f"randint: high ({high}) must be greater than low ({low})")
-    size = (size,) if isinstance(size, int) else tuple(size)
-    return _random("randint", size, dtype_of(dtype) if dtype is not None else i64, device,
+    return _random("randint", "randint", (size,), dtype_of(dtype) if dtype is not None else i64, device,
                    low=int(low), high=int(high))
 
 
@@ -237,17 +247,17 @@ def bernoulli(p: Tensor) -> Tensor:
 
 def zeros_like(x: Tensor, dtype=None) -> Tensor:
     """Zeros of the shape, dtype and device of `x`."""
-    return full(x.shape, 0, dtype or x.dtype, x.device)
+    return _constant("zeros_like", (x.shape,), 0, dtype or x.dtype, x.device)
 
 
 def ones_like(x: Tensor, dtype=None) -> Tensor:
     """Ones of the shape, dtype and device of `x`."""
-    return full(x.shape, 1, dtype or x.dtype, x.device)
+    return _constant("ones_like", (x.shape,), 1, dtype or x.dtype, x.device)
 
 
 def full_like(x: Tensor, fill_value, dtype=None) -> Tensor:
     """`fill_value` in the shape, dtype and device of `x`."""
-    return full(x.shape, fill_value, dtype or x.dtype, x.device)
+    return _constant("full_like", (x.shape,), fill_value, dtype or x.dtype, x.device)
 
 
 def empty_like(x: Tensor, dtype=None) -> Tensor:
@@ -272,12 +282,12 @@ def randint_like(x: Tensor, low: int, high: int | None = None, dtype=None) -> Te
 
 def new_zeros(x: Tensor, *shape) -> Tensor:
     """Zeros of `shape` with the dtype and device of `x`. Example: `x.new_zeros(2, 2)`."""
-    return full(shape_arg(shape), 0, x.dtype, x.device)
+    return _constant("new_zeros", shape, 0, x.dtype, x.device)
 
 
 def new_full(x: Tensor, shape, fill_value) -> Tensor:
     """`fill_value` in `shape` with the dtype and device of `x`."""
-    return full(shape, fill_value, x.dtype, x.device)
+    return _constant("new_full", (shape,), fill_value, x.dtype, x.device)
 
 
 METHODS = {

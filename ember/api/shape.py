@@ -150,7 +150,7 @@ def broadcast_to(x: Tensor, shape) -> Tensor:
 
 def repeat(x: Tensor, *sizes) -> Tensor:
     """`x` tiled `sizes[i]` times along dim i (PyTorch's `repeat`: len(sizes) >= ndim)."""
-    sizes = shape_arg(sizes)
+    sizes = shape_arg(sizes, "repeat")
     if len(sizes) < x.ndim:
         raise ShapeError("repeat", f"{len(sizes)} repeat sizes for a tensor of shape {x.shape}")
     x = reshape(x, (1,) * (len(sizes) - x.ndim) + x.shape)
@@ -161,7 +161,7 @@ def repeat(x: Tensor, *sizes) -> Tensor:
 
 def tile(x: Tensor, *dims) -> Tensor:
     """Like `repeat`, but fewer sizes than dims repeat the trailing dims (NumPy's `tile`)."""
-    dims = shape_arg(dims)
+    dims = shape_arg(dims, "tile")
     return repeat(x, *((1,) * (x.ndim - len(dims)) + dims))
 
 

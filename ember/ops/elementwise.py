@@ -19,7 +19,7 @@ import numpy as np
 
 from ..dtype import DType, bool_
 from ..errors import DTypeError
-from .primitive import (BF16, F16, Aval, broadcast_shapes, primitive, same_aval, saves_inputs, saves_inputs_at,
+from .primitive import (BF16, F16, Aval, broadcast_shapes, check_size, primitive, same_aval, saves_inputs, saves_inputs_at,
                         saves_none, saves_output, saves_partners)
 from .grad_utils import sum_to
 
@@ -174,6 +174,7 @@ def _int_or_bool(name: str):
         shape = broadcast_shapes(name, x.shape, *(r.shape for r in rest)) if rest else x.shape
         if x.dtype.is_float:
             raise DTypeError(f"{name}: expects integer or bool tensors, got {x.dtype}")
+        check_size(name, shape, x.dtype)
         return Aval(shape, x.dtype)
 
     return infer
@@ -199,6 +200,7 @@ def _binary_infer(name: str, out_dtype: DType | None = None, allow_bool: bool = 
             out = a
         else:
             out = Aval(broadcast_shapes(name, a.shape, b.shape), out_dtype or a.dtype)
+            check_size(name, out.shape, out.dtype)
         if len(seen) >= 1024:
             seen.clear()
         seen[(a, b)] = out
@@ -302,7 +304,9 @@ def _where_infer(c: Aval, a: Aval, b: Aval) -> Aval:
         raise DTypeError(f"where: condition must be bool, got {c.dtype}")
     if a.dtype is not b.dtype:
         raise DTypeError(f"where: branches must share a dtype after promotion, got {a.dtype} and {b.dtype}")
-    return Aval(broadcast_shapes("where", c.shape, a.shape, b.shape), a.dtype)
+    shape = broadcast_shapes("where", c.shape, a.shape, b.shape)
+    check_size("where", shape, a.dtype)
+    return Aval(shape, a.dtype)
 
 
 def _where_vjp(ctx, g):

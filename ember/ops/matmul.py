@@ -13,7 +13,7 @@ import numpy as np
 
 from ..errors import DTypeError, ShapeError
 from .grad_utils import sum_to
-from .primitive import Aval, broadcast_shapes, is_half, primitive, saves_partners
+from .primitive import Aval, broadcast_shapes, check_size, is_half, primitive, saves_partners
 
 
 def _matmul_infer(a: Aval, b: Aval) -> Aval:
@@ -30,7 +30,9 @@ def _matmul_infer(a: Aval, b: Aval) -> Aval:
         batch = broadcast_shapes("matmul", a.shape[:-2], b.shape[:-2])
     except ShapeError:
         raise ShapeError("matmul", f"batch dims of {a.shape} and {b.shape} do not broadcast") from None
-    return Aval(batch + (a.shape[-2], b.shape[-1]), a.dtype)
+    shape = batch + (a.shape[-2], b.shape[-1])
+    check_size("matmul", shape, a.dtype)
+    return Aval(shape, a.dtype)
 
 
 def _matmul_vjp(ctx, g):

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import DTypeError, ShapeError
 from .grad_utils import sum_to
-from .primitive import Aval, primitive, saves_none
+from .primitive import Aval, check_size, primitive, saves_none
 
 
 def _reshape_infer(x: Aval, *, shape: tuple[int, ...]) -> Aval:
@@ -55,6 +55,7 @@ def _expand_infer(x: Aval, *, shape: tuple[int, ...]) -> Aval:
     ok = lead >= 0 and all(s == n or s == 1 for s, n in zip(x.shape, shape[lead:]))
     if not ok:
         raise ShapeError("expand", f"cannot expand {x.shape} to {shape}")
+    check_size("expand", shape, x.dtype)
     return Aval(shape, x.dtype)
 
 

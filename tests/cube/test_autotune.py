@@ -82,7 +82,8 @@ def test_a_second_process_reuses_the_cache_without_timing(tmp_path):
     assert out.stdout.strip() == "fast"
 
 
-@pytest.mark.parametrize("content", ["{ not json", '["a list"]', '{"op:(4,)": 3}', "\xff\xfe"])
+@pytest.mark.parametrize("content", ["{ not json", '["a list"]', '{"op:(4,)": 3}', "\xff\xfe",
+                                     pytest.param("[" * 100_000 + "]" * 100_000, id="nested-100k-deep")])
 def test_corrupt_cache_is_set_aside_with_a_warning_and_rebuilt(tmp_path, content):
     path = tmp_path / "cpu.json"
     path.write_bytes(content.encode("latin-1"))

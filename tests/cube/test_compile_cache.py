@@ -1,5 +1,6 @@
 """Disk-cache hits without tracing (manifests keyed before tracing), and that they never go stale."""
 
+import contextlib
 import importlib
 import sys
 import time
@@ -101,7 +102,7 @@ def test_changed_helper_never_loads_the_old_binary(tmp_path, kernel_modules):
     assert rt.cache.builds == 1 and len(list(cache.glob("*.so"))) == 2
 
 
-@pytest.mark.parametrize("damage", ["garbage", "no_library", "bad_json"])
+@pytest.mark.parametrize("damage", ["garbage", "no_library", "bad_json", "deep_json"])
 def test_damaged_manifest_is_rebuilt(tmp_path, kernel_modules, damage):
     x = np.random.default_rng(2).standard_normal(50).astype(np.float32)
     cache = tmp_path / "cache"
@@ -113,11 +114,15 @@ def test_damaged_manifest_is_rebuilt(tmp_path, kernel_modules, damage):
     elif damage == "no_library":  # a valid entry whose library is gone
         (so,) = cache.glob("*.so")
         so.unlink()
-    else:  # a valid checksum over text that is not a manifest
-        manifest.write_text(compile_cache._checksum("{not json") + "\n{not json")
+    else:  # a valid checksum over text that is not a manifest (or nests too deep to parse)
+        text = "{not json" if damage == "bad_json" else "[" * 100_000 + "]" * 100_000
+        manifest.write_text(compile_cache._checksum(text) + "\n" + text)
     shift = kernel_modules(1.0)
     rt = CpuRuntime(CompileCache(cache))
-    np.testing.assert_allclose(launch(rt, shift, x), (x + 1) * 2, rtol=1e-6)
+    warns = pytest.warns(RuntimeWarning, match=f"{manifest} fails its checksum") if damage == "garbage" \
+        else contextlib.nullcontext()
+    with warns:
+        np.testing.assert_allclose(launch(rt, shift, x), (x + 1) * 2, rtol=1e-6)
     assert rt.cache.builds == (1 if damage == "no_library" else 0)
     # The entry was rewritten: the next process hits it.
     shift = kernel_modules(1.0)
@@ -221,3 +226,19 @@ def test_source_edited_after_start_gives_no_early_key(kernel_modules, monkeypatc
     monkeypatch.setattr(compile_cache, "_STARTED", 0.0)  # every file is newer than the process
     assert compile_cache.source_stamp(shift.fn.__module__) is None
     assert shift.disk_key((cube.f32, cube.f32), {"scale": 2.0}) is None
+
+
+def test_a_library_built_by_another_processor_is_not_loaded(tmp_path, kernel_modules, monkeypatch):
+    """Libraries are built with -march=native: a cache folder shared with another processor must not
+    hand this one its binaries (they could stop on an illegal instruction)."""
+    x = np.random.default_rng(4).standard_normal(45).astype(np.float32)
+    cache = tmp_path / "cache"
+    shift = kernel_modules(1.0)
+    with monkeypatch.context() as other:
+        other.setattr(compile_cache, "machine_stamp", lambda: "0ther0ne")
+        np.testing.assert_allclose(launch(CpuRuntime(CompileCache(cache)), shift, x), (x + 1) * 2, rtol=1e-6)
+    shift = kernel_modules(1.0)  # this processor, a new process: the manifest is found, its library not
+    rt = CpuRuntime(CompileCache(cache))
+    np.testing.assert_allclose(launch(rt, shift, x), (x + 1) * 2, rtol=1e-6)
+    assert rt.cache.builds == 1 and rt.manifests.hits == 1
+    assert sorted(p.name.split(".")[1] for p in cache.glob("*.so")) == sorted(["0ther0ne", compile_cache.machine_stamp()])

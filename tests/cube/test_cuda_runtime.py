@@ -387,6 +387,9 @@ class FakeDriver:
     def cuDeviceGetName(self, length, device):
         return 0, b"Fake GPU\0\0"
 
+    def cuDeviceTotalMem(self, device):
+        return 0, self.capacity
+
     def cuDevicePrimaryCtxRetain(self, device):
         return 0, "context"
 

@@ -57,8 +57,8 @@ def anchor(n: int) -> int:
 class AutotuneCache:
     """Winners by (op, key), persisted as JSON in one file per device.
 
-    A file that does not parse as a map of names is renamed to `<name>.corrupt` with a
-    `RuntimeWarning`, and the cache starts empty (the decisions are timed again). A cache that cannot
+    A file that does not parse as a map of names (not JSON, not UTF-8, nested too deep to parse, a
+    value that is not a name) is renamed to `<name>.corrupt` with a `RuntimeWarning`, and the cache starts empty (the decisions are timed again). A cache that cannot
     be written (read-only folder) warns and keeps its decisions in memory.
 
     Example:
@@ -80,7 +80,7 @@ class AutotuneCache:
             return data
         except (FileNotFoundError, NotADirectoryError):
             return {}
-        except (ValueError, OSError) as e:  # UnicodeDecodeError is a ValueError
+        except (ValueError, RecursionError, OSError) as e:  # UnicodeDecodeError is a ValueError
             aside = self.path.with_suffix(".corrupt")
             warnings.warn(f"autotune cache {self.path} is unreadable ({e}); set aside as {aside.name} and "
                           f"rebuilt (decisions are timed again)", RuntimeWarning, stacklevel=3)
@@ -136,7 +136,7 @@ def device_fingerprint() -> str:
 
 def device_cache(device: str) -> AutotuneCache:
     """The persistent cache of `device` ("cpu", "cuda:0", ...) under `[autotune] cache_dir`, one
-    object per file in this process.
+    object per file in this process; a `ConfigError` when that setting names a file.
 
     Example:
         >>> device_cache("cpu").path.name      # the device and this machine's fingerprint
@@ -144,7 +144,7 @@ def device_cache(device: str) -> AutotuneCache:
     """
     from ...settings import settings
     name = f"{device.replace(':', '_')}-{device_fingerprint()}.json"
-    path = Path(settings().get("autotune", "cache_dir")).expanduser() / name
+    path = settings().directory("autotune", "cache_dir") / name
     with _caches_lock:
         if path not in _caches:
             _caches[path] = AutotuneCache(path)

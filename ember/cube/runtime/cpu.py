@@ -265,7 +265,7 @@ class CompiledKernel:
             params = [KernelParam(name, kind, DTYPES[dtype], bool(written))
                       for name, kind, dtype, written in entry["params"]]
             library, source = str(entry["library"]), str(entry["source"])
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):
             return None
         lib = cache.load(library, c_target.ENTRY)
         return None if lib is None else CompiledKernel(_entry(lib), params, source, library)

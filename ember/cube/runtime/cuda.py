@@ -44,7 +44,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ...errors import DeviceError, DeviceUnavailableError
+from ...errors import DeviceError, DeviceUnavailableError, OutOfMemoryError
+from ...ops.primitive import note_device_memory
 from .. import ir
 from ..lang import CubeCount, CubeDim, KernelError
 from ..passes import optimize
@@ -76,8 +77,9 @@ class CudaLaunchError(CudaError):
     """A launch shape (cube count, cube dim, shared memory) beyond what the device can run."""
 
 
-class CudaOutOfMemoryError(CudaError):
-    """The device has no memory left for an allocation, even after the pool gave back its cached pages."""
+class CudaOutOfMemoryError(CudaError, OutOfMemoryError):
+    """The device has no memory left for an allocation, even after the pool gave back its cached pages
+    (an ember `OutOfMemoryError`, so a `MemoryError` too)."""
 
 
 def driver_module():
@@ -320,6 +322,9 @@ class CudaRuntime(Specializing, LaunchRecorder):
         self.name = (raw.split(b"\0")[0].decode() if isinstance(raw, bytes) else str(raw)) or f"GPU {device}"
         self.adapter_name = f"{self.name} (CUDA device {device}, sm_{self.arch})"
         self.limits = DeviceLimits.query(d, self.device)
+        # Tensors up to this GPU's memory pass the size check of the shape rules (`check_size`), even
+        # where the host has less.
+        note_device_memory(check(d, d.cuDeviceTotalMem(self.device), "cuDeviceTotalMem")[1])
         _, self.context = check(d, d.cuDevicePrimaryCtxRetain(self.device), "cuDevicePrimaryCtxRetain")
         self.activate()
         _, self.stream = check(d, d.cuStreamCreate(int(d.CUstream_flags.CU_STREAM_NON_BLOCKING)), "cuStreamCreate")

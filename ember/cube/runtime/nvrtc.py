@@ -18,14 +18,12 @@ Example:
 from __future__ import annotations
 
 import hashlib
-import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from ...errors import DeviceError, DeviceUnavailableError
-from ..compile_cache import cache_key, default_cache_dir
+from ..compile_cache import FORMAT, cache_key, default_cache_dir, read_sealed, write_sealed
 
 OPTIONS = ("--std=c++17", "-lineinfo")
 INSTALL = "pip install 'ember[cuda]' (cuda-bindings and nvidia-cuda-nvrtc)"
@@ -94,13 +92,12 @@ def compile_cuda(source: str, name: str, arch: int, kind: str = "auto", options:
     key = cache_key(hashlib.sha256(source.encode()).hexdigest(), "nvrtc", nvrtc_version(), kind,
                     f"{arch}{'a' if specific else ''}", " ".join(options))
     directory = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    path = directory / f"{key}.{kind}"
-    if path.exists():
-        data = path.read_bytes()
-        if data:
-            return Binary(kind, data, arch)
+    path = directory / f"{key}.{FORMAT}.{kind}"
+    data = read_sealed(path)
+    if data:
+        return Binary(kind, data, arch)
     data = _compile(source, name, f"{arch}{'a' if specific else ''}", kind, options)
-    _write_atomically(path, data)
+    write_sealed(path, data)
     return Binary(kind, data, arch)
 
 
@@ -154,14 +151,3 @@ def _check(nvrtc, result: tuple, call: str) -> tuple:
         raise CudaCompileError(f"{call} failed: {text.decode() if isinstance(text, bytes) else text}")
     return result
 
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix, dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
