@@ -2,9 +2,9 @@
 
 Op-by-op conformance does not see what only a training loop does: a step's forward pass, backward
 pass and optimizer updates recorded into one fusion plan, the previous step's buffers donated to this
-one, the plan replayed from the third step on, optimizer state carried between steps. A bug there
-(Adam computing some positions twice over a donated state, from the second step, for sizes that are
-not a multiple of 256) passed every op test. So each case here trains 8 steps on a device, fused and
+one, the plan replayed from the third step on, optimizer state carried between steps. An update that
+goes wrong only over a donated state, from the second step, for sizes that are not a multiple of the
+kernel's cube, passes every op test. So each case here trains 8 steps on a device, fused and
 unfused, from the same initial values and data as the NumPy reference (`cases.py`), reads the loss
 with `.item()` after each update as a training loop logs it, and compares the losses, every
 parameter and buffer, and the optimizer's `state_dict` with the reference's.
@@ -21,24 +21,23 @@ donated moments of `ember.optim.fused`) and at least one rule of another kind:
 
 LBFGS meets a closure (several evaluations a step, a strong-Wolfe line search) and is the costliest
 per step, so its second family is the transformer rather than the recurrent one, which costs most
-per evaluation on wgpu (one small kernel chain per time step). That keeps the whole directory near
-a minute of CPU per device.
+per evaluation on wgpu (one small kernel chain per time step).
 
 Tolerances: the reference's own dtype (f32) at the gradient tolerance of `tests/tolerances.py`
 (rtol 1e-4, atol 1e-5): after 8 steps a parameter has been through 8 forward and backward passes,
 each rounding differently on another backend (summation order of matmuls and reductions, fused
 multiply-adds), which is the error of one gradient check, not of one forward op. LBFGS gets 10x
 that (`WIDER`): its direction divides by the curvature y.s of each history pair, differences of
-nearby gradients, so the gradients' rounding reaches the step relatively enlarged (seen: 1.5e-5 on
-the transformer's weights, over 1e-5). Its strong-Wolfe line search runs on the MLP only; on the
-transformer the search's branches are near ties (one ulp of the loss picked extrapolation on one
-backend and bisection on another), which no tolerance covers, so that case steps without it
+nearby gradients, so the gradients' rounding reaches the step relatively enlarged. Its strong-Wolfe
+line search runs on the MLP only: on the transformer its first extrapolation is a near tie (whether
+the cubic through the first two trials has a minimum), which one ulp of the loss decides differently
+on two backends and no tolerance covers, so that case steps without it
 (`cases.OPTIMIZERS["lbfgs_fixed"]`). Device.numpy() against itself must be exact: the run is a
 function of the case alone. A frozen parameter must end bitwise where it started.
 
-Two parameters are left out of the models for the same reason as the line search: a bias right
-before BatchNorm, and attention's key bias, have gradients that are zero but for rounding, which
-Adam-like rules blow up to full steps (`cases.CNN`, `cases.Family`).
+For the same reason the CNN's conv has no bias (BatchNorm right after it cancels one) and attention's
+key bias is frozen (softmax cancels it): their gradients are zero but for rounding, which Adam-like
+rules blow up to full steps (`cases.CNN`, `cases.Family`).
 
 Example:
     python -m pytest tests/trajectories -n 2 -k "adam and cpu"
