@@ -3,7 +3,7 @@
 #
 #   scripts/gpu_check.sh                     # from anywhere; runs ember from this checkout (PYTHONPATH)
 #   OUT=/some/dir scripts/gpu_check.sh       # results there (default ./gpu-results)
-#   STEPS="tests bench" scripts/gpu_check.sh # a subset of: env tests library conformance fusion bench
+#   STEPS="tests bench" scripts/gpu_check.sh # a subset of: env tests library conformance fusion trajectories bench
 #   BENCH_CASES="gpt plan_replay" ...          # bench.gpu cases (default: all)
 #   CUDA_TESTS="tests/cube/test_cuda_graphs.py" ... # the tests step's files (default: tests/cube/test_cuda_*.py,
 #                                                   # tests/backend/test_device_moves.py, tests/nn/test_rowwise.py)
@@ -20,6 +20,9 @@
 #   conformance  the conformance suite (tests/conformance) on Device.cuda(0), fused (Fusion(Cube(cuda)))
 #                and unfused (EMBER_FUSION=0);
 #   fusion       the fusion tests (tests/fusion) on Device.cuda(0);
+#   trajectories the training-trajectory suite (tests/trajectories) on Device.cuda(0), fused and unfused
+#                (the suite's cuda device runs fused; EMBER_FUSION=0 runs it unfused): 8 steps of every
+#                optimizer on the model families against Device.numpy(), and resumes in a fresh process;
 #   bench        python -m bench.gpu: matmul bf16 8192^3, custom GELU vs copy, softmax, layer_norm, host
 #                time of tiny ops and of a replayed 100-op plan, transformer_encoder and GPT training steps
 #                against torch eager and torch.compile on the same card (gpu-bench.json, and a table at the
@@ -33,7 +36,7 @@ RESULTS="${OUT:-./gpu-results}"
 mkdir -p "$RESULTS"
 RESULTS="$(cd "$RESULTS" && pwd)"
 PY="${PYTHON:-python3}"
-STEPS="${STEPS:-env tests library conformance fusion bench}"
+STEPS="${STEPS:-env tests library conformance fusion trajectories bench}"
 BENCH_CASES="${BENCH_CASES:-}"
 JOBS="${JOBS:-8}"
 # A fresh kernel and autotune cache: every kernel is compiled, and every choice timed, by this run.
@@ -113,6 +116,17 @@ if has fusion; then
   tail -n 3 "$RESULTS/fusion.log"
 fi
 
+if has trajectories; then
+  for mode in fused unfused; do
+    echo "== training trajectories on Device.cuda(0), $mode"
+    fusion=$([ $mode = fused ] && echo 1 || echo 0)
+    EMBER_FUSION=$fusion "$PY" -m pytest -q -p no:cacheprovider $(xdist) tests/trajectories -k cuda \
+      --junitxml="$RESULTS/junit-trajectories-$mode.xml" > "$RESULTS/trajectories-$mode.log" 2>&1 \
+      || failed+=("trajectories-$mode")
+    tail -n 3 "$RESULTS/trajectories-$mode.log"
+  done
+fi
+
 if has bench; then
   echo "== benchmarks (bench.gpu)"
   "$PY" -m bench.gpu $BENCH_CASES --json "$RESULTS/gpu-bench.json" > "$RESULTS/bench.log" 2>&1 || failed+=("bench")
@@ -121,7 +135,8 @@ fi
 
 {
   echo "gpu_check $(date -u +%FT%TZ) steps: $STEPS"
-  for log in "$RESULTS"/tests.log "$RESULTS"/library.log "$RESULTS"/conformance-*.log "$RESULTS"/fusion.log; do
+  for log in "$RESULTS"/tests.log "$RESULTS"/library.log "$RESULTS"/conformance-*.log "$RESULTS"/fusion.log \
+             "$RESULTS"/trajectories-*.log; do
     [ -f "$log" ] && echo "$(basename "$log"): $(grep -E '(passed|failed|error)' "$log" | tail -n 1)"
   done
   [ -f "$RESULTS/bench.log" ] && sed -n '/^| case/,$p' "$RESULTS/bench.log"

@@ -294,6 +294,12 @@ class Optimizer:
         for delegate, saved in zip(self._delegates, delegates):
             delegate.load_state_dict(saved)
         self.state, self.steps, self.lr = restored, int(state["steps"]), state["lr"]
+        # The restored state is computed now (Adam's packing is a `cat`), not left pending: pending ops
+        # join the fusion blocks of the next step and move where its blocks are cut, and with them the
+        # last bits of its gradients, so a resumed run would not replay the run that went on (whose
+        # checkpoint read everything, leaving nothing pending).
+        for device in {p.device.inner for p in params.values()}:
+            device.sync()
 
     def saved_state(self, state: dict, shape: tuple, options: SimpleNamespace) -> dict:
         """One parameter's state as `state_dict` saves it (tensors and scalars by name; `shape` is the
