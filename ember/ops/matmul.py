@@ -9,6 +9,8 @@ Example:
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..errors import DTypeError, ShapeError
@@ -46,7 +48,8 @@ def _matmul_vjp(ctx, g):
         # temporary: 1.2 GB for a GPT's vocabulary head). It is made as (g^T a)^T, the view of an (n, k)
         # product: a 2-D b is in practice a linear layer's (out, in) weight read through its transposed
         # view, and the transpose's own rule then gives that weight's gradient in its C order.
-        gb = (g.reshape(-1, sb[-1]).transpose(-1, -2) @ ctx.input(0).reshape(-1, sa[-1])).transpose(-1, -2)
+        rows = math.prod(sa[:-1])  # g's leading dims are a's (no -1: an empty k or n would leave it open)
+        gb = (g.reshape(rows, sb[-1]).transpose(-1, -2) @ ctx.input(0).reshape(rows, sa[-1])).transpose(-1, -2)
     else:
         gb = sum_to(ctx.input(0).transpose(-1, -2) @ g, sb)
     return ga, gb
