@@ -1,18 +1,19 @@
 """`Device`: where tensors live, chosen at run time. The user API never names a backend.
 
-| device              | backend stack                                                   |
-|---------------------|-----------------------------------------------------------------|
-| `Device.numpy()`    | the NumPy reference backend                                      |
-| `Device.cpu()`      | Cube(cpu): the cube kernel library compiled to C (gcc/OpenMP)    |
-| `Device.cuda(i)`    | unavailable in this version (the CUDA backend is a later issue)  |
-| `Device.wgpu(i)`    | unavailable in this version (the WGPU backend is a later issue)  |
+| device              | backend stack (`ember.dispatch.build_backend`)                        |
+|---------------------|-----------------------------------------------------------------------|
+| `Device.numpy()`    | the NumPy reference backend                                           |
+| `Device.cpu()`      | Fusion(Cube(cpu)): cube kernels rendered to C, built with gcc/OpenMP   |
+| `Device.cuda(i)`    | Fusion(Cube(cuda)) on GPU i: CUDA C compiled by NVRTC (`cuda` extra)   |
+| `Device.wgpu(i)`    | Fusion(Cube(wgpu)) on adapter i: WGSL run through wgpu (`wgpu` extra)  |
 
 `device.autodiff()` is the same device with gradient tracking on: tensors made on it are recorded by the
 autodiff decorator. Devices are interned values: `Device("cuda:1") is Device.cuda(1)`. Constructing a
 device never fails for a known kind; using one whose backend cannot run here raises
 `DeviceUnavailableError` saying what is missing and what installs it (as `torch.device("cuda")` can be
 named on a machine without a GPU): `Device.cpu()` needs a C compiler with OpenMP, and without one
-`Device.default()` is `Device.numpy()`.
+`Device.default()` is `Device.numpy()`; `Device.cuda(i)` needs the `cuda` extra, a driver and a GPU;
+`Device.wgpu(i)` needs the `wgpu` extra and an adapter.
 
 Example:
     >>> Device("cpu").autodiff()
@@ -70,17 +71,21 @@ class Device:
 
     @classmethod
     def cpu(cls) -> "Device":
-        """The CPU device, served by Cube(cpu): kernels compiled to C at run time (needs gcc or clang)."""
+        """The CPU device, served by Fusion(Cube(cpu)): kernels compiled to C at run time (needs a C
+        compiler with OpenMP: `[compilation] compiler`, gcc or clang)."""
         return cls._get("cpu", 0, False, None)
 
     @classmethod
     def cuda(cls, index: int = 0) -> "Device":
-        """The CUDA GPU `index` (its backend is not part of this version: using it raises)."""
+        """The CUDA GPU `index`, served by Fusion(Cube(cuda)); using it without the `cuda` extra, a
+        driver or that GPU raises `DeviceUnavailableError`."""
         return cls._get("cuda", _check_index(index), False, None)
 
     @classmethod
     def wgpu(cls, index: int = 0) -> "Device":
-        """The wgpu adapter `index` (its backend is not part of this version: using it raises)."""
+        """Adapter `index` of `ember.cube.runtime.wgpu.adapters()` (best first), served by
+        Fusion(Cube(wgpu)); using it without the `wgpu` extra or that adapter raises
+        `DeviceUnavailableError`."""
         return cls._get("wgpu", _check_index(index), False, None)
 
     @classmethod

@@ -6,8 +6,8 @@ handles, and moves data to and from the host. It never sees Python scalars, dtyp
 broadcasting errors: the tensor layer and each primitive's shape rule have dealt with those before
 `execute` is called, so a backend only has to compute.
 
-Decorators (autodiff now; fusion and remote later) implement the same protocol by wrapping another
-backend and forwarding to it, so stacks such as `Autodiff(Numpy)` are built by composition.
+Decorators (`Autodiff`, `Fusion`) implement the same protocol by wrapping another backend (`inner`)
+and forwarding to it, so stacks such as `Autodiff(Fusion(Cube(cpu)))` are built by composition.
 
 Example:
     >>> backend = NumpyBackend()

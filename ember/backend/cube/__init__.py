@@ -1,4 +1,5 @@
-"""The Cube(cpu) backend: `CubeBackend` (backend.py) and its lowering table (lowering.py)."""
+"""The Cube backend (on the CPU, CUDA or wgpu runtime): `CubeBackend` (backend.py) and its lowering
+table (lowering.py)."""
 
 from .backend import CubeBackend
 

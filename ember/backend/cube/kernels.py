@@ -1,4 +1,4 @@
-"""Kernels the backend needs that the cube kernel library (`ember.cube.kernels`) does not have yet.
+"""Kernels the backend needs that the cube kernel library (`ember.cube.kernels`) does not have.
 
 - `fill`: every element set to one value (the `full` primitive).
 

@@ -1,4 +1,4 @@
-"""The lowering table of the Cube(cpu) backend: primitive name -> how it runs, one row per primitive.
+"""The lowering table of the Cube backend: primitive name -> how it runs, one row per primitive.
 
 Each row is a `Lowering(run, how)`: `run(out, *arrays, **params)` gets the output's `Aval` (already
 given by the primitive's shape rule), the input arrays and the primitive's params, and returns an array.

@@ -1,8 +1,8 @@
 """The C-family base of the C and CUDA C renderers: type names, literals, storage conversions and the
 expression of each scalar op.
 
-`CFamily` holds what every C-family target (C, CUDA C; later Metal, OpenCL) renders alike; a target
-subclasses it and overrides the few names that differ (its `bool` type, how it spells NaN, `mulhi`).
+`CFamily` holds what the C-family targets (C, CUDA C) render alike; a target subclasses it and
+overrides the few names that differ (its `bool` type, how it spells NaN, `mulhi`).
 f16/bf16 are computed in `float` and kept in memory as 16-bit words; the target's prelude defines
 the conversion helpers (`ember_f16_load/store/round`, `ember_bf16_load/store/round`). Narrow integers
 are brought back to their type after C's promotion to int; integer division and remainder truncate,
