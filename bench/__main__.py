@@ -1,11 +1,12 @@
 """`python -m bench [names...] [--device D] [--peers numpy,torch,tinygrad] [--large] [--json PATH]`: run
 benchmarks, print a markdown table in which each ember row shows its ratio to every peer, optionally
-save JSON with the machine description."""
+save JSON with the machine description, the commit and the command line."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import shlex
 import sys
 import time
 
@@ -43,8 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"device: {frameworks.device}; peers: {', '.join(frameworks.modules)}")
     print(markdown(rows))
     if args.json:
+        command = shlex.join(["python", "-m", "bench", *(sys.argv[1:] if argv is None else argv)])
         write_json(args.json, rows, {"device": repr(frameworks.device), "peers": list(frameworks.modules),
-                                     **dataclasses.asdict(settings)})
+                                     **dataclasses.asdict(settings), "command": command})
     return 0
 
 
