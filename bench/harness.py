@@ -16,6 +16,7 @@ from collections import defaultdict
 from typing import Callable
 
 MAX_WARMUP = 5  # untimed calls at most after the first
+VERSIONED = ("numpy", "torch", "tinygrad", "ember")  # the packages whose versions `machine` records
 
 
 @dataclasses.dataclass
@@ -132,7 +133,7 @@ def machine() -> dict:
     from ember.cube.runtime.autotune import cpu_model
     cpu = cpu_model()
     versions = {}
-    for name in ("numpy", "torch", "tinygrad", "ember"):
+    for name in VERSIONED:
         try:  # the installed distribution's version: tinygrad has no __version__
             versions[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
@@ -161,7 +162,8 @@ def source_commit() -> str:
 
 def write_json(path: str, rows: list[Row], run: dict | None = None) -> None:
     """Save rows (atomically) with the machine description, and the run: ember's commit (`source_commit`)
-    and what the caller passes, e.g. the device, the peers, the settings and the command line."""
+    and what the caller passes, e.g. the device, the peers, the settings and the command line. Files in
+    bench/results/ are the input of `python -m bench --report` (bench/report.py)."""
     from ember.atomic import write_atomic
     payload = {"machine": machine(), "run": {"commit": source_commit(), **(run or {})},
                "rows": [dataclasses.asdict(r) for r in rows]}
