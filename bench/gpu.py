@@ -446,8 +446,8 @@ def case_gpt_reduced(b: Bench) -> None:
 
 # Labels of rows that are not ember's own kernels though they do not name a framework first, as the
 # report reads them (its columns are frameworks): the two copies are the bandwidth ceiling of a case.
-REPORT_LABELS = {"device-to-device copy (ember)": "copy, ember's runtime", "torch copy_": "copy, torch copy_",
-                 "cuBLAS via CuPy (ember stream)": "cuBLAS via CuPy, ember's stream"}
+REPORT_LABELS = {"device-to-device copy (ember)": "copy (ember)", "torch copy_": "copy (torch copy_)",
+                 "cuBLAS via CuPy (ember stream)": "cuBLAS via CuPy"}
 
 
 def report_rows(rows: list[dict], cases: list[str]) -> list[Row]:
