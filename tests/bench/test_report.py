@@ -35,7 +35,8 @@ def cpu_rows(rng: np.random.Generator) -> list[Row]:
 def gpu_rows(rng: np.random.Generator) -> list[dict]:
     """bench.gpu's own rows: rates, extra figures, a failed row."""
     ms = lambda: round(float(rng.uniform(0.01, 90)), 4)  # noqa: E731
-    return [dict(case="gelu f32 2^28", impl="ember cube custom_gelu", ms=ms(), rate=2.1, unit="TB/s", rel_error="1e-07"),
+    return [dict(case="gelu f32 2^28", impl="ember cube custom_gelu", ms=ms(), rate=2.1, unit="TB/s",
+                 rel_error="1e-07"),
             dict(case="gelu f32 2^28", impl="torch gelu", ms=ms(), rate=1.9, unit="TB/s"),
             dict(case="matmul bf16 8192^3", impl="cube tc 128x128x64 w64x64 s3 g8 (default)", ms=ms(), rate=340.0,
                  unit="TFLOP/s"),
