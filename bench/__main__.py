@@ -1,11 +1,15 @@
 """`python -m bench [names...] [--device D] [--peers numpy,torch,tinygrad] [--large] [--json PATH]`: run
 benchmarks, print a markdown table in which each ember row shows its ratio to every peer, optionally
-save JSON with the machine description."""
+save JSON with the machine description, the commit and the command line.
+
+`python -m bench --report [--results bench/results] [--out bench/RESULTS.md]`: write the results file
+from every JSON in the results folder (bench/report.py), running nothing."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import shlex
 import sys
 import time
 
@@ -13,11 +17,13 @@ from . import (autodiff, checkpointing, elementwise, fusion, matmul, overhead, r
                transfer)
 from .frameworks import PEERS, Frameworks
 from .harness import Settings, machine, markdown, write_json
+from .report import ReportError, write_report
 
 # name -> run(frameworks, settings) -> rows; in the order they run and print.
 BENCHMARKS = {name: run for module in (elementwise, reduce, matmul, spatial, training, autodiff, overhead,
                                        transfer, store, checkpointing, fusion)
               for name, run in module.BENCHMARKS.items()}
+RESULTS, OUT = "bench/results", "bench/RESULTS.md"  # --report's defaults, from the repository root
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,7 +34,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=Settings.repeats, help="timed repeats per implementation")
     parser.add_argument("--large", action="store_true", help="also run the large cases (matmul at 4096)")
     parser.add_argument("--json", help="also write the rows and machine description to this file")
+    parser.add_argument("--report", action="store_true",
+                        help="run nothing: write --out from the JSON files in --results")
+    parser.add_argument("--results", default=RESULTS, help="--report's input folder (default: %(default)s)")
+    parser.add_argument("--out", default=OUT, help="--report's output file (default: %(default)s)")
     args = parser.parse_args(argv)
+    if args.report:
+        try:
+            write_report(args.results, args.out)
+        except ReportError as e:
+            parser.error(str(e))
+        print(f"wrote {args.out} from {args.results}")
+        return 0
     unknown = [n for n in args.names if n not in BENCHMARKS]
     if unknown:
         parser.error(f"unknown benchmark(s) {unknown}; known: {list(BENCHMARKS)}")
@@ -43,8 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"device: {frameworks.device}; peers: {', '.join(frameworks.modules)}")
     print(markdown(rows))
     if args.json:
+        command = shlex.join(["python", "-m", "bench", *(sys.argv[1:] if argv is None else argv)])
         write_json(args.json, rows, {"device": repr(frameworks.device), "peers": list(frameworks.modules),
-                                     **dataclasses.asdict(settings)})
+                                     **dataclasses.asdict(settings), "command": command})
     return 0
 
 

@@ -1,6 +1,6 @@
 """GPU benchmarks: ember's CUDA kernels against PyTorch (and cuBLAS) on the same card, in one run.
 
-    python -m bench.gpu [cases...] [--json PATH] [--quick]
+    python -m bench.gpu [cases...] [--json PATH] [--results PATH] [--quick]
 
 Cases (default: all):
 - `matmul`: bf16 8192^3; the cube tensor-core kernel alone (default tile), every tile variant, the
@@ -24,7 +24,8 @@ Cases (default: all):
 
 Every time is the median of CUDA-event timings (each over several back-to-back calls) after warm-up,
 ember's on its runtime's stream and torch's on torch's. Inputs are random (never zeros); outputs are
-checked against torch before timing. Prints a table last; `--json` writes the rows.
+checked against torch before timing. Prints a table last; `--json` writes the rows; `--results` writes
+them as `python -m bench --json` does (`report_rows`), the input of `python -m bench --report`.
 
 Example:
     >>> python -m bench.gpu matmul --json /tmp/gpu.json
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import statistics
 import sys
 import time
@@ -41,6 +43,8 @@ import time
 import numpy as np
 
 from ember import cube
+
+from .harness import Row, write_json
 
 
 @cube.function
@@ -440,6 +444,33 @@ def case_gpt_reduced(b: Bench) -> None:
         _training(b, "gpt", args, timeout_s=150, impls=("ember",), env={"EMBER_CUDA_GRAPHS": "0"})
 
 
+# Labels of rows that are not ember's own kernels though they do not name a framework first, as the
+# report reads them (its columns are frameworks): the two copies are the bandwidth ceiling of a case.
+REPORT_LABELS = {"device-to-device copy (ember)": "copy (ember)", "torch copy_": "copy (torch copy_)",
+                 "cuBLAS via CuPy (ember stream)": "cuBLAS via CuPy"}
+
+
+def report_rows(rows: list[dict], cases: list[str]) -> list[Row]:
+    """bench.gpu's rows as the suite's (`harness.Row`), each under the case key that made it (`cases`, one
+    per row): the time in microseconds, ember's cube kernels labelled "ember cube ...", and the rate and
+    the row's other figures in the note (ratios to torch are left to the report).
+
+    Example:
+        >>> report_rows([dict(case="gelu f32 2^28", impl="torch gelu", ms=1.5, rate=1.43, unit="TB/s")], ["gelu"])
+        [Row(bench='gelu', case='gelu f32 2^28', impl='torch gelu', median_us=1500.0, note='1.43 TB/s')]
+    """
+    def label(impl: str) -> str:
+        return REPORT_LABELS.get(impl, "ember " + impl if impl.startswith("cube ") else impl)
+
+    def note(row: dict) -> str:
+        rate = [f"{row['rate']} {row['unit']}"] if row.get("rate") is not None else []
+        extra = [f"{k}={v}" for k, v in row.items()
+                 if k not in ("case", "impl", "ms", "rate", "unit", "note") and not k.startswith("vs_")]
+        return ", ".join(rate + extra + ([row["note"]] if row.get("note") else []))
+    return [Row(case, row["case"], label(row["impl"]), None if row["ms"] is None else row["ms"] * 1e3, note(row))
+            for row, case in zip(rows, cases, strict=True)]
+
+
 CASES = {"matmul": case_matmul, "tiny_ops": case_tiny_ops, "plan_replay": case_plan_replay, "gelu": case_gelu,
          "softmax": case_softmax, "layer_norm": case_layer_norm, "encoder": case_encoder, "gpt": case_gpt,
          "gpt_reduced": case_gpt_reduced}
@@ -450,19 +481,21 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("cases", nargs="*", help=f"cases to run (default: all of {list(CASES)})")
     parser.add_argument("--json", help="write the rows here")
+    parser.add_argument("--results", help="write the rows here as `python -m bench --json` does, for --report")
     parser.add_argument("--quick", action="store_true", help="fewer repeats")
     args = parser.parse_args(argv)
     unknown = [c for c in args.cases if c not in CASES]
     if unknown:
         parser.error(f"unknown case(s) {unknown}; known: {list(CASES)}")
     bench = Bench(args.quick)
-    failed = []
+    failed, cases = [], []  # cases: the case key of each row
     for name in args.cases or CASES:
         try:
             CASES[name](bench)
         except Exception as e:  # one broken case must not hide the others' figures
             failed.append(name)
             print(f"{name}: FAILED {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+        cases += [name] * (len(bench.rows) - len(cases))
     print("\n| case | implementation | ms | rate | notes |\n|---|---|---|---|---|")
     for r in bench.rows:
         notes = ", ".join(f"{k}={v}" for k, v in r.items() if k not in ("case", "impl", "ms", "rate", "unit"))
@@ -470,6 +503,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(dict(rows=bench.rows, failed=failed), f, indent=1)
+    if args.results:
+        torch = bench.torch
+        write_json(args.results, report_rows(bench.rows, cases),
+                   {"device": "Device.cuda(0)", "gpu": torch.cuda.get_device_name(0), "cuda": torch.version.cuda,
+                    "repeats": bench.repeats, "failed": failed,
+                    "command": shlex.join(["python", "-m", "bench.gpu", *(sys.argv[1:] if argv is None else argv)])})
     return 1 if failed else 0
 
 

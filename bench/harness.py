@@ -10,11 +10,13 @@ import os
 import platform
 import re
 import statistics
+import subprocess
 import time
 from collections import defaultdict
 from typing import Callable
 
 MAX_WARMUP = 5  # untimed calls at most after the first
+VERSIONED = ("numpy", "torch", "tinygrad", "ember")  # the packages whose versions `machine` records
 
 
 @dataclasses.dataclass
@@ -131,7 +133,7 @@ def machine() -> dict:
     from ember.cube.runtime.autotune import cpu_model
     cpu = cpu_model()
     versions = {}
-    for name in ("numpy", "torch", "tinygrad", "ember"):
+    for name in VERSIONED:
         try:  # the installed distribution's version: tinygrad has no __version__
             versions[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
@@ -140,13 +142,31 @@ def machine() -> dict:
     # Other work on the machine slows every implementation, unevenly: the load average says how busy it was.
     load = [round(x, 1) for x in os.getloadavg()] if hasattr(os, "getloadavg") else "unknown"
     return {"cpu": cpu, "cores": os.cpu_count(), "load": load, "python": platform.python_version(), **versions,
-            "date": time.strftime("%Y-%m-%d")}
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+
+
+def source_commit() -> str:
+    """The commit of the checkout this bench package runs from (`git rev-parse HEAD`), or "unknown" when it is
+    not a git checkout of its own (a copy made by `git archive`, even one inside another checkout)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", "-C", root, *args], capture_output=True, text=True)
+        return done.stdout.strip() if done.returncode == 0 else ""
+    try:
+        own = os.path.realpath(git("rev-parse", "--show-toplevel") or "/nonexistent") == os.path.realpath(root)
+        return git("rev-parse", "HEAD") if own else "unknown"
+    except OSError:  # no git
+        return "unknown"
 
 
 def write_json(path: str, rows: list[Row], run: dict | None = None) -> None:
-    """Save rows with the machine description and the run's settings, e.g. the device (atomically)."""
+    """Save rows (atomically) with the machine description, and the run: ember's commit (`source_commit`)
+    and what the caller passes, e.g. the device, the peers, the settings and the command line. Files in
+    bench/results/ are the input of `python -m bench --report` (bench/report.py)."""
     from ember.atomic import write_atomic
-    payload = {"machine": machine(), "run": run or {}, "rows": [dataclasses.asdict(r) for r in rows]}
+    payload = {"machine": machine(), "run": {"commit": source_commit(), **(run or {})},
+               "rows": [dataclasses.asdict(r) for r in rows]}
     write_atomic(path, json.dumps(payload, indent=2).encode())
 
 

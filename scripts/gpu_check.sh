@@ -26,7 +26,8 @@
 #   bench        python -m bench.gpu: matmul bf16 8192^3, custom GELU vs copy, softmax, layer_norm, host
 #                time of tiny ops and of a replayed 100-op plan, transformer_encoder and GPT training steps
 #                against torch eager and torch.compile on the same card (gpu-bench.json, and a table at the
-#                end of bench.log).
+#                end of bench.log; bench-cuda.json is the same rows for `python -m bench --report`: copy it
+#                to bench/results/).
 # Each step writes <step>.log (and junit-<step>.xml for tests); summary.txt says what passed. The exit
 # status is non-zero when a step failed.
 set -uo pipefail
@@ -129,7 +130,8 @@ fi
 
 if has bench; then
   echo "== benchmarks (bench.gpu)"
-  "$PY" -m bench.gpu $BENCH_CASES --json "$RESULTS/gpu-bench.json" > "$RESULTS/bench.log" 2>&1 || failed+=("bench")
+  "$PY" -m bench.gpu $BENCH_CASES --json "$RESULTS/gpu-bench.json" --results "$RESULTS/bench-cuda.json" \
+    > "$RESULTS/bench.log" 2>&1 || failed+=("bench")
   sed -n '/^| case/,$p' "$RESULTS/bench.log"
 fi
 

@@ -4,6 +4,8 @@ row for ember and for each peer, measured or skipped with a reason. Speed is not
 from __future__ import annotations
 
 import json
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -45,6 +47,9 @@ def test_cli_writes_json(tmp_path, capsys) -> None:
     payload = json.loads(path.read_text())
     assert {framework_of(r["impl"]) for r in payload["rows"]} == {"numpy", "ember"}
     assert payload["run"]["device"] == 'Device("numpy")' and "cores" in payload["machine"]
+    assert payload["run"]["command"] == f"python -m bench overhead --peers numpy --repeats 1 --json {path}"
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent)
+    assert payload["run"]["commit"] == (head.stdout.strip() if head.returncode == 0 else "unknown")
     assert "| overhead | add | ember |" in capsys.readouterr().out
 
 
@@ -150,3 +155,22 @@ def test_gpu_training_rows_note_ember_over_each_torch_row() -> None:
     note_ratios(rows, "c")
     assert rows[1] == dict(case="c", impl="ember", ms=6.0, vs_torch=1.5, **{"vs_torch.compile": 2.0})
     assert "vs_torch" not in rows[3] and rows[0] == dict(case="c", impl="torch", ms=4.0)
+
+
+@pytest.mark.parametrize("inside_checkout", [False, True])
+def test_commit_is_unknown_outside_a_checkout_of_its_own(tmp_path, inside_checkout: bool) -> None:
+    """A copy of the bench (as `git archive` makes one), alone or inside another git checkout, does not
+    report that checkout's commit."""
+    import shutil
+    import sys
+    if inside_checkout:
+        subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+        subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q",
+                        "--allow-empty", "-m", "outer"], check=True)
+    copy = tmp_path / "copy"
+    (copy / "bench").mkdir(parents=True)
+    for name in ("__init__.py", "harness.py"):
+        shutil.copy(Path(__file__).parents[2] / "bench" / name, copy / "bench" / name)
+    done = subprocess.run([sys.executable, "-c", "from bench.harness import source_commit; print(source_commit())"],
+                          capture_output=True, text=True, cwd=copy, check=True)
+    assert done.stdout.strip() == "unknown"
