@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 from ..dtype import DType, bf16, bool_, f16, f32, f64, i8, i16, i32, i64, u8
-from ..errors import StoreError
+from ..errors import StoreError, brief
 
 __all__ = ["SafeUnpickler", "StorageRef", "TensorRef", "ALLOWED_GLOBALS", "STORAGE_DTYPES"]
 
@@ -44,7 +44,7 @@ def _refuse_state(self, state: object) -> None:
     # pickle's BUILD opcode calls __setstate__ on whatever object is on its stack; frozen slotted
     # dataclasses get one that writes through `frozen`, so every object the unpickler can reach
     # replaces it with this refusal.
-    raise StoreError(f"refused to set state {state!r} on {type(self).__name__}")
+    raise StoreError(f"refused to set state {brief(state)} on {type(self).__name__}")
 
 # torch dtypes ember lacks, by name prefix: only for a clearer refusal message
 _OTHER_DTYPES = ("uint16", "uint32", "uint64", "complex", "cfloat", "cdouble", "chalf", "float8", "float4", "qint",
@@ -106,12 +106,12 @@ class _Rebuild:
         else:  # _rebuild_tensor_v3: an untyped storage with the dtype passed separately
             storage, offset, size, stride, _grad, _hooks, torch_dtype, *rest = args
             if not isinstance(torch_dtype, _TorchDType):
-                raise StoreError(f"_rebuild_tensor_v3 expected a torch dtype, got {torch_dtype!r}")
+                raise StoreError(f"_rebuild_tensor_v3 expected a torch dtype, got {brief(torch_dtype)}")
             dtype, metadata = torch_dtype.dtype, rest[0] if rest else None
         if not isinstance(storage, StorageRef):
             raise StoreError(f"{self.name} expected a storage, got {type(storage).__name__}")
         if metadata:
-            raise StoreError(f"tensor metadata {metadata!r} (a conj/neg view) is not supported")
+            raise StoreError(f"tensor metadata {brief(metadata)} (a conj/neg view) is not supported")
         return TensorRef(storage, offset, tuple(size), tuple(stride), dtype)
 
 
@@ -153,6 +153,7 @@ class SafeUnpickler(pickle.Unpickler):
         self.filename = filename
         self.legacy = legacy
         self.storages: dict[str, StorageRef] = {}
+        self.opcodes = 0  # how many opcodes the last `load` read: a bound on the objects it can describe
 
     def find_class(self, module: str, name: str) -> object:
         found = ALLOWED_GLOBALS.get((module, name))
@@ -172,27 +173,27 @@ class SafeUnpickler(pickle.Unpickler):
             >>> SafeUnpickler(io.BytesIO(pickle.dumps({"a": 1})), "x.pt").load()
             {'a': 1}
         """
-        _check_memo_indices(self.file, self.filename)
+        self.opcodes = _check_memo_indices(self.file, self.filename)
         try:
             return super().load()
         except StoreError as e:
             raise StoreError(f"{self.filename}: {e}") from None
         except Exception as e:  # a malformed pickle: only ember's own stand-ins ran, so report and stop
-            raise StoreError(f"{self.filename}: corrupt pickle: {type(e).__name__}: {e}") from e
+            raise StoreError(f"{self.filename}: corrupt pickle: {type(e).__name__}: {str(e)[:200]}") from e
 
     def persistent_load(self, pid: object) -> StorageRef:
         # zip format: ("storage", type, key, location, numel); legacy adds a 6th item, view metadata
         size = 6 if self.legacy else 5
         if not (isinstance(pid, tuple) and len(pid) == size and pid[0] == "storage"
                 and isinstance(pid[1], _StorageType) and isinstance(pid[2], str) and type(pid[4]) is int):
-            raise StoreError(f"unexpected persistent id {pid!r}; expected a torch storage")
+            raise StoreError(f"unexpected persistent id {brief(pid)}; expected a torch storage")
         if self.legacy and pid[5] is not None:
             raise StoreError("storage views of the legacy format are not supported")
         key = pid[2]
         ref = StorageRef(key, pid[1].dtype, pid[4])
         known = self.storages.setdefault(key, ref)
         if known != ref:
-            raise StoreError(f"storage {key!r} is declared twice, as {known} and {ref}")
+            raise StoreError(f"storage {brief(key)} is declared twice, as {brief(known)} and {brief(ref)}")
         return known
 
 
@@ -200,15 +201,17 @@ MEMO_LIMIT = 1 << 20
 _MEMO_OPS = {"PUT", "BINPUT", "LONG_BINPUT", "GET", "BINGET", "LONG_BINGET"}
 
 
-def _check_memo_indices(file: BinaryIO, filename: str) -> None:
-    """Refuse memo indices no state dict needs before the C unpickler sees them.
+def _check_memo_indices(file: BinaryIO, filename: str) -> int:
+    """Refuse memo indices no state dict needs before the C unpickler sees them; returns the number
+    of opcodes read.
 
     The unpickler grows its memo table to the largest index it meets, so one damaged or crafted
     `LONG_BINPUT` would make it allocate gigabytes. A state dict's pickle has a few thousand entries.
     """
-    start = file.tell()
+    start, count = file.tell(), 0
     try:
         for opcode, arg, _ in pickletools.genops(file):
+            count += 1
             if opcode.name in _MEMO_OPS and isinstance(arg, int) and arg > MEMO_LIMIT:
                 raise StoreError(f"{filename}: corrupt pickle: memo index {arg} (a state dict needs "
                                  f"fewer than {MEMO_LIMIT})")
@@ -218,3 +221,4 @@ def _check_memo_indices(file: BinaryIO, filename: str) -> None:
         pass
     finally:
         file.seek(start)
+    return count
