@@ -80,10 +80,9 @@ def _load_shard(name: str, folder: str, shard: str, key: str, mmap: bool) -> dic
 
 def _read_index(name: str) -> tuple[dict[str, str], dict[str, str]]:
     with open(name, "rb") as f:
-        raw = f.read(_MAX_INDEX + 1)
-    if len(raw) > _MAX_INDEX:
-        raise StoreError(f"{name}: over {_MAX_INDEX // 10**6} MB; not a sharded checkpoint's index")
-    index = parse_json(name, raw, "index")
+        if os.fstat(f.fileno()).st_size > _MAX_INDEX:
+            raise StoreError(f"{name}: over {_MAX_INDEX // 10**6} MB; not a sharded checkpoint's index")
+        index = parse_json(name, f.read(), "index")
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
         raise StoreError(f"{name}: expected an index with a 'weight_map' object of tensor name -> shard file")

@@ -41,7 +41,7 @@ import numpy as np
 from ..errors import StoreError, brief
 from .mapped import map_file
 from .state import check_shape
-from .torch_unpickler import SafeUnpickler, StorageRef, TensorRef
+from .torch_unpickler import STAND_INS, SafeUnpickler, StorageRef, TensorRef
 
 __all__ = ["load_torch", "ZIP_MAGIC", "is_legacy_stream"]
 
@@ -53,6 +53,7 @@ _LOCAL_HEADER = struct.Struct("<4s22xHH")
 _MAX_INFLATION = 1032
 _MAX_PICKLE = 1 << 28  # 256 MiB: a state dict's pickle needs ~100 bytes per tensor
 _MAX_DEPTH = 64  # nesting of dicts and lists in the loaded object; a checkpoint needs a handful
+_CONTAINERS = (dict, list, tuple, set, frozenset)
 
 
 def load_torch(path: str | os.PathLike, mmap: bool = True, key: str | None = None
@@ -133,6 +134,9 @@ def _read_zip(name: str, buffer: memoryview) -> tuple[Any, dict[str, memoryview]
             if len(pickles) != 1:
                 raise StoreError(f"{name}: expected one <name>/data.pkl in the zip archive, found {len(pickles)}")
             prefix = pickles[0][: -len("data.pkl")]
+            stray = [n for n in names if not n.startswith(prefix)]
+            if stray:  # as torch: every record lives in the archive's one folder
+                raise StoreError(f"{name}: zip member {brief(stray[0])} is outside the archive's folder {prefix!r}")
             if archive.getinfo(pickles[0]).file_size > _MAX_PICKLE:
                 raise StoreError(f"{name}: {pickles[0]!r} is over {_MAX_PICKLE >> 20} MiB; not a state dict")
             with archive.open(pickles[0]) as pkl:
@@ -259,25 +263,34 @@ def _text(name: str, key: str, value: Any) -> str:
 
 
 def _check_tree(name: str, obj: Any, limit: int) -> None:
-    """Refuse objects whose walk as a tree costs more than the pickle could describe as one.
+    """Refuse objects whose walk as a tree costs more than the pickle could describe as one, and
+    torch objects where a state dict has none.
 
-    Each dict, list or tuple of a tree costs the pickle at least one opcode, so a tree has at most
-    as many of them as the pickle has opcodes (`limit`). Memo references can share containers
-    (`a = [t, t]; b = [a, a]; ...` doubles per level in a few bytes) or make one contain itself;
-    flattening those to dotted keys would take exponential time and memory, so they are refused
-    here, as is nesting deeper than 64.
+    Each container of a tree costs the pickle at least one opcode, so a tree has at most as many of
+    them as the pickle has opcodes (`limit`). Memo references can share containers (`a = [t, t];
+    b = [a, a]; ...` doubles per level in a few bytes) or make one contain itself; flattening those
+    to dotted keys would take exponential time and memory, so they are refused here, as is nesting
+    deeper than 64. Tensors may be dict values and list items only (not dict keys or set members),
+    and a bare storage, storage type, dtype or rebuild function nowhere: ember has no value for them.
     """
-    stack, visited = [(obj, 0)], 0
+    stack, visited = [(obj, 0, True)], 0
     while stack:
-        node, depth = stack.pop()
+        node, depth, tensors_allowed = stack.pop()
         visited += 1
         if depth > _MAX_DEPTH:
             raise StoreError(f"{name}: the pickled object nests more than {_MAX_DEPTH} deep or contains itself")
         if visited > limit:
             raise StoreError(f"{name}: the pickled object reuses its containers: walked as a tree it has more "
                              f"than the {limit} parts its pickle describes")
-        children = node.values() if isinstance(node, dict) else node if isinstance(node, (list, tuple)) else ()
-        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list, tuple)))
+        parts = [(v, tensors_allowed) for v in (node.values() if isinstance(node, dict) else node)]
+        if isinstance(node, dict):
+            parts += [(k, False) for k in node]
+        for part, allowed in parts:
+            if isinstance(part, _CONTAINERS):
+                stack.append((part, depth + 1, allowed and not isinstance(part, (set, frozenset))))
+            elif isinstance(part, STAND_INS) and not (allowed and isinstance(part, TensorRef)):
+                where = "a tensor as a dict key or set member" if isinstance(part, TensorRef) else brief(part)
+                raise StoreError(f"{name}: the pickled object holds {where}, which a state dict cannot hold")
 
 
 def _holds_tensors(obj: Any) -> bool:
