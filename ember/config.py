@@ -81,6 +81,24 @@ class Config:
             raise ConfigError(f"{path}: {e}") from None
 
 
+def as_float(value: Any) -> float | None:
+    """`value` as a float if it is a float, or an int a float holds exactly (2**53 + 1 is not); else None.
+
+    Example:
+        >>> as_float(3), as_float(2**53 + 1), as_float(True)
+        (3.0, None, None)
+    """
+    if isinstance(value, float):
+        return value
+    if not isinstance(value, int) or isinstance(value, bool):
+        return None
+    try:
+        exact = float(value)
+    except OverflowError:
+        return None
+    return exact if int(exact) == value else None
+
+
 def _check(owner: str, name: str, value: Any, hint: Any) -> Any:
     """`value` checked against the annotation `hint` (nested configs built from dicts)."""
     origin = typing.get_origin(hint)
@@ -132,8 +150,9 @@ def _check(owner: str, name: str, value: Any, hint: Any) -> Any:
             return value
         return {_check(owner, name, k, args[0]): _check(owner, name, v, args[1]) for k, v in value.items()}
     if hint is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
+        exact = as_float(value)
+        if exact is not None:
+            return exact
         raise ConfigError(f"{owner}.{name}: expected a float, got {brief(value)}")
     if hint is int:
         if isinstance(value, int) and not isinstance(value, bool):

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .config import as_float
 from .errors import ConfigError, brief
 
 
@@ -177,8 +178,8 @@ def _read_file(path: Path) -> dict[tuple[str, str], Any]:
 
 def _check(key: Key, value: Any, where: str) -> Any:
     ok = isinstance(value, key.type) and not (key.type is not bool and isinstance(value, bool))
-    if key.type is float and isinstance(value, int) and not isinstance(value, bool):
-        value, ok = float(value), True
+    if key.type is float and as_float(value) is not None:
+        value, ok = as_float(value), True
     if not ok:
         raise ConfigError(f"{where}: expected {key.type.__name__}, got {brief(value)}")
     if key.choices and value not in key.choices:
