@@ -136,9 +136,9 @@ def _read_zip(name: str, buffer: memoryview) -> tuple[Any, dict[str, memoryview]
             prefix = pickles[0][: -len("data.pkl")]
             stray = [n for n in names if not n.startswith(prefix)]
             if stray:  # as torch: every record lives in the archive's one folder
-                raise StoreError(f"{name}: zip member {brief(stray[0])} is outside the archive's folder {prefix!r}")
+                raise StoreError(f"{name}: zip member {brief(stray[0])} is outside the archive's folder {brief(prefix)}")
             if archive.getinfo(pickles[0]).file_size > _MAX_PICKLE:
-                raise StoreError(f"{name}: {pickles[0]!r} is over {_MAX_PICKLE >> 20} MiB; not a state dict")
+                raise StoreError(f"{name}: {brief(pickles[0])} is over {_MAX_PICKLE >> 20} MiB; not a state dict")
             with archive.open(pickles[0]) as pkl:
                 unpickler = SafeUnpickler(pkl, name)
                 obj = unpickler.load()
@@ -153,7 +153,7 @@ def _read_zip(name: str, buffer: memoryview) -> tuple[Any, dict[str, memoryview]
             for ref in unpickler.storages.values():
                 record = f"{prefix}data/{ref.key}"
                 if record not in names:
-                    raise StoreError(f"{name}: missing record {record!r} in the zip archive")
+                    raise StoreError(f"{name}: missing record {brief(record)} in the zip archive")
                 info = archive.getinfo(record)
                 _check_size(name, ref, info.file_size)
                 records[ref.key] = _record(name, buffer, archive, info)
@@ -168,10 +168,13 @@ def _read_zip(name: str, buffer: memoryview) -> tuple[Any, dict[str, memoryview]
 
 
 def _check_members(name: str, buffer: memoryview, members: list[zipfile.ZipInfo]) -> None:
-    """Bound what inflating the archive can cost: members stored or deflated (as torch reads), each
+    """Check the members' layout as torch's reader needs it (the archive starts the file) and bound what
+    inflating them can cost: members stored or deflated (as torch reads), each
     inflating at most 1032-fold (deflate's limit), none overlapping another (so no byte is inflated
     twice, and the whole archive inflates to at most 1032 times the file)."""
     end = 0
+    if members and min(info.header_offset for info in members) != 0:
+        raise StoreError(f"{name}: the zip archive does not start at the file's first byte, as torch's reader needs")
     for info in sorted(members, key=lambda i: i.header_offset):
         if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
             raise StoreError(f"{name}: member {brief(info.filename)} uses zip compression {info.compress_type}; "
@@ -190,11 +193,11 @@ def _record(name: str, buffer: memoryview, archive: zipfile.ZipFile, info: zipfi
     if info.compress_type != zipfile.ZIP_STORED:  # torch never compresses, but other zip tools might
         return memoryview(archive.read(info))
     if info.header_offset + _LOCAL_HEADER.size > len(buffer):
-        raise StoreError(f"{name}: record {info.filename!r} lies past the end of the file")
+        raise StoreError(f"{name}: record {brief(info.filename)} lies past the end of the file")
     signature, name_len, extra_len = _LOCAL_HEADER.unpack_from(buffer, info.header_offset)
     begin = info.header_offset + _LOCAL_HEADER.size + name_len + extra_len
     if signature != ZIP_MAGIC or begin + info.file_size > len(buffer):
-        raise StoreError(f"{name}: record {info.filename!r} needs bytes {begin}..{begin + info.file_size} "
+        raise StoreError(f"{name}: record {brief(info.filename)} needs bytes {begin}..{begin + info.file_size} "
                          f"but the file has {len(buffer)}")
     return buffer[begin:begin + info.file_size]  # a slice of the map: no copy
 
@@ -213,7 +216,7 @@ def _read_legacy(name: str, stream: BinaryIO, buffer: memoryview) -> tuple[Any, 
     if preamble.load() != _LEGACY_MAGIC_NUMBER:
         raise StoreError(f"{name}: legacy magic number mismatch; corrupt file?")
     if (version := SafeUnpickler(stream, name).load()) != _LEGACY_PROTOCOL:
-        raise StoreError(f"{name}: legacy protocol version {version!r}, expected {_LEGACY_PROTOCOL}")
+        raise StoreError(f"{name}: legacy protocol version {brief(version)}, expected {_LEGACY_PROTOCOL}")
     sys_info = SafeUnpickler(stream, name).load()
     if not isinstance(sys_info, dict) or sys_info.get("little_endian") is not True:
         raise StoreError(f"{name}: only little-endian legacy files are supported (sys_info {brief(sys_info)})")

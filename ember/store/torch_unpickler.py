@@ -96,12 +96,19 @@ class _Rebuild:
     __setstate__ = _refuse_state
 
     def __call__(self, *args):
+        low, high = _ARITY[self.name]
+        if not low <= len(args) <= high:
+            raise StoreError(f"torch._utils.{self.name} takes {low} to {high} arguments, the file passes {len(args)}")
         if self.name in ("_rebuild_parameter", "_rebuild_parameter_with_state"):
-            return args[0]  # a Parameter is its data; requires_grad and hooks mean nothing here
-        requires_grad = False
+            data, requires_grad = args[:2]
+            if not isinstance(data, TensorRef):
+                raise StoreError(f"{self.name} expected a tensor, got {type(data).__name__}")
+            _check_requires_grad(data.dtype, requires_grad)
+            return data  # a Parameter is its data; requires_grad and hooks mean nothing here
+        requires_grad, metadata = False, None
         if self.name == "_rebuild_tensor":
             storage, offset, size, stride = args
-            dtype, metadata = storage.dtype if isinstance(storage, StorageRef) else None, None
+            dtype = storage.dtype if isinstance(storage, StorageRef) else None
         elif self.name == "_rebuild_tensor_v2":
             storage, offset, size, stride, requires_grad, _hooks, *rest = args
             dtype, metadata = storage.dtype if isinstance(storage, StorageRef) else None, rest[0] if rest else None
@@ -114,11 +121,19 @@ class _Rebuild:
             raise StoreError(f"{self.name} expected a storage, got {type(storage).__name__}")
         if metadata:
             raise StoreError(f"tensor metadata {brief(metadata)} (a conj/neg view) is not supported")
-        if type(requires_grad) is not bool or (requires_grad and not dtype.is_float):
-            # as torch: only floating-point tensors can require gradients
-            raise StoreError(f"a {dtype.name} tensor has requires_grad {brief(requires_grad)}")
+        _check_requires_grad(dtype, requires_grad)
         return TensorRef(storage, offset, tuple(size), tuple(stride), dtype)
 
+
+# the positional arguments torch's rebuild functions take, fewest to most
+_ARITY = {"_rebuild_tensor": (4, 4), "_rebuild_tensor_v2": (6, 7), "_rebuild_tensor_v3": (7, 8),
+          "_rebuild_parameter": (3, 3), "_rebuild_parameter_with_state": (4, 4)}
+
+
+def _check_requires_grad(dtype: DType, requires_grad: object) -> None:
+    # as torch: only floating-point tensors can require gradients
+    if type(requires_grad) is not bool or (requires_grad and not dtype.is_float):
+        raise StoreError(f"a {dtype.name} tensor has requires_grad {brief(requires_grad)}")
 
 STAND_INS = (StorageRef, TensorRef, _StorageType, _TorchDType, _Rebuild)  # everything a file can make us build
 

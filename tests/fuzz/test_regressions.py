@@ -5,7 +5,6 @@ it too, or loaded by it only where docs/store.md says ember is stricter).
 
 from __future__ import annotations
 
-import io
 import json
 import struct
 import tracemalloc
@@ -149,6 +148,26 @@ def test_an_integer_too_long_for_text(tmp_path):
     path = tmp_path / "long.pt"
     torch.save({"w": torch.ones(1), "n": 10**4400}, path)
     assert "'n' holds an integer too long to write as text" in refused(path)
+
+
+def test_bytes_before_the_zip_archive(tmp_path):
+    """Python's zipfile finds an archive after a prefix (self-extracting zips); torch's reader does not."""
+    path = tmp_path / "prefixed.pt"
+    torch.save({"w": torch.ones(2)}, path)
+    path.write_bytes(b"PK\x03\x04" + path.read_bytes())
+    assert torch_refuses(path)
+    assert "does not start at the file's first byte" in refused(path)
+
+
+def test_a_rebuild_call_with_an_extra_argument(tmp_path):
+    path = tmp_path / "extra.pt"
+    torch.save({"w": torch.ones(2)}, path, _use_new_zipfile_serialization=False)
+    raw = path.read_bytes()
+    # the rebuild's arguments end with its hooks, OrderedDict() (REDUCE, BINPUT), before TUPLE: add two Nones
+    at = raw.index(b"tq", raw.index(b"OrderedDict"))
+    path.write_bytes(raw[:at] + b"NN" + raw[at:])
+    assert torch_refuses(path)
+    assert "_rebuild_tensor_v2 takes 6 to 7 arguments, the file passes 8" in refused(path)
 
 
 def test_requires_grad_on_an_integer_tensor(tmp_path):
