@@ -117,7 +117,8 @@ def load_native(path: str | os.PathLike, mmap: bool = True) -> tuple[dict[str, n
     tensors, metadata = _parse_header(name, bytes(buffer[_PREAMBLE.size:data_start]))
     layout = {key: _entry(name, key, entry) for key, entry in tensors.items()}
     _check_layout(name, buffer, data_start, layout)
-    state = {key: array_view(buffer, dtype, shape, data_start + offset) for key, (dtype, shape, offset) in layout.items()}
+    state = {key: array_view(buffer, dtype, shape, data_start + offset)
+             for key, (dtype, shape, offset) in layout.items()}
     return state, metadata
 
 

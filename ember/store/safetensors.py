@@ -108,7 +108,8 @@ def load_safetensors(path: str | os.PathLike, mmap: bool = True) -> tuple[dict[s
         raise StoreError(f"{name}: '__metadata__' must be an object of strings, got {brief(metadata)}")
     layout = {key: _entry(name, key, entry) for key, entry in header.items()}
     _check_tiling(name, layout, data_start, len(buffer))
-    state = {key: array_view(buffer, dtype, shape, data_start + begin) for key, (dtype, shape, begin, _) in layout.items()}
+    state = {key: array_view(buffer, dtype, shape, data_start + begin)
+             for key, (dtype, shape, begin, _) in layout.items()}
     return state, metadata
 
 

@@ -78,7 +78,8 @@ def _flatten(obj, prefix: str, state: dict, metadata: dict, seen: list[int]) -> 
 
 def _holds_tensors(obj) -> bool:
     values = obj.values() if isinstance(obj, dict) else obj
-    return any(isinstance(v, torch.Tensor) or (isinstance(v, (dict, list, tuple)) and _holds_tensors(v)) for v in values)
+    return any(isinstance(v, torch.Tensor) or (isinstance(v, (dict, list, tuple)) and _holds_tensors(v))
+               for v in values)
 
 
 def check_against_torch(path) -> None:
