@@ -62,6 +62,11 @@ def load_torch(path: str | os.PathLike, mmap: bool = True, key: str | None = Non
 
     `key` selects one entry of a top-level dict first (e.g. `"state_dict"`, `"model"`).
 
+    Validated at least as strictly as `torch.load(weights_only=True)`: storage records of exactly
+    their declared size, tensors inside their storages, known opcodes, globals and devices; zip
+    members bounded before they inflate; an object no larger, walked as a tree, than its pickle
+    (docs/store.md, "Hostile files"). Anything else raises `StoreError` naming the file.
+
     Example:
         >>> state, _ = load_torch("resnet18.pth")
         >>> state["bn1.num_batches_tracked"].dtype
