@@ -96,10 +96,10 @@ def array_view(buffer, dtype: DType, shape: tuple[int, ...], offset: int) -> np.
 def parse_json(name: str, raw: bytes, what: str = "header") -> Any:
     """`raw` parsed as strict JSON, as the reference (Rust serde_json) readers parse headers.
 
-    UTF-8 only; no NaN, Infinity or overflowing numbers; no duplicate object keys (Python would keep the last); no lone
-    surrogate escapes; integers of at most 20 digits (a header holds sizes below 2**64, and longer
-    ones would only cost time). Any failure, nesting too deep included, raises `StoreError` naming
-    `name` and `what`.
+    UTF-8 only; no NaN, Infinity or overflowing numbers; no duplicate object keys (Python would keep
+    the last); no lone surrogate escapes; integers of more than 20 digits read as floats, as serde_json
+    reads integers past 64 bits (a header's sizes are ints below 2**64). Any failure, nesting too
+    deep included, raises `StoreError` naming `name` and `what`.
 
     Example:
         >>> parse_json("m.safetensors", b'{"a": [1, 2]}')
@@ -107,7 +107,7 @@ def parse_json(name: str, raw: bytes, what: str = "header") -> Any:
     """
     try:
         return json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_keys, parse_constant=_no_constant,
-                          parse_int=_short_int, parse_float=_finite_float)
+                          parse_int=_integer, parse_float=_finite_float)
     except RecursionError:
         raise StoreError(f"{name}: {what} nests too deeply") from None
     except ValueError as e:  # JSONDecodeError, UnicodeDecodeError and the refusals below
@@ -136,10 +136,10 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def _short_int(text: str) -> int:
-    if len(text.lstrip("-")) > 20:
-        raise ValueError(f"an integer of {len(text)} digits")
-    return int(text)
+def _integer(text: str) -> int | float:
+    # as serde_json: an integer past 64 bits is read as a float (so a size that long is refused as not
+    # an int), and Python's int() never sees thousands of digits
+    return int(text) if len(text.lstrip("-")) <= 20 else _finite_float(text)
 
 
 def check_shape(where: str, shape: Any, itemsize: int) -> tuple[int, ...]:

@@ -184,6 +184,9 @@ def _check_members(name: str, buffer: memoryview, members: list[zipfile.ZipInfo]
         if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
             raise StoreError(f"{name}: member {brief(info.filename)} uses zip compression {info.compress_type}; "
                              "torch files are stored or deflated")
+        if info.compress_type == zipfile.ZIP_STORED and info.compress_size != info.file_size:
+            raise StoreError(f"{name}: stored member {brief(info.filename)} has {info.compress_size} bytes in the "
+                             f"archive but claims {info.file_size}")
         if info.compress_type == zipfile.ZIP_DEFLATED and info.file_size > _MAX_INFLATION * max(info.compress_size, 1):
             raise StoreError(f"{name}: member {brief(info.filename)} claims to inflate {info.compress_size} bytes to "
                              f"{info.file_size}, more than deflate can")

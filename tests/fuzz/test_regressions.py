@@ -124,6 +124,16 @@ def test_a_member_claiming_more_than_deflate_can(tmp_path):
     assert "more than deflate can" in refused(path)
 
 
+def test_a_stored_member_whose_sizes_disagree(tmp_path):
+    path = tmp_path / "sizes.pt"
+    torch.save({"w": torch.ones(2)}, path)
+    with zipfile.ZipFile(path) as archive:
+        version = next(n for n in archive.namelist() if n.endswith("/version"))
+    patch_central(path, version, file_size=5)
+    assert torch_refuses(path)
+    assert "has 2 bytes in the archive but claims 5" in refused(path)
+
+
 def test_a_long_storage_relabelled_float(tmp_path):
     path = tmp_path / "relabel.pt"
     torch.save({"w": torch.arange(4)}, path)
@@ -197,10 +207,11 @@ ENTRY = '{"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}'
     ('{"a": {"dtype": "F32", "shape": [0, 9223372036854775808], "data_offsets": [0, 0]}}', b"",
      "larger than any array"),
     ('{"a": ' + ENTRY + ', "x": ' + DEEP + '}', bytes(8), "nests too deeply"),
-    ('{"a": {"dtype": "F32", "shape": [' + LONG_INT + '], "data_offsets": [0, 8]}}', bytes(8), "digits"),
+    ('{"a": {"dtype": "F32", "shape": [' + LONG_INT + '], "data_offsets": [0, 8]}}', bytes(8), "is out of range"),
     ('{"a": {"dtype": "' + "F" * 1_000_000 + '", "shape": [2], "data_offsets": [0, 8]}}', bytes(8), "dtype"),
+    ('{"a": {"dtype": "F32", "shape": [' + "1" * 30 + '], "data_offsets": [0, 8]}}', bytes(8), "shape must be"),
 ], ids=["overlap", "gap", "trailing", "metadata-list", "dtype-list", "shape-0-2**63", "deep", "4301-digits",
-        "1MB-dtype"])
+        "1MB-dtype", "30-digits"])
 def test_hostile_safetensors(tmp_path, header, data, message):
     path = tmp_path / "m.safetensors"
     _safetensors(path, header, data)
@@ -229,7 +240,7 @@ def _native_with_header(path, edit) -> None:
      "duplicate key 'b'"),
     (lambda h: h.replace('"shape":[3]', '"shape":[0,9223372036854775808]'), "larger than any array"),
     (lambda h: h.replace('"metadata":{}', '"metadata":{"x":' + DEEP + '}'), "nests too deeply"),
-    (lambda h: h.replace('"offset":0', '"offset":' + LONG_INT), "digits"),
+    (lambda h: h.replace('"offset":0', '"offset":' + LONG_INT), "is out of range"),
     (lambda h: h.replace('"metadata":{}', '"metadata":[]'), "'metadata' must be an object of strings"),
 ], ids=["dtype-key-bit", "gap", "overlap", "duplicate", "shape-0-2**63", "deep", "4301-digits", "metadata-list"])
 def test_hostile_native(tmp_path, edit, message):
@@ -243,7 +254,7 @@ def test_hostile_native(tmp_path, edit, message):
 @pytest.mark.parametrize("index,message", [
     ({"weight_map": {"w": "other.index.json"}}, "is a sharded file"),
     ('{"weight_map": {"w": "s.safetensors"}, "metadata": ' + DEEP + '}', "nests too deeply"),
-    ('{"weight_map": {"w": "s.safetensors"}, "metadata": {"total_size": ' + LONG_INT + '}}', "digits"),
+    ('{"weight_map": {"w": "s.safetensors"}, "metadata": {"total_size": ' + LONG_INT + '}}', "is out of range"),
     ({"weight_map": {"w": "s.safetensors"}, "weightmap": {}}, "unknown key(s) ['weightmap']"),
     ({"weight_map": {"w": "s.safetensors"}, "metadata": []}, "'metadata' must be an object"),
     ({"weight_map": {}}, "holds 'w', which the weight map does not list"),

@@ -98,3 +98,11 @@ def test_every_single_bit_flip_of_the_header(path):
             flipped[at] ^= 1 << bit
             path.write_bytes(bytes(flipped))
             check_against_reference(path)
+
+
+def test_long_integers_where_the_reference_ignores_them(path):
+    """serde_json reads an integer past 64 bits as a float; in a field the reference ignores it loads."""
+    header = '{"w": {"dtype": "U8", "shape": [2], "data_offsets": [0, 2], "x": ' + "9" * 31 + "}}"
+    path.write_bytes(struct.pack("<Q", len(header)) + header.encode() + b"\x01\x02")
+    check_against_reference(path)
+    assert load_safetensors(path)[0]["w"].tolist() == [1, 2]
