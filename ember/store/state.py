@@ -97,9 +97,9 @@ def parse_json(name: str, raw: bytes, what: str = "header") -> Any:
     """`raw` parsed as strict JSON, as the reference (Rust serde_json) readers parse headers.
 
     UTF-8 only; no NaN, Infinity or overflowing numbers; no duplicate object keys (Python would keep
-    the last); no lone surrogate escapes; integers of more than 20 digits read as floats, as serde_json
-    reads integers past 64 bits (a header's sizes are ints below 2**64). Any failure, nesting too
-    deep included, raises `StoreError` naming `name` and `what`.
+    the last); no lone surrogate escapes; no integer beyond the float range (serde_json reads those
+    past 64 bits as floats), so none of thousands of digits. Any failure, nesting too deep included,
+    raises `StoreError` naming `name` and `what`.
 
     Example:
         >>> parse_json("m.safetensors", b'{"a": [1, 2]}')
@@ -136,10 +136,12 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def _integer(text: str) -> int | float:
-    # as serde_json: an integer past 64 bits is read as a float (so a size that long is refused as not
-    # an int), and Python's int() never sees thousands of digits
-    return int(text) if len(text.lstrip("-")) <= 20 else _finite_float(text)
+def _integer(text: str) -> int:
+    # serde_json reads an integer past 64 bits as a float, and refuses it past the float range (~309
+    # digits); so does this, before Python's int() could spend time on thousands of digits
+    if len(text.lstrip("-")) > 20:
+        _finite_float(text)
+    return int(text)
 
 
 def check_shape(where: str, shape: Any, itemsize: int) -> tuple[int, ...]:

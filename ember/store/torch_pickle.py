@@ -130,7 +130,7 @@ def _read_zip(name: str, buffer: memoryview) -> tuple[Any, dict[str, memoryview]
     # `buffer`, so a memory-mapped file is never copied.
     try:
         with zipfile.ZipFile(name) as archive:
-            _check_members(name, buffer, archive.infolist())
+            _check_members(name, buffer, archive)
             names = archive.namelist()
             if any(n.count("/") >= 2 and n.split("/")[1] == "code" for n in names):
                 raise StoreError(f"{name}: a TorchScript archive (torch.jit.save) holds code, not a state dict; "
@@ -141,7 +141,8 @@ def _read_zip(name: str, buffer: memoryview) -> tuple[Any, dict[str, memoryview]
             prefix = pickles[0][: -len("data.pkl")]
             stray = [n for n in names if not n.startswith(prefix)]
             if stray:  # as torch: every record lives in the archive's one folder
-                raise StoreError(f"{name}: zip member {brief(stray[0])} is outside the archive's folder {brief(prefix)}")
+                raise StoreError(f"{name}: zip member {brief(stray[0])} is outside the archive's folder "
+                                 f"{brief(prefix)}")
             if archive.getinfo(pickles[0]).file_size > _MAX_PICKLE:
                 raise StoreError(f"{name}: {brief(pickles[0])} is over {_MAX_PICKLE >> 20} MiB; not a state dict")
             with archive.open(pickles[0]) as pkl:
@@ -172,11 +173,18 @@ def _read_zip(name: str, buffer: memoryview) -> tuple[Any, dict[str, memoryview]
     return obj, records, byteorder, unpickler.opcodes
 
 
-def _check_members(name: str, buffer: memoryview, members: list[zipfile.ZipInfo]) -> None:
+def _check_members(name: str, buffer: memoryview, archive: zipfile.ZipFile) -> None:
     """Check the members' layout as torch's reader needs it (the archive starts the file) and bound what
     inflating them can cost: members stored or deflated (as torch reads), each
     inflating at most 1032-fold (deflate's limit), none overlapping another (so no byte is inflated
     twice, and the whole archive inflates to at most 1032 times the file)."""
+    members, end = archive.infolist(), archive.start_dir
+    for info in members:  # the entries the directory lists fill it, up to the end-of-directory record
+        encoding = "utf-8" if info.flag_bits & 0x800 else "cp437"
+        end += 46 + len(info.orig_filename.encode(encoding)) + len(info.extra) + len(info.comment)
+    ends = bytes(buffer[end:end + 4]) in (b"PK\x06\x06", b"PK\x05\x06")
+    if not ends or _declared_entries(name, buffer) != len(members):
+        raise StoreError(f"{name}: the zip's central directory does not hold the {len(members)} entries it lists")
     end = 0
     if members and min(info.header_offset for info in members) != 0:
         raise StoreError(f"{name}: the zip archive does not start at the file's first byte, as torch's reader needs")
@@ -195,6 +203,18 @@ def _check_members(name: str, buffer: memoryview, members: list[zipfile.ZipInfo]
                              f"before it or lies past the end of the file")
         _, name_len, extra_len = _LOCAL_HEADER.unpack_from(buffer, info.header_offset)
         end = info.header_offset + _LOCAL_HEADER.size + name_len + extra_len + info.compress_size
+
+
+def _declared_entries(name: str, buffer: memoryview) -> int:
+    """The entry count of the end-of-central-directory record (the zip64 one's where it defers to it)."""
+    if len(buffer) < 22 or bytes(buffer[-22:-18]) != b"PK\x05\x06":
+        raise StoreError(f"{name}: the zip archive does not end with its end-of-directory record, as torch writes it")
+    (count,) = struct.unpack_from("<H", buffer, len(buffer) - 12)
+    if count == 0xFFFF and len(buffer) >= 42 and bytes(buffer[-42:-38]) == b"PK\x06\x07":
+        (at,) = struct.unpack_from("<Q", buffer, len(buffer) - 34)
+        if at + 40 <= len(buffer) and bytes(buffer[at:at + 4]) == b"PK\x06\x06":
+            (count,) = struct.unpack_from("<Q", buffer, at + 32)
+    return count
 
 
 def _record(name: str, buffer: memoryview, archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> memoryview:
