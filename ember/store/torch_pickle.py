@@ -183,6 +183,8 @@ def _check_members(name: str, buffer: memoryview, archive: zipfile.ZipFile) -> N
         encoding = "utf-8" if info.flag_bits & 0x800 else "cp437"
         end += 46 + len(info.orig_filename.encode(encoding)) + len(info.extra) + len(info.comment)
     ends = bytes(buffer[end:end + 4]) in (b"PK\x06\x06", b"PK\x05\x06")
+    if any(info.volume for info in members):
+        raise StoreError(f"{name}: the zip archive claims to span several disks")
     if not ends or _declared_entries(name, buffer) != len(members):
         raise StoreError(f"{name}: the zip's central directory does not hold the {len(members)} entries it lists")
     end = 0
@@ -206,14 +208,19 @@ def _check_members(name: str, buffer: memoryview, archive: zipfile.ZipFile) -> N
 
 
 def _declared_entries(name: str, buffer: memoryview) -> int:
-    """The entry count of the end-of-central-directory record (the zip64 one's where it defers to it)."""
+    """The entry count of the end-of-central-directory record (the zip64 one's where it defers to it),
+    after checking the record ends the file and describes one disk, as torch's reader needs."""
     if len(buffer) < 22 or bytes(buffer[-22:-18]) != b"PK\x05\x06":
         raise StoreError(f"{name}: the zip archive does not end with its end-of-directory record, as torch writes it")
-    (count,) = struct.unpack_from("<H", buffer, len(buffer) - 12)
+    disk, directory_disk, here, count = struct.unpack_from("<HHHH", buffer, len(buffer) - 18)
+    single = disk == directory_disk == 0 and here == count
     if count == 0xFFFF and len(buffer) >= 42 and bytes(buffer[-42:-38]) == b"PK\x06\x07":
-        (at,) = struct.unpack_from("<Q", buffer, len(buffer) - 34)
-        if at + 40 <= len(buffer) and bytes(buffer[at:at + 4]) == b"PK\x06\x06":
-            (count,) = struct.unpack_from("<Q", buffer, at + 32)
+        locator_disk, at, disks = struct.unpack_from("<IQI", buffer, len(buffer) - 38)
+        if at + 56 <= len(buffer) and bytes(buffer[at:at + 4]) == b"PK\x06\x06":
+            disk, directory_disk, here, count = struct.unpack_from("<IIQQ", buffer, at + 16)
+            single = locator_disk == disk == directory_disk == 0 and disks == 1 and here == count
+    if not single:
+        raise StoreError(f"{name}: the zip archive claims to span several disks")
     return count
 
 

@@ -180,6 +180,18 @@ def test_a_rebuild_call_with_an_extra_argument(tmp_path):
     assert "_rebuild_tensor_v2 takes 6 to 7 arguments, the file passes 8" in refused(path)
 
 
+@pytest.mark.parametrize("where", ["entry", "end record"])
+def test_a_multi_disk_claim(tmp_path, where):
+    path = tmp_path / "disks.pt"
+    torch.save({"w": torch.ones(2)}, path)
+    raw = bytearray(path.read_bytes())
+    at = raw.index(b"PK\x01\x02") + 34 if where == "entry" else len(raw) - 18  # disk number start / this disk
+    struct.pack_into("<H", raw, at, 2)
+    path.write_bytes(bytes(raw))
+    assert torch_refuses(path) or where == "end record"  # torch reads past that field when zip64 is there
+    assert "span several disks" in refused(path)
+
+
 def test_a_central_directory_hiding_entries(tmp_path):
     """A comment length that swallows the directory's last entries: zipfile lists fewer than the end
     record declares; torch's reader refuses the archive."""
