@@ -23,7 +23,7 @@ import typing
 from typing import Any
 
 from .atomic import write_atomic
-from .errors import ConfigError
+from .errors import ConfigError, brief
 
 
 class Config:
@@ -52,7 +52,7 @@ class Config:
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - names)
         if unknown:
-            raise ConfigError(f"{cls.__name__}: unknown field(s) {unknown}; known: {sorted(names)}")
+            raise ConfigError(f"{cls.__name__}: unknown field(s) {brief(unknown)}; known: {sorted(names)}")
         required = [f.name for f in dataclasses.fields(cls)
                     if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
         missing = [n for n in required if n not in data]
@@ -71,12 +71,32 @@ class Config:
         try:
             with open(path, encoding="utf-8") as f:
                 data = json.load(f)
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"{path}: not valid JSON ({e})") from None
+        except RecursionError:
+            raise ConfigError(f"{path}: not valid JSON (nested too deeply)") from None
+        except ValueError as e:  # JSONDecodeError, invalid UTF-8, an integer past Python's 4300-digit limit
+            raise ConfigError(f"{path}: not valid JSON ({str(e)[:200]})") from None
         try:
             return cls.from_dict(data)
         except ConfigError as e:
             raise ConfigError(f"{path}: {e}") from None
+
+
+def as_float(value: Any) -> float | None:
+    """`value` as a float if it is a float, or an int a float holds exactly (2**53 + 1 is not); else None.
+
+    Example:
+        >>> as_float(3), as_float(2**53 + 1), as_float(True)
+        (3.0, None, None)
+    """
+    if isinstance(value, float):
+        return value
+    if not isinstance(value, int) or isinstance(value, bool):
+        return None
+    try:
+        exact = float(value)
+    except OverflowError:
+        return None
+    return exact if int(exact) == value else None
 
 
 def _check(owner: str, name: str, value: Any, hint: Any) -> Any:
@@ -97,48 +117,49 @@ def _check(owner: str, name: str, value: Any, hint: Any) -> Any:
                 return _check(owner, name, value, option)
             except ConfigError:
                 continue
-        raise ConfigError(f"{owner}.{name}: expected {hint}, got {value!r}")
+        raise ConfigError(f"{owner}.{name}: expected {hint}, got {brief(value)}")
     if hint is type(None):
         if value is None:
             return value
-        raise ConfigError(f"{owner}.{name}: expected None, got {value!r}")
+        raise ConfigError(f"{owner}.{name}: expected None, got {brief(value)}")
     if isinstance(hint, type) and issubclass(hint, Config):
         if isinstance(value, dict):
             return hint.from_dict(value)
         if isinstance(value, hint):
             return value
-        raise ConfigError(f"{owner}.{name}: expected a {hint.__name__} or a dict, got {value!r}")
+        raise ConfigError(f"{owner}.{name}: expected a {hint.__name__} or a dict, got {brief(value)}")
     if origin is typing.Literal:
         if value in args:
             return value
-        raise ConfigError(f"{owner}.{name}: expected one of {list(args)}, got {value!r}")
+        raise ConfigError(f"{owner}.{name}: expected one of {list(args)}, got {brief(value)}")
     if origin in (list, tuple):
         if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{owner}.{name}: expected a list, got {value!r}")
+            raise ConfigError(f"{owner}.{name}: expected a list, got {brief(value)}")
         if origin is tuple and args and args[-1] is not Ellipsis:
             # tuple[int, str]: a fixed length, one type per position.
             if len(value) != len(args):
-                raise ConfigError(f"{owner}.{name}: expected {len(args)} items, got {value!r}")
+                raise ConfigError(f"{owner}.{name}: expected {len(args)} items, got {brief(value)}")
             return tuple(_check(owner, name, v, t) for v, t in zip(value, args))
         inner = args[0] if args else Any
         items = [_check(owner, name, v, inner) for v in value]
         return tuple(items) if origin is tuple else items
     if origin is dict:
         if not isinstance(value, dict):
-            raise ConfigError(f"{owner}.{name}: expected a dict, got {value!r}")
+            raise ConfigError(f"{owner}.{name}: expected a dict, got {brief(value)}")
         if not args:
             return value
         return {_check(owner, name, k, args[0]): _check(owner, name, v, args[1]) for k, v in value.items()}
     if hint is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        raise ConfigError(f"{owner}.{name}: expected a float, got {value!r}")
+        exact = as_float(value)
+        if exact is not None:
+            return exact
+        raise ConfigError(f"{owner}.{name}: expected a float, got {brief(value)}")
     if hint is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
-        raise ConfigError(f"{owner}.{name}: expected an int, got {value!r}")
+        raise ConfigError(f"{owner}.{name}: expected an int, got {brief(value)}")
     if isinstance(hint, type):
         if isinstance(value, hint):
             return value
-        raise ConfigError(f"{owner}.{name}: expected {hint.__name__}, got {value!r}")
+        raise ConfigError(f"{owner}.{name}: expected {hint.__name__}, got {brief(value)}")
     return value

@@ -11,6 +11,8 @@ Example:
 
 from __future__ import annotations
 
+import reprlib
+
 
 class EmberError(Exception):
     """Base of all ember errors."""
@@ -48,3 +50,22 @@ class StoreError(EmberError, ValueError):
 
 class ConfigError(EmberError, ValueError):
     """A bad `ember.toml` key or value, or a bad `EMBER_*` variable; names the key and the file."""
+
+
+_BRIEF = reprlib.Repr()
+_BRIEF.maxlevel, _BRIEF.maxstring, _BRIEF.maxlong, _BRIEF.maxother = 3, 60, 40, 60
+
+
+def brief(value: object) -> str:
+    """A short repr of `value` (long strings, containers and numbers cut with "..."), for messages that
+    quote a file's contents: a damaged or hostile file can hold a gigabyte string, an object nested
+    thousands deep or an integer too long to print, and the error quoting it must stay one line.
+
+    Example:
+        >>> brief(list(range(100)))
+        '[0, 1, 2, 3, 4, 5, ...]'
+    """
+    try:
+        return _BRIEF.repr(value)
+    except (ValueError, RecursionError):  # an int past Python's digit limit
+        return f"<a {type(value).__name__} too large to print>"

@@ -34,7 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError
+from .config import as_float
+from .errors import ConfigError, brief
 
 
 @dataclass(frozen=True)
@@ -183,17 +184,19 @@ def _read_file(path: Path) -> dict[tuple[str, str], Any]:
     try:
         with open(path, "rb") as f:
             data = tomllib.load(f)
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{path}: not valid TOML ({e})") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: not valid TOML (nested too deeply)") from None
+    except ValueError as e:  # TOMLDecodeError, invalid UTF-8, an integer past Python's 4300-digit limit
+        raise ConfigError(f"{path}: not valid TOML ({str(e)[:200]})") from None
     out = {}
     for section, table in data.items():
         if section not in SCHEMA:
-            raise ConfigError(f"{path}: unknown section [{section}]; known: {', '.join(SCHEMA)}")
+            raise ConfigError(f"{path}: unknown section [{section[:60]}]; known: {', '.join(SCHEMA)}")
         if not isinstance(table, dict):
             raise ConfigError(f"{path}: [{section}] must be a table")
         for name, value in table.items():
             if name not in SCHEMA[section]:
-                raise ConfigError(f"{path}: unknown key {name!r} in [{section}]; known: "
+                raise ConfigError(f"{path}: unknown key {brief(name)} in [{section}]; known: "
                                   f"{', '.join(SCHEMA[section])}")
             out[(section, name)] = _check(SCHEMA[section][name], value, f"{path}: [{section}] {name}")
     return out
@@ -201,12 +204,12 @@ def _read_file(path: Path) -> dict[tuple[str, str], Any]:
 
 def _check(key: Key, value: Any, where: str) -> Any:
     ok = isinstance(value, key.type) and not (key.type is not bool and isinstance(value, bool))
-    if key.type is float and isinstance(value, int) and not isinstance(value, bool):
-        value, ok = float(value), True
+    if key.type is float and as_float(value) is not None:
+        value, ok = as_float(value), True
     if not ok:
-        raise ConfigError(f"{where}: expected {key.type.__name__}, got {value!r}")
+        raise ConfigError(f"{where}: expected {key.type.__name__}, got {brief(value)}")
     if key.choices and value not in key.choices:
-        raise ConfigError(f"{where}: {value!r} is not one of {', '.join(key.choices)}")
+        raise ConfigError(f"{where}: {brief(value)} is not one of {', '.join(key.choices)}")
     return value
 
 
@@ -218,9 +221,9 @@ def _parse_env(key: Key, text: str) -> Any:
             return True
         if lowered in ("0", "false", "no", "off"):
             return False
-        raise ConfigError(f"{where}: expected a boolean (1/0, true/false), got {text!r}")
+        raise ConfigError(f"{where}: expected a boolean (1/0, true/false), got {brief(text)}")
     try:
         value = key.type(text)
     except ValueError:
-        raise ConfigError(f"{where}: expected {key.type.__name__}, got {text!r}") from None
+        raise ConfigError(f"{where}: expected {key.type.__name__}, got {brief(text)}") from None
     return _check(key, value, where)

@@ -24,10 +24,10 @@ from typing import Mapping
 import numpy as np
 
 from ..dtype import DType, bf16, bool_, f16, f32, f64, i8, i16, i32, i64, u8
-from ..errors import StoreError
+from ..errors import StoreError, brief
 from ..atomic import atomic_open
 from .mapped import map_file
-from .state import array_view, check_metadata, check_state, little_endian_bytes
+from .state import array_view, check_metadata, check_shape, check_state, little_endian_bytes, parse_json
 
 __all__ = ["save_safetensors", "load_safetensors", "DTYPE_NAMES"]
 
@@ -36,6 +36,8 @@ DTYPE_NAMES: dict[DType, str] = {
     u8: "U8", bool_: "BOOL",
 }
 _BY_NAME = {v: k for k, v in DTYPE_NAMES.items()}
+# the reference's other dtypes: only for a clearer refusal
+_OTHER_DTYPES = ("U16", "U32", "U64", "F8_E5M2", "F8_E4M3", "F8_E8M0", "F4", "F6_E2M3", "F6_E3M2", "C64")
 _LENGTH = struct.Struct("<Q")
 # The reference implementation refuses headers over 100 MB; so do we, before reading a huge length.
 _MAX_HEADER = 100_000_000
@@ -71,6 +73,13 @@ def save_safetensors(path: str | os.PathLike, state: Mapping[str, np.ndarray],
 def load_safetensors(path: str | os.PathLike, mmap: bool = True) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """Read a safetensors file: `(state, metadata)`, tensors in header order.
 
+    Validated as the reference `safetensors` package does: a header of at most 100 MB of strict
+    JSON (`state.parse_json`), an object whose `__metadata__` (if not null) maps str to str and whose
+    other entries each have a known `dtype`, a `shape` of non-negative ints and `data_offsets`
+    `[begin, end]` spanning exactly numel * itemsize bytes; sorted by offset, the tensors tile the
+    data buffer from 0 to its end with no gap or overlap. Beyond the reference, duplicate names are
+    refused. Anything else raises `StoreError` naming the file and the tensor.
+
     With `mmap=True` the arrays are read-only views of the memory-mapped file; otherwise writable
     views of one in-memory copy.
 
@@ -89,40 +98,55 @@ def load_safetensors(path: str | os.PathLike, mmap: bool = True) -> tuple[dict[s
         raise StoreError(f"{name}: header length {header_len} is over the 100 MB limit; not a safetensors file?")
     if data_start > len(buffer):
         raise StoreError(f"{name}: header needs bytes 8..{data_start} but the file has {len(buffer)}")
-    try:
-        header = json.loads(bytes(buffer[_LENGTH.size:data_start]))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise StoreError(f"{name}: header is not valid JSON ({e})") from e
+    header = parse_json(name, bytes(buffer[_LENGTH.size:data_start]))
     if not isinstance(header, dict):
         raise StoreError(f"{name}: header must be a JSON object, got {type(header).__name__}")
-    metadata = header.pop("__metadata__", None) or {}
+    metadata = header.pop("__metadata__", None)
+    if metadata is None:
+        metadata = {}
     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
-        raise StoreError(f"{name}: '__metadata__' must be an object of strings")
-    data_len = len(buffer) - data_start
-    state = {key: _tensor(name, buffer, data_start, data_len, key, entry) for key, entry in header.items()}
+        raise StoreError(f"{name}: '__metadata__' must be an object of strings, got {brief(metadata)}")
+    layout = {key: _entry(name, key, entry) for key, entry in header.items()}
+    _check_tiling(name, layout, data_start, len(buffer))
+    state = {key: array_view(buffer, dtype, shape, data_start + begin)
+             for key, (dtype, shape, begin, _) in layout.items()}
     return state, metadata
 
 
-def _tensor(name: str, buffer: memoryview, data_start: int, data_len: int, key: str, entry) -> np.ndarray:
+def _entry(name: str, key: str, entry) -> tuple[DType, tuple[int, ...], int, int]:
+    """One header entry as (dtype, shape, begin, end), after checking its fields' types and sizes."""
+    where = f"{name}: tensor {brief(key)}"
     if not isinstance(entry, dict):
-        raise StoreError(f"{name}: tensor {key!r}: header entry must be an object, got {entry!r}")
-    dtype = _BY_NAME.get(entry.get("dtype"))
+        raise StoreError(f"{where}: header entry must be an object, got {brief(entry)}")
+    missing = [field for field in ("dtype", "shape", "data_offsets") if field not in entry]
+    if missing:
+        raise StoreError(f"{where}: header entry lacks {', '.join(missing)}")
+    dtype = _BY_NAME.get(entry["dtype"]) if isinstance(entry["dtype"], str) else None
     if dtype is None:
-        raise StoreError(f"{name}: tensor {key!r}: dtype {entry.get('dtype')!r} is not one ember holds "
-                         f"({', '.join(_BY_NAME)})")
-    shape, offsets = entry.get("shape"), entry.get("data_offsets")
-    if not isinstance(shape, list) or len(shape) > 64 or not all(type(d) is int and d >= 0 for d in shape):
-        raise StoreError(f"{name}: tensor {key!r}: shape must be a list of at most 64 non-negative ints, got {shape!r}")
-    if (not isinstance(offsets, list) or len(offsets) != 2 or not all(type(o) is int for o in offsets)
-            or not 0 <= offsets[0] <= offsets[1]):
-        raise StoreError(f"{name}: tensor {key!r}: data_offsets must be [begin, end] with 0 <= begin <= end, "
-                         f"got {offsets!r}")
+        kind = "is not one ember holds" if entry["dtype"] in _OTHER_DTYPES else "is not a safetensors dtype"
+        raise StoreError(f"{where}: dtype {brief(entry['dtype'])} {kind}; ember holds {', '.join(_BY_NAME)}")
+    shape, offsets = check_shape(where, entry["shape"], dtype.itemsize), entry["data_offsets"]
+    if (not isinstance(offsets, list) or len(offsets) != 2
+            or not all(type(o) is int and 0 <= o < 1 << 64 for o in offsets) or offsets[0] > offsets[1]):
+        raise StoreError(f"{where}: data_offsets must be [begin, end] with 0 <= begin <= end, got {brief(offsets)}")
     begin, end = offsets
     expected = math.prod(shape) * dtype.itemsize
     if end - begin != expected:
-        raise StoreError(f"{name}: tensor {key!r}: data_offsets span {end - begin} bytes but "
-                         f"{dtype.name} {tuple(shape)} needs {expected}")
-    if end > data_len:
-        raise StoreError(f"{name}: tensor {key!r} needs bytes {data_start + begin}..{data_start + end} "
-                         f"but the file has {len(buffer)}")
-    return array_view(buffer, dtype, tuple(shape), data_start + begin)
+        raise StoreError(f"{where}: data_offsets span {end - begin} bytes but {dtype.name} {shape} needs {expected}")
+    return dtype, shape, begin, end
+
+
+def _check_tiling(name: str, layout: dict[str, tuple[DType, tuple[int, ...], int, int]], data_start: int,
+                  file_len: int) -> None:
+    """Sorted by offset, the tensors must cover the data buffer (data_start..file_len) exactly once."""
+    reached = 0
+    for key, (_, _, begin, end) in sorted(layout.items(), key=lambda item: item[1][2:]):
+        if begin != reached:
+            what = "overlaps the tensor before it" if begin < reached else f"leaves bytes {reached}..{begin} unused"
+            raise StoreError(f"{name}: tensor {brief(key)} at data_offsets [{begin}, {end}] {what}")
+        if data_start + end > file_len:
+            raise StoreError(f"{name}: tensor {brief(key)} needs bytes {data_start + begin}..{data_start + end} "
+                             f"but the file has {file_len}")
+        reached = end
+    if data_start + reached != file_len:
+        raise StoreError(f"{name}: the tensors end at byte {data_start + reached} but the file goes on to {file_len}")

@@ -111,7 +111,7 @@ def test_corrupt_header_entries(tmp_path):
     assert "shape must be" in write({**ok, "shape": [-1]})
     assert "multiple of 64" in write({**ok, "offset": 8})
     assert "nbytes is 12 but f32 (4,) needs 16" in write({**ok, "nbytes": 12})
-    assert f"needs {2**66}" in write({**ok, "shape": [2**62, 4], "nbytes": 0})  # no int64 wrap-around
+    assert "larger than any array" in write({**ok, "shape": [2**62, 4], "nbytes": 0})  # no int64 wrap-around
     assert "at most 64" in write({**ok, "shape": [1] * 65, "nbytes": 4})
 
 

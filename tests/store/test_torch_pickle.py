@@ -140,20 +140,20 @@ def test_big_endian_archives_are_swapped(tmp_path):
 
 # --- safety: nothing from the file runs -----------------------------------------------------------
 
-PAYLOADS = {
-    "os.system": b"cos\nsystem\n(S'touch {marker}'\ntR.",
-    "builtins.eval": b"cbuiltins\neval\n(S'open(\"{marker}\", \"w\")'\ntR.",
-    "posix.system": b"\x80\x02cposix\nsystem\nq\x00X\x0c\x00\x00\x00touch {marker}q\x01\x85q\x02Rq\x03.",
-}
+def call_payload(function: str, argument: str) -> bytes:
+    """A protocol 2 pickle that calls `function(argument)`: GLOBAL, BINUNICODE, TUPLE1, REDUCE, STOP."""
+    module, name = function.rsplit(".", 1)
+    text = argument.encode()
+    return b"\x80\x02c" + f"{module}\n{name}\n".encode() + b"X" + len(text).to_bytes(4, "little") + text + b"\x85R."
+
+
+PAYLOADS = {"os.system": "touch {marker}", "builtins.eval": 'open("{marker}", "w")', "posix.system": "touch {marker}"}
 
 
 @pytest.mark.parametrize("refused", list(PAYLOADS))
 def test_malicious_pickles_are_refused_and_nothing_runs(tmp_path, refused):
     marker = tmp_path / "pwned"
-    payload = PAYLOADS[refused].replace(b"{marker}", str(marker).encode())
-    if refused == "posix.system":  # fix the BINUNICODE length for this path
-        text = f"touch {marker}".encode()
-        payload = b"\x80\x02cposix\nsystem\nq\x00X" + len(text).to_bytes(4, "little") + text + b"q\x01\x85q\x02Rq\x03."
+    payload = call_payload(refused, PAYLOADS[refused].replace("{marker}", str(marker)))
     path = tmp_path / "evil.pt"
     torch.save({"w": torch.ones(1)}, path)
     rewrite(path, lambda name, data: payload if name.endswith("data.pkl") else data)
@@ -163,13 +163,24 @@ def test_malicious_pickles_are_refused_and_nothing_runs(tmp_path, refused):
     assert not marker.exists()
 
 
+def test_protocol_0_pickles_are_refused_before_unpickling(tmp_path):
+    marker = tmp_path / "pwned"
+    path = tmp_path / "evil.pt"
+    torch.save({"w": torch.ones(1)}, path)
+    payload = f"cos\nsystem\n(S'touch {marker}'\ntR.".encode()
+    rewrite(path, lambda name, data: payload if name.endswith("data.pkl") else data)
+    with pytest.raises(StoreError, match="opcode GLOBAL in a protocol 0 pickle"):
+        load_torch(path)
+    assert not marker.exists()
+
+
 def test_malicious_legacy_pickle_is_refused(tmp_path):
     marker = tmp_path / "pwned"
     path = tmp_path / "evil.pt"
     with open(path, "wb") as f:
         for part in (0x1950A86A20F9469CFC6C, 1001, {"little_endian": True}):
             pickle.dump(part, f, protocol=2)
-        f.write(PAYLOADS["os.system"].replace(b"{marker}", str(marker).encode()))
+        f.write(call_payload("os.system", f"touch {marker}"))
     with pytest.raises(StoreError, match="refused to load global os.system"):
         load_torch(path)
     assert not marker.exists()
@@ -250,7 +261,7 @@ def test_a_dict_that_contains_itself_is_refused(tmp_path):
     # {"a": <itself>} through the memo: EMPTY_DICT, BINPUT 0, key, BINGET 0, SETITEM, STOP
     payload = b"\x80\x02}q\x00X\x01\x00\x00\x00ah\x00s."
     rewrite(path, lambda name, data: payload if name.endswith("data.pkl") else data)
-    assert "nests too deeply or contains itself" in _refused(path)
+    assert "reuses its containers" in _refused(path)
 
 
 @pytest.mark.parametrize("dtype,named", [(torch.uint16, "torch.uint16"), (torch.complex64, "torch.ComplexFloatStorage")])
