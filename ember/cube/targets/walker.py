@@ -7,6 +7,8 @@ instruction's result is bound (`define`), loads, stores, atomics, plane ops and 
 in every target; values are named `v<id>` (`value`), locals `l<n>` (`local_name`). The C target walks
 each of its phases with it, naming values by where they live and leaving a unit by `goto`.
 `builtin_table` derives every launch builtin from a target's spelling of the per-axis ones.
+`data` holds the values computed from memory or variables (`data_values`): the C family renders
+their signed arithmetic wrapping and keeps C's signed arithmetic for positions.
 
 Example:
     >>> class Tiny(Walker):
@@ -35,6 +37,7 @@ class Walker:
         self.lines: list[str] = []
         self.locals: dict = {}
         self.consts = {s.result: s.attr for s in ir.walk(kernel.body) if isinstance(s, Instr) and s.op == "const"}
+        self.data = data_values(kernel)
 
     def emit(self, line: str, depth: int) -> None:
         self.lines.append("  " * depth + line)
@@ -119,7 +122,7 @@ class Walker:
         target gives for its compute types).
         """
         args = [x + index if v.type.lanes > 1 else x for x, v in zip(a, s.args)]
-        return self.scalar(s.op, args, [v.type.dtype for v in s.args], s.result.type.dtype)
+        return self.scalar(s.op, args, [v.type.dtype for v in s.args], s.result.type.dtype, wrap=s.result in self.data)
 
     # -- what each target spells its own way ------------------------------------------------------
     def literal(self, value, dtype) -> str:
@@ -153,6 +156,18 @@ class Walker:
 
     def atomic(self, s: Instr, a: list, depth: int) -> None:
         raise NotImplementedError
+
+
+def data_values(kernel: ir.Kernel) -> set:
+    """The values of `kernel` computed, directly or not, from a load, a variable's read, an atomic or a
+    plane op: what the kernel computes on, as opposed to positions (builtins, lengths, loop counters,
+    constants and scalar parameters alone)."""
+    data: set = set()
+    for s in ir.walk(kernel.body):
+        if isinstance(s, Instr) and s.result is not None and (
+                s.op in ("load", "read") or s.op in ir.ATOMIC or s.op in ir.PLANE or any(a in data for a in s.args)):
+            data.add(s.result)
+    return data
 
 
 def identifier(name: str) -> str:
