@@ -184,7 +184,7 @@ def binary_op(op, a, b):
     if op == "floor_divide":
         if t.is_float:
             return cube.floor(a / b)
-        q = a // b  # truncates toward zero (0 by 0, MIN by -1 is MIN); step down when the signs differ and it is inexact
+        q = a // b  # truncates (0 by 0, MIN by -1 is MIN); step down when the signs differ and it is inexact
         return cube.select((a % b != t(0)) and ((a < t(0)) != (b < t(0))), q - t(1), q)
     return compare_op(op, a, b)
 

@@ -3,8 +3,9 @@
 Arithmetic follows the kernel semantics every target shares (`ir.py`, "Integer semantics"): integer
 division and remainder truncate toward zero and give 0 by 0, integers wrap at their width, shifts past
 the width give 0 or the sign, float to int casts follow `dtype.float_to_int`, f16/bf16 arithmetic
-happens in f32 (rounding only at casts). Beyond folding: `x + 0`, `x - 0`, `x * 1`, `x / 1`, int `x * 0`, `select` on a constant,
-`if` on a constant (its taken branch is spliced in) and loops that run zero times (removed).
+happens in f32 (rounding only at casts). Beyond folding: `x + 0`, `x - 0`, `x * 1`, `x / 1`, int `x * 0`,
+`select` on a constant, `if` on a constant (its taken branch is spliced in) and loops that run zero times
+(removed).
 
 Example:
     >>> # %2 = add (const 2), (const 3) : i32   becomes   %2 = const 5 : i32
