@@ -198,7 +198,7 @@ def result_type(*operands) -> DType:
     return out
 
 
-def float_to_int(x, dtype: "DType") -> np.ndarray:
+def float_to_int(x, dtype: DType) -> np.ndarray:
     """Floats `x` truncated toward zero to the integer `dtype`, on every device alike: truncated to 32 bits
     (64 for i64 and the kernels' u32/u64), NaN and values outside that range giving its minimum, then
     wrapped to `dtype`'s width. This is what x86 (and PyTorch and NumPy on it) gives; C leaves it undefined.
@@ -214,4 +214,3 @@ def float_to_int(x, dtype: "DType") -> np.ndarray:
         inside = (t >= -bound) & (t < bound)
     truncated = np.where(inside, t, 0).astype(wide)
     return np.where(inside, truncated, np.iinfo(wide).min).astype(dtype.np)
-

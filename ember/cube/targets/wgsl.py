@@ -217,13 +217,22 @@ def _divide(op: str, x: str, y: str, t) -> str:
 def _shift(op: str, x: str, y: str, t) -> str:
     """`x << y` or `x >> y` as the IR defines them: a count below 0 or from the width of `t` on gives 0
     (`<<`, unsigned `>>`) or the sign (signed `>>`). WGSL shifts by a u32, taken modulo the word's width
-(narrow types live in 32-bit words)."""
+    (narrow types live in 32-bit words)."""
     width = t.itemsize * 8
     count = f"u32({y})"
     if op == "shr" and t.signed:
         return f"({x} >> min({count}, {width - 1}u))"
     shifted = f"({x} {'<<' if op == 'shl' else '>>'} ({count} & {63 if width == 64 else 31}u))"
     return f"select({literal(0, t)}, {shifted}, {count} < {width}u)"
+
+
+def _float_to_int(x: str, src, out) -> str:
+    """Float `x` truncated to i32 (i64 for 64-bit `out`), NaN and values out of range giving its minimum, as
+    on the C target (`dtype.float_to_int`); the caller converts to `out`. (u32 keeps WGSL's conversion.)"""
+    wide = i64 if out.itemsize == 8 else i32
+    bits = wide.itemsize * 8
+    inside = f"{x} >= {literal(-2.0 ** (bits - 1), src)} & {x} < {literal(2.0 ** (bits - 1), src)}"
+    return f"select({literal(-2 ** (bits - 1), wide)}, {wide.name}({x}), {inside})"
 
 
 def literal(value, dtype) -> str:
@@ -411,13 +420,8 @@ class Renderer(Walker):
         if op == "cast":
             if out is bool_:
                 return f"({a[0]} != {self.wtype(ir.Type(src))}())"
-            e = f"{self.wtype(ir.Type(out))}({a[0]})"
-            if src.is_float and out.is_int and out is not u32:  # NaN, out of range: the minimum, as in C
-                wide = i64 if out.itemsize == 8 else i32
-                bits = wide.itemsize * 8
-                x = a[0]
-                inside = f"({x} >= {literal(-2.0 ** (bits - 1), src)} & {x} < {literal(2.0 ** (bits - 1), src)})"
-                e = f"{self.wtype(ir.Type(out))}(select({literal(-2 ** (bits - 1), wide)}, {wide.name}({x}), {inside}))"
+            x = _float_to_int(a[0], src, out) if src.is_float and out.is_int and out is not u32 else a[0]
+            e = f"{self.wtype(ir.Type(out))}({x})"
             if out.name in _WRAP:
                 return _WRAP[out.name].format(e)  # i8/u8/i16 values live in 32 bits, wrapped
             return f"f32(f16({e}))" if out is f16 else e  # f16 values live in f32, rounded
