@@ -8,14 +8,14 @@ the conversion helpers (`ember_f16_load/store/round`, `ember_bf16_load/store/rou
 are brought back to their type after C's promotion to int.
 
 Integer ops are rendered without undefined behaviour, with the results the IR defines (`ir.py`, "Integer
-semantics"): division and remainder truncate, by 0 give 0, `MIN / -1` is MIN and `MIN % -1` is 0 (a
-divisor made safe by compares, no branch); shifts by a negative count or one past the width give 0
-(`<<`, unsigned `>>`) or the sign (signed `>>`); float to int casts of NaN or out-of-range values
-give the type's minimum through 32 bits (64 for i64 and u32/u64), as x86 and NumPy do; signed `+ - *`,
-negation and `abs` of values read from memory (`wrap`) are computed in unsigned, so they wrap.
-Arithmetic on positions alone (launch builtins, lengths, loop counters, constants, scalar parameters)
-stays C's signed arithmetic: kernels keep positions in range, and gcc vectorizes addressing only when
-it may assume that.
+semantics"): shifts by a negative count or one past the width give 0 (`<<`, unsigned `>>`) or the sign
+(signed `>>`); float to int casts of NaN or out-of-range values give the type's minimum through 32 bits
+(64 for i64 and u32/u64), as x86 and NumPy do; and for the values a kernel computes on (`data`,
+`walker.data_values`): division and remainder truncate, by 0 give 0, `MIN / -1` is MIN and `MIN % -1`
+is 0 (a divisor made safe by compares, no branch), signed `+ - *`, negation and `abs` wrap (computed
+in unsigned). Positions (indices of loads, stores and atomics, loop bounds, and what they are computed
+from) keep C's signed arithmetic and division: kernels keep them in range and divide them by sizes,
+and gcc vectorizes addressing only when it may assume no overflow (docs/backends.md).
 
 Example:
     >>> CFamily().scalar("add", ["a", "b"], [f32, f32], f32)
@@ -106,9 +106,9 @@ class CFamily:
     def math(self, op: str, a: list, src) -> str:
         return f"{self.MATH[op]}{'f' if src.is_float and src is not f64 else ''}({', '.join(a)})"
 
-    def scalar(self, op: str, a: list, types: list, out, wrap: bool = True) -> str:
-        """C for one scalar op over operands rendered as `a` (compute types) of dtypes `types`; `wrap`:
-        signed `+ - *`, negation and `abs` wrap (see the module docstring)."""
+    def scalar(self, op: str, a: list, types: list, out, data: bool = True) -> str:
+        """C for one scalar op over operands rendered as `a` (compute types) of dtypes `types`; `data`: a
+        value the kernel computes on, not a position (see the module docstring)."""
         src = types[0] if types else out
         fs = "f" if src.is_float and src is not f64 else ""
         if op == "cast":
@@ -118,7 +118,7 @@ class CFamily:
                 return f"(({self.COMPUTE[out.name]}){self.float_to_int(a[0], src, out)})"
             return self.round_to(f"(({self.COMPUTE[out.name]}){a[0]})", out)
         if not src.is_float and src is not bool_:
-            integer = self.integer(op, a, src, wrap)
+            integer = self.integer(op, a, src, data)
             if integer is not None:
                 return integer
         if op in ("min", "max"):
@@ -151,12 +151,15 @@ class CFamily:
             return expr
         raise self.Error(f"the {self.TARGET} target has no rendering for {op}")
 
-    def integer(self, op: str, a: list, t, wrap: bool) -> str | None:
-        """C for an integer op of dtype `t` whose plain C operator has undefined cases, else None."""
+    def integer(self, op: str, a: list, t, data: bool) -> str | None:
+        """C for an integer op of dtype `t` whose plain C operator has undefined cases, or the remainder,
+        else None; positions (`data` false) keep C's division and signed arithmetic."""
         T, U = self.COMPUTE[t.name], "uint64_t" if t.itemsize == 8 else "uint32_t"
         width = t.itemsize * 8
         if op in ("div", "rem"):
             x, y = a
+            if not data:  # a position: C's operator (kernels divide positions by sizes, never by 0)
+                return f"(({T})({x} {'/' if op == 'div' else '%'} {y}))"
             if t.signed:  # y is 0 or -1: divide by 1, then scale the quotient by 0 or -1 (in unsigned)
                 safe = f"({y} + ({y} == 0) + 2 * ({y} == -1))"
                 if op == "rem":
@@ -172,7 +175,7 @@ class CFamily:
             if t.signed:  # past the width: the sign
                 return f"(({T})({x} >> ({inside} ? {y} : {width - 1})))"
             return f"({inside} ? ({T})({x} >> {y}) : ({T})0)"
-        if not (wrap and t.signed and t.itemsize >= 4):  # narrower types compute in int, which holds them
+        if not (data and t.signed and t.itemsize >= 4):  # narrower types compute in int, which holds them
             return None
         if op in ("add", "sub", "mul"):
             return f"(({T})(({U}){a[0]} {BINARY[op]} ({U}){a[1]}))"

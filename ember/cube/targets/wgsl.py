@@ -413,9 +413,9 @@ class Renderer(Walker):
         # A vector op, lane by lane: every scalar rendering (helpers included) then serves vectors.
         return f"{self.wtype(t)}({', '.join(self.lane(s, a, f'[{i}]') for i in range(t.lanes))})"
 
-    def scalar(self, op: str, a: list, types: list, out, wrap: bool = True) -> str:
-        """WGSL for one scalar op over operands rendered as `a` (compute types); WGSL's integers always
-        wrap, so `wrap` changes nothing here."""
+    def scalar(self, op: str, a: list, types: list, out, data: bool = True) -> str:
+        """WGSL for one scalar op over operands rendered as `a` (compute types). WGSL's integers wrap and its
+        division does not trap, so positions (`data` false) are rendered as data are."""
         src = types[0] if types else out
         if op == "cast":
             if out is bool_:
