@@ -64,6 +64,11 @@ def test_integer_division_shifts_and_overflow(dtype, device, rng):
     # chained: the fused device runs each as one kernel, with the quotient's guards inlined mid-chain
     check((ea // eb) * eb + ea % eb, want["floor"] * tb + want["remainder"])
     check(ember.fmod(ea, eb) - ember.div(ea, eb, rounding_mode="trunc") * eb, want["fmod"] - want["trunc"] * tb)
+    # operands that are no arrays: fills (scalars in a fused kernel) and a Python scalar divisor
+    lo, minus = int(a[0, 0]), int(b[0, 0])
+    fills = [ember.full((5,), v, dtype=dtype, device=device) for v in (lo, minus)]
+    check(fills[0] // fills[1], torch.full((5,), lo, dtype=ta.dtype) // minus)
+    check(fills[0] % fills[1] + ea[0, :5] // 0, torch.zeros(5, dtype=ta.dtype))
 
     # signed overflow wraps, as in PyTorch; a compare after the overflow must see the wrapped value
     info = np.iinfo(a.dtype)
