@@ -8,14 +8,14 @@ the conversion helpers (`ember_f16_load/store/round`, `ember_bf16_load/store/rou
 are brought back to their type after C's promotion to int.
 
 Integer ops are rendered without undefined behaviour, with the results the IR defines (`ir.py`, "Integer
-semantics"): shifts by a negative count or one past the width give 0 (`<<`, unsigned `>>`) or the sign
-(signed `>>`); float to int casts of NaN or out-of-range values give the type's minimum through 32 bits
+semantics"): float to int casts of NaN or out-of-range values give the type's minimum through 32 bits
 (64 for i64 and u32/u64), as x86 and NumPy do; and for the values a kernel computes on (`data`,
 `walker.data_values`): division and remainder truncate, by 0 give 0, `MIN / -1` is MIN and `MIN % -1`
-is 0 (a divisor made safe by compares, no branch), signed `+ - *`, negation and `abs` wrap (computed
-in unsigned). Positions (indices of loads, stores and atomics, loop bounds, and what they are computed
-from) keep C's signed arithmetic and division: kernels keep them in range and divide them by sizes,
-and gcc vectorizes addressing only when it may assume no overflow (docs/backends.md).
+is 0 (a divisor made safe by compares, no branch), shifts by a negative count or one past the width
+give 0 (`<<`, unsigned `>>`) or the sign (signed `>>`), signed `+ - *`, negation and `abs` wrap
+(computed in unsigned). Positions (indices of loads, stores and atomics, loop bounds, and what they are computed
+from) keep C's operators: kernels keep them in range, divide them by sizes and shift them by less
+than the width, and gcc vectorizes addressing only when it may assume no overflow (docs/backends.md).
 
 Example:
     >>> CFamily().scalar("add", ["a", "b"], [f32, f32], f32)
@@ -153,13 +153,13 @@ class CFamily:
 
     def integer(self, op: str, a: list, t, data: bool) -> str | None:
         """C for an integer op of dtype `t` whose plain C operator has undefined cases, or the remainder,
-        else None; positions (`data` false) keep C's division and signed arithmetic."""
+        else None; positions (`data` false) keep C's operators."""
         T, U = self.COMPUTE[t.name], "uint64_t" if t.itemsize == 8 else "uint32_t"
         width = t.itemsize * 8
+        if not data:  # a position: C's operators (kernels divide positions by sizes, shift them in range)
+            return f"(({T})({a[0]} % {a[1]}))" if op == "rem" else None
         if op in ("div", "rem"):
             x, y = a
-            if not data:  # a position: C's operator (kernels divide positions by sizes, never by 0)
-                return f"(({T})({x} {'/' if op == 'div' else '%'} {y}))"
             if t.signed:  # y is 0 or -1: divide by 1, then scale the quotient by 0 or -1 (in unsigned)
                 safe = f"({y} + ({y} == 0) + 2 * ({y} == -1))"
                 if op == "rem":
@@ -175,7 +175,7 @@ class CFamily:
             if t.signed:  # past the width: the sign
                 return f"(({T})({x} >> ({inside} ? {y} : {width - 1})))"
             return f"({inside} ? ({T})({x} >> {y}) : ({T})0)"
-        if not (data and t.signed and t.itemsize >= 4):  # narrower types compute in int, which holds them
+        if not (t.signed and t.itemsize >= 4):  # narrower types compute in int, which holds them
             return None
         if op in ("add", "sub", "mul"):
             return f"(({T})(({U}){a[0]} {BINARY[op]} ({U}){a[1]}))"
