@@ -23,7 +23,7 @@ import ml_dtypes
 
 __all__ = [
     "DType", "f64", "f32", "f16", "bf16", "i64", "i32", "i16", "i8", "u8", "bool_",
-    "ALL", "FLOATS", "INTS", "dtype_of", "promote_types", "result_type", "default_float",
+    "ALL", "FLOATS", "INTS", "dtype_of", "promote_types", "result_type", "default_float", "float_to_int",
 ]
 
 BOOL, INT, FLOAT = 0, 1, 2
@@ -196,3 +196,21 @@ def result_type(*operands) -> DType:
     if out is None:
         raise TypeError("result_type needs at least one operand")
     return out
+
+
+def float_to_int(x, dtype: DType) -> np.ndarray:
+    """Floats `x` truncated toward zero to the integer `dtype`, on every device alike: truncated to 32 bits
+    (64 for i64 and the kernels' u32/u64), NaN and values outside that range giving its minimum, then
+    wrapped to `dtype`'s width. This is what x86 (and PyTorch and NumPy on it) gives; C leaves it undefined.
+
+    Example:
+        >>> float_to_int(np.array([2.9, -2.9, np.nan, 300.0]), i8).tolist()
+        [2, -2, 0, 44]
+    """
+    wide = np.int32 if dtype.itemsize < 4 or (dtype.itemsize == 4 and dtype.signed) else np.int64
+    bound = float(2 ** (np.dtype(wide).itemsize * 8 - 1))
+    t = np.trunc(np.asarray(x, np.float64))
+    with np.errstate(invalid="ignore"):
+        inside = (t >= -bound) & (t < bound)
+    truncated = np.where(inside, t, 0).astype(wide)
+    return np.where(inside, truncated, np.iinfo(wide).min).astype(dtype.np)

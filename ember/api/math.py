@@ -121,6 +121,8 @@ def mul(a, b) -> Tensor:
 def div(a, b, rounding_mode: str | None = None) -> Tensor:
     """`a / b`: true division (ints give floats); `rounding_mode="trunc"` or `"floor"` round the quotient.
 
+    Integer quotients follow `floor_divide`: by 0 they are 0, and MIN by -1 is MIN.
+
     Example:
         >>> ember.div(ember.tensor([-7]), 2, rounding_mode="trunc").tolist()
         [-3]
@@ -150,7 +152,16 @@ def _half_in_f32(fn):
 
 
 def floor_divide(a, b) -> Tensor:
-    """`a // b`: the quotient rounded toward minus infinity."""
+    """`a // b`: the quotient rounded toward minus infinity.
+
+    On integers it is defined everywhere, on every device: `x // 0` is 0 (NumPy's result; PyTorch raises
+    ZeroDivisionError on the CPU, which a device kernel cannot do cheaply) and `MIN // -1` is MIN (it
+    wraps, as in PyTorch and NumPy). `remainder`, `fmod` and `div(rounding_mode=...)` follow it.
+
+    Example:
+        >>> (ember.tensor([7, -7, 7]) // ember.tensor([2, 2, 0])).tolist()
+        [3, -4, 0]
+    """
     x, y = promote(a, b)
     return _floor_divide(x, y)
 
@@ -163,13 +174,28 @@ def _floor_divide(x: Tensor, y: Tensor) -> Tensor:
 
 
 def remainder(a, b) -> Tensor:
-    """`a % b` with the sign of `b` (Python's and PyTorch's `remainder`)."""
+    """`a % b` with the sign of `b` (Python's and PyTorch's `remainder`); on integers `x % 0` and
+    `MIN % -1` are 0 (see `floor_divide`).
+
+    Example:
+        >>> (ember.tensor([-7, 7]) % ember.tensor([2, 0])).tolist()
+        [1, 0]
+    """
     return _binary("remainder", a, b)
 
 
 def fmod(a, b) -> Tensor:
-    """The C-style remainder, with the sign of `a`."""
+    """The C-style remainder, with the sign of `a`; on integers `fmod(x, 0)` and `fmod(MIN, -1)` are 0
+    (see `floor_divide`).
+
+    Example:
+        >>> ember.fmod(ember.tensor([-7, 7]), ember.tensor([2, 0])).tolist()
+        [-1, 0]
+    """
     x, y = promote(a, b)
+    if not x.dtype.is_float:  # from `remainder` (the sign of y), moved to the sign of x
+        r = remainder(x, y)
+        return r - y * ((r != 0) & ((r < 0) != (x < 0))).cast(x.dtype)
     return _half_in_f32(lambda u, v: u - div(u, v, rounding_mode="trunc") * v)(x, y)
 
 

@@ -14,6 +14,14 @@ elements starting at that index.
 Nothing here knows about any target: no pointers, no C types, no thread ids beyond the abstract
 builtins (`unit_pos`, `cube_pos`, ...).
 
+Integer semantics, the same on every target (none of them has undefined cases): integers wrap at their
+width (`+ - *`, `neg`, `abs(MIN) == MIN`); `div` and `rem` truncate toward zero, `x div 0` and `x rem 0`
+are 0, `MIN div -1` is MIN and `MIN rem -1` is 0; `shl` by a negative count or one of at least the width
+gives 0, `shr` so gives 0 (unsigned) or the sign (-1 or 0); a float cast to an int follows
+`dtype.float_to_int` (NaN and out-of-range values defined). The one exception: arithmetic on positions
+(indices of loads, stores and atomics, loop bounds, and what they are computed from) must not overflow,
+divide by 0 nor shift past the width, so targets may render it as C's (see `targets/walker.data_values`).
+
 Example:
     >>> b = Builder("axpy")
     >>> x = b.array_param("x", f32); y = b.array_param("y", f32); a = b.scalar_param("a", f32)

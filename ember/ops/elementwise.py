@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from ..dtype import DType, bool_
+from ..dtype import DType, bool_, float_to_int
 from ..errors import DTypeError
 from .primitive import (BF16, F16, Aval, broadcast_shapes, check_size, primitive, same_aval, saves_inputs, saves_inputs_at,
                         saves_none, saves_output, saves_partners)
@@ -254,6 +254,17 @@ def _atan2_vjp(ctx, g):
     return (g * b / denom if ctx.needs_grad(0) else None, -g * a / denom if ctx.needs_grad(1) else None)
 
 
+def _quiet(fn):
+    """`fn` without NumPy's warnings for integer division by 0 (0, as on every device) and MIN by -1 (MIN)."""
+    def compute(a, b):
+        if a.dtype.kind in "iu":
+            with np.errstate(divide="ignore", over="ignore"):
+                return fn(a, b)
+        return fn(a, b)
+
+    return compute
+
+
 BINARY = {
     "add": (np.add, lambda c, g: (g, g)),
     "sub": (np.subtract, _sides(lambda c, g: g, lambda c, g: -g)),
@@ -263,8 +274,8 @@ BINARY = {
     "maximum": (np.maximum, _extreme_vjp(lambda b, a: a < b)),
     "minimum": (np.minimum, _extreme_vjp(lambda b, a: a > b)),
     "atan2": (np.arctan2, _atan2_vjp),
-    "remainder": (np.remainder, _sides(lambda c, g: g, lambda c, g: -g * (c.inputs[0] / c.inputs[1]).floor())),
-    "floor_divide": (np.floor_divide, None),
+    "remainder": (_quiet(np.remainder), _sides(lambda c, g: g, lambda c, g: -g * (c.inputs[0] / c.inputs[1]).floor())),
+    "floor_divide": (_quiet(np.floor_divide), None),
 }
 
 
@@ -336,9 +347,7 @@ def _cast_reference(x, *, dtype: DType):
     if dtype.is_bool:
         return x != 0
     if dtype.is_int and x.dtype.kind in "fV":
-        # Float to int truncates toward zero like C and PyTorch; go through f64 for bf16/f16.
-        with np.errstate(all="ignore"):
-            return np.trunc(x.astype(np.float64)).astype(dtype.np)
+        return float_to_int(x, dtype)  # NaN and out of range defined, as on every device
     return x.astype(dtype.np)
 
 

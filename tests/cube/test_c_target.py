@@ -1,11 +1,17 @@
 """Kernels compiled by the C target and run by the CPU runtime, checked against NumPy."""
 
+import math
+import re
+
 import ml_dtypes
 import numpy as np
 import pytest
 
 from ember import cube
 from ember.cube.lang import CubeCount, CubeDim
+from ember.cube.kernels.common import cube_dtype
+from ember.cube.passes import optimize
+from ember.cube.targets import cuda as cuda_target
 from ember.cube.targets.c import render
 from ember.cube.targets.phases import PhaseError
 
@@ -253,3 +259,60 @@ def test_read_only_outputs_are_refused():
         affine.launch(CubeCount(1), CubeDim(4), x, y)
     x.flags.writeable = False
     affine.launch(CubeCount(1), CubeDim(4), x, np.zeros(4, np.float32))  # read-only inputs are fine
+
+
+@cube.kernel
+def integer_edges(a: cube.Array, b: cube.Array, f: cube.Array[cube.f32], out: cube.Array):
+    i = cube.ABSOLUTE_POS
+    n = len(a)
+    if i < n:
+        x, y = a[i], b[i]
+        results = (x // y, x % y, x << y, x >> y, x + y, x - y, x * y, -x, cube.abs(x), cube.cast(f[i], x.dtype))
+        for k in cube.unroll(range(len(results))):
+            out[k * n + i % n] = results[k]  # i % n: a position's remainder, C's operator
+
+
+def _edge_oracle(x: int, y: int, f: float, bits: int, signed: bool) -> list:
+    """The IR's integer semantics (ir.py, "Integer semantics") in plain Python ints."""
+    def wrap(v: int) -> int:
+        v %= 2 ** bits
+        return v - 2 ** bits if signed and v >= 2 ** (bits - 1) else v
+    q = 0 if y == 0 else abs(x) // abs(y) * (1 if (x < 0) == (y < 0) else -1)
+    inside = 0 <= y < bits
+    shl = wrap(x << y) if inside else 0
+    shr = x >> y if inside else (-1 if x < 0 else 0)
+    wide = 64 if bits == 64 else 32
+    inside_wide = math.isfinite(f) and -2 ** (wide - 1) <= math.trunc(f) < 2 ** (wide - 1)
+    cast = math.trunc(f) if inside_wide else -2 ** (wide - 1)
+    rem = 0 if y == 0 else x - y * q
+    return [wrap(q), wrap(rem), shl, shr, wrap(x + y), wrap(x - y), wrap(x * y), wrap(-x), wrap(abs(x)),
+            wrap(cast)]
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.int32, np.int64, np.uint8])
+def test_integer_edges_are_defined_and_cuda_renders_the_same_guards(dtype):
+    info = np.iinfo(dtype)
+    lo, hi, bits = int(info.min), int(info.max), info.bits
+    pairs = [(lo, -1), (lo, 0), (hi, 0), (-7, 2), (7, -2), (-7, -2), (hi, 1), (lo, lo), (hi, hi), (1, bits - 1),
+             (1, bits), (-5, bits + 3), (-5, -1), (3, -bits), (lo, 2)]
+    pairs = [(x, y) for x, y in pairs if lo <= x <= hi and lo <= y <= hi]
+    floats = [math.nan, math.inf, -math.inf, 300.0, -1.0, 3e9, -2.0 ** 31, 2.0 ** 31, 1e20, 2.9, -2.9, 127.5,
+              -129.0, 40000.0, 0.5]
+    a, b = (np.array([p[k] for p in pairs], dtype) for k in (0, 1))
+    f = np.array(floats[:len(pairs)] + [0.0] * (len(pairs) - len(floats)), np.float32)
+    out = np.zeros(10 * len(a), dtype)
+    launch1d(integer_edges, len(a), a, b, f, out)
+    want = np.array([_edge_oracle(int(x), int(y), float(v), bits, info.min < 0) for x, y, v in zip(a, b, f)],
+                    dtype).T.reshape(-1)
+    np.testing.assert_array_equal(out, want)
+    # CUDA C shares the C family's rendering: every integer op is the C target's guarded expression
+    t = cube_dtype(dtype)
+    kernel = optimize(integer_edges.specialize((t, t, cube.f32, t), {}))
+    exprs = lambda source: set(re.findall(r"\bv\d+ = (.*);$", source, re.M))
+    c_source = render(kernel, CubeDim(64))
+    assert "fmod" not in c_source
+    c, cuda = exprs(c_source), exprs(cuda_target.render(kernel, CubeDim(64)))
+    guarded = {e for e in cuda if re.search(r" / | % |<<|>>|>= ", e)}
+    assert len(guarded) >= 5 and guarded <= c
+    assert not any(re.fullmatch(r"\(?v\d+ [/%] v\d+\)?", e) for e in cuda)  # no bare division left
+

@@ -1,9 +1,16 @@
+import math
+
+import numpy as np
+import pytest
+
 from ember.cube import ir
 from ember.cube.ir import Builder, For, If, Instr
+from ember.cube.lang import CubeCount, CubeDim
 from ember.cube.passes import (eliminate_common_subexpressions, eliminate_dead_code, fold_constants,
                                optimize)
 from ember.cube.passes.fold import evaluate
-from ember.dtype import f32, i32, i8
+from ember.cube.runtime.cpu import cpu_runtime
+from ember.dtype import f32, f64, i32, i64, i8, u8
 
 
 def instrs(kernel, op=None):
@@ -114,3 +121,32 @@ def test_vectorize_leaves_runs_shorter_than_the_width():
 def test_vectorize_refuses_to_move_stores_past_loads_of_the_same_array():
     k = optimize(unrolled_kernel(4, in_place=True), vector_width=4)
     assert all(s.result.type.lanes == 1 for s in instrs(k) if s.result is not None)
+
+
+EDGES = [("div", -2 ** 31, -1, i32, i32), ("rem", -2 ** 31, -1, i32, i32), ("div", 5, 0, i32, i32),
+         ("rem", -5, 0, i32, i32), ("div", -128, -1, i8, i8), ("div", 200, 0, u8, u8), ("shl", 1, 32, i32, i32),
+         ("shl", 3, -1, i32, i32), ("shl", 3, 7, i8, i8), ("shr", -8, 40, i32, i32), ("shr", 8, -3, i32, i32),
+         ("shr", 200, 9, u8, u8), ("add", 2 ** 31 - 1, 1, i32, i32), ("mul", -2 ** 63, -1, i64, i64),
+         ("cast", math.nan, None, f32, i32), ("cast", math.inf, None, f32, i8), ("cast", 3e9, None, f32, i32),
+         ("cast", 300.0, None, f32, i8), ("cast", -1.0, None, f32, u8), ("cast", -1e30, None, f64, i64)]
+
+
+@pytest.mark.parametrize("op, x, y, src, dst", EDGES, ids=[f"{e[0]}-{e[3].name}-{e[1]}-{e[2]}" for e in EDGES])
+def test_fold_agrees_with_the_c_target_on_integer_edges(op, x, y, src, dst):
+    """Each case computed twice in one kernel: from constants (folded away) and from loaded values (run)."""
+    b = Builder("edge")
+    a, c, out = b.array_param("a", src), b.array_param("c", src), b.array_param("out", dst)
+    zero, one = b.const(0, i32), b.const(1, i32)
+
+    def compute(u, v):
+        return b.cast(u, dst) if op == "cast" else b.binary(op, u, v)
+
+    b.store(out, zero, compute(b.const(x, src), b.const(0 if y is None else y, src)))
+    b.store(out, one, compute(b.load(a, zero), b.load(c, zero)))
+    kernel = optimize(b.kernel)
+    assert len(instrs(kernel, op)) == 1  # the constant one folded
+    result = np.zeros(2, dst.np)
+    runtime = cpu_runtime()
+    runtime.run(runtime.compile_ir(kernel, CubeDim(1)), CubeCount(1),
+                (np.array([x], src.np), np.array([0 if y is None else y], src.np), result))
+    assert result[0] == result[1]

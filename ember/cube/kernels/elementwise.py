@@ -179,17 +179,16 @@ def binary_op(op, a, b):
         if t.is_float:
             r = a % b  # fmod: sign of a; NumPy's remainder takes the sign of b
             return cube.select((r != t(0)) and ((r < t(0)) != (b < t(0))), r + b, r)
-        safe = cube.select(b == t(0), t(1), b)
-        r = a % safe
-        r = cube.select((r != t(0)) and ((r < t(0)) != (safe < t(0))), r + safe, r)
-        return cube.select(b == t(0), t(0), r)
+        # Truncated (0 by 0 and by -1: the IR's integer semantics), then moved to b's sign. The steps
+        # here and below are arithmetic on the condition: gcc may make a select a branch, which
+        # mispredicts on operands of mixed signs.
+        r = a % b
+        return r + b * cube.cast((r != t(0)) and ((r < t(0)) != (b < t(0))), t)
     if op == "floor_divide":
         if t.is_float:
             return cube.floor(a / b)
-        safe = cube.select(b == t(0), t(1), b)
-        q = a // safe  # truncates toward zero; step down when the signs differ and it is inexact
-        q = cube.select((a % safe != t(0)) and ((a < t(0)) != (safe < t(0))), q - t(1), q)
-        return cube.select(b == t(0), t(0), q)
+        q = a // b  # truncates (0 by 0, MIN by -1 is MIN); one down when the signs differ and it is inexact
+        return q - cube.cast((a % b != t(0)) and ((a < t(0)) != (b < t(0))), t)
     return compare_op(op, a, b)
 
 

@@ -1,9 +1,11 @@
 """Constant folding: evaluate ops whose operands are all constants, and simplify the obvious.
 
-Arithmetic follows the kernel semantics every target shares: integer division and remainder
-truncate toward zero, integers wrap at their width, f16/bf16 arithmetic happens in f32 (rounding only
-at casts). Beyond folding: `x + 0`, `x - 0`, `x * 1`, `x / 1`, int `x * 0`, `select` on a constant,
-`if` on a constant (its taken branch is spliced in) and loops that run zero times (removed).
+Arithmetic follows the kernel semantics every target shares (`ir.py`, "Integer semantics"): integer
+division and remainder truncate toward zero and give 0 by 0, integers wrap at their width, shifts past
+the width give 0 or the sign, float to int casts follow `dtype.float_to_int`, f16/bf16 arithmetic
+happens in f32 (rounding only at casts). Beyond folding: `x + 0`, `x - 0`, `x * 1`, `x / 1`, int `x * 0`,
+`select` on a constant, `if` on a constant (its taken branch is spliced in) and loops that run zero times
+(removed).
 
 Example:
     >>> # %2 = add (const 2), (const 3) : i32   becomes   %2 = const 5 : i32
@@ -12,10 +14,10 @@ Example:
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 
+from ...dtype import float_to_int
 from .. import ir
 from ..ir import If, Instr
 
@@ -55,9 +57,7 @@ def evaluate(op: str, values: list, types: list, result: ir.Type, attr=None):
                 return bool(x)
             if result.dtype.is_float:
                 return float(np.asarray(x, dtype=np.float64).astype(result.dtype.np))
-            if isinstance(x, float) and not math.isfinite(x):
-                return None
-            return _wrap(int(x), result.dtype)
+            return int(float_to_int(x, result.dtype)) if isinstance(x, float) else _wrap(int(x), result.dtype)
         if op == "select":
             return values[1] if values[0] else values[2]
         if op == "mulhi":
@@ -66,11 +66,11 @@ def evaluate(op: str, values: list, types: list, result: ir.Type, attr=None):
             a, b = values
             if op in ("div", "rem"):
                 if b == 0:
-                    return None
+                    return 0
                 q = abs(a) // abs(b) * (1 if (a < 0) == (b < 0) else -1)
                 return _wrap(q if op == "div" else a - b * q, src)
-            if not 0 <= b < src.itemsize * 8:
-                return None
+            if not 0 <= b < src.itemsize * 8:  # past the width: 0, or the sign for a signed >>
+                return -1 if op == "shr" and a < 0 else 0
             return _wrap(a << b if op == "shl" else a >> b, src)
         npt = _np_type(src)
         args = [npt(v) for v in values]

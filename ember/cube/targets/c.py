@@ -39,7 +39,7 @@ ENTRY = "ember_kernel"
 PARALLEL_MIN = 32768
 """Elements in a launch's largest array below which its cubes run on the calling thread: the initial value
 of each library's `ember_parallel_min`, which the CPU runtime sets for the machine (`runtime/cpu.py`)."""
-VERSION = "c-7"  # bump when the rendering changes, so cached binaries are rebuilt
+VERSION = "c-12"  # bump when the rendering changes, so cached binaries are rebuilt
 
 PRELUDE = r"""#include <stdint.h>
 #include <string.h>

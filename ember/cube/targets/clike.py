@@ -5,8 +5,17 @@ expression of each scalar op.
 overrides the few names that differ (its `bool` type, how it spells NaN, `mulhi`).
 f16/bf16 are computed in `float` and kept in memory as 16-bit words; the target's prelude defines
 the conversion helpers (`ember_f16_load/store/round`, `ember_bf16_load/store/round`). Narrow integers
-are brought back to their type after C's promotion to int; integer division and remainder truncate,
-as the IR specifies.
+are brought back to their type after C's promotion to int.
+
+Integer ops are rendered without undefined behaviour, with the results the IR defines (`ir.py`, "Integer
+semantics"): float to int casts of NaN or out-of-range values give the type's minimum through 32 bits
+(64 for i64 and u32/u64), as x86 and NumPy do; and for the values a kernel computes on (`data`,
+`walker.data_values`): division and remainder truncate, by 0 give 0, `MIN / -1` is MIN and `MIN % -1`
+is 0 (a divisor made safe by compares, no branch), shifts by a negative count or one past the width
+give 0 (`<<`, unsigned `>>`) or the sign (signed `>>`), signed `+ - *`, negation and `abs` wrap
+(computed in unsigned). Positions (indices of loads, stores and atomics, loop bounds, and what they are computed
+from) keep C's operators: kernels keep them in range, divide them by sizes and shift them by less
+than the width, and gcc vectorizes addressing only when it may assume no overflow (docs/backends.md).
 
 Example:
     >>> CFamily().scalar("add", ["a", "b"], [f32, f32], f32)
@@ -97,14 +106,21 @@ class CFamily:
     def math(self, op: str, a: list, src) -> str:
         return f"{self.MATH[op]}{'f' if src.is_float and src is not f64 else ''}({', '.join(a)})"
 
-    def scalar(self, op: str, a: list, types: list, out) -> str:
-        """C for one scalar op over operands rendered as `a` (compute types) of dtypes `types`."""
+    def scalar(self, op: str, a: list, types: list, out, data: bool = True) -> str:
+        """C for one scalar op over operands rendered as `a` (compute types) of dtypes `types`; `data`: a
+        value the kernel computes on, not a position (see the module docstring)."""
         src = types[0] if types else out
         fs = "f" if src.is_float and src is not f64 else ""
         if op == "cast":
             if out is bool_:
                 return f"({a[0]} != 0)"
+            if src.is_float and out.is_int:
+                return f"(({self.COMPUTE[out.name]}){self.float_to_int(a[0], src, out)})"
             return self.round_to(f"(({self.COMPUTE[out.name]}){a[0]})", out)
+        if not src.is_float and src is not bool_:
+            integer = self.integer(op, a, src, data)
+            if integer is not None:
+                return integer
         if op in ("min", "max"):
             return f"({a[0]} {'<' if op == 'min' else '>'} {a[1]} ? {a[0]} : {a[1]})"
         if op == "select":
@@ -125,8 +141,6 @@ class CFamily:
             return f"(({self.COMPUTE[src.name]})1 / sqrt{fs}({a[0]}))"
         if op == "recip":
             return f"(({self.COMPUTE[src.name]})1 / {a[0]})"
-        if op == "rem" and not src.is_float:
-            return f"({a[0]} % {a[1]})"
         if op in self.MATH:
             return self.math(op, a, src)
         if op in BINARY:
@@ -136,3 +150,46 @@ class CFamily:
                 return f"(({self.COMPUTE[out.name]}){expr})"
             return expr
         raise self.Error(f"the {self.TARGET} target has no rendering for {op}")
+
+    def integer(self, op: str, a: list, t, data: bool) -> str | None:
+        """C for an integer op of dtype `t` whose plain C operator has undefined cases, or the remainder,
+        else None; positions (`data` false) keep C's operators."""
+        T, U = self.COMPUTE[t.name], "uint64_t" if t.itemsize == 8 else "uint32_t"
+        width = t.itemsize * 8
+        if not data:  # a position: C's operators (kernels divide positions by sizes, shift them in range)
+            return f"(({T})({a[0]} % {a[1]}))" if op == "rem" else None
+        if op in ("div", "rem"):
+            x, y = a
+            if t.signed:  # y is 0 or -1: divide by 1, then scale the quotient by 0 or -1 (in unsigned)
+                safe = f"({y} + ({y} == 0) + 2 * ({y} == -1))"
+                if op == "rem":
+                    return f"(({T})({x} % {safe}))"
+                return f"(({T})(({U})({x} / {safe}) * ({U})(({y} != 0) - 2 * ({y} == -1))))"
+            safe = f"({y} + ({y} == 0))"
+            return f"(({T})({x} % {safe}))" if op == "rem" else f"(({T})(({x} / {safe}) * ({y} != 0)))"
+        if op in ("shl", "shr"):
+            x, y = a
+            inside = f"(({U}){y} < {width})"
+            if op == "shl":
+                return f"({inside} ? ({T})(({U}){x} << (({U}){y} & {width - 1})) : ({T})0)"
+            if t.signed:  # past the width: the sign
+                return f"(({T})({x} >> ({inside} ? {y} : {width - 1})))"
+            return f"({inside} ? ({T})({x} >> {y}) : ({T})0)"
+        if not (t.signed and t.itemsize >= 4):  # narrower types compute in int, which holds them
+            return None
+        if op in ("add", "sub", "mul"):
+            return f"(({T})(({U}){a[0]} {BINARY[op]} ({U}){a[1]}))"
+        if op == "neg":
+            return f"(({T})-({U}){a[0]})"
+        if op == "abs":
+            return f"({a[0]} < 0 ? ({T})-({U}){a[0]} : {a[0]})"
+        return None
+
+    def float_to_int(self, x: str, src, out) -> str:
+        """`x` (a float of dtype `src`) truncated to an integer of 32 bits (64 for i64, u32, u64), NaN and
+        values out of that range giving its minimum; the caller converts to `out`, which wraps."""
+        bits = 32 if out.itemsize < 4 or out.name == "i32" else 64
+        wide = f"int{bits}_t"
+        lo, hi = self.literal(-2.0 ** (bits - 1), src), self.literal(2.0 ** (bits - 1), src)
+        low = "(-2147483647 - 1)" if bits == 32 else "(-9223372036854775807LL - 1)"
+        return f"(({x} >= {lo}) & ({x} < {hi}) ? ({wide}){x} : {low})"

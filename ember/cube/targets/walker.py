@@ -7,6 +7,8 @@ instruction's result is bound (`define`), loads, stores, atomics, plane ops and 
 in every target; values are named `v<id>` (`value`), locals `l<n>` (`local_name`). The C target walks
 each of its phases with it, naming values by where they live and leaving a unit by `goto`.
 `builtin_table` derives every launch builtin from a target's spelling of the per-axis ones.
+`data` holds the values that are not positions (`data_values`): the C family guards their division and
+makes their signed arithmetic wrap, and keeps C's for positions.
 
 Example:
     >>> class Tiny(Walker):
@@ -35,6 +37,7 @@ class Walker:
         self.lines: list[str] = []
         self.locals: dict = {}
         self.consts = {s.result: s.attr for s in ir.walk(kernel.body) if isinstance(s, Instr) and s.op == "const"}
+        self.data = data_values(kernel)
 
     def emit(self, line: str, depth: int) -> None:
         self.lines.append("  " * depth + line)
@@ -119,7 +122,7 @@ class Walker:
         target gives for its compute types).
         """
         args = [x + index if v.type.lanes > 1 else x for x, v in zip(a, s.args)]
-        return self.scalar(s.op, args, [v.type.dtype for v in s.args], s.result.type.dtype)
+        return self.scalar(s.op, args, [v.type.dtype for v in s.args], s.result.type.dtype, data=s.result in self.data)
 
     # -- what each target spells its own way ------------------------------------------------------
     def literal(self, value, dtype) -> str:
@@ -153,6 +156,36 @@ class Walker:
 
     def atomic(self, s: Instr, a: list, depth: int) -> None:
         raise NotImplementedError
+
+
+def data_values(kernel: ir.Kernel) -> set:
+    """The values of `kernel` that are not positions: a position is an index of a load, a store, an
+    atomic, a fragment or a copy, a loop bound, or a value one is computed from (builtins, lengths, loop counters, strides read
+    from a layout array, ...). The C family's targets keep C's signed arithmetic and division for
+    positions, which the compiler needs to vectorize addressing, and give the rest the IR's semantics."""
+    stmts = list(ir.walk(kernel.body))
+    positions: set = set()
+    position_locals: set = set()
+    size = -1
+    while size != len(positions) + len(position_locals):  # a variable's writes may follow its reads
+        size = len(positions) + len(position_locals)
+        for s in reversed(stmts):  # uses before definitions
+            if isinstance(s, For):
+                positions.update((s.start, s.stop, s.step))
+                continue
+            if not isinstance(s, Instr):
+                continue
+            if s.op in ("load", "store") or s.op in ir.ATOMIC:
+                positions.add(s.args[0])
+            elif (s.op in ir.MATRIX or s.op in ir.COPY) and s.op != "matrix_fill":
+                positions.update(s.args)  # indices, strides, counts of fragments and copies
+            if s.op == "write" and s.attr in position_locals:
+                positions.add(s.args[0])
+            if s.result in positions:
+                if s.op == "read":
+                    position_locals.add(s.attr)
+                positions.update(s.args)
+    return {s.result for s in stmts if isinstance(s, Instr) and s.result is not None} - positions
 
 
 def identifier(name: str) -> str:

@@ -50,7 +50,7 @@ from .clike import BINARY
 from .walker import Walker, builtin_table, identifier
 
 ENTRY = "main"
-VERSION = "wgsl-7"  # bump when the rendering changes, so cached pipelines are rebuilt
+VERSION = "wgsl-8"  # bump when the rendering changes, so cached pipelines are rebuilt
 
 # Helper functions by op: WGSL has no erf, expm1, log1p, log10 or 32x32->64-bit multiply.
 HELPERS = {
@@ -196,6 +196,43 @@ def shared_bytes(kernel: ir.Kernel) -> int:
     """Bytes of workgroup memory a kernel declares (4 per element: everything computes in 32 bits)."""
     return sum(max(4, s.attr.dtype.itemsize) * s.attr.size for s in ir.walk(kernel.body)
                if isinstance(s, Instr) and s.op == "shared")
+
+
+def _divide(op: str, x: str, y: str, t) -> str:
+    """Integer `x / y` or `x % y` as the IR defines them (by 0: 0; MIN / -1: MIN, MIN % -1: 0), through a
+    divisor made safe (1 for 0 and -1). The remainder is `x - (x / y) * y` spelled out: naga's GLSL output
+    keeps `%`, which GLSL leaves undefined for negative operands (llvmpipe's OpenGL adapter gave
+    -7 % -2 == -7, -6 % 3 == 1)."""
+    zero, one = literal(0, t), literal(1, t)
+    special = f"{y} == {zero}" + (f" || {y} == {literal(-1, t)}" if t.signed else "")
+    safe = f"select({y}, {one}, {special})"
+    if op == "rem":
+        return f"({x} - ({x} / {safe}) * {safe})"
+    quotient = f"({x} / {safe})"
+    if t.signed:  # divided by 1 for -1: negate (0 - MIN wraps to MIN)
+        quotient = f"select({quotient}, {zero} - {x}, {y} == {literal(-1, t)})"
+    return f"select({quotient}, {zero}, {y} == {zero})"
+
+
+def _shift(op: str, x: str, y: str, t) -> str:
+    """`x << y` or `x >> y` as the IR defines them: a count below 0 or from the width of `t` on gives 0
+    (`<<`, unsigned `>>`) or the sign (signed `>>`). WGSL shifts by a u32, taken modulo the word's width
+    (narrow types live in 32-bit words)."""
+    width = t.itemsize * 8
+    count = f"u32({y})"
+    if op == "shr" and t.signed:
+        return f"({x} >> min({count}, {width - 1}u))"
+    shifted = f"({x} {'<<' if op == 'shl' else '>>'} ({count} & {63 if width == 64 else 31}u))"
+    return f"select({literal(0, t)}, {shifted}, {count} < {width}u)"
+
+
+def _float_to_int(x: str, src, out) -> str:
+    """Float `x` truncated to i32 (i64 for 64-bit `out`), NaN and values out of range giving its minimum, as
+    on the C target (`dtype.float_to_int`); the caller converts to `out`. (u32 keeps WGSL's conversion.)"""
+    wide = i64 if out.itemsize == 8 else i32
+    bits = wide.itemsize * 8
+    inside = f"{x} >= {literal(-2.0 ** (bits - 1), src)} & {x} < {literal(2.0 ** (bits - 1), src)}"
+    return f"select({literal(-2 ** (bits - 1), wide)}, {wide.name}({x}), {inside})"
 
 
 def literal(value, dtype) -> str:
@@ -376,13 +413,15 @@ class Renderer(Walker):
         # A vector op, lane by lane: every scalar rendering (helpers included) then serves vectors.
         return f"{self.wtype(t)}({', '.join(self.lane(s, a, f'[{i}]') for i in range(t.lanes))})"
 
-    def scalar(self, op: str, a: list, types: list, out) -> str:
-        """WGSL for one scalar op over operands rendered as `a` (compute types)."""
+    def scalar(self, op: str, a: list, types: list, out, data: bool = True) -> str:
+        """WGSL for one scalar op over operands rendered as `a` (compute types). WGSL's integers wrap and its
+        division does not trap, so positions (`data` false) are rendered as data are."""
         src = types[0] if types else out
         if op == "cast":
             if out is bool_:
                 return f"({a[0]} != {self.wtype(ir.Type(src))}())"
-            e = f"{self.wtype(ir.Type(out))}({a[0]})"
+            x = _float_to_int(a[0], src, out) if src.is_float and out.is_int and out is not u32 else a[0]
+            e = f"{self.wtype(ir.Type(out))}({x})"
             if out.name in _WRAP:
                 return _WRAP[out.name].format(e)  # i8/u8/i16 values live in 32 bits, wrapped
             return f"f32(f16({e}))" if out is f16 else e  # f16 values live in f32, rounded
@@ -401,15 +440,11 @@ class Renderer(Walker):
         if op == "recip":
             return f"({literal(1, src)} / {a[0]})"
         if op in ("shl", "shr"):
-            return f"({a[0]} {'<<' if op == 'shl' else '>>'} u32({a[1]}))"  # WGSL shifts by a u32
+            return _shift(op, a[0], a[1], src)
+        if op in ("div", "rem") and src.is_int:
+            return _divide(op, a[0], a[1], src)
         if op == "xor" and src is bool_:
             return f"({a[0]} != {a[1]})"
-        if op == "rem" and src.is_int and src.signed:
-            # a - (a / b) * b, WGSL's truncated remainder (and its 0 for b == 0) spelled out: naga's GLSL
-            # output keeps `%`, which GLSL leaves undefined for negative operands (llvmpipe's OpenGL
-            # adapter gave -7 % -2 == -7, -6 % 3 == 1).
-            x, y = a
-            return f"select({x} - ({x} / {y}) * {y}, {literal(0, src)}, {y} == {literal(0, src)})"
         if op == "ne" and src.is_float:  # naga's != is ordered (false for NaN); C's is not
             return f"(!({a[0]} == {a[1]}))"
         if op in ("lt", "le", "gt", "ge") and src is bool_:  # WGSL orders no bools: as 0/1 words
