@@ -223,7 +223,7 @@ def _signature(name: str, forward: Callable) -> tuple[int, tuple[str, ...]]:
 def _register_lowering(name: str, run: Callable) -> None:
     """The op's row in the Cube(cpu) lowering table: its forward is the kernel."""
     from .backend.cube.lowering import TABLE, Lowering
-    TABLE[name] = Lowering(run, "kernel")
+    TABLE[name] = Lowering(run)
 
 
 def backend_extension(fn: Callable | None = None, *, shape: Callable, backward: Callable | None = None,
