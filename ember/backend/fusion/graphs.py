@@ -1,13 +1,12 @@
 """Plan replay as CUDA graphs: a fusion plan run for the second time on the same inputs *at the same
 addresses* is captured as a CUDA graph, and its later runs there launch that graph.
 
-`Plan.run` asks `replays_for(inner)`; on an inner backend whose runtime can capture graphs
-(`CudaRuntime.capture`) it gets a `GraphReplays`, which decides per plan and per *key*: the external
-inputs' shapes, strides, dtypes and device addresses, every recorded op's params, and the plan's
-donation decision (`donation.py`).
+`Plan.run` asks `replays_for(inner)`, a `GraphReplays` where the runtime can capture graphs
+(`CudaRuntime.capture`); it decides per plan and per *key*: the external inputs' shapes, strides,
+dtypes and device addresses, every recorded op's params, and the plan's donation decision.
 
 - 1st run of a key: plain (`Plan.run(..., graphs=False)`), remembered.
-- 2nd run: captured with the memory pool's `trace` on, then launched; it pins only layout arrays.
+- 2nd run: captured with the pool's `trace` on, then launched; the graph pins only layout arrays.
 - later runs: the trace is replayed (`MemoryPool.retake`); when every slice it takes is free at its
   captured place, the graph is launched and its outputs wrapped over those slices (`runtime.over`).
   Otherwise everything is given back and the plan runs plainly (`mismatched`); the graph is dropped
