@@ -64,8 +64,8 @@ def _elementwise(kernel: Callable, out: Aval, *arrays: np.ndarray, widen: bool =
     and broadcast operands are first copied to contiguous by the cast kernel (one compiled copy per
     dtype pair, shared by every op), so each op compiles at most three times per dtype: all operands
     dense, or one of two a single broadcast value. With `widen`, narrow dtypes run as wide ones
-    (`_WIDE`). Copies cost memory traffic; compilations cost ~0.1-0.3 s each, and the op set times the
-    dtypes makes hundreds of them.
+    (`_WIDE`). Copies cost memory traffic; a compilation costs far more than a copy, and the op set
+    times the dtypes makes hundreds of them.
     """
     if math.prod(out.shape) == 0:
         return kernel(*arrays).reshape(out.shape)
