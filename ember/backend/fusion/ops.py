@@ -51,12 +51,13 @@ MOVEMENT = frozenset(("reshape", "permute", "expand", "slice", "flip"))
 """Movement ops: every output value is a value of their input (a view, or a copy when the strides
 cannot express the result)."""
 REPLAYABLE = frozenset(("adam_update", "matmul")) | MOVEMENT
-"""Other primitives whose `Inner` steps a plan captures (`plan.StepReplay`): the kernel library runs each
-as one launch whose constant arguments follow from the inputs' layout alone and which writes its output
-whole (the Adam update, whose host-side set-up costs more than its launch when run afresh; a matmul on
-CUDA, one cuBLAS call or tensor-core kernel once tuned, likewise; a reshape that copies). A movement op that makes a view of a
-device array replays as that view (`plan.ViewReplay`). A run that is none of these (a matmul on the
-CPU's BLAS, one that copies an operand first, a view of a NumPy array) is simply not captured."""
+"""Other primitives whose `Inner` steps a plan captures (`plan.StepReplay`): the kernel library runs
+each as one launch whose constant arguments follow from the inputs' layout alone and which writes its
+output whole (the Adam update, whose host-side set-up costs more than its launch when run afresh; a
+matmul on CUDA, one cuBLAS call or tensor-core kernel once tuned, likewise; a reshape that copies). A
+movement op that makes a view of a device array replays as that view (`plan.ViewReplay`). A run that is
+none of these (a matmul on the CPU's BLAS, one that copies an operand first, a view of a NumPy array) is
+simply not captured."""
 STARTS_BLOCK = frozenset(("matmul", "conv", "conv_transpose", "conv_weight_grad"))
 """`INNER` ops before which the stream is cut (see the module docstring)."""
 _BOOL_OP = {"maximum": "logical_or", "minimum": "logical_and"}

@@ -81,7 +81,8 @@ WIDEN_MIN = 1 << 32
 """m * n * k (times the batch) from which a product whose n columns are not a multiple of 16 bytes is
 computed on b widened to such a multiple (its columns, then zeros) and returned as a view of the wider
 output's first n columns: cuBLAS then runs its aligned kernels, which more than pay for the widening
-on large products (docs/cuda.md, "The device"); a wider ldc alone does not change cuBLAS's choice. Below it the saving is smaller than the copy of b and what a view may cost later ops (one that needs
+on large products (docs/cuda.md, "The device"); a wider ldc alone does not change cuBLAS's choice. Below
+it the saving is smaller than the copy of b and what a view may cost later ops (one that needs
 C-contiguous rows)."""
 
 

@@ -13,10 +13,11 @@ flash-style cube kernels of `ember/cube/kernels/attention.py`:
   `MATERIALIZE_MAX_BYTES` go through the L x S matrices instead (`_materialized_backward`, and the
   forward by `kernels.attention_forward_scores`), still one primitive each.
 
-Each has a NumPy reference (Device.numpy() runs it; the tests use it), which builds the matrix. Causal masking blocks key j for query i when j > i + offset (offset 0: PyTorch's top-left alignment;
-S - L: the bottom-right one of incremental decoding). A query that sees no key gets a zero output, a
-logsumexp of -inf and zero gradients. Head widths E, Ev are at most `MAX_DIM` (256). Why the
-materialized route and where it pays: docs/cube.md, "Fused attention".
+Each has a NumPy reference (Device.numpy() runs it; the tests use it), which builds the matrix. Causal
+masking blocks key j for query i when j > i + offset (offset 0: PyTorch's top-left alignment; S - L: the
+bottom-right one of incremental decoding). A query that sees no key gets a zero output, a logsumexp of
+-inf and zero gradients. Head widths E, Ev are at most `MAX_DIM` (256). Why the materialized route and
+where it pays: docs/cube.md, "Fused attention".
 
 Example:
     >>> q, k, v = ember.randn(2, 3, 5, 8), ember.randn(2, 3, 7, 8), ember.randn(2, 3, 7, 4)
