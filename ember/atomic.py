@@ -1,7 +1,6 @@
 """Atomic writes: a file or folder on disk is either the old one or the complete new one.
 
 Every file ember writes (models, configs, checkpoints, metrics, caches, datasets) goes through here.
-
 Files: the data goes to a temporary file in the destination's folder (same file system, so the
 final `os.replace` is a rename the OS performs atomically); it is flushed and fsynced before the
 rename, and removed if anything fails on the way.
@@ -15,10 +14,10 @@ the next leaves no folder under the final name, and `tidy` puts the new one ther
 Temporary names are `.<name>.<pid>.<12 hex digits>.tmp` (`.old` for an aside), so a process killed
 midway leaves only hidden entries that say who made them. `tidy(folder)`, run by every atomic write
 and by `ember.store.load` and checkpoint lookup in that folder, removes those whose process is gone,
-and those of older ember versions: files `.<name>.<12 hex digits>.tmp` last modified before this
-process started, checkpoint folders `.tmp-<checkpoint>-<pid>` and `.old-<checkpoint>-<pid>`. Process ids are
-this machine's: on a folder shared by several machines, a temporary entry made by a live process on
-another one may be taken for a dead one's.
+and the older forms `.<name>.<12 hex digits>.tmp` (last modified before this process started),
+`.tmp-<checkpoint>-<pid>` and `.old-<checkpoint>-<pid>`. Process ids are this machine's: on a folder
+shared by several machines, a temporary entry of a live process on another one may be taken for a
+dead one's.
 
 Example:
     >>> with atomic_open("model.ember") as f:

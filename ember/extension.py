@@ -1,34 +1,20 @@
-"""`@ember.backend_extension`: a custom op from a cube kernel, with its shape rule and gradient (Burn's
-backend extensions).
+"""`@ember.backend_extension`: a custom op from a cube kernel, with its shape rule and gradient.
 
-The decorated function is the op's forward on the cube target: it takes the inputs' arrays and returns
-the output array, launching `@cube.kernel`s in the kernel library's host-function style (allocate the
-output with `ember.cube.kernels.common.empty(shape, dtype, *inputs)`, which puts it on the inputs'
-runtime, size the grid, `kernel.launch(...)`). The decorator registers a real primitive beside it:
+The decorated function is the op's forward on the cube target: the inputs' arrays in (positional
+parameters; keyword-only ones are hashable params), the output array out, launching `@cube.kernel`s in
+the kernel library's style (`ember.cube.kernels.common.empty(shape, dtype, *inputs)` allocates on the
+inputs' runtime). The decorator registers a primitive beside it, with:
 
-- `shape(*input_shapes, **params) -> output shape`: runs before anything is computed, on every device;
-  it raises `ember.ShapeError` naming the op and the shapes for inputs that do not fit. `dtype` (optional,
-  `(*input_dtypes, **params) -> DType`) gives the output dtype; by default the first input's.
-- `backward(grad, out, *inputs, **params) -> one gradient (a tensor or None) per input`, written with
-  ember ops (or other extension ops) on the inputs and output as tensors. Autodiff records the op like
-  any primitive, so `loss.backward()` goes through it. Without `backward`, reaching the op in a
-  backward pass raises an error naming it. `saves` (`"all"`, `"inputs"`, `"output"` or `"none"`) says
-  which of them `backward` reads: autodiff keeps only those for it (the others arrive as None).
-- `reference(*arrays, **params) -> array` (optional): the same op in NumPy. Devices without a cube
-  target (`Device.numpy()`) run it, and tests use it as the oracle; without it, calling the op there
-  raises `DeviceError` naming the op and the device.
+- `shape(*input_shapes, **params) -> output shape`, run before anything is computed, on every device
+  (raises `ember.ShapeError`); `dtype` (optional) gives the output dtype, by default the first input's.
+- `backward(grad, out, *inputs, **params) -> a gradient (tensor or None) per input`, with ember ops
+  (without it a backward pass reaching the op raises); `saves` ("all", "inputs", "output", "none")
+  says which values it reads (the others arrive as None).
+- `reference(*arrays, **params)` (optional): the op in NumPy, for devices without a cube target (else
+  `DeviceError`) and as the tests' oracle.
 
-Positional parameters of the forward are the op's tensor inputs; keyword-only ones are its params
-(hashable values: ints, floats, strings, tuples), passed to every rule.
-
-On a cube backend the op has a row in the lowering table (`how == "kernel"`), so it never shows as a
-NumPy fallback. The fusion decorator does not fuse it (fusing a declared elementwise epilogue into it is
-not built yet). By default it is a boundary where the stream before it is materialized and the op runs
-at once. `pure=True` declares that the forward only reads its inputs and returns a new array, and that
-every error it can raise is raised by the shape and dtype rules at the call: the fusion decorator then
-records the op as an inner step of its plan (`ember.backend.fusion.ops.record_inner`), run at the next
-sync point with the ops around it, so it no longer cuts the stream (an optimizer update after the
-backward pass joins the step's plan).
+The op is a fusion sync point unless `pure=True` (the forward only reads its inputs and returns a new
+array; every error comes from the rules at the call): then an inner step of the plan (docs/extension.md).
 
 Example:
     >>> @ember.backend_extension(shape=lambda x: x, reference=lambda x: np.maximum(x, 0),
@@ -147,8 +133,8 @@ class Extension:
     def _infer(self, *avals: Aval, **params) -> Aval:
         """The output's shape and dtype by the op's rules. The rules are functions of the inputs' shapes
         and dtypes and of the params (hashable, checked at the call), so their answers are remembered
-        (an optimizer step calls an update op per parameter on the same few shapes every step; the
-        rules and checks cost ~5 us a call). Errors are not remembered: they are raised again."""
+        (an optimizer step calls an update op per parameter on the same few shapes every step, and the
+        rules and checks cost more than the lookup). Errors are not remembered: they are raised again."""
         key = (avals, tuple(params.items()))
         known = self._inferred.get(key)
         if known is not None:
@@ -223,7 +209,7 @@ def _signature(name: str, forward: Callable) -> tuple[int, tuple[str, ...]]:
 def _register_lowering(name: str, run: Callable) -> None:
     """The op's row in the Cube(cpu) lowering table: its forward is the kernel."""
     from .backend.cube.lowering import TABLE, Lowering
-    TABLE[name] = Lowering(run, "kernel")
+    TABLE[name] = Lowering(run)
 
 
 def backend_extension(fn: Callable | None = None, *, shape: Callable, backward: Callable | None = None,

@@ -5,19 +5,12 @@ primitives are pure functions of `(seed, offset, shape)`: the same seed gives th
 device whatever else runs, and threads drawing at once never share a block. A device and its autodiff
 variant share one stream. The default seed is 0, so a fresh process is reproducible, as in PyTorch.
 
-The numbers are the same on every backend: block b of stream (seed, offset) is Philox4x32-10
-(Salmon et al., SC'11; the generator of cuRAND and JAX) of counter (offset + b as two u32, 0, 0) with
-key (seed as two u32). The functions below are the NumPy definition (the NumPy backend runs them; the
-cube kernels of `ember/cube/kernels/random.py` compute the same):
-
-- 32-bit draws (`words`): element j is word j % 4 of block j // 4.
-  uniform (f32, f16, bf16): f32(low) + (f32(high) - f32(low)) * (word >> 8) * 2**-24, computed in f32,
-  rounded to the dtype, then clamped below `high`; normal: Box-Muller in f32 on word pairs (0, 1) and
-  (2, 3) of each block (f16, bf16, f32).
-- 64-bit draws (`words64`): element j is words (2(j % 2), 2(j % 2) + 1) of block j // 2 joined into a
-  u64 w. uniform f64: low + (high - low) * (w >> 11) * 2**-53 (53 random bits), clamped below `high`;
-  normal f64: Box-Muller in f64 on the two draws of each block; randint: low + w mod (high - low)
-  (bias at most (high - low) / 2**64).
+The numbers are the same on every backend: block b of stream (seed, offset) is Philox4x32-10 of
+counter (offset + b as two u32, 0, 0) with key (seed as two u32). The functions below are the NumPy
+definition (the NumPy backend runs them; the cube kernels of `ember/cube/kernels/random.py` compute the
+same): 32-bit draws (`words`, element j is word j % 4 of block j // 4) make f32/f16/bf16 uniform and
+normal numbers; 64-bit draws (`words64`, two words joined) make f64 uniform and normal numbers and
+integers (`randint`). The formulas for each: docs/architecture.md, "Random numbers".
 
 Bits, integers and uniform [0, 1) are equal bit for bit across backends. Other uniform ranges may
 differ in the last bit where a compiler fuses the multiply-add (FMA), and normal numbers by the few

@@ -350,7 +350,7 @@ def source_stamp(module: str) -> str | None:
     into an interactive session) or was modified after this process started (the code it imported
     may be the older one, which the hash would not describe): such kernels are traced before every
     disk lookup. Computed once
-    per module and process (the package's ~1.5 MB of source hashes in a few milliseconds).
+    per module and process (hashing the package's source is cheap next to a trace).
 
     Example:
         >>> source_stamp("ember.cube.kernels.elementwise") == source_stamp("ember.cube.kernels.reduce")

@@ -125,10 +125,6 @@ class Fragment:
     layout: str = "row"
     scope: str = "plane"
 
-    @property
-    def rows_cols(self) -> tuple:
-        return {"a": (self.m, self.k), "b": (self.k, self.n), "accumulator": (self.m, self.n)}[self.use]
-
 
 @dataclass(eq=False)
 class Instr:

@@ -3,34 +3,18 @@
 Each worker receives the dataset and batcher once (pickled at start) and owns two pipes: tasks
 `(batch_number, indices)` come in on one, finished batches go out on the other. Batch n goes to
 worker `n % num_workers` and every worker builds its tasks in order, so the next result on a
-worker's pipe is always the batch the loader waits for from it.
+worker's pipe is always the batch the loader waits for from it. A result is a frame: a header
+(batch number, ok flag, payload length), then the payload (the pickled batch, or the worker's
+traceback text) in messages of at most `_CHUNK` bytes, read against a deadline:
 
-A result is a frame: a header (batch number, ok flag, payload length), then the payload (the
-pickled batch, or the worker's traceback text) as messages of at most `_CHUNK` bytes. The main
-process reads a frame waiting on both the pipe and the worker's process sentinel, against a deadline:
+- A worker that dies at any point, mid-frame included, makes `receive` raise `WorkerError` naming
+  the worker, its pid and its exit code or signal.
+- With `timeout` > 0, a batch late by more raises `WorkerError` naming worker, pid, batch and timeout.
 
-- A worker that dies at any point, mid-frame included, closes the only write end of its result pipe
-  (the main process closes its own copy once the worker has started), so the read ends at EOF and
-  `receive` raises `WorkerError` naming the worker, its pid and its exit code or signal.
-- With `timeout` > 0, a batch that does not arrive in time raises `WorkerError` naming the worker,
-  its pid, the batch and the timeout (checked between chunks: a worker stopped, not dead, in the
-  middle of writing one chunk is the one wait it does not bound).
-
-Nothing is shared between workers (no queue, lock or shared memory), so a worker killed while
-holding something cannot block the others, and nothing needs the resource tracker; the one that
-the "spawn" and "forkserver" start methods start exits when the last process holding it is gone.
-
-Workers are started with the "spawn" method by default: it never forks a process that holds
-threads or locks (BLAS pools, the tensor runtime). The price is that the dataset and batcher must
-be picklable and worker start-up re-imports modules.
-
-Shutdown is owned by a `weakref.finalize`, so workers are terminated and joined when the pool is
-closed, garbage collected, or at interpreter exit. Workers ignore SIGINT (Ctrl-C reaches the whole
-process group; the main process decides). A worker exits when the main process dies, even while
-stuck in `__getitem__`: on Linux the kernel kills it (`prctl(PR_SET_PDEATHSIG)`, which fires when
-the *thread* that started the worker ends, so start iterating from a thread that outlives the
-pass); everywhere, a watchdog thread in the worker exits it once its parent's pid changes or the
-parent's sentinel closes.
+Workers are started with the "spawn" method by default, so the dataset and batcher must be
+picklable. They are terminated and joined when the pool is closed, garbage collected, or at
+interpreter exit; they ignore SIGINT, and exit when the main process dies, even while stuck in
+`__getitem__` (how: docs/training.md, "Data loader workers").
 
 Example:
     >>> from ember.data import InMemoryDataset, default_batcher

@@ -9,7 +9,7 @@ The model: conv 1->16 3x3, relu, maxpool 2, conv 16->32 3x3, relu, maxpool 2, li
 the 4,000 training images of `mnist_sample("train")`, each shifted by up to 2 pixels at random
 (`--shift`), and is evaluated on the sample's 1,000 held-out test images. Inputs are scaled to [0, 1]
 and standardized with MNIST's mean and standard deviation. The script prints the held-out accuracy at
-the end. The defaults (4 epochs of batches of 32) reach about 0.965 in 15-40 s on two idle cores; on
+the end. The defaults (4 epochs of batches of 32) reach about 0.96 (docs/training.md has timings); on
 a machine whose cores are busy with other work, multi-threaded BLAS can make the NumPy backend's
 convolutions many times slower, and `OPENBLAS_NUM_THREADS=1` restores the speed.
 

@@ -45,9 +45,10 @@ def _matmul_vjp(ctx, g):
     elif len(sb) == 2:
         # One matrix b (for a whole batch of a): the sum over the batch of a_i^T g_i is one product with
         # the batch folded into its inner dim, not a batch of products summed after (a (batch, k, n)
-        # temporary: 1.2 GB for a GPT's vocabulary head). It is made as (g^T a)^T, the view of an (n, k)
-        # product: a 2-D b is in practice a linear layer's (out, in) weight read through its transposed
-        # view, and the transpose's own rule then gives that weight's gradient in its C order.
+        # temporary, the weight's size times the batch: huge for a vocabulary head). It is made as
+        # (g^T a)^T, the view of an (n, k) product: a 2-D b is in practice a linear layer's (out, in)
+        # weight read through its transposed view, and the transpose's own rule then gives that
+        # weight's gradient in its C order.
         rows = math.prod(sa[:-1])  # g's leading dims are a's (no -1: an empty k or n would leave it open)
         gb = (g.reshape(rows, sb[-1]).transpose(-1, -2) @ ctx.input(0).reshape(rows, sa[-1])).transpose(-1, -2)
     else:

@@ -2,20 +2,19 @@
 
 A `Primitive` carries everything ember knows about one op of the backend protocol:
 
-- `infer(*avals, **params) -> Aval`: the shape and dtype rule; raises `ShapeError`/`DTypeError` naming the
-  op and the offending shapes. It runs before any backend sees the op, so every backend (eager, lazy,
-  remote) gets the same checks and the same errors.
+- `infer(*avals, **params) -> Aval`: the shape and dtype rule, raising `ShapeError`/`DTypeError` naming
+  the op and the shapes, before any backend sees the op: every backend gets the same checks and errors.
 - `reference(*arrays, **params) -> ndarray`: the NumPy reference. The NumPy backend runs it; other
   backends are tested against it.
-- `vjp(ctx, g) -> tuple`: the reverse-mode rule, written with ordinary `Tensor` ops. It receives the
-  cotangent `g` of the output and returns one cotangent (or `None`) per input.
+- `vjp(ctx, g) -> tuple`: the reverse-mode rule, written with ordinary `Tensor` ops: the cotangent `g`
+  of the output in, one cotangent (or `None`) per input out.
 - `cost`: `"memory"` for cheap ops whose outputs autodiff may recompute instead of keeping (elementwise,
   movement), `"compute"` for ops worth keeping (matmul, conv, reductions, sorts).
-- `saves(tracked) -> (input indices, output?)`: what `vjp` reads, given which inputs are tracked; autodiff
-  keeps exactly these values for the backward pass (PyTorch's saved tensors), so a value no rule reads
-  is freed (or, under fusion, never written) as soon as the user drops it. The default, `saves_all`,
-  keeps every input and the output; `saves_none`, `saves_inputs`, `saves_output` and `saves_partners`
-  (input i's gradient reads the other inputs, as `mul` and `matmul`) cover most rules.
+- `saves(tracked) -> (input indices, output?)`: what `vjp` reads, given which inputs are tracked;
+  autodiff keeps exactly these values for the backward pass, so a value no rule reads is freed (or,
+  under fusion, never written) as soon as the user drops it. `saves_all` (the default), `saves_none`,
+  `saves_inputs`, `saves_output` and `saves_partners` (input i's gradient reads the other inputs, as
+  `mul` and `matmul`) cover most rules.
 
 Every primitive has exactly one output; ops that return several tensors (sort, max with indices) are
 compositions of single-output primitives in the tensor layer.

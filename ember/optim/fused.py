@@ -6,25 +6,16 @@
 packed result and writes the new parameter and moments packed in one array; `Device.numpy()` runs the
 NumPy reference, the same operations in the same order. `adam_step` calls it and takes the new
 parameter back with one slice (a view: the rows are contiguous blocks along the first dim); the
-optimizer keeps the packed array itself as the moments for the next step, so an Adam update dispatches
-one op and one view instead of ~14 elementwise ops (or one op and a view per row).
-
-Design choices:
+optimizer keeps the packed array itself as the moments for the next step.
 
 - The hyperparameters of a step travel in a small tensor (`adam_scalars`, in the parameter's compute
-  dtype: f32 for f16/bf16, else its own), not as primitive params: the kernel compiles once per
-  (dtypes, AMSGrad, first step), and a recorded or cached plan does not change when the step count or
-  the learning rate does. Its values are made on the host once per step and option set (on a GPU
-  device, one small host-to-device copy) and shared by the parameters of that step.
-- The moments stay packed between steps: no slice per moment a step (on a GPT step, ~400 recorded ops
-  fewer), and the first step needs no zero tensors (the kernel's `first` form leaves the zero terms out).
-  The packed array's row 0 is the parameter of its step, the very memory the module holds: keeping it
-  costs nothing while the parameter is that value.
-- No gradient: optimizer updates run on the inner device, outside autodiff; reaching the op in a
-  backward pass raises an error naming it.
-- Pure (`pure=True`: every error is raised at the call, by the shape and dtype rules), so the fusion
-  decorator records it as an inner step: a training step's updates join the plan of its backward pass
-  instead of flushing the stream at the first one.
+  dtype: f32 for f16/bf16, else its own), not as primitive params, made once per step and option set
+  and shared by the parameters of that step.
+- The packed array's row 0 is the parameter of its step, the very memory the module holds.
+- No gradient: updates run on the inner device, outside autodiff; reaching the op in a backward pass
+  raises an error naming it.
+- Pure (`pure=True`), so the fusion decorator records it as an inner step of the plan. Why each of
+  these: docs/training.md, "The fused Adam update".
 
 Example:
     >>> p = ember.randn(4, 5)

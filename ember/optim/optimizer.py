@@ -3,27 +3,21 @@
 An optimizer is built on a module. Its parameters are found by name; each belongs to the first
 `ParamGroup` that matches it (else to the base options). `step(grads)`:
 
-1. reads `p.grad(grads)` for every unfrozen parameter (one with no gradient is skipped: its state and
-   step count do not advance, as in PyTorch),
+1. reads `p.grad(grads)` for every unfrozen parameter (without one, its state and step count stay),
 2. clips the gradients when `clip_value=` / `clip_norm=` are set (value first, then the global norm
    over every gradient of this step, delegated groups included),
 3. computes each new value with tensor ops on the inner (non-autodiff) device, `update(...)` of the
    subclass, and writes it with `p.set(new)`.
 
-A subclass states its hyperparameters and their defaults in `defaults` and implements `update`, the
-rule for one parameter. `lr` is not in `defaults`: it is the base learning rate, `opt.lr`.
+A subclass states its hyperparameters' defaults in `defaults` (not `lr`, the base learning rate
+`opt.lr`) and implements `update`, the rule for one parameter.
 
-**Groups with another optimizer.** A group may name a different optimizer class,
-`ParamGroup(prefix="emb.", optimizer=SGD, lr=0.1)`. Its parameters are then handed to a *delegate*:
-an instance of that class built on the same module, restricted to those parameters, with the group's
-options (others take that class's defaults, and `lr` the base lr when the group gives none). One
-`step` updates both; `state_dict` holds both.
-
-**Learning rates under a scheduler.** `opt.lr` is the base lr. A group with its own `lr` keeps its
-ratio to the base: setting `opt.lr = x` gives it `group_lr * x / initial_lr` (delegates alike). This
-is PyTorch's behaviour for multiplicative schedules (LambdaLR, StepLR, ExponentialLR, ...), where each
-group's lr is its initial lr times a common factor; for schedules with an absolute floor such as
-cosine annealing's `eta_min`, PyTorch applies the floor to every group while here it is scaled too.
+A group may name a different optimizer class, `ParamGroup(prefix="emb.", optimizer=SGD, lr=0.1)`: its
+parameters go to a *delegate* of that class built on the same module with the group's options (others
+take that class's defaults, `lr` the base lr when the group gives none); one `step` updates both and
+`state_dict` holds both. A group with its own `lr` keeps its ratio to the base: setting `opt.lr = x`
+gives it `group_lr * x / initial_lr` (delegates alike), as PyTorch's multiplicative schedules do; an
+absolute floor such as cosine annealing's `eta_min` is scaled too (PyTorch applies it to every group).
 
 Example:
     >>> opt = AdamW(model, lr=1e-3, weight_decay=0.01, groups=[ParamGroup(prefix="head.", lr=1e-2)])

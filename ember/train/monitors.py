@@ -174,7 +174,7 @@ def resident_bytes() -> int | None:
 @functools.lru_cache(maxsize=1)
 def _this_process(pid: int) -> Any:
     """psutil's handle on process `pid`, or None without psutil; looked up once (the monitor reads it
-    every batch: a failed `import psutil` costs ~90 us each time, making a handle ~80 us); keyed by pid
+    every batch, and a failed `import psutil` or a new handle costs more than the read); keyed by pid
     so a forked child gets its own."""
     try:
         import psutil

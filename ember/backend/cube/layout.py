@@ -24,7 +24,7 @@ from ...cube.kernels.common import broadcast_strides, element_strides, merge_dim
 from ...cube.runtime.arguments import DeviceArray
 
 # Strided layouts of rank 2..4 are padded to 4 (leading size-1 dims), so they share one compiled kernel;
-# a padded dim costs a division per element, a new rank costs a compilation (~0.3 s of gcc).
+# a padded dim costs a division per element, a new rank costs a compilation (a gcc run).
 PADDED_RANK = 4
 
 

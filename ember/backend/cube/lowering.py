@@ -1,23 +1,20 @@
 """The lowering table of the Cube backend: primitive name -> how it runs, one row per primitive.
 
-Each row is a `Lowering(run, how)`: `run(out, *arrays, **params)` gets the output's `Aval` (already
-given by the primitive's shape rule), the input arrays and the primitive's params, and returns an array.
-`how` says what does the work:
-
-- "kernel": a cube kernel (`ember.cube.kernels`, or `kernels.py` beside this file);
-- "view":   metadata only, a NumPy view of the input (reshape copies with the cast kernel when the
-            strides cannot express the new shape);
-- "move":   memory moves, no arithmetic (cat, pad, slice_assign): the NumPy reference on the host; on a
-            device, a new array that the strided assign kernel writes each input into (its slice of it).
+Each row is a `Lowering(run)`: `run(out, *arrays, **params)` gets the output's `Aval` (already given by
+the primitive's shape rule), the input arrays and the primitive's params, and returns an array. Most
+rows run a cube kernel (`ember.cube.kernels`, or `kernels.py` beside this file); the view rows
+(reshape, permute, expand, slice, flip) touch metadata only, a NumPy view of the input (reshape copies
+with the cast kernel when the strides cannot express the new shape); the move rows (cat, pad,
+slice_assign) move memory without arithmetic: the NumPy reference on the host, on a device a new array
+that the strided assign kernel writes each input into (its slice of it).
 
 A primitive without a row, or whose row raises `Unlowered` for a case its kernel does not cover, runs
 its NumPy reference; the backend records it in `CubeBackend.fallbacks`.
 
 Example:
-    >>> TABLE["exp"].how
-    'kernel'
+    >>> TABLE["exp"].run(Aval((2,), f32), np.zeros(2, np.float32))
+    array([1., 1.], dtype=float32)
 """
-
 from __future__ import annotations
 
 import math
@@ -47,7 +44,6 @@ class Unlowered(Exception):
 
 class Lowering(NamedTuple):
     run: Callable[..., np.ndarray]
-    how: str
 
 
 # ---- elementwise ---------------------------------------------------------------------------------
@@ -68,8 +64,8 @@ def _elementwise(kernel: Callable, out: Aval, *arrays: np.ndarray, widen: bool =
     and broadcast operands are first copied to contiguous by the cast kernel (one compiled copy per
     dtype pair, shared by every op), so each op compiles at most three times per dtype: all operands
     dense, or one of two a single broadcast value. With `widen`, narrow dtypes run as wide ones
-    (`_WIDE`). Copies cost memory traffic; compilations cost ~0.1-0.3 s each, and the op set times the
-    dtypes makes hundreds of them.
+    (`_WIDE`). Copies cost memory traffic; a compilation costs far more than a copy, and the op set
+    times the dtypes makes hundreds of them.
     """
     if math.prod(out.shape) == 0:
         return kernel(*arrays).reshape(out.shape)
@@ -358,52 +354,48 @@ def _reference(name: str) -> Callable:
 
 
 def _view(name: str) -> Lowering:
-    return Lowering(_reference(name), "view")
-
-
-def _kernel(run: Callable) -> Lowering:
-    return Lowering(run, "kernel")
+    return Lowering(_reference(name))
 
 
 TABLE: dict[str, Lowering] = {
-    **{name: _kernel(_unary(name)) for name in UNARY_OPS if name in registry and name not in ("abs", "sign")},
-    **{name: _kernel(_binary(name)) for name in BINARY_OPS},
-    "abs": _kernel(_abs),
-    "sign": _kernel(_sign),
-    "isnan": _kernel(_isnan),
-    "isinf": _kernel(_isinf),
-    "where": _kernel(_where),
-    "cast": _kernel(_cast),
-    **{name: _kernel(_reduce(name)) for name in ("sum", "prod", "amax", "amin")},
-    **{name: _kernel(_arg_reduce(name)) for name in ("argmax", "argmin")},
-    **{name: _kernel(_scan(name)) for name in ("cumsum", "cumprod")},
-    "cumextreme_index": _kernel(_cumextreme_index),
-    "argsort": _kernel(_argsort),
-    "matmul": _kernel(lambda out, a, b: tuned_matmul(a, b)),
-    "gather": _kernel(_gather),
-    "scatter": _kernel(_scatter),
-    "index_select": _kernel(_index_select),
-    "index_add": _kernel(_index_add),
-    "embedding": _kernel(_embedding),
-    "full": _kernel(_full),
-    "uniform": _kernel(_uniform),
-    "normal": _kernel(_normal),
-    "randint": _kernel(_randint),
-    "conv": _kernel(_conv),
-    "conv_transpose": _kernel(_conv_transpose),
-    "conv_weight_grad": _kernel(_conv_weight_grad),
-    "unfold": _kernel(_unfold),
-    "fold": _kernel(_fold),
-    "max_pool": _kernel(_max_pool),
-    "max_pool_indices": _kernel(_max_pool_indices),
-    "max_pool_grad": _kernel(_max_pool_grad),
-    "avg_pool": _kernel(_avg_pool),
-    "reshape": Lowering(_reshape, "view"),
+    **{name: Lowering(_unary(name)) for name in UNARY_OPS if name in registry and name not in ("abs", "sign")},
+    **{name: Lowering(_binary(name)) for name in BINARY_OPS},
+    "abs": Lowering(_abs),
+    "sign": Lowering(_sign),
+    "isnan": Lowering(_isnan),
+    "isinf": Lowering(_isinf),
+    "where": Lowering(_where),
+    "cast": Lowering(_cast),
+    **{name: Lowering(_reduce(name)) for name in ("sum", "prod", "amax", "amin")},
+    **{name: Lowering(_arg_reduce(name)) for name in ("argmax", "argmin")},
+    **{name: Lowering(_scan(name)) for name in ("cumsum", "cumprod")},
+    "cumextreme_index": Lowering(_cumextreme_index),
+    "argsort": Lowering(_argsort),
+    "matmul": Lowering(lambda out, a, b: tuned_matmul(a, b)),
+    "gather": Lowering(_gather),
+    "scatter": Lowering(_scatter),
+    "index_select": Lowering(_index_select),
+    "index_add": Lowering(_index_add),
+    "embedding": Lowering(_embedding),
+    "full": Lowering(_full),
+    "uniform": Lowering(_uniform),
+    "normal": Lowering(_normal),
+    "randint": Lowering(_randint),
+    "conv": Lowering(_conv),
+    "conv_transpose": Lowering(_conv_transpose),
+    "conv_weight_grad": Lowering(_conv_weight_grad),
+    "unfold": Lowering(_unfold),
+    "fold": Lowering(_fold),
+    "max_pool": Lowering(_max_pool),
+    "max_pool_indices": Lowering(_max_pool_indices),
+    "max_pool_grad": Lowering(_max_pool_grad),
+    "avg_pool": Lowering(_avg_pool),
+    "reshape": Lowering(_reshape),
     "permute": _view("permute"),
     "expand": _view("expand"),
     "slice": _view("slice"),
     "flip": _view("flip"),
-    "cat": Lowering(_cat, "move"),
-    "pad": Lowering(_pad, "move"),
-    "slice_assign": Lowering(_slice_assign, "move"),
+    "cat": Lowering(_cat),
+    "pad": Lowering(_pad),
+    "slice_assign": Lowering(_slice_assign),
 }

@@ -1,19 +1,13 @@
 """The fusion decorator: `Fusion(inner)` records ops lazily and runs them as fused kernels at sync points.
 
-`execute` does not run the ops `ops.records` names (elementwise ops, reductions, and the pure,
-shape-static `ops.INNER` ops: movement, matmul, convolutions, pools, scans): it records them into the
-device's stream and returns a pending `LazyHandle`. Elementwise ops and reductions become fused
-kernels; `INNER` ops run through the inner backend as steps of the plan, between them (so a reshape
-between two elementwise chains, or a matmul and its epilogue, do not cut the block). Any other op
-(index ops whose index is pending, on a device or out of range, since their out-of-range errors
-depend on the data and are raised at the call; random ops; custom ops not declared `pure`) first
-needs its inputs' data, so it is a sync point; it then runs at once through the inner backend. An
-index op whose index is host data in range (or a view or `where` of it) is recorded like `INNER` ops
-(`ops.index_in_range`). The other sync
-points are `to_host`, `sync` and `[fusion] max_ops` recorded ops. At a sync point the block is looked
-up in the plan cache by its normalized key; a miss builds the plan (`fusers.select`), a hit replays it.
-Values whose handles nobody holds any more are never written. An op of the block that raises when the
-block runs makes its values raise when read, the error noting the op (`Failed`).
+`execute` does not run the ops `ops.records` names: it records them into the device's stream and
+returns a pending `LazyHandle`. Elementwise ops and reductions become fused kernels; the other recorded
+ops run through the inner backend as steps of the plan. Any other op first needs its inputs' data, so
+it is a sync point; it then runs at once through the inner backend. The other sync points are
+`to_host`, `sync` and `[fusion] max_ops` recorded ops. At a sync point the block is looked up in the
+plan cache by its normalized key; a miss builds the plan (`fusers.select`), a hit replays it. Values
+whose handles nobody holds any more are never written. An op of the block that raises when the block
+runs makes its values raise when read, the error noting the op (`Failed`).
 
 Thread safety: one stream per device per thread, each behind its own lock. A thread's blocks are cut
 at its own sync points only, so what it computes (and which kernels run) does not depend on what other

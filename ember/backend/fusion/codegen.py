@@ -1,32 +1,22 @@
 """Fused kernels: a normalized elementwise program becomes one cube kernel, built as IR directly.
 
-Why `ir.Builder` and not a `@cube.kernel` with the program as a comptime parameter: a fused kernel
-has a varying number of input and output arrays of mixed dtypes, which map one-to-one onto array
-parameters of the IR, while a Python kernel has a fixed signature (it would need dummy arrays or a
-packed buffer of one dtype). The op semantics are not rewritten here: each step inlines the kernel
-library's own cube functions (`unary_op`, `binary_op`, `offset`, `combine`, `block_reduce`) into the
-builder, exactly as the frontend does when a kernel calls them.
+Each step inlines the kernel library's own cube functions (`unary_op`, `binary_op`, `offset`,
+`combine`, `block_reduce`) into an `ir.Builder`, so op semantics are the library's.
 
 A `Program` is the normalized elementwise part: value ids `0 .. len(inputs)-1` are the input arrays,
 each later id is one step `(primitive name, static params, argument ids, dtype)`. `outputs` are the
 ids written to memory, each to a new contiguous array.
 
-- elementwise kernel: one unit per output element; inputs are read through broadcast layouts
-  (dims merged, rank padded as in the Cube(cpu) backend, `layout.merged_operands`); a dense input
-  is read by its flat position and a one-element input at index 0, with no index arithmetic.
-- reduce kernels (fuse-on-read), the kernel library's shapes (`cube/kernels/reduce.py`), chosen by
-  layout and target (`run_reduction`):
-  - rows (`reduce_kernel`), when the reduced positions are contiguous in the largest input and at
-    least SHORT_ROW long: on GPU targets a plane per output (8 per cube, plane ops: warp shuffles),
-    on the C target a cube of one vector of units per output (16 for f32) and a 4-step tree
-    (`block_reduce`); the domain is permuted to (kept dims, reduced dims), so position `out * n + r`
-    reads element `r` of output `out`'s reduction;
-  - columns (`columns_kernel`), otherwise (a strided axis such as a bias gradient's, short rows):
-    one unit per output looping over the reduced positions, consecutive units on consecutive outputs
-    (coalesced on GPUs, one vector on the C target), reduced offsets computed once per cube;
-  both split over several cubes when there are few outputs.
-- elementwise kernels compute PER_UNIT positions per unit on GPU targets (the last pass of a fused
-  softmax: 262144 cubes of one position per unit took 3.7x the bandwidth's time on the H200).
+- elementwise kernel (`run_elementwise`): one output element per position; inputs are read through
+  broadcast layouts (`layout.merged_operands`); a dense input by its flat position and a one-element
+  input at index 0. On GPU targets each unit computes `PER_UNIT` positions.
+- reduce kernels (fuse-on-read, `run_reduction`), in the kernel library's shapes
+  (`cube/kernels/reduce.py`), chosen by layout and target: rows (`reduce_kernel`) when the reduced
+  positions are contiguous in the largest input and at least `SHORT_ROW` long, else columns
+  (`columns_kernel`, one unit per output); both split over several cubes when there are few outputs.
+
+Why IR rather than a `@cube.kernel`, and the kernel shapes per target: docs/fusion.md, "Generated
+kernels".
 
 Example:
     >>> p = Program((f32,), (("exp", (), (0,), f32), ("neg", (), (1,), f32)), (2,))
@@ -56,8 +46,8 @@ from .ops import emit
 
 UNITS = 256
 MIN_ROW = 64  # a domain whose last dim is at least this long runs line by line (see elementwise_kernel)
-# Positions per unit of an elementwise kernel, by target: on the H200 one position per unit of a
-# (8192, 8192) softmax's last pass took 0.48 ms (262144 cubes of 256 units), the bandwidth allows 0.13.
+# Positions per unit of an elementwise kernel, by target: on a GPU one position per unit of a large
+# kernel launches so many cubes that it falls well short of the memory bandwidth (docs/fusion.md).
 PER_UNIT = {"cuda": 4}
 # Targets whose line-by-line kernel runs a whole line per cube of MIN_ROW units (see elementwise_kernel),
 # when there are at least WALK_MIN_LINES lines (cubes enough for any core count; fewer, longer lines

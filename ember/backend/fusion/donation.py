@@ -1,41 +1,23 @@
 """Donation: an optimizer update writes its new state over the previous one when nothing else can see it.
 
-Adam's update (`ember.optim.fused.adam_update`) reads the previous step's packed state and writes a new
-one of the same shape. Tensors are immutable, so by default the new state is new memory, made while the
-old one is alive; the old one goes back to the pool after the update. That costs more than the copy's
-bytes: the states land among a training step's other arrays in holes that move every step, so the
-step's addresses never recur (a GPT step on the H200: 23-28% of its slices where they were two steps
-before), and a fusion plan's CUDA graph, keyed by addresses (`graphs.py`), seldom replays.
+A plan step of a primitive in `DONATES` (Adam's update, `ember.optim.fused.adam_update`) may write its
+output over the input named there (the *donor*), as PyTorch's optimizers update in place, only where
+no one could tell. `Donations.of` finds the candidates when the plan is made, `decide` checks them at
+each run, before any step runs. A donor is written over only when:
 
-A plan step of a primitive in `DONATES` may instead write its output over the input named there (the
-*donor*), as PyTorch's optimizers update in place, but only where no one could tell. `Donations.of`
-finds the candidates when the plan is made, `decide` checks them at each run, before any step runs:
+- it is an external of the block and the update is not a first step (`first` reads no state); on a
+  device it owns its memory (not a view), on the CPU it is the array over a host pool slice;
+- no step after the update reads its memory: neither the donor, nor an external viewing it, nor a
+  value a movement op of the block made from them (`ALIASING`: such a value that the block hands out
+  forbids the donation). The update's kernel reads all of element i before it writes element i;
+- nothing outside the block holds the donor or a view of its memory: the CPython reference counts of
+  the donor, its views (and on the CPU the host pool's buffer) are exactly those the block accounts
+  for. A user who kept the old parameter, the old state or a `state_dict` of it gets a new array.
 
-- the donor is an external of the block (computed before it) and the update is not a first step
-  (`first` reads no state); on a device the donor owns its memory (not a view), on the CPU it is the
-  array over a host pool slice;
-- no step after the update reads the donor's memory: neither the donor, nor any external viewing the
-  same memory, nor a value a movement op of the block made from them (`ALIASING`: such a value that
-  the block hands out keeps the donor from being written over at all). The update itself reads the
-  parameter, the old state's first row: the kernel reads all of element i before it writes element i,
-  and checks that the parameter is that row or other memory;
-- nothing outside the block holds the donor or a view of its memory: CPython's reference counts of the
-  donor, of each external viewing it (and, on the CPU, of the buffer the host pool's NumPy arrays share)
-  are exactly those of the block's `externals` list, its records' inputs and those views. A user who
-  kept the old parameter, the old state or a `state_dict` of it holds one more: no donation, a new
-  array as before. (So does the autodiff graph of the step, until `backward()` has run: it then lets
-  go of its leaves' values, `ember/autodiff/graph.py`.)
-
-A wrong count can only refuse: an extra holder the rule does not know of (a stray name in a caller)
-makes a count higher, never lower. The decision is part of a step's replay layout and of a plan's
-graph key, so a replay never writes over an input where the plan's run would not. The kernel library's
-update honours it through `ember.cube.kernels.common.donating`. Devices without the fusion decorator
-(`Device.numpy()`, `EMBER_FUSION=0`) never donate. A block that fails once it may have written over an
-input is not run again op by op (the fusion backend's answer to a failed fused kernel): that rerun would
-read the new state as the old one, so the block's values raise instead (`backend.py`).
-
-What it bought (a 6-layer GPT on the CPU, `bench.gpt`): 99% of a step's slices at the address they had
-the step before (53-66% two steps apart without it), reserved over peak in use 1.229 -> 1.200.
+A wrong count can only refuse, never donate wrongly. The decision is part of a step's replay layout
+and of a plan's graph key. The kernel library honours it through `ember.cube.kernels.common.donating`.
+Devices without the fusion decorator never donate. A block that fails after it may have written over
+an input is not rerun op by op: its values raise. Why: docs/fusion.md, "Design notes".
 
 Example:
     >>> donations = Donations.of(block, plan.steps, plan.refs)

@@ -3,28 +3,20 @@
 1. Kinds: each needed node is elementwise ("ew", `ops.elementwise`), a reduction that can read a fused
    program ("red") or anything else ("other", run by the inner backend).
 2. Labels: a node's label is at least its inputs' labels, one more across an edge that cannot fuse
-   (an edge fuses when both ends are elementwise ops of one shape). Labels are first as early as
-   possible, then elementwise nodes move as late as their consumers allow, so that `x * 2` can join
-   the kernel after a reshape or pool recorded later (a matmul starts a block: `ops.STARTS_BLOCK`).
-   Any path that leaves a group and comes back crosses an unfusable edge, so grouping fusable edges
-   of equal labels never makes a cycle: the steps run in an order that respects their dependencies
-   and is otherwise the program's (`_in_program_order`).
+   (an edge fuses when both ends are elementwise ops of one shape); elementwise nodes then move as
+   late as their consumers allow. Grouping fusable edges of equal labels never makes a cycle, and the
+   steps run in the program's order where dependencies allow (`_in_program_order`).
 3. Groups: elementwise nodes joined by fusable edges of equal labels. A group writes only the values
    still referenced (live) or read by a step outside it; one kernel may write several outputs.
 4. Recompute instead of writing: a group whose outputs nobody holds and that only reductions and
-   later elementwise groups of its shape read is recomputed inside each reader, when reading its
-   inputs again moves fewer bytes than writing its outputs and reading them back. Inside a reduction
-   this is fuse-on-read (`sum((x - m) ** 2)` is one kernel); together it is how softmax and layer
-   norm lose their full-size intermediates (`exp(x - m)` is computed in the sum and again in the
-   division, never stored).
+   later elementwise groups of its shape read is recomputed inside each reader when reading its
+   inputs again moves fewer bytes than writing its outputs and reading them back (fuse-on-read:
+   `sum((x - m) ** 2)` is one kernel).
 
-A group of one op with nothing to save runs through the inner backend's kernel library, whose kernels
-are compiled already; everything else becomes one generated kernel (`codegen`). With
-`lone_broadcasts` (the fusion backend sets it on CUDA) a lone op with an operand broadcast along a
-dimension becomes a kernel of its own too: the library would first copy that operand to the full
-shape (a bias add after a matmul: two launches and a full-size write and read more), where a
-generated kernel reads it in place and replays as one launch. On the CPU and WGPU the library's copy
-is kept: there a new kernel per broadcast pattern is a C or WGSL compile, which a cold cache (CI) pays.
+A group of one op with nothing to save runs through the inner backend's kernel library; everything
+else becomes one generated kernel (`codegen`). With `lone_broadcasts` (set by the fusion backend on
+CUDA) a lone op with an operand broadcast along a dimension gets a generated kernel too. Why:
+docs/fusion.md, "Design notes".
 
 Example:
     >>> [type(s).__name__ for s in select(block)]     # y = exp(x) * 2; s = y.sum()

@@ -1,58 +1,23 @@
 """Plan replay as CUDA graphs: a fusion plan run for the second time on the same inputs *at the same
-addresses* is captured as a CUDA graph, and its later runs there launch that graph (one driver call
-instead of one per kernel, and none of the plan's Python per step).
+addresses* is captured as a CUDA graph, and its later runs there launch that graph.
 
-`Plan.run` asks `replays_for(inner)`; on an inner backend whose runtime can capture graphs
-(`CudaRuntime.capture`) it gets a `GraphReplays`, which decides per plan and per *key*: the external
-inputs' shapes, strides, dtypes and device addresses, plus every recorded op's params (params that a
-plan reads afresh at each run, a scalar say, would otherwise stay baked into the graph).
+`Plan.run` asks `replays_for(inner)`, a `GraphReplays` where the runtime can capture graphs
+(`CudaRuntime.capture`); it decides per plan and per *key*: the external inputs' shapes, strides,
+dtypes and device addresses, every recorded op's params, and the plan's donation decision.
 
 - 1st run of a key: plain (`Plan.run(..., graphs=False)`), remembered.
-- 2nd run: captured with the memory pool's `trace` on: the graph reads the inputs where they are and
-  writes the slices the pool hands out during the run, and the trace says which sizes were asked and
-  given back in which order. The graph pins nothing but the kernels' layout arrays: the outputs and
-  the intermediates live and die as in a plain run. It is launched once at once for this run's values.
-- later runs: the trace is replayed first, in one pool call (`MemoryPool.retake`): each slice taken
-  at its captured (page, offset), the same ones given back, in the same order. When every one is
-  free there, every address the graph writes is this run's own, and the graph is launched, its
-  outputs wrapped as arrays over the slices just taken (`runtime.over`), views where the plan made
-  views. A slice taken by someone else (or a page given back since) gives everything back and the
-  plan runs plainly (`mismatched`); stream order makes both safe, as for every pool slice (all work
-  is queued on the runtime's one stream). A mismatched graph
-  is dropped and its key counts as seen once, so the next run with it captures again (within
-  `SPARE`): a graph captured while a loop's layout was still settling (the GPT step's first ~6
-  steps, while the pool's pages settle) otherwise mismatched at every later step (9 plans a step).
+- 2nd run: captured with the pool's `trace` on, then launched; the graph pins only layout arrays.
+- later runs: the trace is replayed (`MemoryPool.retake`); when every slice it takes is free at its
+  captured place, the graph is launched and its outputs wrapped over those slices (`runtime.over`).
+  Otherwise everything is given back and the plan runs plainly (`mismatched`); the graph is dropped
+  and the key counts as seen once.
+- A capture that fails, or a trace that gives back memory the run did not take or keeps memory it
+  neither returns nor outputs, runs the plan plainly and refuses that layout for good.
+- Bounds: `PER_PLAN` graphs per plan (LRU), `SEEN` keys remembered, captures within `SPARE` of
+  replays, retried after `RETRY` plain runs. An evicted plan drops its graphs. Thread safe.
 
-Why addresses: a training loop is periodic. Its step makes and drops the same arrays in the same order,
-so the pool hands out the same addresses every step, and each layer's plan meets its inputs where it met
-them last time. That needs the optimizer's state to stay put: Adam's update writes it in place where no
-one else sees the old one (`donation.py`; the decision is part of the key, since a graph captured writing
-over an input must not replay where the plan would not), else each new state lands in a hole among the
-step's arrays and moves them. An earlier design copied the inputs into the graph's own arrays and the
-outputs out of them: one copy per input and output each run, and every intermediate pinned while the
-graph lived, so plans with large tensors (most of a GPT's) got no graph at all. What replays nothing now: a loop that keeps
-each step's outputs alive (new addresses every step); its plans run plainly, as without graphs.
-
-- A capture that fails (an op that reads a value on the host, a host fallback, an allocation the
-  driver refuses while capturing) runs the plan plainly and refuses that layout (key without
-  addresses) for good; so does a trace that gives back memory the run did not take, or keeps some it
-  neither returns nor outputs (another thread's allocation, a new cached constant). Plans hold the
-  recorded inner ops too (`ops.INNER`: views, matmuls, cat, pad, ...), captured with the fused kernels.
-- At most `PER_PLAN` keys keep a graph per plan (least recently used go), and `SEEN` keys are
-  remembered as seen once (more, and they are forgotten: a loop whose addresses never repeat). A plan
-  captures only while its captures stay within `SPARE` of its replays: where keys come back once and
-  not again, capturing stops instead of costing every step. It tries again after `RETRY` plain runs:
-  a plan shared by a model's layers can spend its spare captures while the loop's layout settles (the
-  GPT step with a warm autotune cache, whose pool grows over the first steps: 2 plans of the 12
-  layers used theirs up on graphs that then mismatched and ran plainly for good, 24 runs a step, 80.8
-  against 75.4 ms a step where the pool had settled first); a loop whose keys never recur pays one
-  capture in `RETRY` runs.
-- A plan evicted from the plan cache drops its graphs (they live in a weak map keyed by the plan).
-  Several threads may run one plan: its state changes under a lock, one thread captures a key, and a
-  trace replay with its launch holds the runtime's lock.
-
-Switch: `[cuda] graphs = true` in ember.toml, `EMBER_CUDA_GRAPHS=0` to turn off (read when the
-device's backend is first used), or `replays_for(inner).enabled = False` at run time.
+Switch: `[cuda] graphs`, `EMBER_CUDA_GRAPHS=0`, or `replays_for(inner).enabled = False` at run time.
+Why and the details: docs/cuda.md, "Fusion plans as CUDA graphs".
 
 Example:
     >>> replays = replays_for(ember.debug.fusion_backend(Device.cuda(0)).inner)

@@ -2,63 +2,26 @@
 
 Recorded (run at the next sync point, not at the call):
 
-- elementwise ops, which fuse: they become the kernel library's own `unary_op` / `binary_op` cube
-  functions, inlined into the fused kernel (so a fused `gelu` or `remainder` computes exactly what the
-  unfused kernel computes), with the same special cases as the Cube(cpu) lowering table: bools take
-  `or`/`and` for max/min, unsigned `sign` is `x != 0`, `abs` of bools is the identity. Cases the library
-  refuses (float-only binary ops on ints, shifts of bools) are not recorded: they run at once.
+- elementwise ops, which fuse: they inline the kernel library's own `unary_op` / `binary_op`, so a fused
+  op computes exactly what the unfused kernel computes, with the Cube(cpu) lowering table's special
+  cases. Cases the library refuses (float-only binary ops on ints, shifts of bools) run at once.
 - reductions that fuse on read: `sum`, `prod`, `amax` and `amin`.
-- `INNER`: pure ops whose output shape follows from the input shapes and params alone and whose
-  errors are all raised by the shape rule at the call (before any backend sees the op). They run
-  through the inner backend as `Inner` steps of the plan, with the params and shapes of the block
-  being run: movement (`reshape`, `permute`, `expand`, `slice`, `flip`, `cat`, `pad`,
-  `slice_assign`), `matmul`, convolutions and their weight gradient, pools, `unfold`/`fold`, scans,
-  `argmax`/`argmin` and `argsort`. Recording them is what keeps a reshape or a matmul from being a
-  sync point (an elementwise chain, a view, another chain, a matmul and its epilogue are one block).
+- inner steps, run through the inner backend with the params and shapes of the block being run:
+  `INNER` (pure ops whose output shape follows from shapes and params and whose errors all come from
+  the shape rule at the call: movement, `matmul`, convolutions, pools, `unfold`/`fold`, scans,
+  `argmax`/`argmin`, `argsort`); index ops whose index is host data, or a pending view or `where` of
+  it, with every value in range (`index_bounds`, `index_in_range`, checked at the call); custom ops
+  declared pure (`backend_extension(..., pure=True)` calls `record_inner`).
 
-A matmul or a convolution (`STARTS_BLOCK`) starts a new block when an elementwise op or a reduction
-was recorded since the previous one and the block is big enough (`starts_block`): half of
-`[fusion] max_ops` records, or externals of `HELD_BYTES` (a block holds what it reads until it has
-run). The stream recorded before it is run first. That depends only on the ops since the previous
-cut, so block boundaries sit at the same ops in every step of a training loop, whether or not the
-loop syncs, and its plans repeat: from a cut at one matmul the next cut is at a matmul the same
-ops further on, so the cuts cycle through a few matmuls of the step. Cutting only every `max_ops`
-records would not: in a loop that never syncs, a step of 65 ops cut every 256 starts its blocks at
-positions that drift through the step, a new plan (and new fused kernels to compile) for each of 65
-phases. Why not cut at every such matmul (as before): each block is a flush, ~80 us of host time
-for a CUDA graph's replay, and a small model's step is all flushes (the encoder bench's 24 a step,
-1.9 of its 5.2 ms on the H200); blocks of large tensors are still cut at each matmul (the GPT's
-activations alone pass `HELD_BYTES`), which keeps a backward pass from holding a layer's saved
-values past their use.
-
-Not recorded, so run at once (their inputs are made concrete first, a sync point):
-
-- index ops (`gather`, `index_select`, `embedding`, `scatter`, `index_add`) whose index is on a device,
-  computed by ops whose values host data does not bound, or holds a value out of range: an index out
-  of range is a property of the data, raised as an IndexError when the op runs, and users rely on it
-  at the call. An index op whose index is host data (a NumPy array: the CPU runtime), or a pending
-  view or `where` of host data (`index_bounds`), with every value in range (`index_in_range`, checked
-  at the call) cannot raise later, so it is recorded as an inner step (cross-entropy's `gather` of the
-  targets with ignored ones masked to 0, an embedding lookup and their gradients' `scatter`/`index_add`).
-  On a device, an index uploaded from host data (its noted `bounds`), or a view or `where` of one, is
-  run at once all the same, but the fusion backend vouches for its bounds (`Fusion.execute`): the
-  kernel library reads nothing back, which would wait for all the work queued before. (Recorded
-  instead, the GPT step's backward blocks grew around them and held the externals they read, ~1.6 GB
-  of logits-sized values, until each block ended: the step's peak went past torch's.)
-- random ops (`uniform`, `normal`, `randint`) and `full`: they read no input, so they never force a
-  flush anyway, and random ones stay where the generator's state advanced.
-- primitives registered later (custom ops, `@ember.backend_extension`): nothing is known of them,
-  unless they declare themselves pure (`backend_extension(..., pure=True)`, which calls
-  `record_inner`): then they are recorded as inner steps, like `INNER` ops (a training step's
-  optimizer updates, `ember.optim.fused.adam_update`, join its plan instead of flushing it).
-
-A recorded op that raises when its block runs (an inner kernel failing) makes every value of the
-block raise when read (`Fusion.data`), with a note naming the op.
+A matmul or convolution (`STARTS_BLOCK`) starts a new block when an elementwise op or reduction was
+recorded since the previous one and the block is big enough (`starts_block`: half of `[fusion] max_ops`
+records, or `HELD_BYTES` of externals). Not recorded, so run at once (their inputs made concrete first):
+other index ops (an index out of range raises an IndexError at the call), random ops and `full`, and
+custom ops not declared pure. A recorded op that raises when its block runs makes every value of the
+block raise when read (`Fusion.data`), with a note naming the op. Why: docs/fusion.md, "Design notes".
 
 Example:
     >>> elementwise(registry["exp"], (f32,)), elementwise(registry["div"], (i32, i32))
-    (True, False)
-    >>> records(registry["reshape"], [x], {"shape": (4,)}), records(registry["gather"], [x, pending], {"dim": 0})
     (True, False)
 """
 
@@ -88,12 +51,13 @@ MOVEMENT = frozenset(("reshape", "permute", "expand", "slice", "flip"))
 """Movement ops: every output value is a value of their input (a view, or a copy when the strides
 cannot express the result)."""
 REPLAYABLE = frozenset(("adam_update", "matmul")) | MOVEMENT
-"""Other primitives whose `Inner` steps a plan captures (`plan.StepReplay`): the kernel library runs each
-as one launch whose constant arguments follow from the inputs' layout alone and which writes its output
-whole (the Adam update: ~100 us of host time each when run afresh; a matmul on CUDA, one cuBLAS call or
-tensor-core kernel once tuned, likewise; a reshape that copies). A movement op that makes a view of a
-device array replays as that view (`plan.ViewReplay`). A run that is none of these (a matmul on the
-CPU's BLAS, one that copies an operand first, a view of a NumPy array) is simply not captured."""
+"""Other primitives whose `Inner` steps a plan captures (`plan.StepReplay`): the kernel library runs
+each as one launch whose constant arguments follow from the inputs' layout alone and which writes its
+output whole (the Adam update, whose host-side set-up costs more than its launch when run afresh; a
+matmul on CUDA, one cuBLAS call or tensor-core kernel once tuned, likewise; a reshape that copies). A
+movement op that makes a view of a device array replays as that view (`plan.ViewReplay`). A run that is
+none of these (a matmul on the CPU's BLAS, one that copies an operand first, a view of a NumPy array) is
+simply not captured."""
 STARTS_BLOCK = frozenset(("matmul", "conv", "conv_transpose", "conv_weight_grad"))
 """`INNER` ops before which the stream is cut (see the module docstring)."""
 _BOOL_OP = {"maximum": "logical_or", "minimum": "logical_and"}

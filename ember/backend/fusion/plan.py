@@ -8,16 +8,12 @@ that block: nothing is re-optimized, and a fused kernel compiled for one batch s
 The key of a block is its normalized graph (`Stream` builds it while recording: op names, static
 params, relative input ids, dtypes, shape classes) plus which values are still referenced.
 
-On a runtime that can record and bind its launches (`record_launches`/`bind`: the CPU runtime's C calls,
-the CUDA runtime's `cuLaunchKernel`s), a fused step's first run (elementwise, or a reduction that ran as
-one launch) for one layout of its inputs (shapes, strides, dtypes) is captured as a marshalled launch
-(`StepReplay`); the next runs with the same layout allocate the outputs and launch the kernel with the
-new data pointers, skipping the views, layout and argument checks codegen made the first time (on
-CUDA, ~100 us of host time a step down to the allocation and the launch). A movement op whose run made
-a view of a device array replays as that view (`ViewReplay`). A plan that `graphs.py`
-replays as a CUDA graph runs none of this: its launches are in the graph.
-An inner step of an elementwise primitive (a lone op the fusers leave to the kernel library) is
-captured the same way when the library ran it as one launch, with its params part of the layout.
+On a runtime that can record and bind its launches (`record_launches`/`bind`), a fused step that ran
+as one launch, or an inner elementwise step the library ran as one launch, is captured for one layout
+of its inputs as a `StepReplay`: later runs with that layout allocate the outputs and launch with the
+new data pointers, skipping codegen's views, layouts and checks. A movement op whose run made a view
+of a device array replays as that view (`ViewReplay`). A plan replayed as a CUDA graph (`graphs.py`)
+runs none of this.
 
 Example:
     >>> cache = PlanCache(capacity=2)
@@ -295,7 +291,7 @@ class StepReplay:
 class ViewReplay:
     """A movement step whose run made a view of its one input, a device array (no launch): replayed as
     the same view (shape, strides, offset from the input's) of a new input of that layout, without the
-    backend's dispatch (~15 us of host time a view on CUDA, ~800 views a GPT step)."""
+    backend's dispatch (a transformer step makes hundreds of views, each a dispatch's host time)."""
 
     __slots__ = ("shape", "strides", "delta")
 

@@ -1,31 +1,23 @@
 """Fused attention, flash-style: softmax(Q K^T * scale, causal or not) V without an L x S matrix in memory.
 
-Operands are C-contiguous (BH, L, E) queries, (BH, S, E) keys and (BH, S, Ev) values (BH = batch * heads).
-
-- **Forward** (`attention_forward_kernel`): a cube per (batch*head, block of `rows` query rows), a unit per
-  query row holding its scaled query and its output row in registers (comptime-sized tuples). The cube
-  walks the keys in blocks of `KEYS`: the units load a block of K and V into shared memory together,
-  then each unit folds it into its online softmax (running max `m` and sum `l`), `STEP` keys at a time
-  (one rescale of the output per step). Causal: key blocks wholly above the diagonal are never loaded,
-  the diagonal one is masked per key. It writes the output row and the row's logsumexp `m + log(l)`
-  side by side (`out` is (BH, L, Ev + 1) in the accumulator type) for the backward.
-- **Backward** (the standard flash backward, P recomputed from Q, K and the logsumexp):
-  `attention_grad_q_kernel` (a cube per query block, a unit per query row: dQ = dS K * scale) and
-  `attention_grad_kv_kernel` (a cube per key block, a unit per key row: dV = P^T dO, dK = dS^T Q * scale),
-  with dS = P * (dO V^T - delta), delta = rowsum(dO * O) - dlse (`attention_delta_kernel`, a unit per
-  row). They read the forward's packed result and its gradient, (BH, L, Ev + 1) each, as they are.
-
-Everything is computed in `T` (f32 for f16/bf16 operands, else their own type). Rows with no visible key
-(causal with an offset below -row, or S = 0) get a zero output, a logsumexp of -inf and zero gradients.
-Plain FMAs; no tensor cores.
-
+Operands: C-contiguous (BH, L, E) queries, (BH, S, E) keys, (BH, S, Ev) values (BH = batch * heads).
+- **Forward** (`attention_forward_kernel`): a cube per (batch*head, block of `rows` query rows), a unit
+  per query row; the cube walks the keys in blocks of `KEYS` through shared memory, folding each into an
+  online softmax `STEP` keys at a time. Causal: key blocks wholly above the diagonal are never loaded.
+  It writes the output row and the row's logsumexp side by side (`out` is (BH, L, Ev + 1) in the
+  accumulator type) for the backward.
+- **Backward** (the flash backward, P recomputed from Q, K and the logsumexp): `attention_grad_q_kernel`
+  (dQ = dS K * scale) and `attention_grad_kv_kernel` (dV = P^T dO, dK = dS^T Q * scale), with
+  dS = P * (dO V^T - delta), delta = rowsum(dO * O) - dlse (`attention_delta_kernel`). They read the
+  forward's packed result and its gradient, (BH, L, Ev + 1) each, as they are.
 - **Forward through the scores** (`attention_forward_scores`, device arrays of f32/f64 whose rows see a
-  key): the (BH, L, S) scores by the runtime's batched matmul (cuBLAS on CUDA, tensor cores in TF32
-  when allowed), then one row kernel (`scores_softmax_kernel`, each row held in registers as in
-  `softmax.py`) scales and masks them, turns them into P in place and writes each row's logsumexp into
-  the packed result, then P V by the matmul again, copied into the packed result's first Ev columns.
-  The L x S matrix lives for the call only (the backward recomputes P); the caller decides when it pays
-  (`ember.nn.ops.attention`).
+  key): the (BH, L, S) scores by the runtime's batched matmul, one row kernel (`scores_softmax_kernel`)
+  turning them into P in place and writing each row's logsumexp, then P V by the matmul, into the same
+  packed result; the L x S matrix lives for the call only (`ember.nn.ops.attention` decides when).
+
+Everything is computed in `T` (f32 for f16/bf16 operands, else their own type). Rows with no visible
+key (causal with an offset below -row, or S = 0) get a zero output, a logsumexp of -inf and zero
+gradients. More on the kernels: docs/cube.md, "Fused attention".
 
 Example:
     >>> q = np.ones((1, 2, 4), np.float32)

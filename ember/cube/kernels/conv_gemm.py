@@ -1,26 +1,23 @@
 """2-D convolution, its transpose and its weight gradient as im2col/col2im kernels around the tuned matmul.
 
-The CPU's fastest convolution is a GEMM with the best matmul available (`tuned_matmul`: NumPy's BLAS or
-the cube kernel, whichever the autotuner picked), fed by a cube kernel that copies the input windows:
+Each is a GEMM with the best matmul available (`tuned_matmul`: NumPy's BLAS or the cube kernel,
+whichever the autotuner picked), fed by a cube kernel that copies the input windows:
 
     conv2d:            cols = im2col(x)            (N, G, Cg*KH*KW, OH*OW)
                        y    = W (G, Og, Cg*KH*KW) @ cols -> (N, O, OH*OW)  (one GEMM per sample)
     conv_transpose2d:  patches = W^T (G, Og*KH*KW, Cg) @ x (G, Cg, N*H*W), x copied channel first,
                     or, groups 1 on the host: patches = W^T @ x[n] per sample, x read in place
-                       (whichever `transpose_tuner` timed faster for the shape class)
+                       (`transpose_tuner` picks per shape class)
                        y = col2im(patches), cropped by `padding`        (a gather: no atomics)
     conv_weight_grad2d: cols = im2col(x) laid out (G, Cg*KH*KW, N*OH*OW)
                        dW = g (G, Og, N*OH*OW) @ cols^T                 (the batch folded into k)
                     or, groups 1 on the host: cols (N, C*KH*KW, OH*OW) batch first,
                        dW = sum_n g[n] (O, OH*OW) @ cols[n]^T           (g read in place)
-                       whichever `weight_grad_tuner` timed faster for the shape class; the batch-first
-                       columns are conv2d's own when its input still lives (`_keep_columns`)
+                       (`weight_grad_tuner` picks; the batch-first columns are conv2d's own when its
+                       input still lives, `_keep_columns`)
 
-`im2col` reads a zero-padded copy of the input (made once when there is padding, so its loads need
-no bounds tests) and writes each window element once; a batch whose columns would exceed
-`COLUMN_BYTES` is done in slices. On the C target a cube walks one plane with one unit per output
-column (no masked tail), which keeps the copy near memory speed. Layouts are PyTorch's (`ember/ops/conv.py`
-has the math); f16/bf16 are accumulated in f32 by the matmul kernel.
+`im2col` writes each window element once; a batch whose columns would exceed `COLUMN_BYTES` is done in
+slices. Layouts are PyTorch's (`ember/ops/conv.py`); f16/bf16 accumulate in f32. Design: docs/cube.md.
 
 Example:
     >>> conv2d_gemm(np.ones((1, 1, 3, 3), np.float32), np.ones((1, 1, 2, 2), np.float32))
@@ -101,8 +98,8 @@ def col2im_kernel(patches: cube.Array, out: cube.Array, g: cube.Array[cube.i32],
     the columns outside the row are zeroed after the load: the load reads a few values of the neighbouring
     row, so a cube does it only when every such read stays inside `patches` (`inside`, all but the first
     and the last planes of a launch); the others test each column before it loads (a gather). The units
-    then number a power of two (`_grid`). On the MNIST CNN's conv2 input gradient ((64, 16, 14, 14) from
-    (144, 12544) patches) 0.64 -> 0.27 ms; (64, 16, 32, 32) 4.0 -> 1.4 ms (min of 100, alternated)."""
+    then number a power of two (`_grid`). Reading whole rows is what makes the gather cheap
+    (docs/cube.md, "Kernel figures")."""
     row = cube.CUBE_POS_Y  # (n, o)
     base = (row // geo(g, "C")) * geo(g, "s_n") + (row % geo(g, "C")) * geo(g, "KH") * geo(g, "KW") * geo(g, "s_row")
     # With unit strides: whether the farthest a tap's row read reaches, before the plane's start and past
@@ -274,7 +271,7 @@ _kept: dict[int, tuple] = {}  # id(x) -> (weak reference to x, geometry, its bat
 def _keep_columns(x, geometry: tuple, cols) -> None:
     """Keep the batch-first columns conv2d made of the host array `x` while `x` lives (a training step's
     autodiff keeps it for the weight gradient), so that `_weight_grad_per_sample` does not make them
-    again (the MNIST CNN's im2col: 0.5 + 0.2 ms a step); at most `KEPT_COLUMN_BYTES`, oldest dropped first.
+    again; at most `KEPT_COLUMN_BYTES`, oldest dropped first.
     Arrays are never written after they are made, so the columns of a live `x` stay its columns."""
     if type(x) is not np.ndarray or cols.nbytes > KEPT_COLUMN_BYTES:
         return
@@ -382,9 +379,8 @@ def transpose_tuner():
     """The process's `Autotuner` over the two layouts of conv_transpose2d's patches (groups 1, host): channel
     first (the pixels copied, one GEMM over the batch) or batch first (x read in place, a GEMM per sample),
     per shape class (batch, in channels, out channels x taps, pixels; cached per CPU model). Neither wins
-    everywhere (2-vCPU Zen 4, interleaved runs, min): batch first ran a ResNet-like layer (x (32, 64, 56, 56),
-    w (64, 64, 3, 3)) in 64 ms against 74, tied the MNIST CNN's conv2 input gradient on two threads (2.44
-    against 2.22 ms) and lost it on one (4.5 against 2.8 ms: the 64 small GEMMs cost more than the copy).
+    everywhere: where the batch is large and the GEMMs small, the per-sample GEMMs cost more than the copy
+    (docs/cube.md, "Kernel figures").
 
     Example:
         >>> transpose_tuner().choose(x, w, plan) in ("channel_first", "batch_first")
@@ -452,12 +448,11 @@ def _weight_grad_folded(x, grad, geometry: tuple, groups: int = 1):
 
 def _weight_grad_per_sample(x, grad, geometry: tuple):
     """dW (groups 1) as one GEMM per sample, summed: grad (N, O, P) read in place against the batch-first
-    columns (N, C*KH*KW, P). No copy of the gradient, and short GEMMs: faster where C*KH*KW is small (the
-    MNIST CNN's first conv, 9: 1.02 -> 0.67 ms here), slower where the long folded GEMM pays.
+    columns (N, C*KH*KW, P). No copy of the gradient, and short GEMMs: faster where C*KH*KW is small,
+    slower where the long folded GEMM pays (`weight_grad_tuner` picks).
 
-    Each sample's product is dW^T = columns @ grad^T (C*KH*KW rows), transposed once after the sum:
-    OpenBLAS ran that orientation faster than grad @ columns^T (O rows) on every shape timed (2-vCPU Zen 4,
-    min of 30: the MNIST CNN's second conv 2.16 -> 1.46 ms, ResNet-like ones 0.90-0.96x, never slower)."""
+    Each sample's product is dW^T = columns @ grad^T (C*KH*KW rows), transposed once after the sum: the
+    orientation OpenBLAS runs best here (docs/cube.md, "Kernel figures")."""
     kernel, stride, padding, dilation, (gh, gw) = geometry
     nb, c, o = x.shape[0], x.shape[1], grad.shape[1]
     cols = _kept_columns(x, geometry)

@@ -224,7 +224,7 @@ def matmul_key(a: np.ndarray, b: np.ndarray) -> tuple:
 
 _keys: dict[tuple, tuple] = {}
 """`matmul_key` by the operands' shapes, strides and dtypes: a training step asks for the same few at every
-GEMM, and the key took ~25 us to make (broadcast_shapes, the dtype's name) on a 2 GHz core."""
+GEMM, and making the key (broadcast_shapes, the dtype's name) costs more host time than looking it up."""
 
 
 def _layout(x: np.ndarray) -> str:

@@ -67,7 +67,7 @@ class Tile:
 
 
 # Candidates for autotuning; the first is the default (4 planes on a 128 x 128 tile, 64 deep, 3 stages:
-# the fastest on an H200, see bench/RESULTS.md).
+# the best of them on the GPUs timed, see bench/RESULTS.md).
 TILES = (Tile(), Tile(128, 128, 32, 64, 64, 3), Tile(128, 256, 32, 64, 64, 3), Tile(256, 128, 64, 64, 64, 3),
          Tile(128, 256, 64, 64, 64, 3), Tile(128, 128, 64, 64, 64, 2), Tile(128, 128, 32, 64, 32, 4),
          Tile(64, 128, 32, 32, 64, 4))
@@ -99,7 +99,7 @@ class GroupTile:
         return self.stages * (self.bm + self.bn) * self.bk * itemsize
 
 
-# Plane-group tiles (sm_90: wgmma), f16/bf16 only, the fastest at bf16 8192^3 on an H200 first
+# Plane-group tiles (sm_90: wgmma), f16/bf16 only, the fastest at large bf16 products first
 # (bench/RESULTS.md); the smaller ones leave more cubes to small products.
 GROUP_TILES = (GroupTile(256, 128, 4), GroupTile(128, 256, 4), GroupTile(128, 192, 4), GroupTile(128, 128, 6),
                GroupTile(64, 128, 4))
@@ -368,11 +368,9 @@ GPU_TIMED_CALLS = 5
 def gpu_timer(runtime):
     """An autotune timer of the device's time per call, with no host time in it: the candidate's call is
     captured once as a CUDA graph, and CUDA events time `GPU_TIMED_CALLS` replays of it queued back to
-    back (`runtime.time`). Events around the calls themselves measured the host's Python between them
-    too whenever a call's device time was shorter than its host time (~25-100 us for a cuBLAS call
-    through ctypes, more for a tile kernel's launch and its operands' copies), which a replayed plan
-    does not pay: on an idle stream a 40 us cuBLAS product then timed as its ~110 us of Python and lost
-    to a 200 us tile kernel (GPT step on an H200: 96 tile products a step, +18 ms of GPU). A candidate
+    back (`runtime.time`). Events around the calls themselves would time the host's Python between them
+    too whenever a call's device time is shorter than its host time, which a replayed plan does not pay,
+    and so pick slower kernels (docs/cuda.md, "The device"). A candidate
     that cannot be captured (one that waits on the host) is timed as calls queued back to back.
 
     Example:

@@ -4,42 +4,25 @@
 moments and writes, in one pass, a packed array of `param.shape[0] * rows` leading rows: the new
 parameter, the new first moment, the new second moment and (AMSGrad, `rows == 4`) the new running
 maximum of the second moment, each a contiguous block of `param.size` elements in the parameter's dtype.
-`moments` is the previous step's packed array: the kernel reads its rows 1.. (its row 0, an old
-parameter value, is not read), so the optimizer keeps that one array between steps and never splits the
-moments out (`ember/optim/adam.py`); on the first step (`first=True`) the moments are zero and `moments`
-is not read at all (any tensor may stand in: the optimizer passes the gradient). Packing along the first
-dim lets the caller take the new parameter back with one slice (`ember/optim/fused.py`).
-
-Where the caller offers the previous packed array (`common.donating`: the fusion decorator, when
-nothing else can see it), the new one is written over it: each unit reads all of element i (the
-parameter, row 0 of that same array, and the moments) before it writes element i of each row.
+`moments` is the previous step's packed array: the kernel reads its rows 1.. (row 0 is not read); on
+the first step (`first=True`) the moments are zero and `moments` is not read at all (any tensor may
+stand in). Where the caller offers the previous packed array (`common.donating`), the new one is
+written over it: each unit reads all of element i before it writes element i of each row.
 
 The hyperparameters are a runtime array `scalars` (`SCALARS` names its slots), so a training loop
-compiles one kernel per (dtypes, AMSGrad, first step) and never one per step or learning rate. Per
-element, with T the compute type (f32 for f16/bf16 parameters, else their own type) and `store(x)` a
-rounding to the parameter's dtype (the identity for f32/f64):
+compiles one kernel per (dtypes, AMSGrad, first step), never one per step or learning rate. Per
+element, with T the compute type (f32 for f16/bf16 parameters) and `store(x)` a rounding to the
+parameter's dtype, in the composed update's order of operations (docs/training.md, "The fused Adam
+update", has the formula and why):
 
-    g = store(grad);  p = store(param * keep)               keep = 1 - lr * wd (AdamW), else 1
-    g = store(g + l2 * p)  when l2 != 0                      l2 = wd (Adam's coupled decay), else 0
-    m = store(b1 * exp_avg + (1 - b1) * g)                   (first step: exp_avg = 0)
-    v = store(b2 * exp_avg_sq + ((1 - b2) * g) * g)          (first step: exp_avg_sq = 0)
-    v = vmax = store(maximum(max_exp_avg_sq, v))             (AMSGrad; NaN wins, as NumPy's maximum)
-    p - (step_size * m) / (sqrt(v) / bias2 + eps)            step_size = lr / (1 - b1^t), bias2 = sqrt(1 - b2^t)
-
-which is the order of operations of the composed update (`ember/optim/adam.py` before this kernel),
-so f32 and f64 results agree with it to the rounding of a fused multiply-add, and the stored values
-are rounded where the composed ops and PyTorch round them. On the first step the zero terms are left
-out: `b1 * 0 + x` is `x` (up to the sign of a zero moment), and `maximum(0, v)` is `v` (v >= 0 or NaN).
+    m = store(b1 * exp_avg + (1 - b1) * g);  v = store(b2 * exp_avg_sq + ((1 - b2) * g) * g)
+    p - (step_size * m) / (sqrt(v) / bias2 + eps)       step_size = lr / (1 - b1^t), bias2 = sqrt(1 - b2^t)
 
 Example:
     >>> p = np.ones(3, np.float32)
     >>> s = scalars(np.float32, lr=0.1, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, decoupled=True, step=1)
-    >>> packed = adam_update(p, p, p, s, amsgrad=False, first=True)   # the first step moves every weight by lr
-    >>> packed[:3]
+    >>> adam_update(p, p, p, s, amsgrad=False, first=True)[:3]   # the first step moves every weight by lr
     array([0.90000004, 0.90000004, 0.90000004], dtype=float32)
-    >>> adam_update(packed[:3], p, packed, scalars(np.float32, lr=0.1, betas=(0.9, 0.999), eps=1e-8,
-    ...             weight_decay=0.0, decoupled=True, step=2), amsgrad=False, first=False).shape
-    (9,)
 """
 
 from __future__ import annotations

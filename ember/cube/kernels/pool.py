@@ -33,10 +33,8 @@ from .reduce import identity
 ROW_UNITS = 32  # the most units of a cube (one output row); fewer for narrower outputs
 PLANE_CUBES = 64
 """From this many (n, c) planes a cube takes a whole plane, not one output row: the plane's start (two
-integer divisions) is found once, not per row, and there are enough cubes to share among the threads.
-On the MNIST CNN's pools ((64, 32, 14, 14) and (64, 16, 28, 28): rows of 7 and 14 outputs) a cube per
-plane ran the gradient in 0.290 and 0.401 ms against 0.371 and 0.481 a row at a time, the forward in
-0.079 and 0.105 against 0.104 and 0.123 (2-vCPU Zen 4, min of 120 calls, the two forms alternated)."""
+integer divisions) is found once, not per row, and there are enough cubes to share among the threads
+(docs/cube.md, "Kernel figures")."""
 
 
 @cube.kernel

@@ -1,38 +1,23 @@
 """Reductions over any set of dims: sum, mean, prod, amax, amin, argmax, argmin, var.
 
-The kept and reduced dims are each merged where their strides allow (any layout, no copies), then
-the shape of the kernel follows the layout and the target (`launch_target`: the runtime of the array,
+The kept and reduced dims are each merged where their strides allow (any layout, no copies), then the
+shape of the kernel follows the layout and the target (`launch_target`: the runtime of the array,
 `cuda`, `wgsl`, or `cpu` for the C target):
 
-- **Contiguous rows** (the innermost reduced dim has stride 1 and at least SHORT_ROW elements; a row
-  is one run, or several runs when the reduced dims do not merge: a conv bias gradient's (N, HW) per
-  channel), `rows_kernel`: on GPU targets a
-  plane (warp) reduces a row, 8 rows per cube of 256 units; each lane keeps 4 accumulators (4 loads in
-  flight, coalesced across the plane) and the plane combines them with plane ops (warp shuffles).
-  On the C target a cube reduces a row with one vector of units (64 bytes: 16 f32), whose unit loop
-  gcc vectorizes, then a 4-step tree in shared memory (`block_reduce`); a row of 4096 f32 then runs
-  at NumPy's speed. (One unit per row with a tuple of 16 accumulators vectorizes sums, but gcc's SLP
-  pass leaves the selects of max/min scalar: 4x slower there.)
-- **Strided reductions** (the reduced axis is not the contiguous one, e.g. a bias gradient: a
-  (128, 512) input summed over dim 0), `columns_kernel`: one unit per output, looping over the reduced
-  positions (four per round); consecutive units own consecutive outputs, so their loads are coalesced
-  on GPUs and one vector on the C target, and the reduced offsets are computed once per cube. On the C
-  target the whole cubes of a line run unguarded (a per-unit guard would keep the loop inside the unit
-  loop, unvectorized) and the rest of the line in a second, guarded launch.
-  The (128, 512) column sum went from 0.7-1.3 ms (a 256-unit tree per output over 128 elements) to
-  ~0.09 ms, most of it the host call.
-- argmax/argmin over rows: `arg_rows_kernel`, a cube per row (one vector of units on the C target)
-  and a tree of (value, index) pairs; over strided axes and short rows the columns kernel.
+- **contiguous rows** (the innermost reduced dim has stride 1 and at least `SHORT_ROW` elements),
+  `rows_kernel`: a plane (warp) per row on GPU targets, 8 rows per cube, combined with plane ops; on the
+  C target a cube of one vector of units per row, then a tree in shared memory (`block_reduce`);
+- **strided reductions** (the reduced axis is not the contiguous one, short rows), `columns_kernel`:
+  one unit per output looping over the reduced positions, consecutive units on consecutive outputs;
+- argmax/argmin over rows: `arg_rows_kernel`, a cube per row and a tree of (value, index) pairs.
 
-Launches with few cubes (fewer than `MIN_CUBES` of the target) and large work split the reduced range
-over up to MAX_SPLITS cubes per output (CUBE_POS_Y), each writing a partial; the partials are reduced
-by a second call. Reductions under SPLIT_TOTAL elements are never split (the second launch costs more).
-
+Launches with few cubes (fewer than `MIN_CUBES`) and large work split the reduced range over up to
+`MAX_SPLITS` cubes per output (partials, reduced by a second call); never under `SPLIT_TOTAL` elements.
 Accumulation: sums and products of f16/bf16 in f32, of ints and bools in i64 (NumPy's default);
 amax/amin in the input dtype. Ties in argmax/argmin go to the first index; NaN counts as the largest
-value for amax/argmax and the smallest for amin/argmin (NumPy propagates NaN the same way). Op names
-are ember's primitive names. `block_reduce` and `combine` are shared with softmax, the norms and the
-fusion codegen.
+value for amax/argmax and the smallest for amin/argmin (as NumPy propagates it). Op names are ember's
+primitive names. `block_reduce` and `combine` are shared with softmax, the norms and the fusion
+codegen. Why these shapes, with figures: docs/cube.md, "Reductions and softmax".
 
 Example:
     >>> reduce("sum", np.ones((2, 3), np.float32), dims=(1,))
@@ -457,7 +442,7 @@ def _splits(op: str, cubes: int, work: int, target: str) -> int:
 def row_units(n: int, acc_t, x) -> int:
     """Units of a cube that reduces a row of `n` elements accumulated in `acc_t` (softmax, norms) on
     the target of `x`: one vector of units on the C target (64 bytes: whole strides vectorize, the
-    tree has 4 steps: a (8192, 128) softmax took 38 ms with 256 units, 128 of them idle), else the
+    tree has 4 steps, and no unit idles on short rows), else the
     smallest unit class holding n.
 
     Example:

@@ -2,24 +2,18 @@
 
 GPU targets (CUDA, WGSL), rows of up to 8192 elements: the row is held in registers
 (`softmax_resident_kernel`, shape from `reduce.resident_shape`): a plane (warp) per row up to 1024
-elements on CUDA (8 rows per cube, plane ops only), else a cube of 256 units per row (plane ops, then
-the planes through shared memory; `block_reduce`'s tree on WGSL), up to 32 elements per unit, loads
-and stores coalesced across the row's units. The row is read once and written once: (8192, 8192) f32
-runs at 4.0 TB/s on the H200, as fast as a device-to-device copy (0.134 ms; torch 0.28 ms), against
-0.19 ms for the three passes below. `softmax_grad` (y * (g - sum(g * y)), or g - exp(y) * sum(g)) holds
+elements on CUDA (8 rows per cube), else a cube of 256 units per row, up to 32 elements per unit; the
+row is read once and written once. `softmax_grad` (y * (g - sum(g * y)), or g - exp(y) * sum(g)) holds
 y and g the same way.
 
-Longer rows, and the C target: one cube per row, three passes over the row. Pass one finds the row
-max, pass two sums exp(x - max), pass three writes exp(x - max) / sum or x - max - log(sum). On the C
-target, for f32/f64, pass two also stores each exp(x - max) in the output and pass three divides it in
-place: one exp per element instead of two ((8192, 128): 3.2 -> 1.6 ms, torch 1.2 ms); GPU targets
-recompute it (there memory traffic, not exp, is the cost). Each pass walks the row in whole strides
-of the cube's units without bounds tests, then the tail (`row_fold`, shared with `norm.py`), so the C
-target's unit loop is a plain vector loop. Reductions across the cube's units go through
-`reduce.block_reduce`; rows are spread over the cores (OpenMP). The cube's units (`reduce.row_units`):
-one vector on the C target (16 for f32: its unit loop is the vector accumulator, the tree 4 steps;
-256 units took 12x longer on (8192, 128) rows, most of them idle with 8 tree steps per reduction), the
-smallest unit class holding the row on GPU targets. f16/bf16 rows are computed in f32.
+Longer rows, and the C target: one cube per row, three passes over the row (the row max, the sum of
+exp(x - max), then exp(x - max) / sum or x - max - log(sum)). On the C target, for f32/f64, pass two
+also stores each exp(x - max) in the output and pass three divides it in place; GPU targets recompute
+it. Each pass walks the row in whole strides of the cube's units, then the tail (`row_fold`, shared
+with `norm.py`). Reductions across the cube's units go through `reduce.block_reduce`; rows are spread
+over the cores (OpenMP). The cube's units (`reduce.row_units`): one vector on the C target, the
+smallest unit class holding the row on GPU targets. f16/bf16 rows are computed in f32. Why, with
+figures: docs/cube.md, "Reductions and softmax".
 
 Example:
     >>> softmax(np.zeros((2, 4), np.float32))

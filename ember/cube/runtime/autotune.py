@@ -166,7 +166,7 @@ class Autotuner:
         timer: `timer(name, run)` -> seconds of one run (tests inject a fake one).
         aside: a context the candidates are timed in: the CUDA runtime's `unrecorded`, so that a step
             whose launches are being recorded for replay neither records the timing runs nor keeps their
-            outputs alive until it ends (the first GPT step: 29 score-sized outputs, +7.9 GB at its peak).
+            outputs alive until it ends (a step's score-sized outputs would otherwise raise its peak).
 
     Example:
         >>> tuner = Autotuner("add", {"np": np.add, "ufunc": lambda a, b: a + b}, key=lambda a, b: (anchor(a.size),))

@@ -1,14 +1,12 @@
 """The CPU's GEMM: NumPy's own OpenBLAS, driven from the kernels' OpenMP thread pool.
 
-Why: OpenBLAS (as NumPy ships it) has its own pthread pool whose workers spin for about 0.1 s after
-every GEMM, waiting for more. The cube kernels run on libgomp's pool right after, so on a machine with
-few cores the two pools take turns on the same cores: a parallel kernel waits for a thread that the
-scheduler parked behind a spinning BLAS worker. An MLP training step on two cores took 91 ms that
-way against 25 ms with either pool at one thread (measured with bench/training.py's mlp step).
+Why: OpenBLAS (as NumPy ships it) has its own pthread pool whose workers spin after every GEMM; the
+cube kernels run on libgomp's pool right after, so on a machine with few cores the two pools take
+turns on the same cores (figures: docs/cube.md, "The CPU runtime's threads").
 
 So ember never lets OpenBLAS start its own threads for its GEMMs: `HostBlas.matmul` sets OpenBLAS to
-one thread for the length of the call (restoring the user's setting after; the setter costs about
-2 us and wakes nobody) and splits the GEMM itself, in a small C shim built like a kernel, over the
+one thread for the length of the call (restoring the user's setting after; the setter is cheap and
+wakes nobody) and splits the GEMM itself, in a small C shim built like a kernel, over the
 OpenMP threads: by batch when there are enough matrices, else by rows (or columns when the
 output is wide), each piece one single-threaded BLAS call. One pool serves kernels and GEMMs alike.
 

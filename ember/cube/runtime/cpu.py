@@ -12,8 +12,8 @@ args[i] is the i-th parameter: a data pointer for an array, a pointer to the val
 
 A launch spreads its cubes over OpenMP's threads only when its largest array has at least
 `ember_parallel_min` elements (a global of each kernel library): a parallel region costs its threads'
-wake-up, a few microseconds while they still spin after the last one (`SPIN_ROUNDS`), ~5 us asleep on a
-bare machine and ~100 us on a virtual one. The runtime measures that cost once per process, back to back
+wake-up, little while they still spin after the last one (`SPIN_ROUNDS`), far more once they sleep,
+most on a virtual machine. The runtime measures that cost once per process, back to back
 (`wake_cost`), and sets every library's threshold to the size whose work it saves (`parallel_min_for`);
 `[cpu] parallel_min` (`EMBER_CPU_PARALLEL_MIN`) sets it instead.
 
@@ -60,27 +60,19 @@ bound by memory, not by the FMA's saved instruction. NVRTC still contracts (its 
 CUDA the last bit may depend on the blocks."""
 
 SPIN_ROUNDS = 30_000
-"""How long an idle OpenMP thread spins before it sleeps: `GOMP_SPINCOUNT` rounds (~21 ns each on a 2-vCPU
-AMD EPYC: 0.6-0.9 ms of CPU after the last parallel region, measured as CPU time burnt in a sleep).
-
-Why not sleep at once (`OMP_WAIT_POLICY=passive`, ember's choice until stop 25): on a virtual machine a
-sleeping thread's vCPU halts, and waking it for the next kernel cost ~100 us; a 2^20-element fill ran
-118-204 us on two passive threads (96 us on one) and 48-71 us on two spinning ones, a max pool
-158-261 against 79-133 us (six alternated processes each). Why not libgomp's default (300,000 rounds,
-~6 ms): a thread that spins that long after the last kernel takes a core from whatever runs next (NumPy's
-own BLAS threads made MNIST steps 5x slower that way, stop 12). Within a training step the kernels come
-less than a millisecond apart, so the threads stay awake through a step and sleep between steps.
-
-One libgomp serves the process: torch's wheel ships its own `libgomp.so.1`, and a kernel library loaded
-after torch links that one. So this setting is torch's as well when ember starts first (the bench: with
-passive threads torch's MLP step ran 8.8-10.2 ms against 5.2-7.1 ms with its default)."""
+"""How long an idle OpenMP thread spins before it sleeps (`GOMP_SPINCOUNT` rounds): long enough that the
+threads stay awake between the kernels of a training step and sleep between steps, short enough not to
+take a core from whatever runs after the last kernel. One libgomp serves the process (torch's wheel
+ships its own `libgomp.so.1`, which a kernel library loaded after torch links), so this setting is
+torch's as well when ember starts first. Why not passive threads or libgomp's default, with figures:
+docs/cube.md, "The CPU runtime's threads"."""
 
 ELEMENTS_PER_US = 3000
-"""Elements of a contiguous elementwise kernel one thread does per microsecond (2^20 f32 adds in ~300 us on
-a 2-vCPU AMD EPYC): the work that waking the threads must save (`parallel_min_for`)."""
+"""Elements of a contiguous elementwise kernel one thread does per microsecond (f32 adds): the work that
+waking the threads must save (`parallel_min_for`)."""
 WORK_WAKES = 2
 """A region that does work costs about twice what an empty one (`wake_cost`) does: the woken thread starts
-cold (2-vCPU AMD EPYC: 53-65 us empty, 120-140 us around a 65,536-element add)."""
+cold."""
 WAKE_PROBE = r"""#include <stdint.h>
 int64_t ember_wake(void) {  /* one parallel region: the threads it woke */
   int64_t n = 0;
@@ -594,7 +586,7 @@ class BoundLaunch:
 
 
 # A NumPy array's data pointer is the first field after the object header (`PyArrayObject_fields.data`):
-# reading it there takes 0.2 us against 1.5 us for `a.ctypes.data`. Checked once at import; where it
+# reading it there is several times cheaper than `a.ctypes.data`. Checked once at import; where it
 # does not hold (another interpreter), `a.ctypes.data` is used.
 _HEADER = ctypes.sizeof(ctypes.c_ssize_t) + ctypes.sizeof(ctypes.c_void_p)
 _word_at = ctypes.c_void_p.from_address

@@ -80,10 +80,9 @@ def _load():
 WIDEN_MIN = 1 << 32
 """m * n * k (times the batch) from which a product whose n columns are not a multiple of 16 bytes is
 computed on b widened to such a multiple (its columns, then zeros) and returned as a view of the wider
-output's first n columns: cuBLAS then runs its aligned kernels. On the H200 (TF32) the GPT head's
-(8192, 768) @ (768, 50257) took 4.92 ms (an sm80 align-1 kernel, which torch gets too) and 1.91 ms
-widened to 50260 columns, the widening included; a wider ldc alone does not change cuBLAS's choice.
-Below it the saving is smaller than the copy of b and what a view may cost later ops (one that needs
+output's first n columns: cuBLAS then runs its aligned kernels, which more than pay for the widening
+on large products (docs/cuda.md, "The device"); a wider ldc alone does not change cuBLAS's choice. Below
+it the saving is smaller than the copy of b and what a view may cost later ops (one that needs
 C-contiguous rows)."""
 
 

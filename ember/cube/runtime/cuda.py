@@ -1,26 +1,21 @@
 """The CUDA runtime: cube kernels rendered to CUDA C, compiled by NVRTC, run with the driver API.
 
-One `CudaRuntime` per GPU: it uses the device's primary context (the one PyTorch and CuPy share),
-made current on the calling thread before each operation; it owns one stream on which every copy and
-launch is queued in order, and allocates device memory through the `MemoryPool` (pages from
-`cuMemAllocAsync` on that stream, given back with `cuMemFreeAsync`: stream-ordered, so giving a page
-back never waits for the GPU, as `cuMemFree` does, and a page given back mid-step is memory the next
-page on the stream reuses; pages made while a graph is captured, or on a device without memory pools
-or `stream_ordered = False`, come from `cuMemAlloc` and go back with `cuMemFree`). Host <-> device
-copies go through pinned memory: uploads up to `UPLOAD_SLOT` bytes through slots that wait only for their
-own last copy, larger ones and downloads through a staging buffer, waiting for the stream. A launch:
+One `CudaRuntime` per GPU: it uses the device's primary context (shared with PyTorch and CuPy), made
+current on the calling thread before each operation; every copy and launch is queued in order on its
+one stream; device memory comes from a `MemoryPool` of stream-ordered pages; host <-> device copies go
+through pinned memory. A launch:
 
     bind arguments -> KernelFunction.specialize -> optimize -> targets/cuda.render -> nvrtc.compile_cuda
     (disk cache) -> cuModuleLoadData -> cuLaunchKernel(grid = CubeCount, block = CubeDim, dynamic shared)
 
-Arguments are `CudaArray`s (device memory, passed as they are), NumPy arrays (copied to the device
-for the launch and, when the kernel writes them, copied back: what lets the kernel library's NumPy
-host functions run on the GPU), or scalars. Each array becomes two kernel parameters: a pointer to
-its first element and its element count (`len()` in the kernel), as on the C target.
+Arguments are `CudaArray`s (device memory, as they are), NumPy arrays (copied to the device for the
+launch, back when the kernel writes them), or scalars; each array is two kernel parameters: a pointer
+to its first element and its element count (`len()` in the kernel).
 
 Launches are asynchronous: `synchronize()` waits, and errors from a kernel (a bad address) surface
 there. Driver errors raise `CudaError` naming the call and, for launches, the kernel and its launch
-shape; launch shapes the device cannot run raise `CudaLaunchError` before anything is queued.
+shape; launch shapes the device cannot run raise `CudaLaunchError` before anything is queued (why
+the pages are stream-ordered: docs/cuda.md, "The runtime").
 
 Example:
     >>> rt = cuda_runtime()
@@ -149,7 +144,7 @@ class DeviceLimits:
     max_units: int = 1024
     max_dim: tuple = (1024, 1024, 64)
     max_count: tuple = (2**31 - 1, 65535, 65535)
-    max_shared: int = 48 << 10  # with opt-in: up to 227 KiB on H100/H200
+    max_shared: int = 48 << 10  # without opt-in; with it, more on recent GPUs
 
     @staticmethod
     def query(driver, device) -> "DeviceLimits":

@@ -1,61 +1,29 @@
-"""The adaptive memory pool every cube runtime allocates through (CPU now; CUDA and wgpu reuse it).
+"""The adaptive memory pool every cube runtime allocates through (CPU, CUDA and wgpu).
 
 A pool owns *pages* obtained from the device (`allocate(nbytes)` / `release(page)`) and hands out
-*slices* of them. Two kinds of pages:
+*slices* of them; live slices never move. Small allocations (up to `small_limit`) come from slab pages
+of one power-of-two size class (from 256 bytes), each handing out its lowest free chunk. Large ones come
+from pages managed first-fit with coalescing; a new large page is `max(request, target)` bytes, `target`
+four times the median of the last 64 large requests rounded up to 2 MiB (2 MiB to 256 MiB), or `[memory]
+page_size_mb`. A request above the target gets a *dedicated* page of its own size, which then serves
+only requests of at least half its size. Before a new page would take the reserved bytes past their
+peak, a large request takes room in any dedicated page, then empty dedicated pages and empty *stale*
+pages (ordinary pages under a quarter of the target) are given back. A page with nothing allocated for
+`free_after_s` seconds is given back at the next allocation; `cleanup()` gives back every empty page.
+`stats()` reports reserved and in-use bytes and their peaks.
 
-- **small** allocations (up to `small_limit`) come from slab pages cut into equal chunks of one size
-  class (powers of two from 256 bytes), so many tiny tensors cost one device allocation; a slab hands
-  out its lowest free chunk (a heap), so where a slice lands depends on which chunks are free, not on
-  the order they were given back in (a stack would permute a training step's small tensors every
-  step, and its addresses would recur only after the permutation's order: see `trace`);
-- **large** allocations come from pages managed first-fit with coalescing of free ranges. A new large
-  page is `max(request, target)` bytes where `target` follows the observed sizes: four times the
-  median of the last 64 large requests, rounded up to 2 MiB (between 2 MiB and 256 MiB), or the
-  configured `[memory] page_size_mb` when it is set. Four typical requests fill a page exactly; four
-  times the power of two above the median left a GPT's 24 MiB activations 8 MiB short of each 128 MiB
-  page. A request above the target gets a *dedicated* page
-  of its own size, which then serves only requests of at least half its size (small slices would pin
-  it, and the next request of its size would need a new page). When a new page would take the
-  reserved bytes past their peak, a request above the target first takes room in any dedicated page
-  (whatever its floor: a GPT's 384 MiB score matrices in the empty 1.5 GiB pages of its logits, several
-  to a page); only then are the empty dedicated pages given back, so that memory is not
-  held twice across phases that use big and ordinary tensors in turn (a training step's logits, then the
-  optimizer's packed state); below the peak they stay for the next request of their size (a
-  transformer's score matrices, made and dropped in every layer: on CUDA each new one was a
-  `cuMemAllocAsync` of ~0.6 ms of host time). No page is made past the peak while empty dedicated
-  pages are kept (a GPT step's recorded allocations: peak reserved over in use 1.103 -> 1.107, device
-  allocations 95 -> 89 over three steps; `tests/cube/test_memory_pool.py`). Empty *stale* pages go
-  then too: ordinary pages under a quarter of the target, made while requests were small and too small
-  for what is asked now (a model's parameters, which the optimizer's packed state replaces after the
-  first step: a GPT's 17 pages of 16 MiB held 23 MiB at its peak). The target never comes back down to
-  their size in a loop whose requests stay large, so they are not made again. Before the room rule the
-  logits' and the score matrices' pages were given back and remade in turn, 9 a step at new addresses,
-  which kept the step's plans from replaying as CUDA graphs; with it, the step's recorded allocations
-  (with Adam's state written in place) make no page after the second step and every slice recurs, at
-  1.071 reserved over in use (the older trace of the test: 1.080 -> 1.134). Over the GPT bench's whole
-  run (building the model, warm-up, steps), what it reports: 1.180 before the stale pages and the
-  exact target, 1.136 with them (11,757 -> 11,313 MiB reserved at 9,960 in use).
-
-A page with nothing allocated for `free_after_s` seconds is given back at the next allocation;
-`cleanup()` gives back every empty page at once. Live slices never move. `stats()` reports reserved
-and in-use bytes and their peaks.
-
-Inside `with pool.deferring():` a page the pool gives up (an idle page, an empty dedicated one) leaves
-its books as usual but its device memory is released only when the block ends: a CUDA graph being captured or replayed may still write a page that its run emptied, so the
-device frees it after the graph's launch (stream order), while the slices land as in a plain run.
-While `trace` is a list, the pool appends what it is asked: `(nbytes, slice)` for each slice it hands
-out and the slice itself for each one given back (`free` or `free_later`). A caller that asks for the
-same sizes again and gives them back in the same order gets the same (page, offset) wherever the pool is
-in the same state; `retake` takes a trace's slices at those places directly, in one call, wherever they
-are free: that is how a CUDA graph captured over a fusion plan's allocations makes its addresses the
-plan's again (`ember/backend/fusion/graphs.py`).
+Inside `with pool.deferring():` a page the pool gives up leaves its books as usual but its device memory
+is released only when the block ends (a CUDA graph may still write it). While `trace` is a list the pool
+appends `(nbytes, slice)` for each slice it hands out and the slice for each one given back; the same
+sizes asked and given back in the same order from the same state get the same (page, offset), and
+`retake` takes a trace's slices at those places in one call where they are free
+(`ember/backend/fusion/graphs.py`). Why these rules, with figures: docs/cube.md, "The memory pool".
 
 Example:
     >>> pool = MemoryPool(allocate=lambda n: bytearray(n), release=lambda page: None)
     >>> s = pool.reserve(1000)
     >>> pool.stats().in_use
     1024
-    >>> pool.free(s)
 """
 
 from __future__ import annotations
@@ -292,11 +260,11 @@ class MemoryPool:
         """The slices a trace names, taken where it says, in one call: `events` as `Captured` keeps them
         (`(nbytes, page, offset)` for a slice handed out, the number of an earlier one for a slice given
         back); the slices (None where given back), or None when one is not free at its place (then every
-        slice taken here is given back and the pool is as before, but for pages of the call's idle check).
+        slice taken here is given back and the pool is unchanged, but for pages of the call's idle check).
 
-        How a CUDA graph's replay takes the slices its capture wrote (`ember/backend/fusion/graphs.py`):
-        ~1 us a slice, where `reserve`'s first fit over a GPT's 80 large pages cost ~10 us on the H200's
-        host, 9 ms a step. It asks for no page, so it cannot run out of memory. A slice is taken at its
+        How a CUDA graph's replay takes the slices its capture wrote (`ember/backend/fusion/graphs.py`),
+        much cheaper than `reserve`'s first fit over many large pages (docs/cuda.md). It asks for no
+        page, so it cannot run out of memory. A slice is taken at its
         place whenever that place is free, where `reserve` might have found an earlier hole: the graph
         writes only memory this run holds either way, and a loop's slices still recur.
 

@@ -1,22 +1,20 @@
 """The wgpu runtime: cube kernels rendered to WGSL and run through wgpu-py (Vulkan, Metal, DX12).
 
 One `WgpuRuntime` per adapter. Adapters are listed best first (`adapters()`): discrete GPUs, then
-integrated ones, then CPU/software ones (Mesa's lavapipe), native backends (Vulkan, Metal, DX12)
-before OpenGL. `wgpu_runtime(which)` picks one by index in that list or by a case-insensitive part of
-its name. The device is requested with the adapter's own limits (WebGPU's defaults are far lower) and
-the features that change rendering (`subgroup`, `shader-f16`); both are read back and respected:
-buffers over `max_storage_buffer_binding_size`, launch shapes and workgroup memory beyond the limits
-are refused before anything is queued, naming the kernel and the limit. A launch:
+integrated ones, then CPU/software ones (Mesa's lavapipe), native backends before OpenGL.
+`wgpu_runtime(which)` picks one by index in that list or by a case-insensitive part of its name. The
+device is requested with the adapter's own limits and the features that change rendering (`subgroup`,
+`shader-f16`); buffers, launch shapes and workgroup memory beyond the limits are refused before
+anything is queued, naming the kernel and the limit. A launch:
 
     bind arguments -> KernelFunction.specialize -> optimize -> targets/wgsl.render -> shader module and
     compute pipeline (one per kernel x CubeDim) -> bind group (arrays in order, then the info buffer)
     -> dispatch_workgroups(CubeCount) -> queue.submit
 
 Arguments are `WgpuArray`s (device buffers, used in place), NumPy arrays (uploaded for the launch and
-read back when the kernel writes them: the kernel library's NumPy host functions run unchanged), or
-scalars. Work is queued; `synchronize()` waits by mapping a small buffer that a copy queued after
-the work writes (a map completes only after everything submitted before it). It does not call
-`queue.on_submitted_work_done_sync`, which hangs or fails in wgpu-py 0.32.
+read back when the kernel writes them), or scalars. Work is queued; `synchronize()` waits by mapping a
+small buffer that a copy queued after the work writes (docs/wgpu.md says why not
+`on_submitted_work_done_sync`).
 
 Example:
     >>> rt = wgpu_runtime()            # or wgpu_runtime("llvmpipe"), wgpu_runtime(1)

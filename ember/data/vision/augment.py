@@ -50,7 +50,7 @@ def pad(image: np.ndarray, padding: int, fill: float = 0, mode: PadMode = "const
         raise ValueError(f"padding must be >= 0, got {padding}")
     if mode == "constant":
         # What np.pad(..., constant_values=fill) returns, built directly: np.pad's generic path costs
-        # ~45 us for a 28x28 image, the bulk of the MNIST job's per-image augmentation.
+        # more than the rest of a small image's augmentation.
         h, w = image.shape[:2]
         out = np.full((h + 2 * padding, w + 2 * padding, *image.shape[2:]), fill, dtype=image.dtype)
         out[padding:padding + h, padding:padding + w] = image

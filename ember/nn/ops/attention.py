@@ -4,23 +4,20 @@
 flash-style cube kernels of `ember/cube/kernels/attention.py`:
 
 - `attention` (forward): (BH, L, E), (BH, S, E), (BH, S, Ev) -> (BH, L, Ev + 1) in the accumulator type
-  (f32 for f16/bf16, else the operands' type): the output rows with each row's logsumexp beside them.
-  This is what autodiff keeps for backward: L x (Ev + 1) values, never an L x S matrix.
-- `attention_grad_q`, `attention_grad_kv` (backward, cube kernels too) take Q, K, V, the packed result
-  and its gradient: P is recomputed block by block from Q, K and the saved logsumexp; dV = P^T dO,
-  dS = P * (dO V^T - delta), dQ = dS K * scale, dK = dS^T Q * scale, with delta = rowsum(dO * O) - (the
-  logsumexp's own gradient), so a loss that uses the returned logsumexp differentiates through it too.
-  On CUDA, f32/f64 backward of L * S >= 256^2 (and within 1 GiB) takes the L x S matrices instead
-  (`_materialized_backward`: five batched cuBLAS matmuls on the tensor cores and fused elementwise ops;
-  GPT-2 small on an H200: GPU time 126.6 -> 95.9 ms a step), at the cost of ~22 more recorded ops a layer.
-  The forward of those shapes goes through the scores too (`kernels.attention_forward_scores`: two
-  batched matmuls and a row kernel, the matrix freed at once), still one primitive: autodiff keeps the
-  packed result only.
+  (f32 for f16/bf16, else the operands' type): the output rows, each row's logsumexp beside them: all
+  that autodiff keeps for backward, never an L x S matrix.
+- `attention_grad_q`, `attention_grad_kv` (backward) take Q, K, V, the packed result and its gradient:
+  P is recomputed from Q, K and the saved logsumexp, with delta = rowsum(dO * O) - (the logsumexp's own
+  gradient), so a loss that uses the returned logsumexp differentiates through it too. On
+  `MATERIALIZE_KINDS` devices, f32/f64 shapes within `MATERIALIZE_MIN_SCORES` and
+  `MATERIALIZE_MAX_BYTES` go through the L x S matrices instead (`_materialized_backward`, and the
+  forward by `kernels.attention_forward_scores`), still one primitive each.
 
-Each has a NumPy reference (Device.numpy() runs it; the tests use it), which does build the L x S matrix.
-Causal masking blocks key j for query i when j > i + offset (offset 0: PyTorch's top-left alignment;
-S - L: the bottom-right one of incremental decoding). A query that sees no key gets a zero output, a
-logsumexp of -inf and zero gradients. Head widths E, Ev are at most `MAX_DIM` (256).
+Each has a NumPy reference (Device.numpy() runs it; the tests use it), which builds the matrix. Causal
+masking blocks key j for query i when j > i + offset (offset 0: PyTorch's top-left alignment; S - L: the
+bottom-right one of incremental decoding). A query that sees no key gets a zero output, a logsumexp of
+-inf and zero gradients. Head widths E, Ev are at most `MAX_DIM` (256). Why the materialized route and
+where it pays: docs/cube.md, "Fused attention".
 
 Example:
     >>> q, k, v = ember.randn(2, 3, 5, 8), ember.randn(2, 3, 7, 8), ember.randn(2, 3, 7, 4)
@@ -104,9 +101,8 @@ MATERIALIZE_KINDS = ("cuda",)
 MATERIALIZE_MAX_BYTES = 1 << 30
 """The largest L x S matrix (all batch*heads, in bytes) that backward materializes; larger: the kernels."""
 MATERIALIZE_MIN_SCORES = 256 * 256
-"""The smallest L * S that backward materializes: below it the kernels cost less than the ~25 more
-recorded ops (host time) of the matmul route (H200: the encoder's 128 x 128 got slower, GPT's 1024 x 1024
-faster on the GPU)."""
+"""The smallest L * S that backward materializes: below it the kernels cost less than the host time of
+the matmul route's extra recorded ops (docs/cube.md, "Fused attention")."""
 
 
 def _materializes(kind: str, itemsize: int, shape_q: tuple, n_k: int, causal: bool, offset: int) -> bool:
@@ -139,7 +135,7 @@ def _materialized_backward(g: Tensor, out: Tensor, q: Tensor, k: Tensor, v: Tens
                            causal: bool, offset: int) -> tuple:
     """dQ, dK, dV with P recomputed as one (BH, L, S) matrix: five batched matmuls (cuBLAS on the GPU,
     with its tensor cores) and elementwise ops the fusion layer fuses, instead of the flash kernels' plain
-    FMAs (GPT-2 small on an H200: 4.3 ms a layer in the kernels). Needs every row to see a key."""
+    FMAs. Needs every row to see a key."""
     ev = v.shape[-1]
     grad = g[..., :ev]
     dp = grad @ v.transpose(-1, -2)

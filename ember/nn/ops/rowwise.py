@@ -1,27 +1,23 @@
-"""Softmax, log-softmax, layer norm, RMS norm and cross entropy over the last dim as one op each on GPU
-cube targets.
+"""Softmax, log-softmax, layer norm, RMS norm and cross entropy over the last dim, one op each on GPUs.
 
-The tensor API composes these from primitives (max, sub, exp, sum, div; mean, var, ...), which the
-fusion layer runs as three or four passes over the input. On a GPU cube target (CUDA, wgpu) they are
-instead `@ember.backend_extension` primitives (ember/extension.py) over the kernel library's row
-kernels (`ember/cube/kernels/softmax.py`, `norm.py`), which read a row of up to 8192 elements once and
-write it once (`reduce.resident_shape`): on the H200, (8192, 8192) f32 in about the time of a copy.
+On a GPU cube target (CUDA, wgpu) the tensor API takes these `@ember.backend_extension` primitives
+(ember/extension.py) over the kernel library's row kernels (`ember/cube/kernels/softmax.py`,
+`norm.py`), which read a row of up to 8192 elements once and write it once (`reduce.resident_shape`),
+instead of composing them from primitives (three or four fused passes). `routes(x)` says when.
 
 - `softmax_rows(x, log=...)`: exp(x) / sum(exp(x)) over the last dim, or its log;
 - `norm_rows(x, weight, bias, eps=..., rms=..., has_weight=..., has_bias=...)`: layer norm (biased
   variance) or RMS norm over the last dim, then the optional affine map; `weight`/`bias` are the (n,)
   parameters, or any tensor (x itself) standing in for a missing one;
 - `cross_entropy_rows(x, target)`: logits (R, C) against a class index per row -> (R, 2), each row's
-  negative log likelihood and logsumexp (`ember.cube.kernels.cross_entropy`: one read of the logits, any
-  row length). Its gradient is one fused elementwise pass over the logits, `softmax * (g_nll + g_lse) -
-  onehot * g_nll`, with the one-hot from a comparison against the class positions (kept on the device
-  per (C, device): a host upload would wait for the GPU), so no (R, C) log-probabilities are kept for
-  backward and no (R, C) gradient is scattered into zeros.
+  negative log likelihood and logsumexp (`ember.cube.kernels.cross_entropy`: one read of the logits,
+  any row length). Its gradient is one fused elementwise pass over the logits, `softmax * (g_nll +
+  g_lse) - onehot * g_nll` (the one-hot from a comparison against class positions kept on the device),
+  so no (R, C) log-probabilities are kept for backward and no (R, C) gradient is scattered into zeros.
 
-The gradients are written with ember ops (fused reductions and elementwise kernels on a fused device):
-softmax's `y * (g - sum(g * y))`, log-softmax's `g - exp(y) * sum(g)`, and the norms' usual formulas
-from the recomputed statistics. `routes(x)` says when the tensor API takes these ops; each has a NumPy
-reference (the tests' oracle).
+The gradients are written with ember ops: softmax's `y * (g - sum(g * y))`, log-softmax's
+`g - exp(y) * sum(g)`, and the norms' usual formulas from the recomputed statistics. Each op has a
+NumPy reference (the tests' oracle).
 
 Example:
     >>> x = ember.randn(4, 10, device=ember.Device.wgpu())
