@@ -97,17 +97,20 @@ EOF
   tail -n 3 "$RESULTS/library.log"
 fi
 
-if has conformance; then
-  # -k picks the parametrizations on this device; tests/conftest.py lists it when a GPU is here.
-  # Fused (Fusion(Cube(cuda)), the default) and unfused (EMBER_FUSION=0: plain Cube(cuda)).
+# A suite's tests on this device, fused (Fusion(Cube(cuda)), the default) and unfused (EMBER_FUSION=0:
+# plain Cube(cuda)); -k picks the parametrizations on this device (tests/conftest.py lists it here).
+both_modes() {  # step name, what it checks, test path
   for mode in fused unfused; do
-    echo "== conformance suite on Device.cuda(0), $mode"
+    echo "== $2 on Device.cuda(0), $mode"
     fusion=$([ $mode = fused ] && echo 1 || echo 0)
-    EMBER_FUSION=$fusion "$PY" -m pytest -q -p no:cacheprovider $(xdist) tests/conformance -k cuda \
-      --junitxml="$RESULTS/junit-conformance-$mode.xml" > "$RESULTS/conformance-$mode.log" 2>&1 \
-      || failed+=("conformance-$mode")
-    tail -n 3 "$RESULTS/conformance-$mode.log"
+    EMBER_FUSION=$fusion "$PY" -m pytest -q -p no:cacheprovider $(xdist) "$3" -k cuda \
+      --junitxml="$RESULTS/junit-$1-$mode.xml" > "$RESULTS/$1-$mode.log" 2>&1 || failed+=("$1-$mode")
+    tail -n 3 "$RESULTS/$1-$mode.log"
   done
+}
+
+if has conformance; then
+  both_modes conformance "conformance suite" tests/conformance
 fi
 
 if has fusion; then
@@ -118,14 +121,7 @@ if has fusion; then
 fi
 
 if has trajectories; then
-  for mode in fused unfused; do
-    echo "== training trajectories on Device.cuda(0), $mode"
-    fusion=$([ $mode = fused ] && echo 1 || echo 0)
-    EMBER_FUSION=$fusion "$PY" -m pytest -q -p no:cacheprovider $(xdist) tests/trajectories -k cuda \
-      --junitxml="$RESULTS/junit-trajectories-$mode.xml" > "$RESULTS/trajectories-$mode.log" 2>&1 \
-      || failed+=("trajectories-$mode")
-    tail -n 3 "$RESULTS/trajectories-$mode.log"
-  done
+  both_modes trajectories "training trajectories" tests/trajectories
 fi
 
 if has bench; then

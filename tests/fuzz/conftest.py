@@ -56,3 +56,13 @@ def attempt(load: Callable, *args, error: type[EmberError], names: tuple[str, ..
         assert any(str(name) in message for name in names), message[:MESSAGE_CHARS]
         assert len(message) < MESSAGE_CHARS, message[:MESSAGE_CHARS]
         return None, message
+
+
+def assert_same_state(got: tuple, want: tuple) -> None:
+    """A loader's `(state, metadata)` is the reference's: the same metadata, names, dtypes, shapes and bytes."""
+    (state, metadata), (want_state, want_metadata) = got, want
+    assert metadata == want_metadata
+    assert set(state) == set(want_state)
+    for key, array in want_state.items():
+        assert (state[key].dtype, state[key].shape) == (array.dtype, array.shape), key
+        assert state[key].tobytes() == array.tobytes(), key

@@ -21,7 +21,7 @@ from safetensors.numpy import load_file, save
 from ember.errors import StoreError
 from ember.store.safetensors import load_safetensors
 
-from .conftest import FUZZ, attempt
+from .conftest import FUZZ, assert_same_state, attempt
 from .mutators import damaged, json_edit
 
 STATE = {"w": np.arange(15, dtype=np.float32).reshape(3, 5), "b": np.arange(3, dtype=np.int64),
@@ -48,12 +48,7 @@ def check_against_reference(path) -> None:
         assert want is None or any(s in message for s in STRICTER), f"the reference loads it; ember: {message}"
         return
     assert want is not None, "ember loads a file the reference rejects"
-    (state, metadata), (want_state, want_metadata) = got, want
-    assert metadata == want_metadata
-    assert set(state) == set(want_state)
-    for key, array in want_state.items():
-        assert (state[key].dtype, state[key].shape) == (array.dtype, array.shape), key
-        assert state[key].tobytes() == array.tobytes(), key
+    assert_same_state(got, want)
 
 
 GOOD = save(STATE, metadata=METADATA)

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from ember.errors import StoreError
 from ember.store.torch_pickle import load_torch
 
-from .conftest import FUZZ, attempt
+from .conftest import FUZZ, assert_same_state, attempt
 from .mutators import damaged
 
 
@@ -88,12 +88,7 @@ def check_against_torch(path) -> None:
         return
     want = reference(path)
     assert want is not None, "ember loads a file torch rejects"
-    (state, metadata), (want_state, want_metadata) = got, want
-    assert metadata == want_metadata
-    assert set(state) == set(want_state)
-    for key, array in want_state.items():
-        assert (state[key].dtype, state[key].shape) == (array.dtype, array.shape), key
-        assert state[key].tobytes() == array.tobytes(), key
+    assert_same_state(got, want)
 
 
 def _rezipped(raw: bytes, edit) -> bytes:
