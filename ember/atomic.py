@@ -140,7 +140,7 @@ def tidy(folder: str | os.PathLike) -> None:
         names = os.listdir(folder)
     except OSError:
         return
-    stale = [name for name in names if _is_stale(folder / name)]
+    stale = [name for name in names if name[:1] == "." and _is_stale(folder / name)]  # ours are all hidden
     for name in stale:
         match, new_name = _match(name)
         if match and match["kind"] == "old" and not (folder / match["name"]).exists():
