@@ -1,9 +1,7 @@
 """Run-time settings: `ember.toml` files and `EMBER_*` environment variables.
 
-Where a setting comes from, strongest first: its environment variable, `./ember.toml` (the project),
-`~/.config/ember/ember.toml` (the user; `$XDG_CONFIG_HOME` is honoured), then the default below. An
-unknown section or key, or a value of the wrong type, raises `ConfigError` naming the key and the file
-(or the variable).
+Strongest first: the variable, `./ember.toml`, `~/.config/ember/ember.toml` (`$XDG_CONFIG_HOME`
+honoured), the default. An unknown key or a wrong type raises `ConfigError` naming key and file.
 
 | section        | key            | variable              | default                    |
 |----------------|----------------|-----------------------|----------------------------|

@@ -1,40 +1,21 @@
 """Model files for modules: `save_module` writes a `Module`'s state, `load_module` reads one into it.
 
-`save_module` turns every parameter and buffer into a host array and writes them with
-`ember.store.save`, recording ember's version and the module's class in the metadata.
-`load_module` reads a file with `ember.store.load` (optionally narrowed by `prefix=`, renamed by
-`rename=`, cast by `cast=`), adapts it with `adapter=`, and loads it with `Module.load_state_dict`:
-each value moves to its parameter's device and dtype, and the `LoadReport` lists missing,
-unexpected and mismatched keys (strict loading raises on any of them and loads nothing).
+`save_module` writes every parameter and buffer as a host array with `ember.store.save`, recording
+ember's version and the module's class in the metadata. `load_module` reads a file with
+`ember.store.load` (narrowed by `prefix=`, renamed by `rename=`, cast by `cast=`), adapts it with
+`adapter=` and loads it with `Module.load_state_dict`: each value moves to its parameter's device and
+dtype, and the `LoadReport` lists missing, unexpected and mismatched keys (strict loading raises on any
+of them and loads nothing). Nothing is dropped silently.
 
-Every ember layer stores its weights in PyTorch's layout (`Linear` and the recurrent layers as
-(out, in)), so a PyTorch, Hugging Face or PEFT file of a model built from the same layers under the
-same names loads with no adapter. `adapter="pytorch"` (`from_pytorch`) bridges the names of the
-layers whose parts ember names or groups differently, by walking the ember module (no tensor is
-transposed):
-
-- `MultiHeadAttention`: the packed `in_proj_weight`/`in_proj_bias` (q, k, v rows), or
-  `q_proj_weight`, `k_proj_weight`, `v_proj_weight` when kdim/vdim differ (the bias stays packed),
-  go to `query`, `key` and `value`; `out_proj` becomes `output`.
-- `RNN`, `LSTM`, `GRU`: `weight_ih_l{k}`, `weight_hh_l{k}`, `bias_ih_l{k}`, `bias_hh_l{k}` (with
-  `_reverse` for the backward direction) become `layers.{k}.{direction}.weight_ih` ...
-- `TransformerEncoderLayer`, `TransformerDecoderLayer`: `linear1`, `linear2` and `multihead_attn`
-  become `ff.linear_inner`, `ff.linear_outer` and `cross_attn`.
-
-A whole `torch.nn.Transformer` loads into a module with `encoder` and `decoder` attributes (ember's
-stacks, built with `final_norm=True`).
-
-Every other layer (Linear, Bilinear, Conv*, ConvTranspose*, Embedding, the norms, PReLU) has
-PyTorch's names and passes through. Keys no ember layer claims keep their PyTorch names, so the report
-lists them as unexpected (strict loading refuses them; `strict=False` skips them). Nothing is dropped
-silently. BatchNorm's `num_batches_tracked` is an ember buffer too, so it loads.
+Every ember layer holds its weights in PyTorch's layout, so a PyTorch, Hugging Face or PEFT file of a
+model built from the same layers under the same names loads with no adapter. `adapter="pytorch"`
+(`from_pytorch`) renames the parts that ember names or groups differently (attention's packed
+projections, the recurrent layers' per-layer weights, the transformer layers' feed-forward): the
+table is in docs/store.md, "Loading PyTorch models"; no tensor is transposed.
 
 Example:
     >>> save_module(model, "model.ember", metadata={"epoch": "3"})
-    >>> report = load_module(Model(), "model.ember")
-    >>> report.ok
-    True
-    >>> load_module(Linear(784, 10), "torch_linear.pt").ok   # torch.save(torch.nn.Linear(784, 10).state_dict(), ...)
+    >>> load_module(Model(), "model.ember").ok
     True
     >>> load_module(LSTM(8, 16), "torch_lstm.pt", adapter="pytorch").ok
     True

@@ -1,25 +1,13 @@
 """Read PyTorch `.pt` / `.pth` / `.bin` files (state dicts, checkpoints) without torch and without
 executing pickled code.
 
-Two container formats are read:
-
-- the zip archive `torch.save` writes since 1.6: `<name>/data.pkl` (the pickle), `<name>/data/<key>`
-  (one raw record per storage, stored uncompressed) and `<name>/byteorder` (`little` if absent);
-- the legacy stream (`_use_new_zipfile_serialization=False`): pickles of a magic number, protocol
-  version and system info, then the object, then the list of storage keys, then each storage as an
-  8-byte element count followed by its bytes.
-
-The pickle is read by `SafeUnpickler` (see `torch_unpickler`), which refuses every global but the
-tensor/storage helpers of a state dict. Tensors become NumPy views of their storage bytes with
-torch's own offset, shape and strides, so transposed and storage-sharing tensors come back exactly,
-sharing memory as they did in torch. With `mmap=True` (default) those views are read-only and point
-into the memory-mapped file; with `mmap=False` into one writable in-memory copy.
-
-Nesting: the loaded object is flattened. Nested dicts and lists join their keys with dots
-(`{"model": {"fc.weight": t}, "epoch": 3}` gives the tensor `"model.fc.weight"`); every non-tensor
-leaf (numbers, strings, None, ...) goes into the returned metadata as JSON text under its dotted key
-(`{"epoch": "3"}`), so nothing is silently dropped. `key="model"` first selects one top-level entry,
-so a checkpoint's weights come back with their plain names.
+Both containers are read: the zip archive `torch.save` writes since 1.6 and the legacy stream. The
+pickle goes through `SafeUnpickler` (`torch_unpickler`), which refuses every global but a state dict's
+tensor and storage helpers. Tensors come back as NumPy views of their storage bytes with torch's own
+offset, shape and strides (read-only views into the mapped file with `mmap=True`, the default). The
+loaded object is flattened: nested keys join with dots, and non-tensor leaves go into the metadata as
+JSON text, so nothing is dropped; `key=` first selects one top-level entry. Formats and the safety
+argument: docs/store.md, "PyTorch files, and why loading one is safe".
 
 Example:
     >>> state, metadata = load_torch("checkpoint.pt", key="state_dict")
