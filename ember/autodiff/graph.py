@@ -39,6 +39,11 @@ MAX_RECOMPUTE_DEPTH = 4
 _walk = threading.local()  # `create_graph` of the backward walk running in this thread
 
 
+def creating_graph() -> bool:
+    """Whether the backward walk running in this thread records its rules (`create_graph=True`)."""
+    return getattr(_walk, "create_graph", False)
+
+
 class Const:
     """An input of a recorded op that needs no gradient; it keeps its value."""
 
@@ -157,7 +162,7 @@ class Node:
 def _tensor(tape, source: "Node | Const"):
     """The value of `source` as a rule of a node on `tape` reads it: a tensor on the inner device, or, in
     a walk that creates a graph, on the autodiff device, tracked through `source` when it is a node."""
-    if getattr(_walk, "create_graph", False):
+    if creating_graph():
         return tape.wrap_tracked(source.primal(), source.aval, source if type(source) is Node else None)
     return tape.wrap_inner(source.primal(), source.aval)
 
@@ -212,12 +217,13 @@ def _leading_to(order: list[Node], targets: set[Node]) -> list[Node]:
 
 
 def backward(root: "Node | Iterable[Node]", cotangent, create_graph: bool = False,
-             inputs: "Iterable[Node] | None" = None) -> dict[Node, Any]:
+             inputs: "Iterable[Node] | None" = None, retain_graph: bool | None = None) -> dict[Node, Any]:
     """Cotangents of every leaf reachable from `root` (or of the nodes `inputs`), given the root's
     cotangent (or, for several roots, a cotangent per root).
 
     The cotangents are tensors on the inner device; with `create_graph`, tensors of the autodiff device
-    that carry their own history (the rules' ops are recorded), and the walk releases nothing.
+    that carry their own history (the rules' ops are recorded). The walk releases what the nodes kept
+    unless `retain_graph` (by default `create_graph`), for walks that will come again soon.
     """
     roots = [root] if type(root) is Node else list(root)
     seeds = [cotangent] if type(root) is Node else list(cotangent)
@@ -230,7 +236,8 @@ def backward(root: "Node | Iterable[Node]", cotangent, create_graph: bool = Fals
         previous = pending.get(node)
         pending[node] = seed if previous is None else previous + seed
     found: dict[Node, Any] = {}
-    outer = getattr(_walk, "create_graph", False)
+    retain = create_graph if retain_graph is None else retain_graph
+    outer = creating_graph()
     _walk.create_graph = create_graph
     try:
         for node in reversed(order):
@@ -240,12 +247,12 @@ def backward(root: "Node | Iterable[Node]", cotangent, create_graph: bool = Fals
             if g is None or node.prim is None or (targets is not None and node in targets):
                 if g is not None:
                     found[node] = g
-                if not create_graph:  # after every rule that reads it (they come later in the order)
+                if not retain:  # after every rule that reads it (they come later in the order)
                     node._cache = None
                     node.release()
                 continue
             grads = node.prim.vjp(VjpContext(node, node.params), g)
-            if not create_graph:
+            if not retain:
                 node._cache = None  # every rule that could read this value has run
                 node.release()
             for parent, pg in zip(node.parents, grads):
