@@ -28,6 +28,7 @@ walk releases nothing (its new graph reads the old one). `inputs=` stops the wal
 
 from __future__ import annotations
 
+import itertools
 import threading
 import weakref
 from typing import Any, Callable, Iterable
@@ -73,7 +74,7 @@ class Node:
         self.tape = tape
         self.saved = saved  # the inputs the rule reads, held for it until it has run
         self._cache = None
-        self.hooks: dict | None = None  # handle id -> fn, from Tensor.register_hook
+        self.hooks: dict | None = None  # handle key -> fn, from Tensor.register_hook
         # How many recomputations reaching this value would chain; past the limit (when `capped`) it is kept.
         self.depth = 0 if keep or not capped else 1 + max((p.depth for p in parents), default=0)
         if keep or self.depth > MAX_RECOMPUTE_DEPTH:
@@ -152,10 +153,10 @@ class Node:
 
     def add_hook(self, fn: Callable) -> "HookHandle":
         """Call `fn(grad)` with this value's cotangent in each backward walk; see `Tensor.register_hook`."""
-        handle = HookHandle(self)
+        handle = HookHandle(self, next(_hook_keys))
         if self.hooks is None:
             self.hooks = {}
-        self.hooks[id(handle)] = fn
+        self.hooks[handle.key] = fn
         return handle
 
 
@@ -170,15 +171,19 @@ def _tensor(tape, source: "Node | Const"):
 class HookHandle:
     """What `Tensor.register_hook` returns: `remove()` takes the hook off (PyTorch's RemovableHandle)."""
 
-    __slots__ = ("_node",)
+    __slots__ = ("_node", "key")
 
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: Node, key: int) -> None:
         self._node = weakref.ref(node)
+        self.key = key
 
     def remove(self) -> None:
         node = self._node()
         if node is not None and node.hooks:
-            node.hooks.pop(id(self), None)
+            node.hooks.pop(self.key, None)
+
+
+_hook_keys = itertools.count()  # a key per registered hook (a handle may be dropped while its hook stays)
 
 
 def topological_order(root: "Node | Iterable[Node]", stop: "set[Node] | frozenset" = frozenset()) -> list[Node]:
