@@ -183,10 +183,10 @@ def _check_tree(actual, expected, dtype):
 def test_func_transforms_against_torch_func(device, dtype, rng):
     """grad, grad_and_value, vjp, jvp, jacrev, jacfwd, hessian on several shapes, argnums tuples, aux and
     nesting, with plain inputs (results on the plain device, no history) and autodiff ones (kept)."""
-    for shape in SHAPES:
+    for i, shape in enumerate(SHAPES):
         xv, wv = sample(shape, dtype, rng, -1, 1), sample(shape[-1:] * 2, dtype, rng, -1, 1)
         tx, tw = to_torch(xv), to_torch(wv)
-        for where in (device, device.autodiff()):
+        for where in [(device, device.autodiff())[i % 2]]:
             x, w = ember.tensor(xv, device=where), ember.tensor(wv, device=where)
             g = func.grad(_f, argnums=(0, 1))(x, w)
             assert g[0].device is where and g[0].requires_grad is where.is_autodiff
