@@ -11,10 +11,12 @@ import numpy as np
 import pytest
 import torch
 import torch.func as tf
+import torch.nn.attention
 
 import ember
 from ember import Device, func
 from ember.autodiff import graph
+from ember.extension import cube_target
 from conformance.oracle import check, check_grad, sample, to_torch
 
 SHAPES = [(1,), (7,), (2, 5)]
@@ -277,3 +279,64 @@ def test_vmap_against_torch_func(device, dtype, rng):
     grads = func.vmap(lambda p: (p.sin() * w).sum())(x).square().sum().backward()
     tf.vmap(lambda p: (p.sin() * tw).sum())(tx).square().sum().backward()
     check_grad(x.grad(grads), tx.grad)
+
+
+def _second_order_cases(F, lib, idx):
+    """(name, f, input shapes): ops whose gradient rules the double backward records, written once for
+    ember (`lib` ember, `F` ember.nn.functional) and torch; `idx` is an integer tensor of the library."""
+    return [
+        ("conv2d", lambda x, w, b: F.conv2d(x, w, b, stride=(1, 2), padding=1), [(1, 2, 5, 6), (3, 2, 3, 3), (3,)]),
+        ("conv_transpose2d", lambda x, w: F.conv_transpose2d(x, w, stride=2), [(1, 2, 3, 4), (2, 3, 3, 3)]),
+        ("pools", lambda x: F.max_pool2d(x, 2) * F.avg_pool2d(x, 2), [(1, 2, 5, 7)]),
+        ("norms", lambda x, w, b: F.layer_norm(x, (5,), w, b) + F.group_norm(x.reshape(3, 5, 1), 5).reshape(3, 5),
+         [(3, 5), (5,), (5,)]),
+        ("softmaxes", lambda x: F.softmax(x, dim=-1) * F.log_softmax(x, dim=0) + F.gelu(x) * F.silu(x), [(3, 5)]),
+        ("losses", lambda x, y: F.cross_entropy(x, idx[:, 0]) + F.mse_loss(x, y) + F.softplus(x).sum(), [(4, 5), (4, 5)]),
+        ("attention", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+         [(1, 2, 3, 4), (1, 2, 3, 4), (1, 2, 3, 4)]),
+        ("embedding_gather", lambda w: F.embedding(idx, w).exp() + w.gather(0, idx[:, :3] % 3).sin(), [(5, 3)]),
+        ("scans", lambda x: x.cumsum(0) * x.cumprod(1) + x.prod(0) + lib.logsumexp(x, 1).unsqueeze(1), [(3, 4)]),
+        ("binary", lambda x, y: (x.abs() + 1) ** y + x / (y.abs() + 1) + lib.atan2(x, y) + lib.maximum(x, y)
+         + lib.where(x > y, x * y, x.exp()), [(2, 3), (2, 3)]),
+        ("reductions", lambda x: x.var(0) * x.std(1).sum() + x.norm() + x.amax(1).sum() * x.mean(), [(3, 4)]),
+        ("linalg", lambda a, b: lib.einsum("bij,jk->bik", a, b) @ b.T + (a[:, :, ::2] * 2).sum(), [(2, 3, 4), (4, 5)]),
+        ("sort", lambda x: x.sort(dim=-1)[0] * x.topk(2, dim=-1)[0].sum(-1, keepdim=True), [(3, 5)]),
+    ]
+
+
+# Families whose first gradient runs a fused kernel on GPU cube targets (ember/nn/ops): their second
+# derivative raises there, naming the kernel (docs/autodiff.md, "Limits").
+FUSED_GRADIENT_KERNELS = {"norms", "softmaxes", "attention"}
+
+
+@pytest.mark.parametrize("case", range(13))
+def test_double_backward_through_every_rule_family(device, case, rng):
+    """grad of <grad(<f, c>), v> against torch for each family of ops: every rule that backward runs is
+    written with recorded ops, so its second derivative is right (not a silent zero)."""
+    import ember.nn.functional as enn
+    idx = rng.integers(0, 5, (4, 4))
+    name, f, shapes = _second_order_cases(enn, ember, ember.tensor(idx, device=device.autodiff()))[case]
+    tf_ = _second_order_cases(torch.nn.functional, torch, torch.from_numpy(idx))[case][1]
+    values = [sample(s, "f64", rng, -1, 1) for s in shapes]
+    xs = [ember.tensor(v, device=device.autodiff()).require_grad() for v in values]
+    txs = [to_torch(v).requires_grad_() for v in values]
+    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):  # the one with double backward
+        out, tout = f(*xs), tf_(*txs)
+    c, vs = sample(tout.shape, "f64", rng), [sample(s, "f64", rng) for s in shapes]
+    grads = (out * ember.tensor(c, device=device)).sum().backward(create_graph=True)
+    firsts = [x.grad(grads) for x in xs]
+    tfirsts = torch.autograd.grad((tout * to_torch(c)).sum(), txs, create_graph=True)
+    for g, tg in zip(firsts, tfirsts):
+        check_grad(g.detach().inner(), tg.detach())
+    inner = sum((g * ember.tensor(v, device=device)).sum() for g, v in zip(firsts, vs))
+    try:
+        second = inner.backward()
+    except ember.EmberError as e:  # GPU targets' fused gradient kernels have no rule of their own yet
+        assert name in FUSED_GRADIENT_KERNELS and cube_target(device) not in (None, "cpu"), e
+        assert "has no gradient" in str(e)
+        return
+    tsecond = torch.autograd.grad(sum((tg * to_torch(v)).sum() for tg, v in zip(tfirsts, vs)), txs,
+                                  allow_unused=True, materialize_grads=True)
+    for x, tg in zip(xs, tsecond):
+        got = x.grad(second)
+        check_grad(got if got is not None else ember.zeros(*x.shape, dtype="f64", device=device), tg)
