@@ -60,7 +60,7 @@ class _Call:
     """One evaluation of `f` with the arguments at `argnums` lifted; `pull` walks back from its outputs."""
 
     def __init__(self, op: str, f: Callable, args: tuple, argnums: Sequence[int], has_aux: bool,
-                 create_graph: bool = False) -> None:
+                 create_graph: bool = False, kwargs: dict | None = None) -> None:
         self.op = op
         for i in argnums:
             if not -len(args) <= i < len(args):
@@ -71,7 +71,7 @@ class _Call:
         for i in argnums:
             args[i] = _lift(args[i], op)
         self.inputs = [args[i] for i in argnums]
-        result = f(*args)
+        result = f(*args, **(kwargs or {}))
         if has_aux:
             if not isinstance(result, tuple) or len(result) != 2:
                 raise EmberError(f"{op}: with has_aux=True, f must return (output, aux)")
@@ -126,6 +126,7 @@ def _pack(values: list, one: bool):
 def grad_and_value(f: Callable, argnums=0, has_aux: bool = False) -> Callable:
     """`f` -> a function returning `(gradient, value)` (`(gradient, (value, aux))` with `has_aux`); `f`
     returns a tensor of one element; the gradient is one tensor for an int `argnums`, else a tuple.
+    Keyword arguments pass through to `f` undifferentiated (as in torch.func).
 
     Example:
         >>> g, v = ember.func.grad_and_value(lambda x: (x * x).sum())(ember.tensor([3.0]))
@@ -134,8 +135,8 @@ def grad_and_value(f: Callable, argnums=0, has_aux: bool = False) -> Callable:
     """
     nums, one = _argnums(argnums)
 
-    def transformed(*args):
-        call = _Call("grad", f, args, nums, has_aux)
+    def transformed(*args, **kwargs):
+        call = _Call("grad", f, args, nums, has_aux, kwargs=kwargs)
         out = call.outputs[0]
         if not call.single or out.numel != 1:
             shapes = [o.shape for o in call.outputs]
@@ -157,8 +158,8 @@ def grad(f: Callable, argnums=0, has_aux: bool = False) -> Callable:
     """
     both = grad_and_value(f, argnums, has_aux)
 
-    def transformed(*args):
-        g, value = both(*args)
+    def transformed(*args, **kwargs):
+        g, value = both(*args, **kwargs)
         return (g, value[1]) if has_aux else g
 
     return transformed
@@ -184,11 +185,11 @@ def vjp(f: Callable, *primals, has_aux: bool = False):
     return (out, vjp_fn, call.result(call.aux)) if has_aux else (out, vjp_fn)
 
 
-def _linearize(op: str, f: Callable, primals: tuple, argnums: Sequence[int]):
+def _linearize(op: str, f: Callable, primals: tuple, argnums: Sequence[int], kwargs: dict | None = None):
     """`(call, push)`: `push(tangents)` is the jvp at `primals` by the double vjp, one output tangent per
     output: `vjp(u)` is recorded as a function of cotangents `u`, then differentiated by `u` along the
     tangents. The forward and the first vjp run once for every `push`."""
-    call = _Call(op, f, primals, argnums, False, create_graph=True)
+    call = _Call(op, f, primals, argnums, False, create_graph=True, kwargs=kwargs)
     us = [zeros_like(o.detach()).to(o._device).require_grad() if o.requires_grad else None
           for o in call.outputs]
     pulled = call.pull([u if u is not None else zeros_like(o) for u, o in zip(us, call.outputs)], create=True)
@@ -250,8 +251,8 @@ def jacrev(f: Callable, argnums=0) -> Callable:
     """
     nums, one = _argnums(argnums)
 
-    def transformed(*args):
-        call = _Call("jacrev", f, args, nums, False)
+    def transformed(*args, **kwargs):
+        call = _Call("jacrev", f, args, nums, False, kwargs=kwargs)
         out = _single_output("jacrev", call)
         rows = [call.pull([ct]) for ct in _one_hot_rows(out.numel, out, out.shape)]
         jacs = [_assemble(rows, k, out.shape + x.shape, x, call) for k, x in enumerate(call.inputs)]
@@ -273,8 +274,8 @@ def jacfwd(f: Callable, argnums=0) -> Callable:
     """
     nums, one = _argnums(argnums)
 
-    def transformed(*args):
-        call, push = _linearize("jacfwd", f, args, nums)
+    def transformed(*args, **kwargs):
+        call, push = _linearize("jacfwd", f, args, nums, kwargs)
         out = _single_output("jacfwd", call)
         jacs = []
         for k, x in enumerate(call.inputs):

@@ -14,7 +14,8 @@ import torch.func as tf
 import torch.nn.attention
 
 import ember
-from ember import Device, func
+import ember.nn.functional
+from ember import func
 from ember.autodiff import graph
 from ember.extension import cube_target
 from conformance.oracle import check, check_grad, sample, to_torch
@@ -168,6 +169,11 @@ def test_checkpoint_tuple_outputs_create_graph_and_passthrough(device, rng):
     np.testing.assert_allclose(w.grad(second).numpy(), w.grad(tsecond).numpy(), rtol=1e-12)
     with ember.no_grad():
         assert not ember.checkpoint(two, x)[0].requires_grad
+    drop = lambda h: ember.nn.functional.dropout((h @ w).sin(), 0.5) * h  # noqa: E731
+    ember.seed(3)
+    checked = x.grad(ember.checkpoint(drop, x).sum().backward())
+    ember.seed(3)
+    np.testing.assert_array_equal(checked.numpy(), x.grad(drop(x).sum().backward()).numpy())  # the same mask
     with pytest.raises(ember.EmberError, match="checkpoint: fn must return"):
         ember.checkpoint(lambda h: 3, x)
 
@@ -190,7 +196,7 @@ def test_func_transforms_against_torch_func(device, dtype, rng):
         tx, tw = to_torch(xv), to_torch(wv)
         for where in [(device, device.autodiff())[i % 2]]:
             x, w = ember.tensor(xv, device=where), ember.tensor(wv, device=where)
-            g = func.grad(_f, argnums=(0, 1))(x, w)
+            g = func.grad(lambda a, b, scale: _f(a, b) * scale, argnums=(0, 1))(x, w, scale=1.0)
             assert g[0].device is where and g[0].requires_grad is where.is_autodiff
             _check_tree(g, tf.grad(_f, argnums=(0, 1))(tx, tw), dtype)
             (gv, (value, aux)) = func.grad_and_value(lambda a: (_f(a, w), a.sum()), has_aux=True)(x)

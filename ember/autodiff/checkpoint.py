@@ -4,8 +4,10 @@ torch.utils.checkpoint's idea, per call, beside the device-wide `device.autodiff
 forward runs once, recorded, to find the tracked tensors `fn` reads (its tensor arguments and the
 parameters it closes over); that graph is then dropped, and each output becomes one node whose parents
 are those tensors. Its gradient rule reruns `fn(*args)` and walks the rerun's graph back to them. So
-the autodiff keeps the arguments, not `fn`'s intermediates. `fn` must compute the same values when
-rerun: random ops inside it (dropout) draw again, unlike torch's checkpoint, which restores the RNG.
+the autodiff keeps the arguments, not `fn`'s intermediates. Each rerun starts the random streams of
+the arguments' devices where the first run started them (torch's checkpoint restores the RNG state
+too), so dropout inside `fn` draws the same mask again; other threads drawing on those devices during
+a rerun would shift it.
 
 Example:
     >>> y = ember.checkpoint(lambda h: (h @ w).tanh() @ w2, x)
@@ -45,6 +47,7 @@ def checkpoint(fn: Callable, *args: Any):
     Example:
         >>> y = ember.checkpoint(block, x)      # block's activations are recomputed in backward
     """
+    rng = _rng_state(args)
     out = fn(*args)
     single = _is_tensor(out)
     outs = (out,) if single else tuple(out) if isinstance(out, (tuple, list)) else None
@@ -55,16 +58,30 @@ def checkpoint(fn: Callable, *args: Any):
     stop = {a._handle.node for a in args if _is_tensor(a) and a.requires_grad}
     order = topological_order([o._handle.node for o in outs if o.requires_grad], stop)
     reads = tuple(n for n in order if n.prim is None or n in stop)
-    wrapped = tuple(_recorded(fn, args, reads, i, o) if o.requires_grad else o for i, o in enumerate(outs))
+    wrapped = tuple(_recorded(fn, args, rng, reads, i, o) if o.requires_grad else o for i, o in enumerate(outs))
     return wrapped[0] if single else type(out)(wrapped) if isinstance(out, tuple) else list(wrapped)
 
 
-def _recorded(fn: Callable, args: tuple, reads: tuple, index: int, out):
+def _rng_state(args: tuple) -> dict:
+    """The state of the random stream of each device the tensor arguments live on."""
+    from ..random import stream_of
+    return {d: stream_of(d).state() for d in {a._device.inner for a in args if _is_tensor(a)}}
+
+
+def _recorded(fn: Callable, args: tuple, rng: dict, reads: tuple, index: int, out):
     """Output `index` of the call as one node over `reads`, its history dropped."""
+    from ..random import stream_of
     from .backend import Tracked
 
     def rerun():
-        result = fn(*args)
+        now = _rng_state(args)
+        for device, state in rng.items():
+            stream_of(device).set_state(state)
+        try:
+            result = fn(*args)
+        finally:
+            for device, state in now.items():
+                stream_of(device).set_state(state)
         return result if index == 0 and _is_tensor(result) else result[index]
 
     def vjp(ctx, g):
