@@ -16,7 +16,8 @@ of that device that keep their history, so transforms nest (`grad(grad(f))`, `ja
 `vmap(grad(f))`) and their results are differentiable with respect to what `f` closes over.
 
 `vmap` runs `f` once per slice of the batch and stacks the results: every op takes this per-slice path
-(there are no batching rules yet), so it is correct for any `f` and costs a call of `f` per example.
+(there are no batching rules yet), so it is correct for any `f` and costs a call of `f` per example;
+random ops draw anew per example (torch.func.vmap's `randomness="different"`).
 
 Example:
     >>> f = lambda x: (x.sin() * x).sum()
