@@ -161,12 +161,14 @@ class Tensor:
         from .dispatch import transfer
         return transfer(self, self._device.inner)
 
-    def backward(self, grad: "Tensor | None" = None):
+    def backward(self, grad: "Tensor | None" = None, *, create_graph: bool = False, inputs=None):
         """Reverse-mode autodiff from this tensor; returns `Gradients`.
 
         Without `grad` the tensor must hold one element (a loss) and the seed is 1; any other tensor
         needs its seed, `grad`, of its own shape (or backward from a reduction of it, `y.sum()`), as in
-        PyTorch.
+        PyTorch. With `create_graph=True` the gradients are tensors of the autodiff device with their
+        own history (differentiable again: gradient penalties, Hessian-vector products); `inputs` (tracked
+        tensors, leaves or intermediates) limits the walk to the gradients of those.
 
         Example:
             >>> grads = loss.backward()
@@ -179,7 +181,7 @@ class Tensor:
             raise RuntimeError("backward(): this tensor has no gradient history; make its inputs with "
                                "require_grad() on an autodiff device, outside ember.no_grad()")
         inner = self._device.inner
-        seed = (grad.to(inner) if grad is not None else None)
+        seed = (grad.to(self._device if create_graph else inner) if grad is not None else None)
         if seed is None and not self.shape:
             # a loss: its seed 1 is the kept read-only 0-d constant of binary ops' scalars (no fill made
             # and run at every step), in a tensor object of its own
@@ -197,7 +199,24 @@ class Tensor:
         elif seed.shape != self.shape:
             from .errors import ShapeError
             raise ShapeError("backward", f"grad of shape {seed.shape} for a tensor of shape {self.shape}")
-        return Gradients(backward(node, seed))
+        if create_graph:
+            seed = seed.to(self._device)
+        stop = None if inputs is None else [Gradients._node(t) for t in inputs]
+        return Gradients(backward(node, seed, create_graph, stop))
+
+    def register_hook(self, fn):
+        """Call `fn(grad)` with this tracked tensor's gradient during each backward walk; a tensor it
+        returns (of the same shape) replaces the gradient. Returns a handle whose `remove()` takes it off.
+
+        Example:
+            >>> handle = h.register_hook(lambda g: g * 0.5)   # halve what flows back through h
+            >>> handle.remove()
+        """
+        node = getattr(self._handle, "node", None)
+        if node is None:
+            raise RuntimeError("register_hook(): this tensor has no gradient history; hooks go on tensors "
+                               "made with require_grad() on an autodiff device or computed from them")
+        return node.add_hook(fn)
 
     def grad(self, grads) -> "Tensor | None":
         """This tensor's gradient in `grads` (a tensor on the inner device), or None if not reached."""

@@ -94,6 +94,12 @@ class Autodiff(Decorator):
         """A tensor on the inner device around an inner handle (what gradient rules compute with)."""
         return (_Tensor or _tensor_class())._make(self.inner_device, inner_handle, aval)
 
+    def wrap_tracked(self, inner_handle: Any, aval: Aval, node: Node | None):
+        """A tensor on this autodiff device, tracked through `node` (what rules compute with when the
+        backward walk creates a graph)."""
+        device = self.inner_device.autodiff(self.checkpointing)
+        return (_Tensor or _tensor_class())._make(device, Tracked(inner_handle, node, aval), aval)
+
 
 _new = object.__new__
 _Tensor = None  # ember.tensor imports this package: imported at the first use, then kept

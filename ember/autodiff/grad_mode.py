@@ -28,3 +28,19 @@ def no_grad() -> Iterator[None]:
         yield
     finally:
         _state.enabled = previous
+
+
+@contextmanager
+def enable_grad() -> Iterator[None]:
+    """Record operations again inside `ember.no_grad()` (what a recomputation in backward needs).
+
+    Example:
+        >>> with ember.no_grad(), enable_grad():
+        ...     y = x * 2          # y is tracked
+    """
+    previous = grad_enabled()
+    _state.enabled = True
+    try:
+        yield
+    finally:
+        _state.enabled = previous

@@ -1,6 +1,8 @@
 """`Gradients`: what `backward()` returns, Burn-style.
 
-Gradients are tensors on the inner (non-autodiff) device, looked up by the tensor they belong to.
+Gradients are tensors on the inner (non-autodiff) device, looked up by the tensor they belong to. After
+`backward(create_graph=True)` they are tensors of the autodiff device with their own history, so they
+can be differentiated again (docs/autodiff.md).
 
 Example:
     >>> x = ember.tensor([1.0, 2.0], device=Device.cpu().autodiff()).require_grad()

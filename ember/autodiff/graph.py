@@ -18,16 +18,31 @@ walk has passed that node, and under checkpointing a chain of cheap ops keeps ev
 The backward walk releases what a node kept once the node's rule has run (`Node.release`), so the
 activations are freed during the walk, as PyTorch frees its saved tensors. The graph can still be walked
 again: a later walk recomputes the released values from the leaves and constants, which stay held.
+
+`backward(..., create_graph=True)` runs the rules on tensors of the autodiff device whose handles carry
+the nodes they read, so the rules' own ops are recorded and the cotangents are differentiable; such a
+walk releases nothing (its new graph reads the old one). `inputs=` stops the walk at the given nodes
+(leaves or intermediates) and walks only what leads to them. Hooks registered on a node
+(`Tensor.register_hook`) see its total cotangent before it is used, and may replace it.
 """
 
 from __future__ import annotations
 
+import itertools
+import threading
 import weakref
-from typing import Any
+from typing import Any, Callable, Iterable
 
 from ..ops.primitive import Aval, Primitive, VjpContext
 
 MAX_RECOMPUTE_DEPTH = 4
+
+_walk = threading.local()  # `create_graph` of the backward walk running in this thread
+
+
+def creating_graph() -> bool:
+    """Whether the backward walk running in this thread records its rules (`create_graph=True`)."""
+    return getattr(_walk, "create_graph", False)
 
 
 class Const:
@@ -47,7 +62,7 @@ class Const:
 class Node:
     """A tracked value: a leaf (`prim is None`) or the output of a recorded primitive."""
 
-    __slots__ = ("prim", "params", "parents", "aval", "_value", "_cache", "depth", "tape", "saved",
+    __slots__ = ("prim", "params", "parents", "aval", "_value", "_cache", "depth", "tape", "saved", "hooks",
                  "__weakref__")
 
     def __init__(self, prim: Primitive | None, params: dict, parents: tuple, aval: Aval,
@@ -59,6 +74,7 @@ class Node:
         self.tape = tape
         self.saved = saved  # the inputs the rule reads, held for it until it has run
         self._cache = None
+        self.hooks: dict | None = None  # handle key -> fn, from Tensor.register_hook
         # How many recomputations reaching this value would chain; past the limit (when `capped`) it is kept.
         self.depth = 0 if keep or not capped else 1 + max((p.depth for p in parents), default=0)
         if keep or self.depth > MAX_RECOMPUTE_DEPTH:
@@ -100,7 +116,9 @@ class Node:
                         "backward through this graph, by an optimizer step say): run every backward through "
                         "a graph before updating its parameters, or keep the old tensors")
                 inputs = [p.primal() for p in node.parents]
-                node._cache = node.tape.inner.execute(node.prim, inputs, node.params, node.aval)
+                rerun = getattr(node.prim, "recompute", None)  # a composite (checkpoint) reruns itself
+                node._cache = (rerun(inputs) if rerun is not None
+                               else node.tape.inner.execute(node.prim, inputs, node.params, node.aval))
         return self._cache
 
     def release(self) -> None:
@@ -125,22 +143,56 @@ class Node:
         return type(self.parents[i]) is Node
 
     def input_tensors(self) -> tuple:
-        wrap = self.tape.wrap_inner
-        return tuple(wrap(p.primal(), p.aval) for p in self.parents)
+        return tuple(_tensor(self.tape, p) for p in self.parents)
 
     def input_tensor(self, i: int):
-        parent = self.parents[i]
-        return self.tape.wrap_inner(parent.primal(), parent.aval)
+        return _tensor(self.tape, self.parents[i])
 
     def output_tensor(self):
-        return self.tape.wrap_inner(self.primal(), self.aval)
+        return _tensor(self.tape, self)
+
+    def add_hook(self, fn: Callable) -> "HookHandle":
+        """Call `fn(grad)` with this value's cotangent in each backward walk; see `Tensor.register_hook`."""
+        handle = HookHandle(self, next(_hook_keys))
+        if self.hooks is None:
+            self.hooks = {}
+        self.hooks[handle.key] = fn
+        return handle
 
 
-def topological_order(root: Node) -> list[Node]:
-    """Nodes reachable from `root`, each after all of its parents (iterative: graphs can be deep)."""
+def _tensor(tape, source: "Node | Const"):
+    """The value of `source` as a rule of a node on `tape` reads it: a tensor on the inner device, or, in
+    a walk that creates a graph, on the autodiff device, tracked through `source` when it is a node."""
+    if creating_graph():
+        return tape.wrap_tracked(source.primal(), source.aval, source if type(source) is Node else None)
+    return tape.wrap_inner(source.primal(), source.aval)
+
+
+class HookHandle:
+    """What `Tensor.register_hook` returns: `remove()` takes the hook off (PyTorch's RemovableHandle)."""
+
+    __slots__ = ("_node", "key")
+
+    def __init__(self, node: Node, key: int) -> None:
+        self._node = weakref.ref(node)
+        self.key = key
+
+    def remove(self) -> None:
+        node = self._node()
+        if node is not None and node.hooks:
+            node.hooks.pop(self.key, None)
+
+
+_hook_keys = itertools.count()  # a key per registered hook (a handle may be dropped while its hook stays)
+
+
+def topological_order(root: "Node | Iterable[Node]", stop: "set[Node] | frozenset" = frozenset()) -> list[Node]:
+    """Nodes reachable from `root` (a node or several), each after all of its parents, not walking past
+    the nodes in `stop` (iterative: graphs can be deep)."""
     order: list[Node] = []
     seen: set[int] = set()
-    stack: list[tuple[Node, bool]] = [(root, False)]
+    roots = [root] if type(root) is Node else list(root)
+    stack: list[tuple[Node, bool]] = [(r, False) for r in reversed(roots)]
     while stack:
         node, expanded = stack.pop()
         if expanded:
@@ -150,32 +202,88 @@ def topological_order(root: Node) -> list[Node]:
             continue
         seen.add(id(node))
         stack.append((node, True))
+        if node in stop:
+            continue
         for parent in node.parents:
             if type(parent) is Node and id(parent) not in seen:
                 stack.append((parent, False))
     return order
 
 
-def backward(root: Node, cotangent) -> dict[Node, Any]:
-    """Cotangents (inner tensors) of every leaf reachable from `root`, given the root's cotangent."""
-    pending: dict[Node, Any] = {root: cotangent}
-    leaves: dict[Node, Any] = {}
-    for node in reversed(topological_order(root)):
-        g = pending.pop(node, None)
-        if g is None:
-            node._cache = None
-            node.release()
-            continue
-        if node.prim is None:
-            leaves[node] = g
-            node.release()  # after every rule that reads it (they come later in the order)
-            continue
-        grads = node.prim.vjp(VjpContext(node, node.params), g)
-        node._cache = None  # every rule that could read this value has run
-        node.release()
-        for parent, pg in zip(node.parents, grads):
-            if pg is None or type(parent) is not Node:
+def _leading_to(order: list[Node], targets: set[Node]) -> list[Node]:
+    """The nodes of `order` (parents first) that are in `targets` or have one among their ancestors."""
+    reaching: set[int] = set()
+    kept = []
+    for node in order:
+        if node in targets or any(type(p) is Node and id(p) in reaching for p in node.parents):
+            reaching.add(id(node))
+            kept.append(node)
+    return kept
+
+
+def backward(root: "Node | Iterable[Node]", cotangent, create_graph: bool = False,
+             inputs: "Iterable[Node] | None" = None, retain_graph: bool | None = None) -> dict[Node, Any]:
+    """Cotangents of every leaf reachable from `root` (or of the nodes `inputs`), given the root's
+    cotangent (or, for several roots, a cotangent per root).
+
+    The cotangents are tensors on the inner device; with `create_graph`, tensors of the autodiff device
+    that carry their own history (the rules' ops are recorded). The walk releases what the nodes kept
+    unless `retain_graph` (by default `create_graph`), for walks that will come again soon.
+    """
+    roots = [root] if type(root) is Node else list(root)
+    seeds = [cotangent] if type(root) is Node else list(cotangent)
+    targets = None if inputs is None else set(inputs)
+    order = topological_order(roots, targets or frozenset())
+    if targets is not None:
+        order = _leading_to(order, targets)
+    pending: dict[Node, Any] = {}
+    for node, seed in zip(roots, seeds):
+        previous = pending.get(node)
+        pending[node] = seed if previous is None else previous + seed
+    found: dict[Node, Any] = {}
+    retain = create_graph if retain_graph is None else retain_graph
+    outer = creating_graph()
+    _walk.create_graph = create_graph
+    try:
+        for node in reversed(order):
+            g = pending.pop(node, None)
+            if g is not None and node.hooks:
+                g = _run_hooks(node, g)
+            if g is None or node.prim is None or (targets is not None and node in targets):
+                if g is not None:
+                    found[node] = g
+                if not retain:  # after every rule that reads it (they come later in the order)
+                    node._cache = None
+                    node.release()
                 continue
-            previous = pending.get(parent)
-            pending[parent] = pg if previous is None else previous + pg
-    return leaves
+            grads = node.prim.vjp(VjpContext(node, node.params), g)
+            if not retain:
+                node._cache = None  # every rule that could read this value has run
+                node.release()
+            for parent, pg in zip(node.parents, grads):
+                if pg is None or type(parent) is not Node:
+                    continue
+                previous = pending.get(parent)
+                pending[parent] = pg if previous is None else previous + pg
+    finally:
+        _walk.create_graph = outer
+    return found
+
+
+def _run_hooks(node: Node, g):
+    """`g` after the node's hooks, in the order they were registered (a hook returning None keeps it)."""
+    from ..errors import ShapeError
+    for fn in list(node.hooks.values()):
+        replaced = fn(g)
+        if replaced is None:
+            continue
+        if getattr(replaced, "shape", None) != g.shape:
+            raise ShapeError("register_hook", f"a hook returned {_describe(replaced)} for a gradient of shape "
+                                              f"{g.shape}; return a tensor of that shape, or None")
+        g = replaced if replaced.device is g.device else replaced.to(g.device)
+    return g
+
+
+def _describe(value) -> str:
+    shape = getattr(value, "shape", None)
+    return f"a tensor of shape {shape}" if shape is not None else f"a {type(value).__name__}"
