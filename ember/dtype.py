@@ -23,7 +23,7 @@ import numpy as np
 
 __all__ = [
     "DType", "f64", "f32", "f16", "bf16", "i64", "i32", "i16", "i8", "u8", "bool_",
-    "ALL", "FLOATS", "INTS", "HALF_NP", "TORCH_NAMES", "dtype_of", "promote_types", "result_type", "default_float", "float_to_int",
+    "ALL", "FLOATS", "INTS", "HALF_NP", "TORCH_NAMES", "NpTable", "dtype_of", "promote_types", "result_type", "default_float", "float_to_int",
 ]
 
 BOOL, INT, FLOAT = 0, 1, 2
@@ -96,21 +96,59 @@ TORCH_NAMES = {
     "bool": bool_,
 }
 """PyTorch's dtype names (`torch.float32`, `torch.half`, ...) for ember's dtypes: `ember.float32 is ember.f32`."""
-_BY_NP = {d.np: d for d in ALL if d not in _LAZY.values()}
 HALF_NP: set[np.dtype] = {f16.np}
 """The NumPy dtypes of f16 and bf16 (bf16's once bound), which the NumPy references compute in f32."""
 
 
+class NpTable(dict):
+    """A dict keyed by NumPy dtype, built from `DType`s (each its own value) or a mapping from `DType`s to
+    values, that does not import ml_dtypes: a lazy dtype's (bf16's) entry is added when ml_dtypes is
+    bound, which a lookup of one of its NumPy dtypes does first.
+
+    Example:
+        >>> NpTable([f32, bf16]).get(np.dtype(np.float32))
+        f32
+        >>> NpTable({bf16: "wide"})[bf16.np]
+        'wide'
+    """
+
+    _tables: list["NpTable"] = []
+
+    def __init__(self, entries) -> None:
+        self.entries = dict(entries) if isinstance(entries, dict) else {d: d for d in entries}
+        super().__init__((d.np, v) for d, v in self.entries.items() if d not in _LAZY.values())
+        if _LAZY:
+            NpTable._tables.append(self)
+
+    def get(self, key, default=None):
+        found = dict.get(self, key)
+        # ml_dtypes' types have kind "V" (a cheap test: a dtype's name is slow to build)
+        if found is None and _LAZY and getattr(key, "kind", None) == "V" and key.name in _LAZY:
+            _bind_ml_dtypes()
+            found = dict.get(self, key)
+        return default if found is None else found
+
+    def __missing__(self, key):
+        found = self.get(key)
+        if found is None:
+            raise KeyError(key)
+        return found
+
+
 def _bind_ml_dtypes() -> None:
-    """Import ml_dtypes and bind every lazy DType's `np` (so bf16 arrays are known wherever they occur)."""
+    """Import ml_dtypes and bind every lazy DType's `np`, adding it to every `NpTable`."""
     import ml_dtypes
     for name, lazy in list(_LAZY.items()):
         npd = np.dtype(getattr(ml_dtypes, name))
         lazy.np = npd
-        _BY_NP[npd] = lazy
         if lazy.itemsize == 2 and lazy.is_float:
             HALF_NP.add(npd)
         _LAZY.pop(name, None)
+    for table in NpTable._tables:
+        table.update((d.np, v) for d, v in table.entries.items())
+
+
+_BY_NP = NpTable(ALL)
 
 _default_float = f32
 
@@ -148,9 +186,6 @@ def dtype_of(spec) -> DType:
     except TypeError:
         npd = None
     found = _BY_NP.get(npd) if npd is not None else None
-    if found is None and npd is not None and npd.name in _LAZY:  # an ml_dtypes array made elsewhere
-        _bind_ml_dtypes()
-        found = _BY_NP.get(npd)
     if found is None:
         from .errors import DTypeError
         raise DTypeError(f"unsupported dtype {spec!r}; ember holds {', '.join(_BY_NAME)}")
