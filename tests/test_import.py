@@ -50,11 +50,13 @@ def test_submodules_are_listed_and_unknown_names_raise():
 
 def test_bf16_binds_ml_dtypes_on_first_use_either_way():
     # ember first: bf16's NumPy dtype imports ml_dtypes, and bf16 math follows torch (f32 inside)
-    out = _fresh("import sys, ember\n"
-                 "x = ember.tensor([1.5, 2.25, 3.0], device=ember.Device.numpy()).to('bf16')\n"
-                 "print('ml_dtypes' in sys.modules, (x.exp() * x).tolist())\n")
-    x = torch.tensor([1.5, 2.25, 3.0]).bfloat16()
-    assert out == f"True {(x.exp() * x).float().tolist()}"
+    x = torch.tensor([1.5, 2.25, 3.0, -7.0]).bfloat16()
+    for device in ("numpy", "cpu"):
+        out = _fresh("import sys, ember\n"
+                     f"x = ember.tensor([1.5, 2.25, 3.0, -7.0], device=ember.Device.{device}()).to('bf16')\n"
+                     "y = x.exp()\n"
+                     "print(y.dtype, y.tolist(), y.numpy().dtype.name, 'ml_dtypes' in sys.modules)\n")
+        assert out == f"bf16 {x.exp().float().tolist()} bfloat16 True", device
     # an ml_dtypes array made before ember knew bf16
     out = _fresh("import ml_dtypes, numpy as np, ember\n"
                  "x = ember.from_numpy(np.array([1, 2], ml_dtypes.bfloat16))\n"
