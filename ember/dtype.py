@@ -23,7 +23,8 @@ import numpy as np
 
 __all__ = [
     "DType", "f64", "f32", "f16", "bf16", "i64", "i32", "i16", "i8", "u8", "bool_",
-    "ALL", "FLOATS", "INTS", "HALF_NP", "TORCH_NAMES", "NpTable", "dtype_of", "promote_types", "result_type", "default_float", "float_to_int",
+    "ALL", "FLOATS", "INTS", "HALF_NP", "TORCH_NAMES", "NpTable", "dtype_of", "promote_types", "result_type",
+    "default_float", "float_to_int",
 ]
 
 BOOL, INT, FLOAT = 0, 1, 2
