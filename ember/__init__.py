@@ -1,7 +1,12 @@
 """ember: a deep-learning framework on Burn's design.
 
 One tensor API; devices chosen at run time (`Device.cpu()`, `Device.numpy()`, ...); backends stacked
-as decorators (`device.autodiff()`). See README.md and docs/architecture.md.
+as decorators (`device.autodiff()`). See README.md and docs/architecture.md; coming from PyTorch,
+docs/coming-from-pytorch.md.
+
+Submodules (`ember.nn`, `ember.optim`, `ember.store`, `ember.data`, `ember.train`, ...) are imported on
+first attribute access, so `import ember` stays cheap. PyTorch's dtype names are aliases of ember's
+(`ember.float32 is ember.f32`, `ember.half is ember.f16`).
 
 Example:
     >>> import ember
@@ -10,7 +15,11 @@ Example:
     >>> grads = (w * w).sum().backward()
     >>> w.grad(grads).shape
     (3,)
+    >>> ember.nn.Linear(3, 2).to(ember.bfloat16).weight.dtype
+    bf16
 """
+
+import importlib as _importlib
 
 from .dtype import DType, f64, f32, f16, bf16, i64, i32, i16, i8, u8, bool_, promote_types, result_type
 from .errors import EmberError, ShapeError, DTypeError, DeviceError, DeviceUnavailableError, OutOfMemoryError
@@ -46,3 +55,32 @@ from .autodiff.checkpoint import checkpoint
 from . import func  # noqa: E402  (ember.func.grad, vjp, jvp, jacrev, jacfwd, hessian, vmap)
 
 __version__ = "0.1.0"
+
+# PyTorch's dtype names (dtype.TORCH_NAMES), so code written against torch reads the same.
+float64 = double = f64
+float32 = float = f32  # noqa: A001
+float16 = half = f16
+bfloat16 = bf16
+int64 = long = i64
+int32 = int = i32  # noqa: A001
+int16 = short = i16
+int8 = i8
+uint8 = u8
+bool = bool_  # noqa: A001
+
+
+def __getattr__(name: str):
+    """Import a submodule on first access (PEP 562): `ember.nn`, `ember.optim`, `ember.store`, ..."""
+    if not name.startswith("_"):
+        try:
+            return _importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as e:
+            if e.name != f"{__name__}.{name}":
+                raise
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    import pkgutil
+    submodules = (m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
+    return sorted(set(globals()) | set(submodules))

@@ -1,7 +1,8 @@
 """Element types and PyTorch's type-promotion rules.
 
 A `DType` is a small immutable value: a name (`"f32"`), a category (bool < int < float) and the NumPy
-dtype that holds it on the host (bf16 through `ml_dtypes`). Promotion follows PyTorch exactly:
+dtype that holds it on the host (bf16 through `ml_dtypes`, imported when bf16's NumPy dtype is first
+needed: it is slow to import and most programs never touch bf16). Promotion follows PyTorch exactly:
 
 - within a category the wider type wins; `u8` with a signed type gives the next signed type that holds
   both; `f16` with `bf16` gives `f32`; any int with any float gives the float;
@@ -19,14 +20,16 @@ Example:
 from __future__ import annotations
 
 import numpy as np
-import ml_dtypes
 
 __all__ = [
     "DType", "f64", "f32", "f16", "bf16", "i64", "i32", "i16", "i8", "u8", "bool_",
-    "ALL", "FLOATS", "INTS", "dtype_of", "promote_types", "result_type", "default_float", "float_to_int",
+    "ALL", "FLOATS", "INTS", "HALF_NP", "TORCH_NAMES", "NpTable", "dtype_of", "promote_types", "result_type",
+    "default_float", "float_to_int",
 ]
 
 BOOL, INT, FLOAT = 0, 1, 2
+_ML_DTYPES = frozenset({"bfloat16"})  # NumPy dtypes that only ml_dtypes defines
+_LAZY: dict[str, "DType"] = {}  # ml_dtypes type name -> DType, while its `np` is unbound
 
 
 class DType:
@@ -35,11 +38,23 @@ class DType:
     __slots__ = ("name", "category", "itemsize", "signed", "np")
 
     def __init__(self, name: str, category: int, itemsize: int, signed: bool, np_dtype) -> None:
+        """`np_dtype` is anything `np.dtype` takes; an ml_dtypes type is given by name ("bfloat16") and
+        bound on first use of `.np`."""
         self.name = name
         self.category = category
         self.itemsize = itemsize
         self.signed = signed
-        self.np = np.dtype(np_dtype)
+        if isinstance(np_dtype, str) and np_dtype in _ML_DTYPES:
+            _LAZY[np_dtype] = self
+        else:
+            self.np = np.dtype(np_dtype)
+
+    def __getattr__(self, attr: str):
+        # Reached only while the `np` slot is unset: an ml_dtypes type not yet imported.
+        if attr != "np":
+            raise AttributeError(f"'DType' object has no attribute {attr!r}")
+        _bind_ml_dtypes()
+        return self.np
 
     @property
     def is_float(self) -> bool:
@@ -63,7 +78,7 @@ class DType:
 f64 = DType("f64", FLOAT, 8, True, np.float64)
 f32 = DType("f32", FLOAT, 4, True, np.float32)
 f16 = DType("f16", FLOAT, 2, True, np.float16)
-bf16 = DType("bf16", FLOAT, 2, True, ml_dtypes.bfloat16)
+bf16 = DType("bf16", FLOAT, 2, True, "bfloat16")
 i64 = DType("i64", INT, 8, True, np.int64)
 i32 = DType("i32", INT, 4, True, np.int32)
 i16 = DType("i16", INT, 2, True, np.int16)
@@ -76,12 +91,65 @@ FLOATS = (f64, f32, f16, bf16)
 INTS = (i64, i32, i16, i8, u8)
 
 _BY_NAME = {d.name: d for d in ALL}
-_ALIASES = {
-    "float64": f64, "float32": f32, "float16": f16, "bfloat16": bf16, "half": f16, "float": f32,
-    "double": f64, "int64": i64, "int32": i32, "int16": i16, "int8": i8, "uint8": u8, "long": i64,
-    "int": i32,
+TORCH_NAMES = {
+    "float64": f64, "double": f64, "float32": f32, "float": f32, "float16": f16, "half": f16, "bfloat16": bf16,
+    "int64": i64, "long": i64, "int32": i32, "int": i32, "int16": i16, "short": i16, "int8": i8, "uint8": u8,
+    "bool": bool_,
 }
-_BY_NP = {d.np: d for d in ALL}
+"""PyTorch's dtype names (`torch.float32`, `torch.half`, ...) for ember's dtypes: `ember.float32 is ember.f32`."""
+HALF_NP: set[np.dtype] = {f16.np}
+"""The NumPy dtypes of f16 and bf16 (bf16's once bound), which the NumPy references compute in f32."""
+
+
+class NpTable(dict):
+    """A dict keyed by NumPy dtype, built from `DType`s (each its own value) or a mapping from `DType`s to
+    values, that does not import ml_dtypes: a lazy dtype's (bf16's) entry is added when ml_dtypes is
+    bound, which a lookup of one of its NumPy dtypes does first.
+
+    Example:
+        >>> NpTable([f32, bf16]).get(np.dtype(np.float32))
+        f32
+        >>> NpTable({bf16: "wide"})[bf16.np]
+        'wide'
+    """
+
+    _tables: list["NpTable"] = []
+
+    def __init__(self, entries) -> None:
+        self.entries = dict(entries) if isinstance(entries, dict) else {d: d for d in entries}
+        super().__init__((d.np, v) for d, v in self.entries.items() if d not in _LAZY.values())
+        if _LAZY:
+            NpTable._tables.append(self)
+
+    def get(self, key, default=None):
+        found = dict.get(self, key)
+        # ml_dtypes' types have kind "V" (a cheap test: a dtype's name is slow to build)
+        if found is None and _LAZY and getattr(key, "kind", None) == "V" and key.name in _LAZY:
+            _bind_ml_dtypes()
+            found = dict.get(self, key)
+        return default if found is None else found
+
+    def __missing__(self, key):
+        found = self.get(key)
+        if found is None:
+            raise KeyError(key)
+        return found
+
+
+def _bind_ml_dtypes() -> None:
+    """Import ml_dtypes and bind every lazy DType's `np`, adding it to every `NpTable`."""
+    import ml_dtypes
+    for name, lazy in list(_LAZY.items()):
+        npd = np.dtype(getattr(ml_dtypes, name))
+        lazy.np = npd
+        if lazy.itemsize == 2 and lazy.is_float:
+            HALF_NP.add(npd)
+        _LAZY.pop(name, None)
+    for table in NpTable._tables:
+        table.update((d.np, v) for d, v in table.entries.items())
+
+
+_BY_NP = NpTable(ALL)
 
 _default_float = f32
 
@@ -101,7 +169,7 @@ def dtype_of(spec) -> DType:
     if isinstance(spec, DType):
         return spec
     if isinstance(spec, str):
-        found = _BY_NAME.get(spec) or _ALIASES.get(spec)
+        found = _BY_NAME.get(spec) or TORCH_NAMES.get(spec)
         if found is None:
             from .errors import DTypeError
             raise DTypeError(f"unknown dtype {spec!r}; known: {', '.join(_BY_NAME)}")

@@ -110,17 +110,22 @@ class Tensor:
     def __dlpack_device__(self):
         return (1, 0)  # kDLCPU: data crosses DLPack through the host
 
-    def to(self, target) -> "Tensor":
-        """This tensor on another device (or a device string), or cast to a dtype.
+    def to(self, *args, device=None, dtype=None) -> "Tensor":
+        """This tensor on another device, cast to another dtype, or both, taken as PyTorch takes them:
+        `to(device)`, `to(dtype)`, `to(device, dtype)`, `to(device=..., dtype=...)`; devices as `Device`s
+        or strings ("cpu", "cuda:0"), dtypes as `DType`s, names ("bf16", "float32") or torch dtypes.
 
         Moving between a device and its autodiff variant shares the data; otherwise it goes through the
         host and does not carry gradient history.
+
+        Example:
+            >>> ember.ones(2).to("numpy", "f16").dtype
+            f16
         """
-        from .device import Device
         from .dispatch import transfer
-        if isinstance(target, (DType,)) or (isinstance(target, str) and not _is_device_string(target)):
-            return self.cast(target)
-        return transfer(self, Device(target))
+        device, dtype = device_and_dtype("Tensor.to", args, device, dtype)
+        out = self if device is None else transfer(self, device)
+        return out if dtype is None else out.cast(dtype)
 
     def cast(self, dtype) -> "Tensor":
         """This tensor converted to `dtype` (floats to ints truncate toward zero)."""
@@ -265,11 +270,52 @@ def _is_device_string(text: str) -> bool:
     return text.split(":")[0].lower() in KINDS
 
 
+def device_and_dtype(op: str, args: tuple, device=None, dtype=None) -> "tuple[Any, DType | None]":
+    """The `(Device or None, DType or None)` that `to(*args, device=, dtype=)` names, each positional
+    argument read as a device or a dtype, whichever it is; anything else is a `DeviceError` naming both
+    kinds.
+
+    Example:
+        >>> device_and_dtype("to", ("cpu", "bf16"))
+        (Device("cpu"), bf16)
+    """
+    from .device import Device, KINDS
+    from .errors import DeviceError, DTypeError
+    if len(args) > 2:
+        raise TypeError(f"{op}() takes a device and a dtype, got {len(args)} positional arguments")
+    for arg in args:
+        if isinstance(arg, Device) or (isinstance(arg, str) and _is_device_string(arg)):
+            device = arg
+            continue
+        try:
+            dtype = dtype_of(arg)
+        except DTypeError:
+            raise DeviceError(f"{op}: {arg!r} is neither a device (kinds: {', '.join(KINDS)}, e.g. 'cuda:0') "
+                              f"nor a dtype (e.g. ember.bf16, 'f32', 'float16')") from None
+    return (None if device is None else Device(device)), (None if dtype is None else dtype_of(dtype))
+
+
+CASTS = {"float": "f32", "double": "f64", "half": "f16", "bfloat16": "bf16", "long": "i64", "int": "i32",
+         "short": "i16", "char": "i8", "byte": "u8", "bool": "bool"}
+"""PyTorch's conversion methods (`x.float()`, `x.long()`, ...) and the dtype each casts to."""
+
+
+def _cast_method(name: str, dtype: str):
+    def convert(self: Tensor) -> Tensor:
+        return self.cast(dtype)
+
+    convert.__name__ = convert.__qualname__ = name
+    convert.__doc__ = f"This tensor cast to {dtype} (PyTorch's `Tensor.{name}()`): `x.cast(\"{dtype}\")`."
+    return convert
+
+
 def _attach_methods() -> None:
     """Attach the functions of `ember/api/*` as Tensor methods and operators."""
     from .api import METHODS
     for name, fn in METHODS.items():
         setattr(Tensor, name, fn)
+    for name, dtype in CASTS.items():
+        setattr(Tensor, name, _cast_method(name, dtype))
 
 
 _attach_methods()

@@ -12,7 +12,6 @@ Example:
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 
 from ..dtype import bf16, bool_, default_float, f16, f32
@@ -304,7 +303,8 @@ def nan_to_num(x: Tensor, nan: float = 0.0, posinf: float | None = None, neginf:
     """NaN, +inf and -inf replaced (by default with 0 and the dtype's largest and smallest values)."""
     if not x.dtype.is_float:
         return x
-    info = ml_dtypes.finfo(x.dtype.np)  # np.finfo does not know bf16
+    import ml_dtypes  # np.finfo does not know bf16; loaded with bf16 anyway
+    info = ml_dtypes.finfo(x.dtype.np)
     posinf = float(info.max) if posinf is None else posinf
     neginf = float(info.min) if neginf is None else neginf
     x = masked_fill(x, isnan(x), nan)

@@ -1,7 +1,8 @@
-"""Neural-network building blocks: `Module`, `Param`, layers, losses and initializers."""
+"""Neural-network building blocks: `Module`, `Param`, containers, layers, losses and initializers."""
 
 from .param import Param, ParamGroup
-from .module import Module, LoadReport
+from .module import Module, LoadReport, HookHandle
+from .containers import Sequential, ModuleList, ModuleDict, ParameterList, ParameterDict
 from . import init
 from .linear import Linear, Identity
 from .loss import (

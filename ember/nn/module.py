@@ -3,6 +3,11 @@
 Attributes that are `Param`s are trainable parameters; other tensors are buffers (saved and moved, not
 trained); `Module`s, and lists, tuples and dicts of them, are children. Nothing needs registering and
 `super().__init__()` is optional: the structure is found by walking attributes in definition order.
+The containers of `ember.nn.containers` (`Sequential`, `ModuleList`, ...) are modules whose attributes
+are named "0", "1", ... (or by their keys), so state-dict names match PyTorch's.
+
+Forward hooks (`register_forward_pre_hook`, `register_forward_hook`) run around `forward` when the
+module is called, as in PyTorch; each registration returns a handle whose `remove()` undoes it.
 
 Example:
     >>> class MLP(Module):
@@ -17,12 +22,12 @@ Example:
 from __future__ import annotations
 
 import copy
+import itertools
 from collections import OrderedDict
 from typing import Any, Callable, Iterator, NamedTuple
 
-from ..device import Device
-from ..errors import ShapeError
-from ..tensor import Tensor
+from ..errors import DTypeError, ShapeError
+from ..tensor import Tensor, device_and_dtype
 from .param import Param, ParamGroup
 
 
@@ -48,14 +53,60 @@ class Module:
         raise NotImplementedError(f"{type(self).__name__} defines no forward()")
 
     def __call__(self, *args, **kwargs):
-        return self.forward(*args, **kwargs)
+        hooks = self.__dict__.get("_hooks")
+        if not hooks:
+            return self.forward(*args, **kwargs)
+        for hook in list(hooks["pre"].values()):
+            replaced = hook(self, args)
+            if replaced is not None:
+                args = replaced if isinstance(replaced, tuple) else (replaced,)
+        output = self.forward(*args, **kwargs)
+        for hook in list(hooks["post"].values()):
+            replaced = hook(self, args, output)
+            if replaced is not None:
+                output = replaced
+        return output
+
+    # ---- hooks -----------------------------------------------------------------------------------
+    def register_forward_pre_hook(self, hook: Callable[["Module", tuple], Any]) -> "HookHandle":
+        """Call `hook(module, args)` before each `forward`; a result that is not None replaces the
+        positional arguments (a non-tuple becomes the one argument), as in PyTorch.
+
+        Example:
+            >>> handle = layer.register_forward_pre_hook(lambda m, args: (args[0] * 2,))
+            >>> handle.remove()
+        """
+        return self._add_hook("pre", hook)
+
+    def register_forward_hook(self, hook: Callable[["Module", tuple, Any], Any]) -> "HookHandle":
+        """Call `hook(module, args, output)` after each `forward`; a result that is not None replaces
+        the output, as in PyTorch.
+
+        Example:
+            >>> seen = []
+            >>> handle = layer.register_forward_hook(lambda m, args, out: seen.append(out.shape))
+        """
+        return self._add_hook("post", hook)
+
+    def _add_hook(self, kind: str, hook: Callable) -> "HookHandle":
+        if not callable(hook):
+            raise TypeError(f"a forward hook must be callable, got {type(hook).__name__}")
+        hooks = self.__dict__.setdefault("_hooks", {"pre": {}, "post": {}})
+        handle = HookHandle(hooks[kind])
+        hooks[kind][handle.id] = hook
+        return handle
 
     # ---- walking the structure -------------------------------------------------------------------
+    def _attributes(self) -> Iterator[tuple[str, Any]]:
+        """(name, value) of the attributes that can be part of the structure (not `_private`, not
+        `training`)."""
+        for name, value in vars(self).items():
+            if not (name.startswith("_") or name == "training"):
+                yield name, value
+
     def _entries(self) -> Iterator[tuple[str, Any]]:
         """(name, value) of every attribute that is part of the structure, flattening containers."""
-        for name, value in vars(self).items():
-            if name.startswith("_") or name == "training":
-                continue
+        for name, value in self._attributes():
             yield from _flatten(name, value)
 
     def named_modules(self, prefix: str = "") -> Iterator[tuple[str, "Module"]]:
@@ -110,16 +161,56 @@ class Module:
         return sum(p.numel for p in self.parameters() if not (trainable_only and p.frozen))
 
     # ---- transforming ----------------------------------------------------------------------------
-    def to(self, device) -> "Module":
-        """Move every parameter and buffer to `device` (in place); returns self.
+    def to(self, *args, device=None, dtype=None) -> "Module":
+        """Move every parameter and buffer to a device and/or cast the float ones to a float dtype (in
+        place); returns self. Takes what PyTorch's `Module.to` takes: `to(device)`, `to(dtype)`,
+        `to(device, dtype)`, `to(device=..., dtype=...)`, devices and dtypes as objects or strings
+        ("cuda:0", "bf16", "float16"). Integer and bool buffers keep their dtype.
 
         Example:
             >>> model.to(Device.cpu().autodiff())
+            >>> model.to("cpu", ember.bfloat16)
         """
-        device = Device(device)
+        device, dtype = device_and_dtype("Module.to", args, device, dtype)
+        if dtype is not None and not dtype.is_float:
+            raise DTypeError(f"Module.to: modules cast only to float dtypes (their integer buffers keep "
+                             f"theirs), got {dtype}; cast a tensor with tensor.to({dtype.name!r})")
+
+        def convert(t: Tensor) -> Tensor:
+            t = t if device is None else t.to(device)
+            return t.cast(dtype) if dtype is not None and t.dtype.is_float else t
+
         for _, p in self.named_parameters():
-            p._bind(p.value.to(device))
-        self._replace_buffers(lambda t: t.to(device))
+            p._bind(convert(p.value))
+        self._replace_buffers(convert)
+        return self
+
+    def float(self) -> "Module":
+        """Float parameters and buffers cast to f32 (PyTorch's `Module.float()`); returns self."""
+        return self.to("f32")
+
+    def double(self) -> "Module":
+        """Float parameters and buffers cast to f64 (PyTorch's `Module.double()`); returns self."""
+        return self.to("f64")
+
+    def half(self) -> "Module":
+        """Float parameters and buffers cast to f16 (PyTorch's `Module.half()`); returns self."""
+        return self.to("f16")
+
+    def bfloat16(self) -> "Module":
+        """Float parameters and buffers cast to bf16 (PyTorch's `Module.bfloat16()`); returns self."""
+        return self.to("bf16")
+
+    def apply(self, fn: Callable[["Module"], Any]) -> "Module":
+        """Call `fn` on every sub-module, depth first (children before their parent), then on this one;
+        returns self (PyTorch's `Module.apply`, e.g. for initialisation).
+
+        Example:
+            >>> model.apply(lambda m: m.bias.set(ember.zeros_like(m.bias)) if isinstance(m, Linear) else None)
+        """
+        for child in self.children():
+            child.apply(fn)
+        fn(self)
         return self
 
     def _replace_buffers(self, fn: Callable[[Tensor], Tensor]) -> None:
@@ -233,6 +324,31 @@ class Module:
 
     def __repr__(self) -> str:
         return "\n".join(_repr_lines(self, None, 0))
+
+
+class HookHandle:
+    """What registering a hook returns: `remove()` unregisters it (again is a no-op); as a context
+    manager it removes the hook on exit.
+
+    Example:
+        >>> with model.register_forward_hook(print_shapes):
+        ...     model(x)
+    """
+
+    _ids = itertools.count()
+
+    def __init__(self, hooks: dict) -> None:
+        self._hooks = hooks
+        self.id = next(HookHandle._ids)
+
+    def remove(self) -> None:
+        self._hooks.pop(self.id, None)
+
+    def __enter__(self) -> "HookHandle":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.remove()
 
 
 def _prefixed(module: Module, name: str) -> Iterator[tuple[str, Module]]:

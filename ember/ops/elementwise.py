@@ -17,9 +17,9 @@ import math
 
 import numpy as np
 
-from ..dtype import DType, bool_, float_to_int
+from ..dtype import HALF_NP, DType, bool_, float_to_int
 from ..errors import DTypeError
-from .primitive import (BF16, F16, Aval, broadcast_shapes, check_size, primitive, same_aval, saves_inputs, saves_inputs_at,
+from .primitive import (Aval, broadcast_shapes, check_size, primitive, same_aval, saves_inputs, saves_inputs_at,
                         saves_none, saves_output, saves_partners)
 from .grad_utils import sum_to
 
@@ -38,7 +38,7 @@ def _upcast(fn):
 
     def compute(*arrays):
         dt = arrays[0].dtype
-        if dt is F16 or dt is BF16:
+        if dt in HALF_NP:
             return np.asarray(fn(*(a.astype(np.float32) for a in arrays))).astype(dt)
         return fn(*arrays)
 

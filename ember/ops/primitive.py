@@ -31,10 +31,9 @@ import math
 import os
 from typing import Any, Callable, NamedTuple
 
-import ml_dtypes
 import numpy as np
 
-from ..dtype import DType
+from ..dtype import HALF_NP, DType
 from ..errors import OutOfMemoryError, ShapeError
 
 
@@ -316,13 +315,9 @@ def normalize_dims(op: str, dims, ndim: int) -> tuple[int, ...]:
     return out
 
 
-F16 = np.dtype(np.float16)
-BF16 = np.dtype(ml_dtypes.bfloat16)
-
-
 def is_half(dtype: np.dtype) -> bool:
     """Whether a NumPy dtype is f16 or bf16 (references compute those in f32, as PyTorch does)."""
-    return dtype is F16 or dtype is BF16
+    return dtype in HALF_NP
 
 
 def same_aval(x: Aval, **_params) -> Aval:

@@ -30,7 +30,7 @@ from ...cube.kernels.matmul import tuned_matmul
 from ...cube.kernels.pool import max_pool2d_grad
 from ...cube.kernels.sort import MAX_ROW
 from ...cube.runtime.arguments import DeviceArray
-from ...dtype import bf16
+from ...dtype import NpTable, bf16, f16, i8, i16, u8
 from ...ops import registry
 from ...ops.pool import windows_disjoint
 from ...ops.primitive import Aval
@@ -52,9 +52,8 @@ class Lowering(NamedTuple):
 # arithmetic done in i32 and stored back wraps exactly as it does in the narrow type. The operands are
 # widened by the copy `_flat` may make anyway and the result narrowed by the cast kernel, so every op
 # compiles for five dtypes instead of ten (a cold kernel cache is what CI pays for).
-_WIDE = {np.dtype(np.float16): np.dtype(np.float32), np.dtype(bf16.np): np.dtype(np.float32),
-         np.dtype(np.int8): np.dtype(np.int32), np.dtype(np.int16): np.dtype(np.int32),
-         np.dtype(np.uint8): np.dtype(np.int32)}
+_WIDE = NpTable({f16: np.dtype(np.float32), bf16: np.dtype(np.float32), i8: np.dtype(np.int32),
+                 i16: np.dtype(np.int32), u8: np.dtype(np.int32)})
 
 
 def _elementwise(kernel: Callable, out: Aval, *arrays: np.ndarray, widen: bool = True) -> np.ndarray:

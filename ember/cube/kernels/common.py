@@ -27,7 +27,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from ...dtype import dtype_of
+from ...dtype import NpTable, dtype_of
 from ...errors import DTypeError, ShapeError
 from .. import ir
 from ..lang import CubeCount, CubeDim
@@ -155,7 +155,7 @@ def cube_dtype(np_dtype) -> ir.DType:
 
 @functools.cache
 def _np_to_cube() -> dict:
-    return {np.dtype(d.np): d for d in ir.DTYPES.values()}
+    return NpTable(ir.DTYPES.values())
 
 
 def check_size(op: str, *arrays) -> None:

@@ -13,10 +13,11 @@ import math
 
 import numpy as np
 
+from ...dtype import NpTable
 from ..ir import DTYPES
 from ..lang import KernelError
 
-NP_TO_CUBE = {np.dtype(d.np): d for d in DTYPES.values()}
+NP_TO_CUBE = NpTable(DTYPES.values())
 
 
 class HostCopyError(TypeError):

@@ -42,6 +42,7 @@ import numpy as np
 from ...settings import settings
 from ..compile_cache import CompileCache, SourceCache, cache_key, source_stamp
 from .. import ir
+from ...dtype import NpTable
 from ..ir import DTYPES
 from ..lang import CubeCount, CubeDim, KernelError
 from ..passes import optimize
@@ -83,7 +84,7 @@ int64_t ember_wake(void) {  /* one parallel region: the threads it woke */
 int64_t ember_still(void) { return 1; }
 """
 
-_NP_TO_CUBE = {np.dtype(d.np): d for d in DTYPES.values()}
+_NP_TO_CUBE = NpTable(DTYPES.values())
 _SCALAR_CTYPES = {"f64": ctypes.c_double, "f32": ctypes.c_float, "f16": ctypes.c_float,
                   "bf16": ctypes.c_float, "i64": ctypes.c_int64, "i32": ctypes.c_int32,
                   "i16": ctypes.c_int16, "i8": ctypes.c_int8, "u8": ctypes.c_uint8,
