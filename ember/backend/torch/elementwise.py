@@ -63,11 +63,16 @@ def _bitwise_not(out, x):
 def _integer_quotient(a, b, op):
     """`op(a, b)` for integers with b == 0 (and b == -1, which traps on MIN) answered without dividing:
     division by 0 gives 0, x // -1 gives -x (MIN wraps to MIN) and x % -1 gives 0."""
-    special = (b == 0) | (b == -1) if a.dtype.is_signed else b == 0
-    result = op(a, torch.where(special, torch.ones_like(b), b))
+    by_zero = b == 0
+    if not a.dtype.is_signed:
+        return torch.where(by_zero, 0, op(a, torch.where(by_zero, 1, b))).to(a.dtype)
+    by_minus_one = b == -1
+    result = op(a, torch.where(by_zero | by_minus_one, 1, b))
     if op is torch.floor_divide:
-        return torch.where(b == 0, 0, torch.where(b == -1, torch.neg(a), result))
-    return torch.where(special, 0, result)
+        result = torch.where(by_minus_one, torch.neg(a), result)
+    else:
+        result = torch.where(by_minus_one, 0, result)
+    return torch.where(by_zero, 0, result).to(a.dtype)
 
 
 def _divide_like(op):
