@@ -1,7 +1,7 @@
 """What the torch backend's rows share: the dtype map, host transfers, f32 compute for halves.
 
 ember's dtypes are all torch dtypes (bf16 crosses the host as its 16 bits, since `torch.from_numpy`
-cannot read `ml_dtypes.bfloat16`). Host arrays enter through `torch.from_numpy` (no copy on the CPU)
+cannot read `ml_dtypes.bfloat16`). Host arrays enter through `torch.from_numpy` (DLPack for read-only ones; no copy on the CPU)
 and leave through `.numpy()` (no copy from the CPU), so `Device.torch("cpu")` moves no bytes.
 
 Example:
@@ -10,8 +10,6 @@ Example:
 """
 
 from __future__ import annotations
-
-import warnings
 
 import numpy as np
 import torch
@@ -27,12 +25,6 @@ TORCH = {
 """ember dtype name -> torch dtype (every ember dtype has one)."""
 
 HALVES = (torch.float16, torch.bfloat16)
-
-# `torch.from_numpy` warns on read-only arrays (ember's host arrays often are: views of a tensor's
-# data); no row writes into its inputs, so the shared memory is never written.
-warnings.filterwarnings("ignore", message="The given NumPy array is not writable", category=UserWarning,
-                        module=__name__)
-
 
 class Unsupported(Exception):
     """Raised by a row for a case torch does not run (an integer max pool, a 4-d convolution): the
@@ -55,10 +47,11 @@ def from_host(array: np.ndarray, device: torch.device) -> torch.Tensor:
     array = np.asarray(array)
     if any(s < 0 for s in array.strides):
         array = np.ascontiguousarray(array)
+    bits = array.view(np.int16) if array.dtype == BF16 else array
+    # torch.from_numpy warns on a read-only array (ember's host arrays often are); DLPack takes it as it is.
+    tensor = torch.from_numpy(bits) if bits.flags.writeable else torch.from_dlpack(bits)
     if array.dtype == BF16:
-        tensor = torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
-    else:
-        tensor = torch.from_numpy(array)
+        tensor = tensor.view(torch.bfloat16)
     return tensor if device.type == "cpu" else tensor.to(device)
 
 
