@@ -38,24 +38,15 @@ UNARY = {
 }
 
 
+_abs_number = _unary(torch.abs)
+
+
 def _abs(out, x):
-    return x if x.dtype == torch.bool else _unary(torch.abs)(out, x)
+    return x if x.dtype == torch.bool else _abs_number(out, x)  # torch has no bool abs
 
 
-def _isnan(out, x):
-    return torch.isnan(x)
-
-
-def _isinf(out, x):
-    return torch.isinf(x)
-
-
-def _logical_not(out, x):
-    return torch.logical_not(x)
-
-
-def _bitwise_not(out, x):
-    return torch.bitwise_not(x)
+def _plain(fn):
+    return lambda out, *xs: fn(*xs)
 
 
 # ---- integer division ----------------------------------------------------------------------------
@@ -107,6 +98,7 @@ BINARY = {
 
 # Exact in any dtype (no rounding): torch's op as it is.
 EXACT = {
+    "isnan": torch.isnan, "isinf": torch.isinf, "logical_not": torch.logical_not, "bitwise_not": torch.bitwise_not,
     "eq": torch.eq, "ne": torch.ne, "lt": torch.lt, "le": torch.le, "gt": torch.gt, "ge": torch.ge,
     "logical_and": torch.logical_and, "logical_or": torch.logical_or, "logical_xor": torch.logical_xor,
     "bitwise_and": torch.bitwise_and, "bitwise_or": torch.bitwise_or, "bitwise_xor": torch.bitwise_xor,
@@ -114,10 +106,6 @@ EXACT = {
 
 
 # ---- where and cast ------------------------------------------------------------------------------
-
-def _where(out, c, a, b):
-    return torch.where(c, a, b)
-
 
 def _float_to_int(x, dtype: torch.dtype):
     """Floats truncated toward zero to an integer dtype as `ember.dtype.float_to_int` defines it."""
@@ -141,14 +129,13 @@ def _cast(out, x, *, dtype):
 ROWS = {
     **{name: _unary(fn) for name, fn in UNARY.items()},
     "abs": _abs,
-    "isnan": _isnan, "isinf": _isinf, "logical_not": _logical_not, "bitwise_not": _bitwise_not,
     **{name: _binary(fn) for name, fn in BINARY.items()},
-    **{name: (lambda fn: lambda out, a, b: fn(a, b))(fn) for name, fn in EXACT.items()},
+    **{name: _plain(fn) for name, fn in EXACT.items()},
     "remainder": _divide_like(torch.remainder),
     "floor_divide": _divide_like(torch.floor_divide),
     "left_shift": _shift(True),
     "right_shift": _shift(False),
-    "where": _where,
+    "where": _plain(torch.where),
     "cast": _cast,
 }
 """Primitive name -> `row(out_aval, *tensors, **params) -> tensor`."""

@@ -7,7 +7,8 @@ unpadded and crops the full output, as the reference does. `conv_weight_grad` ta
 that covers only the leading outputs (the rest count as zero).
 
 Example:
-    >>> ROWS["conv"](out, x, w, stride=(1,), padding=(0,), dilation=(1,), groups=1).shape
+    >>> x, w = torch.ones(1, 1, 5), torch.ones(2, 1, 3)
+    >>> ROWS["conv"](Aval((1, 2, 3), f32), x, w, stride=(1,), padding=(0,), dilation=(1,), groups=1).shape
     torch.Size([1, 2, 3])
 """
 
