@@ -1,8 +1,8 @@
 """What the torch backend's rows share: the dtype map, host transfers, f32 compute for halves.
 
 ember's dtypes are all torch dtypes (bf16 crosses the host as its 16 bits, since `torch.from_numpy`
-cannot read `ml_dtypes.bfloat16`). Host arrays enter through `torch.from_numpy` (DLPack for read-only ones; no copy on the CPU)
-and leave through `.numpy()` (no copy from the CPU), so `Device.torch("cpu")` moves no bytes.
+cannot read `ml_dtypes.bfloat16`). Host arrays enter through `torch.from_numpy` (`torch.from_dlpack`
+for read-only ones) and leave through `.numpy()`, so `Device.torch("cpu")` copies no bytes either way.
 
 Example:
     >>> to_host(from_host(np.arange(3, dtype=np.int8), torch.device("cpu"))).tolist()
@@ -25,6 +25,7 @@ TORCH = {
 """ember dtype name -> torch dtype (every ember dtype has one)."""
 
 HALVES = (torch.float16, torch.bfloat16)
+
 
 class Unsupported(Exception):
     """Raised by a row for a case torch does not run (an integer max pool, a 4-d convolution): the
@@ -62,7 +63,7 @@ def to_host(tensor: torch.Tensor) -> np.ndarray:
         tensor = tensor.cpu()
     if tensor.dtype == torch.bfloat16:
         return tensor.view(torch.int16).numpy().view(BF16)
-    return tensor.resolve_conj().resolve_neg().numpy()
+    return tensor.numpy()
 
 
 def f32_for_halves(fn):
