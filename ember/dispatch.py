@@ -10,7 +10,7 @@
                                           adapter; plain Cube(wgpu) when [fusion] enabled is false)
     cuda:i           -> Fusion(Cube(cuda)) on GPU i (DeviceUnavailableError without the `cuda` extra or a
                                           GPU; plain Cube(cuda) when [fusion] enabled is false)
-    torch:spec       -> Torch on torch's device `spec` (no fusion; DeviceUnavailableError without torch or
+    torch:spec       -> TorchBackend on torch's device `spec` (no fusion; DeviceUnavailableError without torch or
                                           that device)
 
 `bind(prim, inputs, params)` is the one path every tensor op takes: it checks that the inputs share a
@@ -46,7 +46,7 @@ def build_backend(device: Device):
     if device.kind.startswith("torch:"):
         from .backend.torch import torch_backend
         return torch_backend(device)
-    return _fused(_cube_cuda(device))  # cuda, the last of device.KINDS
+    return _fused(_cube_cuda(device))  # cuda, the one kind left
 
 
 def _cube_cuda(device: Device):
