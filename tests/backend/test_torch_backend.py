@@ -270,6 +270,17 @@ def test_unknown_or_absent_torch_devices_say_what_torch_has():
         Device.torch("meta").backend
 
 
+def test_f64_on_mps_is_refused_by_name():
+    from ember.backend.cube.backend import UnsupportedDTypeError
+    from ember.backend.torch.backend import TorchBackend
+    mps = TorchBackend(torch.device("mps"))  # refused before torch touches the device, so it runs anywhere
+    assert ember.f64 not in mps.dtypes and ember.f32 in mps.dtypes
+    with pytest.raises(UnsupportedDTypeError, match=r"a tensor: f64 cannot be held by torch's 'mps' device"):
+        mps.from_host(np.ones(2))
+    with pytest.raises(UnsupportedDTypeError, match=r"full: f64 cannot be held"):
+        mps.execute(registry["full"], [], {"shape": (2,), "value": 1.0, "dtype": ember.f64}, Aval((2,), ember.f64))
+
+
 def test_a_missing_torch_names_the_package(monkeypatch):
     from ember.backend.torch import torch_backend
     real = importlib.util.find_spec
