@@ -270,6 +270,21 @@ def test_unknown_or_absent_torch_devices_say_what_torch_has():
         Device.torch("meta").backend
 
 
+def test_cuda_convolutions_run_without_tf32_and_restore_the_setting():
+    from types import SimpleNamespace
+    from ember.backend.torch.nn import _ieee
+    seen = []
+    row = _ieee(lambda out, x: seen.append(torch.backends.cudnn.allow_tf32))
+    previous = torch.backends.cudnn.allow_tf32
+    try:
+        torch.backends.cudnn.allow_tf32 = True
+        row(None, SimpleNamespace(device=torch.device("cuda", 0)))  # only its device is read
+        row(None, torch.ones(1))
+        assert seen == [False, True] and torch.backends.cudnn.allow_tf32 is True
+    finally:
+        torch.backends.cudnn.allow_tf32 = previous
+
+
 def test_f64_on_mps_is_refused_by_name():
     from ember.backend.cube.backend import UnsupportedDTypeError
     from ember.backend.torch.backend import TorchBackend

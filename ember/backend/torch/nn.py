@@ -2,9 +2,10 @@
 
 torch has these for float tensors of 1 to 3 spatial dims (unfold and fold: 2); other cases raise
 `Unsupported`, so the backend runs the NumPy reference (recorded in `fallbacks`). f16 and bf16 compute
-in f32 and round once. `conv_transpose` takes any `output_padding` (a negative one crops): it runs
-unpadded and crops the full output, as the reference does. `conv_weight_grad` takes an output gradient
-that covers only the leading outputs (the rest count as zero).
+in f32 and round once; on CUDA the convolutions run in full f32, not cuDNN's default TF32.
+`conv_transpose` takes any `output_padding` (a negative one crops): it runs unpadded and crops the full
+output, as the reference does. `conv_weight_grad` takes an output gradient that covers only the leading
+outputs (the rest count as zero).
 
 Example:
     >>> x, w = torch.ones(1, 1, 5), torch.ones(2, 1, 3)
@@ -35,6 +36,23 @@ CONV_T = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
 WEIGHT = {1: torch.nn.grad.conv1d_weight, 2: torch.nn.grad.conv2d_weight, 3: torch.nn.grad.conv3d_weight}
 MAX = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
 AVG = {2: F.avg_pool2d, 3: F.avg_pool3d}  # 1-d runs as 2-d (avg_pool1d has no divisor_override)
+
+
+def _ieee(row):
+    """`row` with cuDNN held to full f32 on CUDA tensors (it takes TF32 by default on Ampere and later,
+    about 3 decimal digits), the user's setting restored after."""
+
+    def run(out, x, *rest, **params):
+        if x.device.type != "cuda":
+            return row(out, x, *rest, **params)
+        previous = torch.backends.cudnn.allow_tf32
+        torch.backends.cudnn.allow_tf32 = False
+        try:
+            return row(out, x, *rest, **params)
+        finally:
+            torch.backends.cudnn.allow_tf32 = previous
+
+    return run
 
 
 def _conv(out, x, w, *, stride, padding, dilation, groups):
@@ -104,9 +122,9 @@ def _fold(out, x, *, output_size, kernel, stride, padding, dilation):
 
 
 ROWS = {
-    "conv": f32_for_halves(_conv),
-    "conv_transpose": f32_for_halves(_conv_transpose),
-    "conv_weight_grad": f32_for_halves(_conv_weight_grad),
+    "conv": f32_for_halves(_ieee(_conv)),
+    "conv_transpose": f32_for_halves(_ieee(_conv_transpose)),
+    "conv_weight_grad": f32_for_halves(_ieee(_conv_weight_grad)),
     "max_pool": f32_for_halves(_max_pool_values),
     "max_pool_indices": _max_pool_indices,
     "max_pool_grad": _max_pool_grad,
