@@ -6,6 +6,7 @@
 | `Device.cpu()`      | Fusion(Cube(cpu)): cube kernels rendered to C, built with gcc/OpenMP   |
 | `Device.cuda(i)`    | Fusion(Cube(cuda)) on GPU i: CUDA C compiled by NVRTC (`cuda` extra)   |
 | `Device.wgpu(i)`    | Fusion(Cube(wgpu)) on adapter i: WGSL run through wgpu (`wgpu` extra)  |
+| `Device.torch(spec)`| torch ops on the torch device `spec` ("cpu", "cuda:0", "mps", "xpu") |
 
 `device.autodiff()` is the same device with gradient tracking on: tensors made on it are recorded by the
 autodiff decorator. Devices are interned values: `Device("cuda:1") is Device.cuda(1)`. Constructing a
@@ -13,7 +14,8 @@ device never fails for a known kind; using one whose backend cannot run here rai
 `DeviceUnavailableError` saying what is missing and what installs it (as `torch.device("cuda")` can be
 named on a machine without a GPU): `Device.cpu()` needs a C compiler with OpenMP, and without one
 `Device.default()` is `Device.numpy()`; `Device.cuda(i)` needs the `cuda` extra, a driver and a GPU;
-`Device.wgpu(i)` needs the `wgpu` extra and an adapter.
+`Device.wgpu(i)` needs the `wgpu` extra and an adapter; `Device.torch(spec)` needs PyTorch with that
+device.
 
 Example:
     >>> Device("cpu").autodiff()
@@ -29,8 +31,10 @@ import threading
 
 from .errors import DeviceError
 
-KINDS = ("numpy", "cpu", "cuda", "wgpu")
+KINDS = ("numpy", "cpu", "cuda", "wgpu", "torch")
 _INDEXED = ("cuda", "wgpu")
+_TORCH = "torch:"  # a torch device's kind is "torch:" and torch's device type: "torch:cuda", "torch:cpu"
+_UNINDEXED_TORCH = ("cpu", "mps")  # torch device types shown without an index
 
 
 class Device:
@@ -87,6 +91,21 @@ class Device:
         Fusion(Cube(wgpu)); using it without the `wgpu` extra or that adapter raises
         `DeviceUnavailableError`."""
         return cls._get("wgpu", _check_index(index), False, None)
+
+    @classmethod
+    def torch(cls, spec: str = "cpu") -> "Device":
+        """ember's primitives run by PyTorch on the torch device `spec` ("cpu", "cuda:0", "mps", "xpu:1";
+        ROCm builds call their GPUs "cuda"), with no fusion: ember runs wherever torch does, and
+        `.autodiff()` puts ember's autodiff on top. A bare type means its device 0. Using it without
+        torch, or on a device torch does not have here, raises `DeviceUnavailableError` naming what to
+        install or what torch reports available.
+
+        Example:
+            >>> Device.torch("cuda").autodiff()
+            Device.torch("cuda:0").autodiff()
+        """
+        kind, index = _parse_torch(spec)
+        return cls._get(kind, index, False, None)
 
     @classmethod
     def default(cls) -> "Device":
@@ -191,8 +210,11 @@ class Device:
 
     # ---- value behaviour -------------------------------------------------------------------------
     def __repr__(self) -> str:
-        name = self.kind if self.kind not in _INDEXED else f"{self.kind}:{self.index}"
-        text = f'Device("{name}")'
+        if self.kind.startswith(_TORCH):
+            text = f'Device.torch("{torch_spec(self)}")'
+        else:
+            name = self.kind if self.kind not in _INDEXED else f"{self.kind}:{self.index}"
+            text = f'Device("{name}")'
         if self.is_autodiff:
             text += f'.autodiff(checkpointing="{self.checkpointing}")' if self.checkpointing else ".autodiff()"
         return text
@@ -207,13 +229,32 @@ def _check_index(index: int) -> int:
     return index
 
 
+def torch_spec(device: Device) -> str:
+    """The torch device string of a `Device.torch(...)` device: "cpu", "cuda:0", "mps", "xpu:1"."""
+    kind = device.kind[len(_TORCH):]
+    return kind if kind in _UNINDEXED_TORCH and device.index == 0 else f"{kind}:{device.index}"
+
+
+def _parse_torch(spec: str) -> tuple[str, int]:
+    """("torch:" + type, index) of a torch device string; the type is checked by torch when used."""
+    if not isinstance(spec, str):
+        raise DeviceError(f"Device.torch: expected a torch device string such as 'cpu' or 'cuda:0', got {spec!r}")
+    kind, _, index = spec.strip().lower().partition(":")
+    if not (kind.isidentifier() and kind.isascii()) or (index and not index.isdigit()):
+        raise DeviceError(f"Device.torch: bad torch device string {spec!r}; expected a type and an optional "
+                          f"index, e.g. 'cpu', 'cuda:0', 'mps', 'xpu:1'")
+    return _TORCH + kind, int(index or 0)
+
+
 def _parse(spec: str) -> tuple[str, int]:
     if not isinstance(spec, str):
         raise DeviceError(f"expected a device string such as 'cpu' or 'cuda:0', got {spec!r}")
     kind, _, index = spec.strip().lower().partition(":")
+    if kind == "torch":
+        return _parse_torch(index or "cpu")
     if kind not in KINDS:
         raise DeviceError(f"unknown device {spec!r}; known kinds: {', '.join(KINDS)} "
-                          f"(e.g. 'cpu', 'numpy', 'cuda:0', 'wgpu:0')")
+                          f"(e.g. 'cpu', 'numpy', 'cuda:0', 'wgpu:0', 'torch:cuda:0')")
     if not index:
         return kind, 0
     if kind not in _INDEXED or not index.isdigit():

@@ -10,6 +10,8 @@
                                           adapter; plain Cube(wgpu) when [fusion] enabled is false)
     cuda:i           -> Fusion(Cube(cuda)) on GPU i (DeviceUnavailableError without the `cuda` extra or a
                                           GPU; plain Cube(cuda) when [fusion] enabled is false)
+    torch:spec       -> TorchBackend on torch's device `spec` (no fusion; DeviceUnavailableError without torch or
+                                          that device)
 
 `bind(prim, inputs, params)` is the one path every tensor op takes: it checks that the inputs share a
 device (lifting a plain tensor onto the autodiff variant of its own device, so `w - lr * grad` works),
@@ -41,7 +43,10 @@ def build_backend(device: Device):
         return _fused(_cube_cpu(device))
     if device.kind == "wgpu":
         return _fused(_cube_wgpu(device))
-    return _fused(_cube_cuda(device))  # cuda, the last of device.KINDS
+    if device.kind.startswith("torch:"):
+        from .backend.torch import torch_backend
+        return torch_backend(device)
+    return _fused(_cube_cuda(device))  # cuda, the one kind left
 
 
 def _cube_cuda(device: Device):

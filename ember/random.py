@@ -108,7 +108,7 @@ def set_state(state: dict) -> None:
     global _global_seed
     _global_seed = state["seed"]
     for name, st in state["streams"].items():
-        kind, index = name.split(":")
+        kind, index = name.rsplit(":", 1)  # a torch device's kind holds a colon: "torch:cuda:0"
         stream_of(Device._get(kind, int(index), False, None)).set_state((st[0], st[1]))
 
 

@@ -3,7 +3,7 @@
 #
 #   scripts/gpu_check.sh                     # from anywhere; runs ember from this checkout (PYTHONPATH)
 #   OUT=/some/dir scripts/gpu_check.sh       # results there (default ./gpu-results)
-#   STEPS="tests bench" scripts/gpu_check.sh # a subset of: env tests library conformance fusion trajectories bench
+#   STEPS="tests bench" scripts/gpu_check.sh # a subset of: env tests library conformance fusion trajectories torch bench
 #   BENCH_CASES="gpt plan_replay" ...          # bench.gpu cases (default: all)
 #   CUDA_TESTS="tests/cube/test_cuda_graphs.py" ... # the tests step's files (default: tests/cube/test_cuda_*.py,
 #                                                   # tests/backend/test_device_moves.py, tests/nn/test_rowwise.py)
@@ -23,6 +23,8 @@
 #   trajectories the training-trajectory suite (tests/trajectories) on Device.cuda(0), fused and unfused
 #                (the suite's cuda device runs fused; EMBER_FUSION=0 runs it unfused): 8 steps of every
 #                optimizer on the model families against Device.numpy(), and resumes in a fresh process;
+#   torch        the conformance and trajectory suites on Device.torch("cuda:0") (ember's primitives run by
+#                torch's CUDA ops, `-k torch-cuda`; tests/conftest.py lists it when torch.cuda.is_available());
 #   bench        python -m bench.gpu: matmul bf16 8192^3, custom GELU vs copy, softmax, layer_norm, host
 #                time of tiny ops and of a replayed 100-op plan, transformer_encoder and GPT training steps
 #                against torch eager and torch.compile on the same card (gpu-bench.json, and a table at the
@@ -37,7 +39,7 @@ RESULTS="${OUT:-./gpu-results}"
 mkdir -p "$RESULTS"
 RESULTS="$(cd "$RESULTS" && pwd)"
 PY="${PYTHON:-python3}"
-STEPS="${STEPS:-env tests library conformance fusion trajectories bench}"
+STEPS="${STEPS:-env tests library conformance fusion trajectories torch bench}"
 BENCH_CASES="${BENCH_CASES:-}"
 JOBS="${JOBS:-8}"
 # A fresh kernel and autotune cache: every kernel is compiled, and every choice timed, by this run.
@@ -98,12 +100,13 @@ EOF
 fi
 
 # A suite's tests on this device, fused (Fusion(Cube(cuda)), the default) and unfused (EMBER_FUSION=0:
-# plain Cube(cuda)); -k picks the parametrizations on this device (tests/conftest.py lists it here).
+# plain Cube(cuda)); -k picks the parametrizations on this device (tests/conftest.py lists it here), not
+# those of Device.torch("cuda:0") ("torch-cuda", the torch step's).
 both_modes() {  # step name, what it checks, test path
   for mode in fused unfused; do
     echo "== $2 on Device.cuda(0), $mode"
     fusion=$([ $mode = fused ] && echo 1 || echo 0)
-    EMBER_FUSION=$fusion "$PY" -m pytest -q -p no:cacheprovider $(xdist) "$3" -k cuda \
+    EMBER_FUSION=$fusion "$PY" -m pytest -q -p no:cacheprovider $(xdist) "$3" -k "cuda and not torch-cuda" \
       --junitxml="$RESULTS/junit-$1-$mode.xml" > "$RESULTS/$1-$mode.log" 2>&1 || failed+=("$1-$mode")
     tail -n 3 "$RESULTS/$1-$mode.log"
   done
@@ -115,13 +118,22 @@ fi
 
 if has fusion; then
   echo "== fusion tests on Device.cuda(0)"
-  "$PY" -m pytest -q -p no:cacheprovider tests/fusion -k cuda --junitxml="$RESULTS/junit-fusion.xml" \
+  "$PY" -m pytest -q -p no:cacheprovider tests/fusion -k "cuda and not torch-cuda" --junitxml="$RESULTS/junit-fusion.xml" \
     > "$RESULTS/fusion.log" 2>&1 || failed+=("fusion")
   tail -n 3 "$RESULTS/fusion.log"
 fi
 
 if has trajectories; then
   both_modes trajectories "training trajectories" tests/trajectories
+fi
+
+if has torch; then
+  for suite in conformance trajectories; do  # no fusion on a torch device: one mode
+    echo "== $suite suite on Device.torch(\"cuda:0\")"
+    "$PY" -m pytest -q -p no:cacheprovider $(xdist) "tests/$suite" -k torch-cuda \
+      --junitxml="$RESULTS/junit-torch-$suite.xml" > "$RESULTS/torch-$suite.log" 2>&1 || failed+=("torch-$suite")
+    tail -n 3 "$RESULTS/torch-$suite.log"
+  done
 fi
 
 if has bench; then
@@ -134,7 +146,7 @@ fi
 {
   echo "gpu_check $(date -u +%FT%TZ) steps: $STEPS"
   for log in "$RESULTS"/tests.log "$RESULTS"/library.log "$RESULTS"/conformance-*.log "$RESULTS"/fusion.log \
-             "$RESULTS"/trajectories-*.log; do
+             "$RESULTS"/trajectories-*.log "$RESULTS"/torch-*.log; do
     [ -f "$log" ] && echo "$(basename "$log"): $(grep -E '(passed|failed|error)' "$log" | tail -n 1)"
   done
   [ -f "$RESULTS/bench.log" ] && sed -n '/^| case/,$p' "$RESULTS/bench.log"

@@ -22,6 +22,16 @@ import ember.debug
 from ember.backend.cube.backend import UnsupportedDTypeError
 from ember.cube.runtime.wgpu import wgpu_available
 
+
+def _torch_cuda_here() -> bool:
+    """Whether torch is installed with a CUDA (or ROCm) GPU it can use."""
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
 # The devices of the conformance suite (id, constructor). Add a backend here and it runs everything.
 DEVICES = [
     ("numpy", ember.Device.numpy),
@@ -33,6 +43,12 @@ if os.environ.get("EMBER_TEST_WGPU", "1") != "0" and wgpu_available()[0]:
     # is skipped with the backend's reason (see pytest_pyfunc_call): counted as skipped, never passed.
     DEVICES.append(("wgpu", ember.Device.wgpu))
     DEVICES.append(("wgpu-unfused", ember.Device.wgpu))
+if os.environ.get("EMBER_TEST_TORCH", "1") != "0":
+    # ember's primitives run by torch ops (Device.torch): on the CPU here, on the GPU where torch has
+    # one (scripts/gpu_check.sh runs the suites with -k torch-cuda). EMBER_TEST_TORCH=0 leaves them out.
+    DEVICES.append(("torch-cpu", lambda: ember.Device.torch("cpu")))
+    if _torch_cuda_here():
+        DEVICES.append(("torch-cuda", lambda: ember.Device.torch("cuda:0")))
 # Entries that run with `ember.debug.set_fusion(device, False)` for the test, so the suite checks
 # the fused and the unfused Cube backends alike.
 UNFUSED = {"cpu-unfused", "wgpu-unfused"}

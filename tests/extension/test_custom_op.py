@@ -4,6 +4,8 @@ on every device of the suite; errors for bad shapes, dtypes, devices and rules."
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -120,7 +122,7 @@ def test_an_op_without_reference_runs_only_where_there_is_a_cube_target(device, 
     a = rng.standard_normal((3, 5)).astype(np.float32)
     x = ember.tensor(a, device=device)
     if cube_target(device) is None:
-        with pytest.raises(DeviceError, match=r"ext_test_scale: Device\(\"numpy\"\) has no cube target"):
+        with pytest.raises(DeviceError, match=f"ext_test_scale: {re.escape(repr(device))} has no cube target"):
             ext_test_scale(x, factor=3.0)
         return
     np.testing.assert_allclose(ext_test_scale(x, factor=3.0).numpy(), a * 3, rtol=1e-6)
