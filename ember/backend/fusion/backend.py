@@ -69,17 +69,17 @@ class Fusion(Decorator):
         super().__init__(inner)
         self.name = f"fusion({inner.name})"
         self.max_ops = max_ops or settings().get("fusion", "max_ops")
-        # Fused kernels compile for the inner backend's cube runtime (None: the CPU runtime) through
-        # its `compile_ir` and run through its `run`; an inner backend without them records nothing.
-        runtime = getattr(inner, "runtime", None)
-        self.records_ops = runtime is None or (hasattr(runtime, "compile_ir") and hasattr(runtime, "run"))
+        # Fused kernels compile for the inner Cube backend's runtime (`ember.cube.runtime.base.Runtime`)
+        # through its `compile_ir` and run through its `run`.
+        runtime = inner.runtime
+        self.records_ops = True
         # What the runtime's target cannot express (a WGSL limit): the block then runs op by op.
-        self._unfusable = (*getattr(runtime, "TARGET_ERRORS", ()), *getattr(runtime, "LIMIT_ERRORS", ()))
+        self._unfusable = (*runtime.TARGET_ERRORS, *runtime.LIMIT_ERRORS)
         # Ops of dtypes the inner backend cannot hold run at once (raising there); so do those whose
         # fused values the target would compute differently (`UNFUSED_DTYPES`: WGSL's emulated i8, u8, i16).
-        self._held = frozenset(d for d in self.dtypes if d.name not in getattr(runtime, "UNFUSED_DTYPES", ()))
+        self._held = frozenset(d for d in self.dtypes if d.name not in runtime.UNFUSED_DTYPES)
         # On CUDA a lone op with a broadcast operand is a kernel of its own (`fusers.select`).
-        self.lone_broadcasts = getattr(runtime, "target", None) == "cuda"
+        self.lone_broadcasts = runtime.target == "cuda"
         self.enabled = True
         self.plans = PlanCache()
         self.counts = dict.fromkeys(("recorded", "flushes", "kernels", "inner_ops", "bytes_saved", "fallbacks",
