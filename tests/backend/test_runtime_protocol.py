@@ -203,6 +203,28 @@ def test_ops_through_each_runtime_match_numpy(runtime, rng, shape):
     assert not backend.fallbacks & {"exp", "add", "sum", "matmul", "full", "randint", "uniform"}
 
 
+def test_creation_rows_and_functions_make_their_arrays_on_the_runtime(runtime, monkeypatch):
+    """`runtime=` reaches the kernels: nothing is made on the host and copied over (`to_device`)."""
+    from ember.backend.cube.kernels import fill
+    from ember.cube.kernels import random
+
+    def no_copy(host):
+        raise AssertionError("a creation op made its array on the host")
+    backend = CubeBackend(runtime)
+    monkeypatch.setattr(runtime, "to_device", no_copy)
+    rows = {"full": {"value": -1.5}, "uniform": {"low": 0.0, "high": 1.0, "seed": 1, "offset": 0},
+            "normal": {"mean": 0.0, "std": 1.0, "seed": 2, "offset": 0},
+            "randint": {"low": 0, "high": 5, "seed": 3, "offset": 0}}
+    for name, params in rows.items():
+        dtype = i32 if name == "randint" else f32
+        got = backend.execute(registry[name], [], {"shape": (5, 3), "dtype": dtype, **params}, Aval((5, 3), dtype))
+        assert isinstance(got, runtime.ARRAY) and got.shape == (5, 3), name
+    assert isinstance(random.uniform((4,), 0, runtime=runtime), runtime.ARRAY)
+    made = fill((2, 3), 7, np.dtype(np.int32), runtime=runtime)
+    assert isinstance(made, runtime.ARRAY)
+    np.testing.assert_array_equal(runtime.to_host(made), np.full((2, 3), 7, np.int32))
+
+
 def test_a_dtype_the_runtime_cannot_hold_is_named_with_the_op_and_the_device():
     """Checked before any kernel runs, for the inputs and the output (a runtime that holds f32, i32, bool)."""
     backend = CubeBackend(HostSubset())

@@ -18,7 +18,7 @@ threads do at the same time. A value pending in another thread's stream is run b
 `ember.debug.set_fusion(device, False)` is the public switch the test suite uses for "cpu-unfused".
 
 Example:
-    >>> backend = Fusion(CubeBackend())
+    >>> backend = Fusion(CubeBackend(cpu_runtime()))
     >>> x = backend.from_host(np.ones(4, np.float32))
     >>> y = backend.execute(registry["exp"], [x], {}, Aval((4,), f32))   # recorded, not run
     >>> backend.to_host(y).round(3)                                        # sync point
