@@ -5,8 +5,9 @@ the primitive's shape rule), the input arrays and the primitive's params, and re
 that makes its array from no input (`full`, `uniform`, ...) is a `Lowering(run, creates=True)` and is
 also given the backend's runtime as `runtime=`; one that may write its result over an input (an
 extension whose forward takes `out=`) is `writes_over=True` and is given that input as `over=` when the
-fusion decorator donates it. Most
-rows run a cube kernel (`ember.cube.kernels`, or `kernels.py` beside this file); the view rows
+fusion decorator donates it.
+
+Most rows run a cube kernel (`ember.cube.kernels`, or `kernels.py` beside this file); the view rows
 (reshape, permute, expand, slice, flip) touch metadata only, a NumPy view of the input (reshape copies
 with the cast kernel when the strides cannot express the new shape); the move rows (cat, pad,
 slice_assign) move memory without arithmetic: the NumPy reference on the host, on a device a new array

@@ -5,8 +5,8 @@ NumPy's metadata) and allocate their outputs with `empty(shape, dtype, *like)`: 
 operands `like` (a NumPy array from the host pool when they are all NumPy), so a kernel launched on
 them runs where they live (`KernelFunction.launch` routes by its array arguments). A function that
 makes an array from no operand (`random.uniform`, the backend's `fill`) takes the runtime to make it
-on as `runtime=`; one that may write its result over an operand takes it as `out=` (`optim.adam_update`). `asarray` and
-`contiguous` are NumPy's, passing device arrays through.
+on as `runtime=`; one that may write its result over an operand takes that operand as `out=`
+(`optim.adam_update`). `asarray` and `contiguous` are NumPy's, passing device arrays through.
 
 Arrays reach a kernel as a pointer to their first element; their shape and strides (in elements,
 any sign, 0 for a broadcast dimension) travel in a small i32 "layout" array so that one compiled
