@@ -72,7 +72,6 @@ class Fusion(Decorator):
         # Fused kernels compile for the inner Cube backend's runtime (`ember.cube.runtime.base.Runtime`)
         # through its `compile_ir` and run through its `run`.
         runtime = inner.runtime
-        self.records_ops = True
         # What the runtime's target cannot express (a WGSL limit): the block then runs op by op.
         self._unfusable = (*runtime.TARGET_ERRORS, *runtime.LIMIT_ERRORS)
         # Ops of dtypes the inner backend cannot hold run at once (raising there); so do those whose
@@ -95,7 +94,7 @@ class Fusion(Decorator):
         recorded = _RECORDS.get(prim)  # most primitives' answer, without a call (the dispatch hot path)
         if recorded is None:
             recorded = records(prim, inputs, params)
-        if recorded and self.enabled and self.records_ops and out.dtype in self._held:
+        if recorded and self.enabled and out.dtype in self._held:
             stream = getattr(self._local, "stream", None)
             if stream is None:  # not `or`: that would ask an empty stream its len() at every op
                 stream = self._stream()
