@@ -30,6 +30,7 @@ class Recorder(CpuRuntime):
     (a plane is one unit there) and are not looked at: this test only compiles."""
 
     target = "cuda"
+    records_launches = False  # no step replay captured here outlives the test (the device is shared)
 
     def __init__(self) -> None:
         super().__init__()
