@@ -104,7 +104,8 @@ def _cube_cpu(device: Device):
             f"needs a C compiler (looked for `[compilation] compiler` / EMBER_CC, gcc, clang): {why}; "
             f"Device.numpy() works everywhere; available: {available_devices()}")
     from .backend.cube import CubeBackend
-    return CubeBackend()
+    from .cube.runtime.cpu import cpu_runtime
+    return CubeBackend(cpu_runtime())
 
 
 def available_devices() -> list[Device]:

@@ -12,6 +12,8 @@ inputs' runtime). The decorator registers a primitive beside it, with:
   says which values it reads (the others arrive as None).
 - `reference(*arrays, **params)` (optional): the op in NumPy, for devices without a cube target (else
   `DeviceError`) and as the tests' oracle.
+- A forward with a keyword-only `out=None` (not a param) may be handed an input to write its result
+  over, by the fusion decorator's donation (`ember/backend/fusion/donation.py`; `adam_update` does).
 
 The op is a fusion sync point unless `pure=True` (the forward only reads its inputs and returns a new
 array; every error comes from the rules at the call): then an inner step of the plan (docs/extension.md).
@@ -89,7 +91,7 @@ class Extension:
         self.dtype = dtype
         self.backward = backward
         self.reference = reference
-        self.arity, self.param_names = _signature(name, forward)
+        self.arity, self.param_names, writes_over = _signature(name, forward)
         self.__name__ = forward.__name__
         self.__doc__ = forward.__doc__
         if name in registry:
@@ -99,7 +101,7 @@ class Extension:
         self.saves = SAVES[saves]
         self.pure = bool(pure)
         self._inferred: dict[tuple, Aval] = {}  # (input avals, params) -> output aval (see `_infer`)
-        _register_lowering(name, self._run)
+        _register_lowering(name, self._run, writes_over)
         if self.pure:
             from .backend.fusion.ops import record_inner
             record_inner(self.primitive)
@@ -157,9 +159,11 @@ class Extension:
             raise EmberError(f"{self.name}: its dtype rule must return an ember DType, got {dtype!r}")
         return Aval(shape, dtype)
 
-    def _run(self, out: Aval, *arrays: np.ndarray, **params) -> np.ndarray:
-        """The forward on a cube target, checked against the shape rule."""
-        return self._checked(self.forward(*arrays, **params), out, "forward")
+    def _run(self, aval: Aval, *arrays: np.ndarray, over=None, **params) -> np.ndarray:
+        """The forward on a cube target, checked against the shape rule; `over` (an input the result may
+        be written over) goes to the forward as `out=`."""
+        result = self.forward(*arrays, **params) if over is None else self.forward(*arrays, out=over, **params)
+        return self._checked(result, aval, "forward")
 
     def _reference(self, *arrays: np.ndarray, **params) -> np.ndarray:
         if self.reference is None:
@@ -190,12 +194,14 @@ class Extension:
         return grads
 
 
-def _signature(name: str, forward: Callable) -> tuple[int, tuple[str, ...]]:
-    """(number of tensor inputs, names of keyword-only params) of a forward function."""
-    arity, params = 0, []
+def _signature(name: str, forward: Callable) -> tuple[int, tuple[str, ...], bool]:
+    """(number of tensor inputs, names of keyword-only params, whether it takes `out=None`) of a forward."""
+    arity, params, writes_over = 0, [], False
     for p in inspect.signature(forward).parameters.values():
         if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
             arity += 1
+        elif p.kind == p.KEYWORD_ONLY and p.name == "out" and p.default is None:
+            writes_over = True
         elif p.kind == p.KEYWORD_ONLY:
             params.append(p.name)
         else:
@@ -203,13 +209,13 @@ def _signature(name: str, forward: Callable) -> tuple[int, tuple[str, ...]]:
                             f"parameters and params as keyword-only ones, not *{p.name}/**{p.name}")
     if arity == 0:
         raise TypeError(f"backend_extension {name}: the forward needs at least one tensor input")
-    return arity, tuple(params)
+    return arity, tuple(params), writes_over
 
 
-def _register_lowering(name: str, run: Callable) -> None:
-    """The op's row in the Cube(cpu) lowering table: its forward is the kernel."""
+def _register_lowering(name: str, run: Callable, writes_over: bool) -> None:
+    """The op's row in the Cube lowering table: its forward is the kernel."""
     from .backend.cube.lowering import TABLE, Lowering
-    TABLE[name] = Lowering(run)
+    TABLE[name] = Lowering(run, writes_over=writes_over)
 
 
 def backend_extension(fn: Callable | None = None, *, shape: Callable, backward: Callable | None = None,

@@ -19,6 +19,7 @@ import hashlib
 import inspect
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..dtype import DType
 from . import ir
@@ -26,6 +27,9 @@ from .compile_cache import source_stamp
 from .frontend import ArrayRef, Source, Tracer
 from .runtime.arguments import DeviceArray
 from .lang import ArraySpec, ComptimeSpec, KernelError, ScalarSpec, SpecFactory
+
+if TYPE_CHECKING:
+    from .runtime.base import Runtime
 
 
 @dataclass(frozen=True)
@@ -202,8 +206,8 @@ def _stable(value) -> str | None:
     return None
 
 
-def launch_runtime(*args):
-    """The runtime a launch on `args` runs on: the first device array's, else the host runtime.
+def launch_runtime(*args) -> "Runtime":
+    """The `Runtime` a launch on `args` runs on: the first device array's, else the host runtime.
 
     Example:
         >>> launch_runtime(np.zeros(3)) is cpu_runtime()       # NumPy arrays, no host_runtime block
@@ -230,7 +234,7 @@ _cpu_runtime = None
 
 
 @contextmanager
-def host_runtime(runtime):
+def host_runtime(runtime: "Runtime"):
     """Within the block, kernels launched on NumPy arrays only run on `runtime` (which copies them to
     its device and back), e.g. to run the library's NumPy tests on a GPU.
 

@@ -46,11 +46,12 @@ def _dtype(param: DType, grad: DType, moments: DType, scalars: DType, *, amsgrad
 
 
 @backend_extension(shape=_shape, dtype=_dtype, name="adam_update", pure=True, reference=kernels.adam_reference)
-def adam_update(param, grad, moments, scalars, *, amsgrad: bool, first: bool):
+def adam_update(param, grad, moments, scalars, *, amsgrad: bool, first: bool, out=None):
     """One Adam step: the new parameter, exp_avg, exp_avg_sq and (AMSGrad) max_exp_avg_sq packed along the
     first dim, from the previous step's packed result `moments` (not read when `first`;
-    `ember.cube.kernels.optim`)."""
-    return kernels.adam_update(param, grad, moments, scalars, amsgrad=amsgrad, first=first)
+    `ember.cube.kernels.optim`); written over `out` (`moments`, donated by the fusion decorator) where
+    the kernel may."""
+    return kernels.adam_update(param, grad, moments, scalars, amsgrad=amsgrad, first=first, out=out)
 
 
 _scalars: dict[tuple, tuple[int, Tensor]] = {}  # option set -> (step, its scalars): shared by a step's parameters

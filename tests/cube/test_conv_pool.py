@@ -141,6 +141,7 @@ def test_max_pool_grad_goes_to_each_window_winner(k, s, p, d, ceil_mode, shape, 
 # ---- GEMM convolutions (conv_gemm) and the Cube(cpu) conv rows ------------------------------------
 
 from ember.backend.cube import CubeBackend  # noqa: E402
+from ember.cube.runtime.cpu import cpu_runtime  # noqa: E402
 from ember.backend.numpy import NumpyBackend  # noqa: E402
 from ember.cube.kernels.conv_gemm import conv2d_gemm, conv_transpose2d, conv_weight_grad2d  # noqa: E402
 from ember.dtype import dtype_of  # noqa: E402
@@ -189,7 +190,7 @@ def test_transpose_and_weight_grad_are_adjoints_of_conv(case):
 def run_both(name, *arrays, **params):
     prim = registry[name]
     out = prim.infer(*(Aval(a.shape, dtype_of(a.dtype)) for a in arrays), **params)
-    backend = CubeBackend()
+    backend = CubeBackend(cpu_runtime())
     got = backend.execute(prim, arrays, params, out)
     want = NumpyBackend().execute(prim, arrays, params, out)
     assert got.shape == want.shape == out.shape and got.dtype == want.dtype

@@ -67,6 +67,7 @@ class FakeGraph:
 
 class FakeRuntime:
     ARRAY = FakeArray
+    graphs = True  # the `Runtime` member `replays_for` reads
 
     def __init__(self) -> None:
         self.pages: dict[int, np.ndarray] = {}
@@ -409,7 +410,8 @@ class Inner:
 def test_only_runtimes_that_capture_get_graphs_and_the_setting_switches_them_off(monkeypatch):
     from ember import settings
     from ember.backend.cube.backend import CubeBackend
-    assert replays_for(CubeBackend()) is None  # the CPU runtime has no graphs
+    from ember.cube.runtime.cpu import cpu_runtime
+    assert replays_for(CubeBackend(cpu_runtime())) is None  # the CPU runtime has no graphs
     inner = Inner(FakeRuntime())
     found = replays_for(inner)
     assert isinstance(found, GraphReplays) and found.runtime is inner.runtime

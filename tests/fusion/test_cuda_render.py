@@ -2,8 +2,8 @@
 without a GPU (as tests/cube/test_cuda_compile.py does for the kernel library).
 
 The kernels are collected by running the expressions of `test_equality` on the fused CPU device with
-the codegen's default runtime replaced by a recorder that keeps each IR kernel it is asked to compile
-(and still runs it on the CPU runtime, so the blocks complete). Needs `cuda-bindings` and
+its Cube backend's runtime replaced by a recorder that keeps each IR kernel it is asked to compile
+(a CPU runtime with CUDA's target name, so the blocks complete). Needs `cuda-bindings` and
 `nvidia-cuda-nvrtc`; skipped (with the reason) without them.
 """
 
@@ -14,33 +14,31 @@ import pytest
 
 import ember
 from conformance.oracle import sample
-from ember.backend.fusion import codegen
 from ember.cube.passes import optimize
-from ember.cube.runtime.cpu import cpu_runtime
+from ember.cube.runtime.cpu import CpuRuntime
 from ember.cube.runtime.nvrtc import CudaCompileError, compile_cuda, nvrtc_available
 from ember.cube.targets import cuda as cuda_target
 
 from .test_equality import EXPRS, SHAPES, run
 
 
-class Recorder:
-    """A cube runtime for the codegen that records every IR kernel and runs it on the CPU runtime.
+class Recorder(CpuRuntime):
+    """A CPU runtime that records every IR kernel it compiles.
 
     Its target is CUDA's, so the codegen chooses the kernel shapes it gives a CUDA runtime (a plane
     per reduced row, several elements per unit); their results on the CPU are not what CUDA computes
     (a plane is one unit there) and are not looked at: this test only compiles."""
 
     target = "cuda"
+    records_launches = False  # no step replay captured here outlives the test (the device is shared)
 
     def __init__(self) -> None:
+        super().__init__()
         self.kernels: dict = {}
 
     def compile_ir(self, kernel, dim):
         self.kernels[(kernel.hash(), dim)] = (kernel, dim)
-        return cpu_runtime().compile_ir(kernel, dim)
-
-    def run(self, compiled, count, args) -> None:
-        cpu_runtime().run(compiled, count, args)
+        return super().compile_ir(kernel, dim)
 
 
 def test_fused_kernels_compile_to_ptx_for_sm90(cpu, monkeypatch, tmp_path):
@@ -48,7 +46,7 @@ def test_fused_kernels_compile_to_ptx_for_sm90(cpu, monkeypatch, tmp_path):
     if not ok:
         pytest.skip(why)
     recorder = Recorder()
-    monkeypatch.setattr(codegen, "cpu_runtime", lambda: recorder)
+    monkeypatch.setattr(ember.debug.fusion_backend(cpu).inner, "runtime", recorder)
     rng = np.random.default_rng(0)
     for dtype, expr in EXPRS.items():
         for shapes in SHAPES[:2] + SHAPES[-2:]:  # flat and line-by-line kernels, broadcast and strided reads

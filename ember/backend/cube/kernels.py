@@ -3,7 +3,7 @@
 - `fill`: every element set to one value (the `full` primitive).
 
 Example:
-    >>> fill((2, 2), 7, np.dtype(np.int32))
+    >>> fill((2, 2), 7, np.dtype(np.int32), runtime=cpu_runtime())
     array([[7, 7],
            [7, 7]], dtype=int32)
 """
@@ -14,6 +14,7 @@ import numpy as np
 
 from ... import cube
 from ...cube.kernels.common import check_size, cube_dtype, empty, grid, position
+from ...cube.runtime.base import Runtime
 
 
 @cube.kernel
@@ -29,9 +30,10 @@ def _host_scalar(value, dtype: np.dtype):
     return float(converted.astype(np.float64)) if dtype.kind in "fV" else converted.item()
 
 
-def fill(shape: tuple, value, dtype: np.dtype) -> np.ndarray:
-    """A new array of `shape` and `dtype` holding `value` everywhere."""
-    out = empty(shape, dtype)
+def fill(shape: tuple, value, dtype: np.dtype, *like, runtime: Runtime | None = None):
+    """A new array of `shape` and `dtype` holding `value` everywhere, made as `empty(shape, dtype, *like,
+    runtime=runtime)` makes it: on the runtime of `like`'s device arrays, else on `runtime`."""
+    out = empty(shape, dtype, *like, runtime=runtime)
     check_size("full", out)
     count, dim = grid(out.size)
     fill_kernel.launch(count, dim, out.reshape(-1), _host_scalar(value, dtype), T=cube_dtype(dtype),

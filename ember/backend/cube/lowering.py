@@ -1,8 +1,13 @@
 """The lowering table of the Cube backend: primitive name -> how it runs, one row per primitive.
 
 Each row is a `Lowering(run)`: `run(out, *arrays, **params)` gets the output's `Aval` (already given by
-the primitive's shape rule), the input arrays and the primitive's params, and returns an array. Most
-rows run a cube kernel (`ember.cube.kernels`, or `kernels.py` beside this file); the view rows
+the primitive's shape rule), the input arrays and the primitive's params, and returns an array. A row
+that makes its array from no input (`full`, `uniform`, ...) is a `Lowering(run, creates=True)` and is
+also given the backend's runtime as `runtime=`; one that may write its result over an input (an
+extension whose forward takes `out=`) is `writes_over=True` and is given that input as `over=` when the
+fusion decorator donates it.
+
+Most rows run a cube kernel (`ember.cube.kernels`, or `kernels.py` beside this file); the view rows
 (reshape, permute, expand, slice, flip) touch metadata only, a NumPy view of the input (reshape copies
 with the cast kernel when the strides cannot express the new shape); the move rows (cat, pad,
 slice_assign) move memory without arithmetic: the NumPy reference on the host, on a device a new array
@@ -43,7 +48,13 @@ class Unlowered(Exception):
 
 
 class Lowering(NamedTuple):
+    """One row: how a primitive runs (see the module docstring)."""
+
     run: Callable[..., np.ndarray]
+    creates: bool = False
+    """`run` takes `runtime=`, the runtime to make its output on (it has no input to go by)."""
+    writes_over: bool = False
+    """`run` takes `over=`, an input its output may be written over (fusion's donation)."""
 
 
 # ---- elementwise ---------------------------------------------------------------------------------
@@ -137,13 +148,13 @@ def _cast(out: Aval, x: np.ndarray, *, dtype) -> np.ndarray:
 
 def _isnan(out: Aval, x: np.ndarray) -> np.ndarray:
     if x.dtype.kind not in "fV":
-        return own.fill(out.shape, False, np.dtype(bool))
+        return own.fill(out.shape, False, np.dtype(bool), x)
     return _elementwise(lambda v: lib.binary("ne", v, v), out, x)  # NaN is the one value != itself
 
 
 def _isinf(out: Aval, x: np.ndarray) -> np.ndarray:
     if x.dtype.kind not in "fV":
-        return own.fill(out.shape, False, np.dtype(bool))
+        return own.fill(out.shape, False, np.dtype(bool), x)
     inf = np.full((), np.inf, x.dtype)
     return _elementwise(lambda v: lib.binary("eq", lib.unary("abs", v), inf), out, x)
 
@@ -168,7 +179,7 @@ def _reduce(op: str) -> Callable:
 def _arg_reduce(op: str) -> Callable:
     def run(out: Aval, x: np.ndarray, *, dim, keepdim) -> np.ndarray:
         if x.ndim == 0:
-            return own.fill((), 0, np.dtype(np.int64))
+            return own.fill((), 0, np.dtype(np.int64), x)
         v, (kdim, _) = grouped(x, [_kept(x.ndim, (dim,)), (dim,)])
         return lib.reduce(op, v, dims=kdim).reshape(out.shape)
     return run
@@ -225,20 +236,20 @@ def _embedding(out: Aval, weight, indices, *, padding_idx, scale_grad_by_freq):
 
 # ---- creation ------------------------------------------------------------------------------------
 
-def _full(out: Aval, *, shape, value, dtype):
-    return own.fill(shape, value, dtype.np)
+def _full(out: Aval, *, runtime, shape, value, dtype):
+    return own.fill(shape, value, dtype.np, runtime=runtime)
 
 
-def _uniform(out: Aval, *, shape, dtype, low, high, seed, offset):
-    return lib.uniform(shape, seed, offset, low, high, dtype)
+def _uniform(out: Aval, *, runtime, shape, dtype, low, high, seed, offset):
+    return lib.uniform(shape, seed, offset, low, high, dtype, runtime=runtime)
 
 
-def _normal(out: Aval, *, shape, dtype, mean, std, seed, offset):
-    return lib.normal(shape, seed, offset, mean, std, dtype)
+def _normal(out: Aval, *, runtime, shape, dtype, mean, std, seed, offset):
+    return lib.normal(shape, seed, offset, mean, std, dtype, runtime=runtime)
 
 
-def _randint(out: Aval, *, shape, dtype, low, high, seed, offset):
-    return lib.randint(shape, seed, offset, low, high, dtype.np)
+def _randint(out: Aval, *, runtime, shape, dtype, low, high, seed, offset):
+    return lib.randint(shape, seed, offset, low, high, dtype.np, runtime=runtime)
 
 
 # ---- convolution and pooling (the library has 2-D kernels) --------------------------------------
@@ -330,7 +341,7 @@ def _cat(out: Aval, *xs, dim):
 def _pad(out: Aval, x, *, pads, value):
     if not isinstance(x, DeviceArray):
         return registry["pad"].reference(x, pads=pads, value=value)
-    result = own.fill(out.shape, value, x.dtype)
+    result = own.fill(out.shape, value, x.dtype, x)
     if x.size:
         assign(result[tuple(slice(before, before + n) for n, (before, _) in zip(x.shape, pads))], x)
     return result
@@ -376,10 +387,10 @@ TABLE: dict[str, Lowering] = {
     "index_select": Lowering(_index_select),
     "index_add": Lowering(_index_add),
     "embedding": Lowering(_embedding),
-    "full": Lowering(_full),
-    "uniform": Lowering(_uniform),
-    "normal": Lowering(_normal),
-    "randint": Lowering(_randint),
+    "full": Lowering(_full, creates=True),
+    "uniform": Lowering(_uniform, creates=True),
+    "normal": Lowering(_normal, creates=True),
+    "randint": Lowering(_randint, creates=True),
     "conv": Lowering(_conv),
     "conv_transpose": Lowering(_conv_transpose),
     "conv_weight_grad": Lowering(_conv_weight_grad),

@@ -18,7 +18,7 @@ threads do at the same time. A value pending in another thread's stream is run b
 `ember.debug.set_fusion(device, False)` is the public switch the test suite uses for "cpu-unfused".
 
 Example:
-    >>> backend = Fusion(CubeBackend())
+    >>> backend = Fusion(CubeBackend(cpu_runtime()))
     >>> x = backend.from_host(np.ones(4, np.float32))
     >>> y = backend.execute(registry["exp"], [x], {}, Aval((4,), f32))   # recorded, not run
     >>> backend.to_host(y).round(3)                                        # sync point
@@ -69,17 +69,16 @@ class Fusion(Decorator):
         super().__init__(inner)
         self.name = f"fusion({inner.name})"
         self.max_ops = max_ops or settings().get("fusion", "max_ops")
-        # Fused kernels compile for the inner backend's cube runtime (None: the CPU runtime) through
-        # its `compile_ir` and run through its `run`; an inner backend without them records nothing.
-        runtime = getattr(inner, "runtime", None)
-        self.records_ops = runtime is None or (hasattr(runtime, "compile_ir") and hasattr(runtime, "run"))
+        # Fused kernels compile for the inner Cube backend's runtime (`ember.cube.runtime.base.Runtime`)
+        # through its `compile_ir` and run through its `run`.
+        runtime = inner.runtime
         # What the runtime's target cannot express (a WGSL limit): the block then runs op by op.
-        self._unfusable = (*getattr(runtime, "TARGET_ERRORS", ()), *getattr(runtime, "LIMIT_ERRORS", ()))
+        self._unfusable = (*runtime.TARGET_ERRORS, *runtime.LIMIT_ERRORS)
         # Ops of dtypes the inner backend cannot hold run at once (raising there); so do those whose
         # fused values the target would compute differently (`UNFUSED_DTYPES`: WGSL's emulated i8, u8, i16).
-        self._held = frozenset(d for d in self.dtypes if d.name not in getattr(runtime, "UNFUSED_DTYPES", ()))
+        self._held = frozenset(d for d in self.dtypes if d.name not in runtime.UNFUSED_DTYPES)
         # On CUDA a lone op with a broadcast operand is a kernel of its own (`fusers.select`).
-        self.lone_broadcasts = getattr(runtime, "target", None) == "cuda"
+        self.lone_broadcasts = runtime.target == "cuda"
         self.enabled = True
         self.plans = PlanCache()
         self.counts = dict.fromkeys(("recorded", "flushes", "kernels", "inner_ops", "bytes_saved", "fallbacks",
@@ -95,7 +94,7 @@ class Fusion(Decorator):
         recorded = _RECORDS.get(prim)  # most primitives' answer, without a call (the dispatch hot path)
         if recorded is None:
             recorded = records(prim, inputs, params)
-        if recorded and self.enabled and self.records_ops and out.dtype in self._held:
+        if recorded and self.enabled and out.dtype in self._held:
             stream = getattr(self._local, "stream", None)
             if stream is None:  # not `or`: that would ask an empty stream its len() at every op
                 stream = self._stream()

@@ -391,7 +391,7 @@ def run_elementwise(program: Program, shape: tuple, arrays: list, runtime=None) 
     merged, views = merged_operands(shape, *arrays)
     modes = _modes(views, merged)
     rank, layout = _layout(merged, views)
-    target = getattr(runtime, "target", "cpu")
+    target = runtime.target
     lines = size // merged[-1]
     walk = target in WALK_TARGETS and lines >= WALK_MIN_LINES
     rows = rank > 1 and STRIDED in modes and merged[-1] >= MIN_ROW
@@ -450,7 +450,7 @@ def _run_columns(red: Reduction, acc: DType, shape: tuple, kept: tuple, arrays: 
     krank = len(ksizes)
     unit = tuple(bool(klayout[krank * (j + 1) + krank - 1] == 1) for j in range(len(views)))
     lines = math.prod(ksizes) // width
-    for blocks, col0, dim, guarded in column_launches(width, getattr(runtime, "target", "cpu")):
+    for blocks, col0, dim, guarded in column_launches(width, runtime.target):
         compiled = _compiled_kernel(("cols", red, acc, krank, len(rsizes), modes, unit, guarded, dim),
                                     lambda g=guarded: columns_kernel(red, acc, krank, len(rsizes), modes, unit, g),
                                     cube.CubeDim(dim), runtime)
@@ -482,7 +482,7 @@ def run_reduction(red: Reduction, shape: tuple, arrays: list, runtime=None):
     perm = kept + red.dims
     permuted = tuple(shape[d] for d in perm)
     views = [np.broadcast_to(a, shape).transpose(perm) for a in arrays]
-    target = getattr(runtime, "target", "cpu")
+    target = runtime.target
     lanes = PLANE_WIDTH.get(target)
     # GPU targets: a plane per output, 8 per cube; others: a cube per output, one vector of units
     units = MAX_UNITS if lanes else min(VEC.get(target, 64) // acc.itemsize, 1 << max(0, (n - 1).bit_length()))

@@ -306,7 +306,7 @@ def replays_for(inner) -> GraphReplays | None:
     (`[cuda] graphs`); decided once per inner backend.
 
     Example:
-        >>> replays_for(CubeBackend()) is None   # the CPU runtime has no graphs
+        >>> replays_for(CubeBackend(cpu_runtime())) is None   # the CPU runtime has no graphs
         True
     """
     last = _last  # every flush asks: the last answer, without the weak map's lookup
@@ -321,10 +321,9 @@ def replays_for(inner) -> GraphReplays | None:
     else:
         _remember(inner, found)
         return found
-    runtime = getattr(inner, "runtime", None)
+    runtime = inner.runtime
     found = None
-    if runtime is not None and hasattr(runtime, "over") and hasattr(runtime, "capture") \
-            and settings().get("cuda", "graphs"):
+    if runtime.graphs and settings().get("cuda", "graphs"):
         found = _for_runtime(runtime)
     _replays[inner] = found
     _remember(inner, found)

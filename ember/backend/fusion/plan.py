@@ -26,8 +26,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
-from ...cube.kernels.common import donating
-from . import codegen
+from ...cube.runtime.arguments import DeviceArray
 from .codegen import run_elementwise, run_reduction
 from .donation import DONATES, Donations
 from .fusers import Fused, FusedReduce, Inner, select
@@ -104,9 +103,9 @@ class Plan:
 
     def _run(self, records: list, externals: list, inner, donated: frozenset) -> dict[int, Any]:
         env: dict[int, Any] = {}
-        # Fused kernels run where the inner backend's do; without a runtime of its own, on the codegen's
-        # default (read here, at each run: a capture must record the runtime the kernels run on).
-        runtime = getattr(inner, "runtime", None) or codegen.cpu_runtime()
+        # Fused kernels run where the inner backend's do (read here, at each run: a capture must record
+        # the runtime the kernels run on).
+        runtime = inner.runtime
         for k, (step, refs, source, frees) in enumerate(zip(self.steps, self.refs, self.sources, self.frees)):
             # Each input from the block's values ("r") or its externals ("x"), without a call per ref.
             arrays = [env[i] if where == "r" else externals[i] for where, i in refs]
@@ -142,8 +141,7 @@ class Plan:
         donor = arrays[position]
 
         def run() -> list:
-            with donating(donor):
-                return [inner.execute(rec.prim, arrays, rec.params, rec.aval)]
+            return [inner.execute(rec.prim, arrays, rec.params, rec.aval, over=donor)]
         if not self.captures[k]:
             return run()[0]
         return self._captured(k, (rec.aval, rec.params, position), arrays, runtime, run, position)[0]
@@ -151,8 +149,7 @@ class Plan:
     def _captured(self, k: int, what: tuple, arrays: list, runtime, run, donor: int | None = None) -> list:
         """The outputs of step `k` (`run()`), replayed when `what` and its inputs' layout are those last
         captured (see the module docstring)."""
-        record = getattr(runtime, "record_launches", None)
-        if record is None:
+        if not runtime.records_launches:
             return run()
         layout = (*what, *[(a.shape, a.strides, a.dtype) for a in arrays])
         replays = self.replays[k]
@@ -165,7 +162,7 @@ class Plan:
                 del replays[i]
                 again = True
                 break
-        with record() as launches:
+        with runtime.record_launches() as launches:
             outs = run()
         replay = StepReplay.of(layout, launches, arrays, outs, runtime, not again, donor) or ViewReplay.of(
             launches, arrays, outs, runtime)
@@ -212,7 +209,7 @@ class StepReplay:
         and two inputs share one (the gradient standing for the unread moments of a first Adam step):
         not this run, maybe the next. `donor`: the input a one-launch step's one output was written over
         (`donation.py`); its replays write over that input again."""
-        allocations = getattr(launches, "allocations", None)
+        allocations = launches.allocations
         if not launches or len(launches) > 1 and (first or allocations is None):
             return None
         ends = [*arrays, *outs]
@@ -256,7 +253,7 @@ class StepReplay:
             for i, j in zip(slots, order or range(len(ends))):
                 if len(arrays) <= j < len(ends) and args[i].size != ends[j].size:
                     return None
-            written = getattr(launch.compiled, "written", ()) if several else None
+            written = launch.compiled.written if several else None
             for i, c in enumerate(args):
                 if i in opened or given[i] is None:
                     continue
@@ -304,7 +301,7 @@ class ViewReplay:
         if launches or len(arrays) != 1 or len(outs) != 1:
             return None
         x, out = arrays[0], outs[0]
-        if not hasattr(x, "strided") or type(out) is not type(x) or not runtime.shares_memory(out, x):
+        if not isinstance(x, DeviceArray) or type(out) is not type(x) or not runtime.shares_memory(out, x):
             return None  # NumPy arrays (the CPU's views cost little) and copies
         return ViewReplay(out.shape, out.strides, out.offset - x.offset)
 

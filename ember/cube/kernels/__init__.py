@@ -1,6 +1,7 @@
 """The kernel library: cube kernels behind host functions that take and return NumPy arrays.
 
-Inputs may have any strides (views are read in place); outputs are new C-contiguous arrays.
+Inputs may have any strides (views are read in place); outputs are new C-contiguous arrays. Importing
+the library gives device arrays their copies and writes (`runtime.arguments.install_array_kernels`).
 
 Example:
     >>> from ember.cube import kernels
@@ -8,6 +9,8 @@ Example:
     (2, 3)
 """
 
+from ..runtime.arguments import ArrayKernels, install_array_kernels
+from .common import assign
 from .conv import conv2d
 from .elementwise import binary, cast, ternary, unary
 from .indexing import gather, index_add, index_select, scatter
@@ -20,6 +23,8 @@ from .scan import scan
 from .softmax import softmax
 from .sort import sort, topk
 from .unfold import fold, unfold
+
+install_array_kernels(ArrayKernels(cast=cast, assign=assign))
 
 __all__ = ["unary", "binary", "ternary", "cast", "reduce", "scan", "softmax", "layer_norm", "rms_norm", "matmul",
            "bits", "uniform", "normal", "randint", "gather", "scatter", "index_select", "index_add", "conv2d",

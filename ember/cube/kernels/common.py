@@ -3,8 +3,10 @@
 Host functions take NumPy arrays or a device runtime's arrays (`CudaArray`, `WgpuArray`, which carry
 NumPy's metadata) and allocate their outputs with `empty(shape, dtype, *like)`: on the runtime of the
 operands `like` (a NumPy array from the host pool when they are all NumPy), so a kernel launched on
-them runs where they live (`KernelFunction.launch` routes by its array arguments). `asarray` and
-`contiguous` are NumPy's, passing device arrays through.
+them runs where they live (`KernelFunction.launch` routes by its array arguments). A function that
+makes an array from no operand (`random.uniform`, the backend's `fill`) takes the runtime to make it
+on as `runtime=`; one that may write its result over an operand takes that operand as `out=`
+(`optim.adam_update`). `asarray` and `contiguous` are NumPy's, passing device arrays through.
 
 Arrays reach a kernel as a pointer to their first element; their shape and strides (in elements,
 any sign, 0 for a broadcast dimension) travel in a small i32 "layout" array so that one compiled
@@ -21,9 +23,7 @@ from __future__ import annotations
 
 import functools
 import math
-from contextlib import contextmanager
-from contextvars import ContextVar
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -32,6 +32,7 @@ from ...errors import DTypeError, ShapeError
 from .. import ir
 from ..lang import CubeCount, CubeDim
 from ..runtime.arguments import DeviceArray
+from ..runtime.base import Runtime
 from ..runtime.host import empty as host_empty
 from ... import cube
 
@@ -40,62 +41,29 @@ UNITS = 256  # units per cube for one-element-per-unit kernels
 ROW_CHUNK = 4096  # a row-by-row kernel gives each cube at least this much of a long row (`row_chunks`)
 
 
-CREATING_ON: ContextVar = ContextVar("creating_on", default=None)
-"""The runtime `empty` allocates on when no operand is a device array (None: the host), so creation
-functions (`uniform`, `fill`, ...) make their outputs there. The Cube backend sets it around each op.
-
-Example:
-    >>> token = CREATING_ON.set(wgpu_runtime())
-    >>> x = random.uniform((3,), seed=0)              # a WgpuArray
-    >>> CREATING_ON.reset(token)
-"""
-
-
-DONATED: ContextVar = ContextVar("donated", default=None)
-"""An input array a kernel may write its output over (`donating`), else None."""
-
-
-@contextmanager
-def donating(array) -> Iterator[None]:
-    """Let the op run inside the block write its output over `array`, an input no one else can see any
-    more (the fusion decorator decides: `ember/backend/fusion/donation.py`). Only kernels that read each
-    element before they write it, and compute each position once (an unshifted `position`), take the
-    offer (Adam's update, `kernels/optim.py`).
-
-    Example:
-        >>> with donating(previous):
-        ...     packed = adam_update(p, g, previous, s, amsgrad=False, first=False)
-        >>> packed is previous
-        True
-    """
-    token = DONATED.set(array)
-    try:
-        yield
-    finally:
-        DONATED.reset(token)
-
-
-def empty(shape, dtype, *like):
+def empty(shape, dtype, *like, runtime: Runtime | None = None):
     """An uninitialized C-contiguous array of `shape` and `dtype` on the runtime of the first device
-    array among `like` (or of `CREATING_ON`), else a NumPy array from the host pool.
+    array among `like`, else on `runtime` (a creation function's, which has no operand to go by), else
+    a NumPy array from the host pool.
 
     Example:
         >>> empty((2, 3), np.float32, x).shape        # x a WgpuArray: a WgpuArray on x's adapter
         (2, 3)
+        >>> type(empty(3, np.float32, runtime=wgpu_runtime())).__name__
+        'WgpuArray'
     """
     shape = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(shape)
     for a in like:
         if isinstance(a, DeviceArray):
             return a.runtime.empty(shape, dtype)
-    runtime = CREATING_ON.get()
     if runtime is not None:
-        return runtime.empty(shape, dtype)
+        return runtime.empty(shape, np.dtype(dtype))
     return host_empty(shape, np.dtype(dtype))
 
 
-def zeros(shape, dtype, *like):
-    """`empty(shape, dtype, *like)` filled with zeros."""
-    out = empty(shape, dtype, *like)
+def zeros(shape, dtype, *like, runtime: Runtime | None = None):
+    """`empty(shape, dtype, *like, runtime=runtime)` filled with zeros."""
+    out = empty(shape, dtype, *like, runtime=runtime)
     if isinstance(out, DeviceArray):
         out.runtime.write_zeros(out)
     else:

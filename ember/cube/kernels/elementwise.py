@@ -338,7 +338,7 @@ def _unary(x: np.ndarray, op: str, t, out_t) -> np.ndarray:
         ndim = (len(layout) - 3) // 2
         units = min(ROW_UNITS, 1 << (int(layout[-3]).bit_length() - 1))  # a power of two <= the row length
         per = 1
-        if layout[-3] <= GPU_SHORT_ROW and getattr(launch_runtime(x), "target", "cpu") != "cpu":
+        if layout[-3] <= GPU_SHORT_ROW and launch_runtime(x).target != "cpu":
             # GPU targets, short rows: GPU_ROW_ELEMENTS elements of a row per unit and several rows per
             # cube. The index arithmetic of a row (a division per outer dim) is the cost of such a copy:
             # one element per unit, a row of 64 f32 per cube (the heads of attention) took 61 us for 25 MB

@@ -6,8 +6,9 @@ parameter, the new first moment, the new second moment and (AMSGrad, `rows == 4`
 maximum of the second moment, each a contiguous block of `param.size` elements in the parameter's dtype.
 `moments` is the previous step's packed array: the kernel reads its rows 1.. (row 0 is not read); on
 the first step (`first=True`) the moments are zero and `moments` is not read at all (any tensor may
-stand in). Where the caller offers the previous packed array (`common.donating`), the new one is
-written over it: each unit reads all of element i before it writes element i of each row.
+stand in). Where the caller offers the previous packed array as `out=` (the fusion decorator does, for
+an array no one else can see any more: `ember/backend/fusion/donation.py`), the new one is written
+over it: each unit reads all of element i before it writes element i of each row.
 
 The hyperparameters are a runtime array `scalars` (`SCALARS` names its slots), so a training loop
 compiles one kernel per (dtypes, AMSGrad, first step), never one per step or learning rate. Per
@@ -35,7 +36,7 @@ import numpy as np
 from ... import cube
 from ...errors import DTypeError, ShapeError
 from ..runtime.arguments import DeviceArray
-from .common import DONATED, MAX_ELEMENTS, contiguous, cube_dtype, empty, grid, position
+from .common import MAX_ELEMENTS, contiguous, cube_dtype, empty, grid, position
 from .elementwise import binary_op
 
 SCALARS = ("keep", "l2", "b1", "one_minus_b1", "b2", "one_minus_b2", "bias2", "eps", "step_size")
@@ -171,22 +172,25 @@ def _check(param, grad, moments, scalars_, amsgrad: bool, first: bool) -> None:
     check_dtypes(param.dtype, grad.dtype, moments.dtype, scalars_.dtype, first)
 
 
-def adam_update(param, grad, moments, scalars_, *, amsgrad: bool, first: bool):
+def adam_update(param, grad, moments, scalars_, *, amsgrad: bool, first: bool, out=None):
     """The packed result of one Adam step (see the module docstring): `moments` is the previous step's
     packed result (not read when `first`). Operands may have any layout (strided ones are copied to
-    contiguous first).
+    contiguous first). `out`: an array the result may be written over, taken when it is `moments`
+    itself, C-contiguous, of the result's shape and dtype, and `param` is its first row or apart from
+    it (else the result is a new array): the caller vouches that no one else reads `moments` after.
 
     Example:
         >>> adam_update(p, g, previous, s, amsgrad=False, first=False).shape   # p, g of shape (4, 5)
         (12, 5)
+        >>> adam_update(p, g, previous, s, amsgrad=False, first=False, out=previous) is previous
+        True
     """
     _check(param, grad, moments, scalars_, amsgrad, first)
     arrays = [contiguous(a) for a in (param, grad, grad if first else moments, scalars_)]
     shape = packed_shape(param.shape, rows(amsgrad))
-    if not first and DONATED.get() is moments and arrays[2] is moments and moments.dtype == param.dtype \
-            and tuple(moments.shape) == shape and _first_row_or_apart(arrays[0], moments):
-        out = moments  # written over: element i is read whole before it is written (see `donating`)
-    else:
+    # Written over `out` when it may be: element i is read whole before it is written (the module docstring).
+    if first or out is not moments or arrays[2] is not moments or moments.dtype != param.dtype \
+            or tuple(moments.shape) != shape or not _first_row_or_apart(arrays[0], moments):
         out = empty(shape, param.dtype, arrays[0])
     n = int(param.size)
     if n:

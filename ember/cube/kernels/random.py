@@ -27,6 +27,7 @@ import numpy as np
 from ... import cube
 from ...dtype import f32
 from ...random import M0, M1, ROUNDS, W0, W1, philox4x32, split64, uniform_top, words
+from ..runtime.base import Runtime
 from .common import check_size, cube_dtype, empty, grid
 
 TWO_PI = 6.283185307179586
@@ -124,9 +125,11 @@ def wide_kernel(out: cube.Array[cube.f64], n: cube.i32, key0: cube.u32, key1: cu
                 out[i * 2 + j] = values[j]
 
 
-def _launch(kernel, per_block: int, op: str, shape, dtype, seed: int, offset: int, *args, **comptime) -> np.ndarray:
-    """A new array of `shape` and `dtype` filled by `kernel`, one unit per Philox block."""
-    out = empty(shape, cube_dtype(dtype).np)
+def _launch(kernel, per_block: int, op: str, shape, dtype, seed: int, offset: int, *args, runtime=None,
+            **comptime) -> np.ndarray:
+    """A new array of `shape` and `dtype` on `runtime` (None: the host) filled by `kernel`, one unit per
+    Philox block."""
+    out = empty(shape, cube_dtype(dtype).np, runtime=runtime)
     check_size(op, out)
     if out.size:
         count, dim = grid(-(-out.size // per_block))
@@ -134,17 +137,20 @@ def _launch(kernel, per_block: int, op: str, shape, dtype, seed: int, offset: in
     return out
 
 
-def bits(shape, seed: int, offset: int = 0) -> np.ndarray:
-    """Raw Philox words (u32) of the stream (seed, offset).
+def bits(shape, seed: int, offset: int = 0, *, runtime: Runtime | None = None) -> np.ndarray:
+    """Raw Philox words (u32) of the stream (seed, offset), on `runtime` (None: NumPy, the host's; as
+    for every function here).
 
     Example:
         >>> bits(3, seed=0).dtype
         dtype('uint32')
     """
-    return _launch(philox_kernel, 4, "bits", shape, np.uint32, seed, offset, 0.0, 0.0, 0.0, dist="bits")
+    return _launch(philox_kernel, 4, "bits", shape, np.uint32, seed, offset, 0.0, 0.0, 0.0, runtime=runtime,
+                   dist="bits")
 
 
-def uniform(shape, seed: int, offset: int = 0, low: float = 0.0, high: float = 1.0, dtype=f32) -> np.ndarray:
+def uniform(shape, seed: int, offset: int = 0, low: float = 0.0, high: float = 1.0, dtype=f32, *,
+            runtime: Runtime | None = None) -> np.ndarray:
     """Uniform numbers in [low, high) of a float dtype (f64 with 53 random bits, others with 24).
 
     Example:
@@ -155,12 +161,13 @@ def uniform(shape, seed: int, offset: int = 0, low: float = 0.0, high: float = 1
     top = uniform_top(float(high), float(low), t.np)
     if t.itemsize == 8:
         return _launch(wide_kernel, 2, "uniform", shape, t, seed, offset, float(low), float(high), top,
-                       dist="uniform")
+                       runtime=runtime, dist="uniform")
     return _launch(philox_kernel, 4, "uniform", shape, t, seed, offset, float(low), float(high), top,
-                   dist="uniform")
+                   runtime=runtime, dist="uniform")
 
 
-def normal(shape, seed: int, offset: int = 0, mean: float = 0.0, std: float = 1.0, dtype=f32) -> np.ndarray:
+def normal(shape, seed: int, offset: int = 0, mean: float = 0.0, std: float = 1.0, dtype=f32, *,
+           runtime: Runtime | None = None) -> np.ndarray:
     """Normal numbers with the given mean and standard deviation (Box-Muller; in f64 for f64).
 
     Example:
@@ -169,12 +176,13 @@ def normal(shape, seed: int, offset: int = 0, mean: float = 0.0, std: float = 1.
     """
     if cube_dtype(dtype).itemsize == 8:
         return _launch(wide_kernel, 2, "normal", shape, dtype, seed, offset, float(mean), float(std), 0.0,
-                       dist="normal")
+                       runtime=runtime, dist="normal")
     return _launch(philox_kernel, 4, "normal", shape, dtype, seed, offset, float(mean), float(std), 0.0,
-                   dist="normal")
+                   runtime=runtime, dist="normal")
 
 
-def randint(shape, seed: int, offset: int, low: int, high: int, dtype) -> np.ndarray:
+def randint(shape, seed: int, offset: int, low: int, high: int, dtype, *,
+            runtime: Runtime | None = None) -> np.ndarray:
     """Integers uniform in [low, high) (high > low) as `dtype`.
 
     Example:
@@ -183,4 +191,5 @@ def randint(shape, seed: int, offset: int, low: int, high: int, dtype) -> np.nda
     """
     if high <= low:
         raise ValueError(f"randint: high ({high}) must be greater than low ({low})")
-    return _launch(randint_kernel, 2, "randint", shape, dtype, seed, offset, int(low), int(high - low))
+    return _launch(randint_kernel, 2, "randint", shape, dtype, seed, offset, int(low), int(high - low),
+                   runtime=runtime)

@@ -421,7 +421,7 @@ def accumulator(op: str, dtype):
 
 def launch_target(x) -> str:
     """The cube target a launch on `x` compiles for: its runtime's (`cuda`, `wgsl`), else `cpu` (C)."""
-    return getattr(launch_runtime(x), "target", "cpu")
+    return launch_runtime(x).target
 
 
 def _merged(x, dims: tuple) -> tuple[list, list]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -72,6 +73,37 @@ def _c_layout(shape: tuple, itemsize: int) -> tuple:
         strides.append(step)
         step *= max(n, 1)
     return math.prod(shape), tuple(reversed(strides))
+
+
+class ArrayKernels(NamedTuple):
+    """The kernel library's functions that a device array's copies and writes run (`copy`, `astype`,
+    `a[key] = v`): `cast(x, dtype)`, a C-contiguous converted copy of any strides, and `assign(dst,
+    value)`, `dst[...] = value` through `dst`'s strides. The library sits above the runtimes, so it
+    installs them (`install_array_kernels`, when `ember.cube.kernels` is imported) and this module
+    imports nothing of it."""
+
+    cast: Callable
+    assign: Callable
+
+
+_array_kernels: ArrayKernels | None = None
+
+
+def install_array_kernels(kernels: ArrayKernels) -> None:
+    """Make `kernels` the ones device arrays copy and write with (the kernel library calls this once).
+
+    Example:
+        >>> install_array_kernels(ArrayKernels(cast=elementwise.cast, assign=common.assign))
+    """
+    global _array_kernels
+    _array_kernels = kernels
+
+
+def array_kernels() -> ArrayKernels:
+    """The installed `ArrayKernels`; KernelError when the kernel library was never imported."""
+    if _array_kernels is None:
+        raise KernelError("device array copies and writes run the cube kernel library: import ember.cube.kernels")
+    return _array_kernels
 
 
 class DeviceArray:
@@ -236,24 +268,21 @@ class DeviceArray:
 
     def __setitem__(self, key, value) -> None:
         """`self[key] = value` on the device (basic indexing; `value` broadcast and converted)."""
-        from ..kernels.common import assign
         self.bounds = None
         if self.owner is not None:
             self.owner.bounds = None
-        assign(self[key], value)
+        array_kernels().assign(self[key], value)
 
     # ---- copies ------------------------------------------------------------------------------------
     def copy(self) -> "DeviceArray":
         """A C-contiguous copy on the same device (the library's cast kernel reads any strides)."""
-        from ..kernels.elementwise import cast
-        return cast(self, self.dtype)
+        return array_kernels().cast(self, self.dtype)
 
     def astype(self, dtype, copy: bool = True) -> "DeviceArray":
         """The elements converted to `dtype` on the device (this array when it has it and copy=False)."""
         if np.dtype(dtype) == self.dtype and not copy:
             return self
-        from ..kernels.elementwise import cast
-        return cast(self, dtype)
+        return array_kernels().cast(self, dtype)
 
     def numpy(self) -> np.ndarray:
         """A host copy with this array's shape (waits for the queued work that writes it); each runtime's

@@ -47,8 +47,10 @@ from ..ir import DTYPES
 from ..lang import CubeCount, CubeDim, KernelError
 from ..passes import optimize
 from ..targets import c as c_target
-from .host import empty as host_empty
+from .base import Runtime
+from .host import empty as host_empty, host_pool
 from .launches import Launch, LaunchRecorder
+from .memory_pool import MemoryStats
 
 FLAGS = ("-O3", "-march=native", "-mprefer-vector-width=512", "-fopenmp", "-shared", "-fPIC", "-std=gnu11",
          "-fno-math-errno", "-ffp-contract=off")
@@ -348,8 +350,15 @@ def _debug_print(name: str, dim: CubeDim, source: str) -> None:
         print(f"// ---- cube kernel {name} (cube dim {dim}) ----\n{source}", file=sys.stderr)
 
 
-class CpuRuntime(LaunchRecorder):
-    """Compiles cube kernels to C and runs them on NumPy arrays (see the module docstring)."""
+class CpuRuntime(LaunchRecorder, Runtime):
+    """Compiles cube kernels to C and runs them on NumPy arrays (see the module docstring): the host's
+    `Runtime`, whose arrays are NumPy's (outputs from the host pool) and whose queue is the caller."""
+
+    target = "cpu"
+    ARRAY = np.ndarray
+    dtypes = frozenset(DTYPES)
+    """Every dtype cube has (f16/bf16 computed in f32)."""
+    records_launches = True
 
     def __init__(self, cache: CompileCache | None = None) -> None:
         ok, why = cpu_available()
@@ -357,6 +366,7 @@ class CpuRuntime(LaunchRecorder):
             raise RuntimeError(f"the CPU cube runtime is unavailable: {why}")
         self.cc = find_compiler()
         self.cc_version = _compiler_version(self.cc)
+        self.adapter_name = f"the CPU ({self.cc_version})"
         self.extra_flags = tuple(remembered_probe(self.cc, "vector-math",
                                                   lambda: " ".join(vector_math_flags(self.cc))).split())
         self.cache = cache or CompileCache()
@@ -518,7 +528,38 @@ class CpuRuntime(LaunchRecorder):
     @staticmethod
     def empty(shape: tuple, dtype) -> np.ndarray:
         """An uninitialized array for a kernel's output (from the host pool, as the kernel library's)."""
-        return host_empty(shape, dtype)
+        return host_empty((shape,) if isinstance(shape, int) else shape, np.dtype(dtype))
+
+    @staticmethod
+    def to_device(host: np.ndarray) -> np.ndarray:
+        """`host` itself: the CPU's kernels read NumPy arrays where they are."""
+        return host
+
+    @staticmethod
+    def to_host(array: np.ndarray) -> np.ndarray:
+        """`array` itself (nothing is queued: a launch returns when its kernel has run)."""
+        return array
+
+    @staticmethod
+    def write_zeros(array: np.ndarray) -> None:
+        """Zeros over every element of `array`."""
+        array[...] = 0
+
+    @staticmethod
+    def bounds(array: np.ndarray) -> None:
+        """None: reading a host array's values costs no wait, so an index check reads them."""
+        return None
+
+    def synchronize(self) -> None:
+        """Nothing to wait for: launches run on the calling thread."""
+
+    def memory_stats(self) -> MemoryStats:
+        """The host pool's reserved and in-use bytes and their peaks (the library's outputs)."""
+        return host_pool().stats()
+
+    def memory_cleanup(self) -> int:
+        """Give the host pool's empty pages back to the allocator; the bytes released."""
+        return host_pool().cleanup()
 
     @staticmethod
     def address(a) -> int | None:

@@ -196,12 +196,11 @@ def _widened(runtime, b, width: int):
         >>> _widened(rt, w.T, 50260).shape      # w a C-contiguous (50257, 768) device array
         (768, 50260)
     """
-    from ..kernels.common import assign
     transposed = len(b.shape) == 2 and b.strides[0] == b.itemsize  # columns of unit stride: rows of b.T
     source = b.T if transposed else b
     wide = runtime.empty((width, b.shape[0]) if transposed else b.shape[:-1] + (width,), b.dtype)
     runtime.write_zeros(wide)
-    assign(wide.strided(source.shape, wide.strides), source)
+    wide.strided(source.shape, wide.strides)[...] = source  # the library's assign kernel
     return wide.T if transposed else wide
 
 

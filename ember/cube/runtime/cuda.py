@@ -48,6 +48,7 @@ from ..targets import cuda as cuda_target
 from .memory_pool import MemoryPool, MemoryStats
 from .nvrtc import INSTALL, compile_cuda
 from .arguments import DeviceArray, Specializing, check_array, check_count, host_bounds
+from .base import Runtime
 from .host import host_span
 from .launches import Launch, LaunchRecorder
 
@@ -292,12 +293,14 @@ class CompiledCudaKernel:
 # ----------------------------------------------------------------------------------------------
 # The runtime
 
-class CudaRuntime(Specializing, LaunchRecorder):
+class CudaRuntime(Specializing, LaunchRecorder, Runtime):
     """Compiles cube kernels to CUDA and runs them on GPU `device` (see the module docstring)."""
 
     ARRAY = CudaArray
     target = "cuda"
     NOTES_ALLOCATIONS = True  # `empty` notes its arrays for `record_launches` (scratch of a replayed step)
+    records_launches = True
+    graphs = True
     dtypes = frozenset(("f64", "f32", "f16", "bf16", "i64", "i32", "i16", "i8", "u8", "bool"))
     """The dtypes its kernels hold (names): all of ember's (f16/bf16 computed in f32)."""
 
@@ -837,6 +840,8 @@ MEMSET, BOUND_MEMSET = Memset(), BoundMemset()
 class NotReplayed:
     """A device-to-device copy as `record_launches` records it: a step that copies is not replayed (it
     runs afresh each time), since a replay would skip the copy."""
+
+    written = ()  # nothing a replayed step could rebind
 
     @staticmethod
     def bind(launch: Launch, open_slots) -> None:

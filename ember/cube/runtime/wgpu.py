@@ -42,6 +42,7 @@ from ..lang import CubeCount, CubeDim, KernelError
 from ..passes import optimize
 from ..targets import wgsl as wgsl_target
 from .arguments import NP_TO_CUBE, DeviceArray, Specializing, check_array, check_count, host_bounds
+from .base import Runtime
 from .host import host_span
 from ..compile_cache import SourceCache, cache_key
 from .memory_pool import MemoryStats, pool_from_settings
@@ -216,7 +217,7 @@ class CompiledWgslKernel:
 # ----------------------------------------------------------------------------------------------
 # The runtime
 
-class WgpuRuntime(Specializing):
+class WgpuRuntime(Specializing, Runtime):
     """Compiles cube kernels to WGSL and runs them on one wgpu adapter (see the module docstring)."""
 
     ARRAY = WgpuArray
