@@ -52,7 +52,6 @@ from .api.linalg import matmul, outer, einsum
 from . import debug  # noqa: E402  (ember.debug.explain, fusion_stats, set_fusion)
 from .extension import backend_extension
 from .autodiff.checkpoint import checkpoint
-from . import func  # noqa: E402  (ember.func.grad, vjp, jvp, jacrev, jacfwd, hessian, vmap)
 
 __version__ = "0.1.0"
 

@@ -14,8 +14,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ...dtype import DType
-from ...ops.primitive import BF16
+from ...dtype import DType, bf16
 
 TORCH = {
     "f64": torch.float64, "f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16,
@@ -48,10 +47,11 @@ def from_host(array: np.ndarray, device: torch.device) -> torch.Tensor:
     array = np.asarray(array)
     if any(s < 0 for s in array.strides):
         array = np.ascontiguousarray(array)
-    bits = array.view(np.int16) if array.dtype == BF16 else array
+    is_bf16 = array.dtype.name == "bfloat16"  # by name: comparing with bf16.np would import ml_dtypes
+    bits = array.view(np.int16) if is_bf16 else array
     # torch.from_numpy warns on a read-only array (ember's host arrays often are); DLPack takes it as it is.
     tensor = torch.from_numpy(bits) if bits.flags.writeable else torch.from_dlpack(bits)
-    if array.dtype == BF16:
+    if is_bf16:
         tensor = tensor.view(torch.bfloat16)
     return tensor if device.type == "cpu" else tensor.to(device)
 
@@ -62,7 +62,7 @@ def to_host(tensor: torch.Tensor) -> np.ndarray:
     if tensor.device.type != "cpu":
         tensor = tensor.cpu()
     if tensor.dtype == torch.bfloat16:
-        return tensor.view(torch.int16).numpy().view(BF16)
+        return tensor.view(torch.int16).numpy().view(bf16.np)
     return tensor.numpy()
 
 
