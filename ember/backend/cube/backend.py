@@ -32,7 +32,7 @@ import numpy as np
 from ...cube.runtime.arguments import HostCopyError
 from ...cube.runtime.base import Runtime
 from ...cube.runtime.memory_pool import MemoryStats
-from ...dtype import ALL, dtype_of
+from ...dtype import ALL, NpTable, dtype_of
 from ...errors import DTypeError
 from ...ops.primitive import Aval, Primitive
 from ..base import Backend
@@ -57,7 +57,7 @@ class CubeBackend(Backend):
         """The cube target its kernels run on (`ember.extension.cube_target` reads it)."""
         self.name = f"cube-{self.cube_target}"
         self.dtypes = tuple(d for d in ALL if d.name in runtime.dtypes)
-        self._held = frozenset(np.dtype(d.np) for d in self.dtypes)
+        self._held = NpTable(self.dtypes)  # NumPy dtypes held, without importing ml_dtypes for bf16
         self._held_dtypes = frozenset(self.dtypes)
         self._checks_dtypes = len(self.dtypes) < len(ALL)  # a runtime holding every dtype needs no check
         self._array = runtime.ARRAY
