@@ -44,5 +44,6 @@ from . import debug  # noqa: E402  (ember.debug.explain, fusion_stats, set_fusio
 from .extension import backend_extension
 from .autodiff.checkpoint import checkpoint
 from . import func  # noqa: E402  (ember.func.grad, vjp, jvp, jacrev, jacfwd, hessian, vmap)
+from .amp import autocast, GradScaler  # noqa: E402  (ember.amp: mixed precision)
 
 __version__ = "0.1.0"
