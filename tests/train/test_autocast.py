@@ -166,6 +166,13 @@ def test_autocast_arguments():
     with pytest.raises(ValueError, match="bf16 or f16"):
         ember.autocast("cpu", dtype=ember.f32)
 
+    @ember.autocast("numpy", dtype="f16")
+    def product(a, b):
+        return a @ b
+
+    x = ember.ones(2, 3, device=ember.Device.numpy())
+    assert product(x, x.T).dtype is ember.f16 and (x @ x.T).dtype is ember.f32
+
 
 def test_docs_list_the_autocast_ops():
     """docs/training.md names every op of each list, and only those."""
