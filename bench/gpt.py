@@ -2,14 +2,17 @@
 transformer encoder of `bench/training.py`, one run per process so each framework's peak memory is its own.
 
     python -m bench.gpt gpt ember|torch|torch.compile [--layers 12 --d-model 768 --heads 12 --seq 1024
-                        --batch 8 --vocab 50304] [--steps 5] [--budget-s 120]
+                        --batch 8 --vocab 50304] [--autocast bf16|f16] [--steps 5] [--budget-s 120]
     python -m bench.gpt encoder ember|torch|torch.compile [--d-model 256 --heads 4 --d-ff 1024 ...]
 
 GPT (`models.ember_gpt`; its torch peer `torch_models.GPT`): token + learned position embeddings, `layers`
 pre-norm causal blocks (GELU, d_ff = 4 d_model, no dropout), a final LayerNorm, the head tied to the
 token embedding, cross entropy over the vocabulary (GPT-2's 50257 padded to 50304, a multiple of 64, on
 both sides; the ids stay below 50257), AdamW (lr 3e-4, weight decay 0.01). f32 parameters, TF32 matmuls
-on CUDA in both frameworks (`EMBER_ALLOW_TF32=1`; torch's `allow_tf32`), no autocast on either side.
+on CUDA in both frameworks (`EMBER_ALLOW_TF32=1`; torch's `allow_tf32`), no autocast on either side
+unless `--autocast bf16|f16`: then forward and loss run under `ember.autocast(device, dtype)` and
+`torch.autocast(device_type, dtype)` (f32 master parameters and f32 gradients on both sides, no loss
+scaling).
 Encoder: `TransformerEncoder` (`models.ember_encoder`; peer `torch_models.Encoder`) forward,
 `square().mean()`, backward (no optimizer), as bench/training.py.
 
@@ -78,7 +81,8 @@ def ember_workload(args):
     gpt_step_memory[:] = [forward_in_use]
 
     def gpt_step():
-        loss = cross_entropy(model(idx).reshape(-1, args.vocab), target)
+        with ember.autocast(base, dtype=args.autocast or "bf16", enabled=args.autocast is not None):
+            loss = cross_entropy(model(idx).reshape(-1, args.vocab), target)
         if not forward_in_use:  # the first step only: what the forward pass holds for backward
             base.sync()
             forward_in_use.append(base.memory_stats().in_use)
@@ -123,7 +127,9 @@ def torch_workload(args, compiled: bool):
 
     def gpt_step():
         optimizer.zero_grad(set_to_none=True)
-        loss = torch.nn.functional.cross_entropy(forward(idx).reshape(-1, args.vocab), target)
+        with torch.autocast(dev, dtype=getattr(torch, {"bf16": "bfloat16", "f16": "float16"}[args.autocast or "bf16"]),
+                            enabled=args.autocast is not None):
+            loss = torch.nn.functional.cross_entropy(forward(idx).reshape(-1, args.vocab), target)
         if not forward_in_use and dev == "cuda":  # the first step only: what the forward pass holds
             torch.cuda.synchronize()
             forward_in_use.append(torch.cuda.memory_allocated())
@@ -174,7 +180,7 @@ def measure(args) -> dict:
         print(f"step {len(times)}: {times[-1] * 1e3:.1f} ms", file=sys.stderr, flush=True)
         if loss is not None:
             losses.append(loss)
-    row = dict(workload=args.workload, impl=args.impl, step_ms=round(statistics.median(times) * 1e3, 2),
+    row = dict(workload=args.workload, impl=args.impl, autocast=args.autocast, step_ms=round(statistics.median(times) * 1e3, 2),
                steps=len(times), build_s=round(build_s, 1), warmup_s=round(warm_s, 1),
                first_loss=losses[0], last_loss=losses[-1])
     if args.workload == "gpt":
@@ -215,6 +221,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--vocab", type=int, default=50304, help="GPT-2's 50257 padded to a multiple of 64")
     parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--autocast", choices=("bf16", "f16"), help="gpt only: forward and loss under autocast")
     parser.add_argument("--budget-s", type=float, default=120.0, help="seconds of timed steps at most")
     parser.add_argument("--device", default="cuda:0", help="the device (torch: cuda when this is a cuda device, else cpu)")
     args = parser.parse_args(argv)

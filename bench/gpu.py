@@ -18,7 +18,8 @@ Cases (default: all):
   (the peers of bench/torch_models.py: causal SDPA, fused AdamW), each in its own process -> ms/step
   and peak memory (ember's pool peaks; torch's max_memory_allocated / reserved), each ember row with its
   ratio to each torch row (`vs_torch`, `vs_torch.compile`; >1: ember slower); `gpt_reduced` the GPT
-  step at sizes ember fits, against the same two peers;
+  step at sizes ember fits, against the same two peers; `gpt_autocast` the GPT step with forward and
+  loss under bf16 autocast (`ember.autocast` against `torch.autocast`);
 - peak memory where measurable: ember's pool peak against torch.cuda.max_memory_allocated for the
   same op.
 
@@ -437,6 +438,12 @@ def case_gpt(b: Bench) -> None:
     _training(b, "gpt", [], timeout_s=float(os.environ.get("BENCH_GPT_TIMEOUT_S", 300)))
 
 
+def case_gpt_autocast(b: Bench) -> None:
+    """The GPT step with forward and loss under bf16 autocast, ember's against torch's (eager, compiled)."""
+    import os
+    _training(b, "gpt", ["--autocast", "bf16"], timeout_s=float(os.environ.get("BENCH_GPT_TIMEOUT_S", 300)))
+
+
 def case_gpt_reduced(b: Bench) -> None:
     """The GPT step at sizes ember fits in the H200's memory: 2 of the 12 layers at batch 8, and all 12
     layers at batch 1; ember also with CUDA graphs off (what graphs cost in memory and gain in time)."""
@@ -474,7 +481,7 @@ def report_rows(rows: list[dict], cases: list[str]) -> list[Row]:
 
 CASES = {"matmul": case_matmul, "tiny_ops": case_tiny_ops, "plan_replay": case_plan_replay, "gelu": case_gelu,
          "softmax": case_softmax, "layer_norm": case_layer_norm, "encoder": case_encoder, "gpt": case_gpt,
-         "gpt_reduced": case_gpt_reduced}
+         "gpt_reduced": case_gpt_reduced, "gpt_autocast": case_gpt_autocast}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 
+from .. import amp
 from ._common import Tensor
 from .math import _float_unary, where
 
@@ -62,6 +63,7 @@ def silu(x: Tensor) -> Tensor:
     return x * x.sigmoid()
 
 
+@amp.float32
 def softplus(x: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
     """`log(1 + exp(beta * x)) / beta`, linear where `beta * x > threshold`."""
     bx = x * beta
@@ -93,6 +95,7 @@ def softsign(x: Tensor) -> Tensor:
     return x / (x.abs() + 1)
 
 
+@amp.float32
 def softmax(x: Tensor, dim: int = -1) -> Tensor:
     """`exp(x) / sum(exp(x))` along `dim`, shifted by the maximum for stability (over the last dim on a
     GPU cube target: one op, `ember.nn.ops.rowwise`)."""
@@ -106,6 +109,7 @@ def softmax(x: Tensor, dim: int = -1) -> Tensor:
     return e / e.sum(dim=dim, keepdim=True)
 
 
+@amp.float32
 def log_softmax(x: Tensor, dim: int = -1) -> Tensor:
     """`x - logsumexp(x)` along `dim` (as `softmax`, one op over the last dim on a GPU cube target)."""
     if not x.dtype.is_float:

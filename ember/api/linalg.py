@@ -15,9 +15,11 @@ from __future__ import annotations
 import math
 
 from ..errors import ShapeError
+from .. import amp
 from ._common import Tensor, apply, promote
 
 
+@amp.lower_precision
 def matmul(a: Tensor, b: Tensor) -> Tensor:
     """The matrix product; 1-d operands are treated as row/column vectors and their dim removed.
 
@@ -46,6 +48,7 @@ def outer(a: Tensor, b: Tensor) -> Tensor:
     return a.unsqueeze(1) * b.unsqueeze(0)
 
 
+@amp.lower_precision
 def einsum(equation: str, *operands: Tensor) -> Tensor:
     """Einstein summation, e.g. `"bij,bjk->bik"`, `"ij->ji"`, `"i,i->"`, `"...ij,...jk->...ik"`.
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import amp
 from ..dtype import bf16, bool_, default_float, f16, f32
 from ..errors import DTypeError
 from ._common import Tensor, apply, bind, promote, registry
@@ -21,6 +22,9 @@ from ._common import Tensor, apply, bind, promote, registry
 FLOAT_UNARY = ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin", "cos",
                "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf",
                "erfinv", "sigmoid", "reciprocal")
+AUTOCAST_F32 = ("exp", "expm1", "log", "log2", "log10", "log1p", "rsqrt", "reciprocal", "tan", "asin", "acos",
+                "sinh", "cosh", "erfinv")
+"""The unary ops that autocast runs in f32 (PyTorch's list)."""
 
 
 def _float_unary(name: str):
@@ -36,7 +40,7 @@ def _float_unary(name: str):
 
 
 for _name in FLOAT_UNARY:
-    globals()[_name] = _float_unary(_name)
+    globals()[_name] = amp.float32(_float_unary(_name)) if _name in AUTOCAST_F32 else _float_unary(_name)
 
 
 def neg(x: Tensor) -> Tensor:
@@ -198,6 +202,7 @@ def fmod(a, b) -> Tensor:
     return _half_in_f32(lambda u, v: u - div(u, v, rounding_mode="trunc") * v)(x, y)
 
 
+@amp.float32
 def pow(a, b) -> Tensor:  # noqa: A001
     """`a ** b`. Example: `ember.tensor([2.0]).pow(3)`."""
     if isinstance(a, Tensor) and not a.dtype.is_float and type(b) is int and b < 0:

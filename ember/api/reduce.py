@@ -18,6 +18,7 @@ from typing import NamedTuple
 from ..dtype import default_float, i64
 from ..errors import ShapeError
 from ..ops.primitive import normalize_dim, normalize_dims
+from .. import amp
 from ._common import Tensor, apply
 
 
@@ -32,6 +33,7 @@ def _dims(op: str, x: Tensor, dim) -> tuple[int, ...]:
     return normalize_dims(op, dim, x.ndim)
 
 
+@amp.float32
 def sum(x: Tensor, dim=None, keepdim: bool = False, dtype=None) -> Tensor:  # noqa: A001
     """The sum over `dim`. Example: `x.sum(dim=(0, 1), keepdim=True)`."""
     if dtype is not None:
@@ -41,6 +43,7 @@ def sum(x: Tensor, dim=None, keepdim: bool = False, dtype=None) -> Tensor:  # no
     return apply("sum", x, dims=_dims("sum", x, dim), keepdim=keepdim)
 
 
+@amp.float32
 def prod(x: Tensor, dim=None, keepdim: bool = False, dtype=None) -> Tensor:
     """The product over `dim`."""
     if dtype is not None:
@@ -139,6 +142,7 @@ def std(x: Tensor, dim=None, correction: int = 1, keepdim: bool = False) -> Tens
     return v.masked_fill(zero, 1).sqrt().masked_fill(zero, 0)  # sqrt'(0) is inf: keep it out of the graph
 
 
+@amp.float32
 def logsumexp(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
     """`log(sum(exp(x)))` over `dim`, computed stably by shifting by the (constant) maximum."""
     if not x.dtype.is_float:
@@ -152,6 +156,7 @@ def logsumexp(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
     return out if keepdim else out.reshape(tuple(n for i, n in enumerate(x.shape) if i not in dims))
 
 
+@amp.float32
 def norm(x: Tensor, p: float = 2, dim=None, keepdim: bool = False) -> Tensor:
     """The vector p-norm over `dim` (`p` may be inf or -inf; p=2 by default).
 
@@ -198,6 +203,7 @@ def any(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:  # noqa: A001
 
 # ---- scans -----------------------------------------------------------------------------------------
 
+@amp.float32
 def cumsum(x: Tensor, dim: int) -> Tensor:
     """Running sums along `dim` (ints and bools accumulate in i64)."""
     if not x.dtype.is_float:
@@ -205,6 +211,7 @@ def cumsum(x: Tensor, dim: int) -> Tensor:
     return apply("cumsum", x, dim=normalize_dim("cumsum", dim, x.ndim))
 
 
+@amp.float32
 def cumprod(x: Tensor, dim: int) -> Tensor:
     """Running products along `dim`."""
     if not x.dtype.is_float:

@@ -18,6 +18,7 @@ import math
 
 import numpy as np
 
+from .. import amp
 from ..api.creation import from_numpy
 from ..api.shape import cat
 from ..errors import DTypeError, ShapeError
@@ -82,6 +83,7 @@ def attention_weights(query: Tensor, key: Tensor, blocked: Tensor | None = None,
     return e / total.masked_fill(total == 0, 1)
 
 
+@amp.lower_precision
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
                                  dropout_p: float = 0.0, is_causal: bool = False,
                                  scale: float | None = None) -> Tensor:

@@ -9,12 +9,14 @@ Example:
 
 from __future__ import annotations
 
+from .. import amp
 from ..errors import ShapeError
 from ..ops.primitive import broadcast_shapes
 from ..tensor import Tensor
 from .module import Module
 
 
+@amp.float32
 def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -> Tensor:
     """The cosine of the angle between `x1` and `x2` along `dim` (the two broadcast together).
 

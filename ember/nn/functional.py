@@ -23,3 +23,4 @@ from .ops import (  # noqa: F401  (module ops: convolution, pooling, resampling,
 from .dropout import dropout  # noqa: F401
 from .shuffle import pixel_shuffle, pixel_unshuffle  # noqa: F401
 from .attention import scaled_dot_product_attention  # noqa: F401
+from .linear import linear  # noqa: F401

@@ -4,11 +4,24 @@ from __future__ import annotations
 
 import math
 
+from .. import amp
 from ..errors import ShapeError
 from ..tensor import Tensor
 from . import init
 from .module import Module
 from .param import Param
+
+
+@amp.lower_precision
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """`x @ weight^T + bias`, PyTorch's `F.linear` (weight (out, in), bias (out,) or None).
+
+    Example:
+        >>> linear(ember.ones(3, 4), ember.ones(2, 4)).shape
+        (3, 2)
+    """
+    y = x @ weight.T
+    return y + bias if bias is not None else y
 
 
 class Linear(Module):
@@ -37,8 +50,7 @@ class Linear(Module):
             if bias else None
 
     def forward(self, x: Tensor) -> Tensor:
-        y = x @ self.weight.T
-        return y + self.bias if self.bias is not None else y
+        return linear(x, self.weight, self.bias)
 
     def extra_repr(self) -> str:
         return f"in={self.in_features}, out={self.out_features}, bias={self.bias is not None}"

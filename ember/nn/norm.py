@@ -19,6 +19,7 @@ import math
 
 import numpy as np
 
+from .. import amp
 from ..api import creation
 from ..dtype import i64
 from ..errors import ShapeError
@@ -75,6 +76,7 @@ def _norm_rows(x: Tensor, shape: tuple, weight: Tensor | None, bias: Tensor | No
     return y.reshape(x.shape) if len(shape) > 1 else y
 
 
+@amp.float32
 def layer_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, bias: Tensor | None = None,
                eps: float = 1e-5) -> Tensor:
     """Standardize over the last dims given by `normalized_shape`, then scale and shift.
@@ -99,6 +101,7 @@ def layer_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, bias: 
     return _affine(y, weight, bias, shape)
 
 
+@amp.float32
 def rms_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, eps: float | None = None) -> Tensor:
     """Scale by the root mean square over the last dims: `y = x / sqrt(mean(x^2) + eps) * weight`.
 
@@ -122,6 +125,7 @@ def rms_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, eps: flo
     return y * weight if weight is not None else y
 
 
+@amp.float32
 def group_norm(x: Tensor, num_groups: int, weight: Tensor | None = None, bias: Tensor | None = None,
                eps: float = 1e-5) -> Tensor:
     """Standardize each sample over groups of channels, then apply a per-channel affine map.

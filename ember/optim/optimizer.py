@@ -9,6 +9,11 @@ An optimizer is built on a module. Its parameters are found by name; each belong
 3. computes each new value with tensor ops on the inner (non-autodiff) device, `update(...)` of the
    subclass, and writes it with `p.set(new)`.
 
+With `master_weights=True`, a bf16/f16 parameter is updated through an f32 copy kept in its state
+(`state[name]["master"]`): the rule runs on the f32 master with the gradient in f32, and the parameter
+gets the master rounded to its dtype. Updates smaller than half a bf16 ulp then accumulate instead of
+rounding away. `state_dict` saves the masters (and the rule's f32 state) in f32.
+
 A subclass states its hyperparameters' defaults in `defaults` (not `lr`, the base learning rate
 `opt.lr`) and implements `update`, the rule for one parameter.
 
@@ -36,6 +41,7 @@ import numpy as np
 
 from ..api.creation import from_numpy
 from ..autodiff.gradients import Gradients
+from ..dtype import DType, bf16, f16, f32
 from ..errors import ShapeError
 from ..nn.module import Module
 from ..nn.param import Param, ParamGroup
@@ -64,6 +70,7 @@ class Optimizer:
         select: train only the parameters this group selects (the others are left alone).
         clip_value: clamp every gradient element to [-clip_value, clip_value] before the update.
         clip_norm: rescale the gradients so their global L2 norm is at most `clip_norm`.
+        master_weights: update bf16/f16 parameters through f32 copies (see the module docs).
         **options: the hyperparameters in `defaults` of the subclass.
 
     Attributes:
@@ -81,7 +88,7 @@ class Optimizer:
 
     def __init__(self, module: Module, lr: float, *, groups: Sequence[ParamGroup] = (),
                  select: ParamGroup | None = None, clip_value: float | None = None,
-                 clip_norm: float | None = None, **options) -> None:
+                 clip_norm: float | None = None, master_weights: bool = False, **options) -> None:
         name = type(self).__name__
         if not isinstance(module, Module):
             raise TypeError(f"{name} takes a Module, got {type(module).__name__}")
@@ -94,6 +101,7 @@ class Optimizer:
                 raise TypeError(f"{name}: groups must be ParamGroups, got {type(group).__name__}")
         self._lr = self._initial_lr = float(lr)
         self.clip_value, self.clip_norm = clip_value, clip_norm
+        self.master_weights = bool(master_weights)
         self.state: dict[str, dict[str, Any]] = {}
         self.steps = 0
         base = self.options = self._options(options, "")
@@ -158,7 +166,8 @@ class Optimizer:
                              f"nonzero base lr (the group keeps its ratio to it under a scheduler)")
         chosen = frozenset(names)
         try:
-            return cls(module, lr=lr, select=ParamGroup(predicate=lambda n, p: n in chosen), **options)
+            return cls(module, lr=lr, select=ParamGroup(predicate=lambda n, p: n in chosen),
+                       master_weights=self.master_weights, **options)
         except (ValueError, TypeError) as e:
             raise type(e)(f"{type(self).__name__} group {group!r}: {e}") from None
 
@@ -240,8 +249,18 @@ class Optimizer:
     def _apply(self, entry: _Entry, grad: Tensor) -> None:
         state = self.state.setdefault(entry.name, {"step": 0})
         state["step"] += 1
-        value = entry.param.value.inner()
-        entry.param.set(self.update(value, grad.cast(value.dtype), state, entry.options, self._lr_of(entry)))
+        param = entry.param
+        value = state.get("master")
+        if value is None:
+            value = param.value.inner().cast(self._state_dtype(param))
+        new = self.update(value, grad.cast(value.dtype), state, entry.options, self._lr_of(entry))
+        if new.dtype is not param.dtype:  # the f32 master of a low-precision parameter
+            state["master"] = new
+        param.set(new.cast(param.dtype))
+
+    def _state_dtype(self, param: Param) -> DType:
+        """The dtype the rule computes in for `param`: f32 for a master-weighted f16/bf16 one, else its own."""
+        return f32 if self.master_weights and param.dtype in (f16, bf16) else param.dtype
 
     # ---- state -----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -282,9 +301,13 @@ class Optimizer:
         if unknown:
             raise KeyError(f"{name}.load_state_dict: state for unknown parameter(s) {unknown}")
         options = {e.name: e.options for e in self._entries}
-        restored = {pname: self.restored_state({k: self._restore(pname, k, v, params[pname]) for k, v in s.items()},
-                                               params[pname].value.inner(), options[pname])
-                    for pname, s in state["params"].items()}
+        restored = {}
+        for pname, s in state["params"].items():
+            saved = {k: self._restore(pname, k, v, params[pname]) for k, v in s.items()}
+            value = saved.get("master")
+            if value is None:
+                value = params[pname].value.inner().cast(self._state_dtype(params[pname]))
+            restored[pname] = self.restored_state(saved, value, options[pname])
         for delegate, saved in zip(self._delegates, delegates):
             delegate.load_state_dict(saved)
         self.state, self.steps, self.lr = restored, int(state["steps"]), state["lr"]
@@ -318,14 +341,15 @@ class Optimizer:
         return saved
 
     def _restore(self, pname: str, key: str, value, param: Param):
+        dtype = self._state_dtype(param)
         if isinstance(value, list):  # a tensor that went through JSON
-            value = np.asarray(value, dtype=param.dtype.np)
+            value = np.asarray(value, dtype=dtype.np)
         if not isinstance(value, np.ndarray):
             return value
         if value.shape != param.shape:
             raise ShapeError(f"{type(self).__name__}.load_state_dict",
                              f"{pname}.{key} has shape {value.shape}, the parameter {param.shape}")
-        return from_numpy(np.array(value), param.device.inner).cast(param.dtype)
+        return from_numpy(np.array(value), param.device.inner).cast(dtype)
 
     def __repr__(self) -> str:
         delegated = "".join(f", {type(d).__name__}: {len(d._entries)} params" for d in self._delegates)

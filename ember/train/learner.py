@@ -2,7 +2,9 @@
 
 Training runs on `device.autodiff()`: each batch goes through `train_step` (forward and loss), then
 `loss.backward()`, gradient accumulation over `grad_accumulation` batches, optional clipping,
-`optimizer.step(grads)` and `scheduler.step()`. Validation runs on the inner device under
+`optimizer.step(grads)` and `scheduler.step()`. With `precision="bf16"` or `"f16"` both steps run under
+`ember.autocast` (docs/training.md, "Mixed precision"); "f16" also scales the loss with a `GradScaler`,
+skipping the optimizer steps whose gradients overflow. Validation runs on the inner device under
 `ember.no_grad()` with the model in eval mode. Metrics are updated after each optimizer step, so the
 state saved at a step boundary is always consistent.
 
@@ -28,6 +30,7 @@ import time
 from typing import Any, Callable, Iterable, Sequence
 
 from .. import random as ember_random
+from ..amp import GradScaler, autocast
 from ..autodiff.grad_mode import no_grad
 from ..device import Device
 from ..nn.module import Module
@@ -44,6 +47,7 @@ from .step import Clock, StepOutput, checked, detached, move_to, observe
 from .tracker import MetricTracker
 
 SPLITS = ("train", "valid")
+PRECISIONS = ("f32", "bf16", "f16")
 StepFn = Callable[[Module, Any], StepOutput]
 
 
@@ -79,6 +83,10 @@ class Learner:
         scheduler_interval: "step" or "epoch".
         window: batches in a metric's running value.
         plots: draw PNG curves in `run_dir` at the end (metrics with a direction, and the lr).
+        precision: "f32" (as written), "bf16" or "f16": the steps' forward runs under `ember.autocast`
+            in that dtype; "f16" adds dynamic loss scaling (`grad_scaler`, a `GradScaler()` by default;
+            its scale is not saved in checkpoints).
+        grad_scaler: the `GradScaler` for precision="f16".
 
     Example:
         >>> Learner(model, SGD(model, lr=0.1), loss=mse_loss, display="none").fit(loader, epochs=2)
@@ -91,7 +99,8 @@ class Learner:
                  keep_last: int = 2, best_metric: str | None = None, checkpoint_every: int | None = None,
                  early_stopping: EarlyStopping | None = None, display: str | Display = "auto",
                  config: Any = None, callbacks: Iterable[Callback] = (), scheduler_interval: str = "step",
-                 window: int = 20, plots: bool = True) -> None:
+                 window: int = 20, plots: bool = True, precision: str = "f32",
+                 grad_scaler: GradScaler | None = None) -> None:
         if not isinstance(model, Module):
             raise TypeError(f"Learner needs an ember.nn.Module, got {type(model).__name__}")
         if loss is None and train_step is None and type(self).train_step is Learner.train_step:
@@ -101,6 +110,10 @@ class Learner:
                 raise ValueError(f"Learner {name} must be an int >= 1, got {value!r}")
         if clip_norm is not None and not clip_norm > 0:
             raise ValueError(f"Learner clip_norm must be > 0, got {clip_norm!r}")
+        if precision not in PRECISIONS:
+            raise ValueError(f"Learner precision must be one of {PRECISIONS}, got {precision!r}")
+        if grad_scaler is not None and precision != "f16":
+            raise ValueError(f"Learner grad_scaler is for precision='f16', got precision={precision!r}")
         if scheduler_interval not in ("step", "epoch"):
             raise ValueError(f"scheduler_interval must be 'step' or 'epoch', got {scheduler_interval!r}")
         for m in metrics:
@@ -123,6 +136,8 @@ class Learner:
         self.display = display
         self.scheduler_interval = scheduler_interval
         self.plots = plots
+        self.precision = precision
+        self.grad_scaler = (grad_scaler or GradScaler()) if precision == "f16" else None
         self._run = RunState()
         self._stop = StopRequest()
         self._data_seed: int | None = None
@@ -262,9 +277,11 @@ class Learner:
         for batch in batches:
             index += 1
             size = self.grad_accumulation if total is None else min(self.grad_accumulation, total - window_start)
-            out = checked(self.train_step(move_to(batch, self.train_device)))
+            with self._autocast():
+                out = checked(self.train_step(move_to(batch, self.train_device)))
             lr = self.optimizer.lr
-            grads = (out.loss / size if size > 1 else out.loss).backward()
+            loss = out.loss / size if size > 1 else out.loss
+            grads = (self.grad_scaler.scale(loss) if self.grad_scaler is not None else loss).backward()
             # Read on the host after the optimizer step (_after_step): a read here would cut the
             # recorded stream between forward and backward and cost a lazy device one more flush.
             pending.append((detached(out), *clock.lap(), lr))
@@ -281,11 +298,23 @@ class Learner:
             self._optimizer_step(accumulator.grads())
             self._after_step(run, index, total, pending, display)
 
+    def _autocast(self) -> autocast:
+        """The autocast the steps run under (a disabled one at precision="f32")."""
+        return autocast(self.device, "bf16" if self.precision == "f32" else self.precision,
+                        enabled=self.precision != "f32")
+
     def _optimizer_step(self, grads: Any) -> None:
+        scaler = self.grad_scaler
+        if scaler is not None:
+            grads = scaler.unscale(grads)
         if self.clip_norm is not None:
             from ..optim import clip_grad_norm
             clip_grad_norm(grads, self.clip_norm, self.model)
-        self.optimizer.step(grads)
+        if scaler is not None:
+            scaler.step(self.optimizer, grads)
+            scaler.update()
+        else:
+            self.optimizer.step(grads)
         if self.scheduler is not None and self.scheduler_interval == "step":
             self.scheduler.step()
 
@@ -316,7 +345,8 @@ class Learner:
         try:
             with no_grad():
                 for index, batch in enumerate(loader, start=1):
-                    out = checked(self.valid_step(move_to(batch, self.device)))
+                    with self._autocast():
+                        out = checked(self.valid_step(move_to(batch, self.device)))
                     tracker.update(observe(out, *clock.lap(), None, self.device))
                     display.batch("valid", index, total, tracker.formatted_running())
         finally:

@@ -13,6 +13,7 @@ Example:
 
 from __future__ import annotations
 
+from ... import amp
 from ...api.activation import log_softmax
 from ...dispatch import value_bounds
 from ...errors import DTypeError, ShapeError
@@ -68,6 +69,7 @@ def _along_class_dim(weight: Tensor, input: Tensor, cdim: int) -> Tensor:
     return weight.cast(input.dtype).reshape((input.shape[cdim],) + (1,) * (input.ndim - cdim - 1))
 
 
+@amp.float32
 def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None, ignore_index: int = -100,
              reduction: str = "mean") -> Tensor:
     """Negative log likelihood of class indices under log-probabilities.
@@ -114,6 +116,7 @@ def _weighted_mean(total: Tensor, weight_sum: Tensor) -> Tensor:
     return (total / weight_sum.masked_fill(empty, 1.0)).masked_fill(empty, float("nan"))
 
 
+@amp.float32
 def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, ignore_index: int = -100,
                   reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
     """Cross entropy between logits and class indices or class probabilities.
@@ -183,6 +186,7 @@ def _soft_cross_entropy(logp: Tensor, target: Tensor, weight: Tensor | None, red
     return loss.sum() if reduction == "sum" else loss
 
 
+@amp.float32
 def binary_cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None,
                          reduction: str = "mean") -> Tensor:
     """Binary cross entropy between probabilities and targets in [0, 1].
@@ -213,6 +217,7 @@ def binary_cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = 
     return reduce(loss, reduction, op)
 
 
+@amp.float32
 def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, weight: Tensor | None = None,
                                      pos_weight: Tensor | None = None, reduction: str = "mean") -> Tensor:
     """Binary cross entropy on logits: `sigmoid` and the loss fused in a numerically stable form.
@@ -243,6 +248,7 @@ def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, weight: Tens
     return reduce(loss, reduction, op)
 
 
+@amp.float32
 def kl_div(input: Tensor, target: Tensor, reduction: str = "mean", log_target: bool = False) -> Tensor:
     """Kullback-Leibler divergence `KL(target || model)` with the model given as log-probabilities.
 

@@ -8,6 +8,7 @@ Example:
 
 from __future__ import annotations
 
+from ... import amp
 from ...errors import ShapeError
 from ...tensor import Tensor
 from ..distance import pairwise_distance
@@ -17,6 +18,7 @@ from .reduction import check_reduction, floating, reduce
 _COSINE_EPS = 1e-12
 
 
+@amp.float32
 def cosine_embedding_loss(input1: Tensor, input2: Tensor, target: Tensor, margin: float = 0.0,
                           reduction: str = "mean") -> Tensor:
     """Pulls pairs labelled 1 together and pushes pairs labelled -1 below a cosine of `margin`.
@@ -49,6 +51,7 @@ def cosine_embedding_loss(input1: Tensor, input2: Tensor, target: Tensor, margin
     return reduce(loss, reduction, op)
 
 
+@amp.float32
 def margin_ranking_loss(input1: Tensor, input2: Tensor, target: Tensor, margin: float = 0.0,
                         reduction: str = "mean") -> Tensor:
     """Asks `input1` to rank above `input2` by `margin` where the target is 1, below where it is -1.
@@ -71,6 +74,7 @@ def margin_ranking_loss(input1: Tensor, input2: Tensor, target: Tensor, margin: 
     return reduce(loss, reduction, op)
 
 
+@amp.float32
 def hinge_embedding_loss(input: Tensor, target: Tensor, margin: float = 1.0, reduction: str = "mean") -> Tensor:
     """Hinge loss on distances: small for pairs labelled 1, at least `margin` for pairs labelled -1.
 
@@ -92,6 +96,7 @@ def hinge_embedding_loss(input: Tensor, target: Tensor, margin: float = 1.0, red
     return reduce(loss, reduction, op)
 
 
+@amp.float32
 def triplet_margin_loss(anchor: Tensor, positive: Tensor, negative: Tensor, margin: float = 1.0,
                         p: float = 2.0, eps: float = 1e-6, swap: bool = False, reduction: str = "mean") -> Tensor:
     """Asks the anchor to be closer to the positive than to the negative by `margin`.

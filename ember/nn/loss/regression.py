@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+from ... import amp
 from ...errors import ShapeError
 from ...tensor import Tensor
 from .reduction import check_reduction, check_same_shape, floating, reduce
@@ -23,6 +24,7 @@ def _pair(op: str, input: Tensor, target: Tensor) -> Tensor:
     return input - target
 
 
+@amp.float32
 def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
     """Mean squared error.
 
@@ -39,6 +41,7 @@ def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
     return reduce(d * d, reduction, "mse_loss")
 
 
+@amp.float32
 def l1_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
     """Mean absolute error.
 
@@ -55,6 +58,7 @@ def l1_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
     return reduce(d.abs(), reduction, "l1_loss")
 
 
+@amp.float32
 def huber_loss(input: Tensor, target: Tensor, reduction: str = "mean", delta: float = 1.0) -> Tensor:
     """Huber loss: quadratic near zero, linear beyond `delta`.
 
@@ -76,6 +80,7 @@ def huber_loss(input: Tensor, target: Tensor, reduction: str = "mean", delta: fl
     return reduce(loss, reduction, "huber_loss")
 
 
+@amp.float32
 def smooth_l1_loss(input: Tensor, target: Tensor, reduction: str = "mean", beta: float = 1.0) -> Tensor:
     """Smooth L1 loss: `0.5 d^2 / beta` for |d| < beta, else `|d| - beta / 2` (L1 when beta = 0).
 
@@ -99,6 +104,7 @@ def smooth_l1_loss(input: Tensor, target: Tensor, reduction: str = "mean", beta:
     return reduce(loss, reduction, "smooth_l1_loss")
 
 
+@amp.float32
 def poisson_nll_loss(input: Tensor, target: Tensor, log_input: bool = True, full: bool = False,
                      eps: float = 1e-8, reduction: str = "mean") -> Tensor:
     """Negative log likelihood of `target` under a Poisson distribution of rate given by `input`.

@@ -32,6 +32,7 @@ import math
 
 import numpy as np
 
+from ... import amp
 from ...cube.kernels import attention as kernels
 from ...cube.kernels.common import check_elements, check_float_dtypes
 from ...cube.kernels.reduce import launch_target
@@ -234,6 +235,7 @@ def _columns_reference(x: np.ndarray, width: int, dtype: str) -> np.ndarray:
     return out
 
 
+@amp.lower_precision
 def attention(query: Tensor, key: Tensor, value: Tensor, *, scale: float | None = None, causal: bool = False,
               offset: int = 0) -> tuple[Tensor, Tensor]:
     """Fused `softmax(query @ key^T * scale) @ value` and the per-row logsumexp of the scaled scores.

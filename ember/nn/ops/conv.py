@@ -12,6 +12,7 @@ Example:
 
 from __future__ import annotations
 
+from ... import amp
 from ...api._common import apply
 from ...errors import ShapeError
 from ...tensor import Tensor
@@ -42,6 +43,7 @@ def _same_padding(op: str, kernel, stride, dilation) -> tuple[tuple[int, ...], l
     return left, extra
 
 
+@amp.lower_precision
 def conv(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1,
          groups: int = 1, *, nd: int, op: str = "conv") -> Tensor:
     """The N-d convolution behind conv1d/2d/3d (cross-correlation, as in every DL framework).
@@ -83,6 +85,7 @@ def conv(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, paddin
     return batched(op, x, nd, run)
 
 
+@amp.lower_precision
 def conv_transpose(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0,
                    output_padding=0, groups: int = 1, dilation=1, *, nd: int, op: str = "conv_transpose") -> Tensor:
     """The N-d transposed convolution behind conv_transpose1d/2d/3d: the gradient of `conv` with respect
