@@ -16,6 +16,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..backend.base import Decorator, Backend
+from ..dtype import dtype_of
 from ..ops.primitive import Aval, Primitive
 from .grad_mode import grad_enabled
 from .graph import Const, Node
@@ -37,12 +38,11 @@ class Tracked:
 class Autodiff(Decorator):
     """Reverse-mode autodiff over `inner`; `checkpointing="balanced"` recomputes cheap ops in backward."""
 
-    def __init__(self, inner: Backend, inner_device, checkpointing: str | None = None) -> None:
+    def __init__(self, inner: Backend, checkpointing: str | None = None) -> None:
         super().__init__(inner)
         if checkpointing not in CHECKPOINTING:
             raise ValueError(f"unknown checkpointing strategy {checkpointing!r}; known: {CHECKPOINTING}")
         self.name = f"autodiff({inner.name})"
-        self.inner_device = inner_device
         self.checkpointing = checkpointing
         self._saves: dict[tuple, tuple] = {}  # (prim, which inputs are tracked) -> prim.saves(tracked)
 
@@ -72,7 +72,6 @@ class Autodiff(Decorator):
         return Node(prim, params, parents, out, result, self, prim.cost == "compute")
 
     def from_host(self, array: np.ndarray) -> Tracked:
-        from ..dtype import dtype_of
         return Tracked(self.inner.from_host(array), None, Aval(array.shape, dtype_of(array.dtype)))
 
     def to_host(self, handle: Tracked) -> np.ndarray:
@@ -90,17 +89,5 @@ class Autodiff(Decorator):
         """The same value as a fresh leaf that collects a gradient."""
         return Tracked(handle.primal, Node(None, {}, (), handle.aval, handle.primal, self), handle.aval)
 
-    def wrap_inner(self, inner_handle: Any, aval: Aval):
-        """A tensor on the inner device around an inner handle (what gradient rules compute with)."""
-        return (_Tensor or _tensor_class())._make(self.inner_device, inner_handle, aval)
-
 
 _new = object.__new__
-_Tensor = None  # ember.tensor imports this package: imported at the first use, then kept
-
-
-def _tensor_class():
-    global _Tensor
-    from ..tensor import Tensor
-    _Tensor = Tensor
-    return Tensor

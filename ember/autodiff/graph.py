@@ -116,7 +116,7 @@ class Node:
             except TypeError:  # handles without weak references stay kept
                 pass
 
-    # What a gradient rule reads, as tensors on the inner (non-autodiff) device.
+    # What a gradient rule reads, as tensors like `like` (the cotangent: a tensor on the inner device).
     @property
     def input_avals(self) -> tuple[Aval, ...]:
         return tuple(p.aval for p in self.parents)
@@ -124,16 +124,15 @@ class Node:
     def parent_is_tracked(self, i: int) -> bool:
         return type(self.parents[i]) is Node
 
-    def input_tensors(self) -> tuple:
-        wrap = self.tape.wrap_inner
-        return tuple(wrap(p.primal(), p.aval) for p in self.parents)
+    def input_tensors(self, like) -> tuple:
+        return tuple(like._make(like._device, p.primal(), p.aval) for p in self.parents)
 
-    def input_tensor(self, i: int):
+    def input_tensor(self, i: int, like):
         parent = self.parents[i]
-        return self.tape.wrap_inner(parent.primal(), parent.aval)
+        return like._make(like._device, parent.primal(), parent.aval)
 
-    def output_tensor(self):
-        return self.tape.wrap_inner(self.primal(), self.aval)
+    def output_tensor(self, like):
+        return like._make(like._device, self.primal(), self.aval)
 
 
 def topological_order(root: Node) -> list[Node]:
@@ -157,7 +156,8 @@ def topological_order(root: Node) -> list[Node]:
 
 
 def backward(root: Node, cotangent) -> dict[Node, Any]:
-    """Cotangents (inner tensors) of every leaf reachable from `root`, given the root's cotangent."""
+    """Cotangents (inner tensors) of every leaf reachable from `root`, given the root's cotangent (a tensor
+    on the inner device: the rules' inputs and outputs are made as tensors like it)."""
     pending: dict[Node, Any] = {root: cotangent}
     leaves: dict[Node, Any] = {}
     for node in reversed(topological_order(root)):
@@ -170,7 +170,7 @@ def backward(root: Node, cotangent) -> dict[Node, Any]:
             leaves[node] = g
             node.release()  # after every rule that reads it (they come later in the order)
             continue
-        grads = node.prim.vjp(VjpContext(node, node.params), g)
+        grads = node.prim.vjp(VjpContext(node, node.params, g), g)
         node._cache = None  # every rule that could read this value has run
         node.release()
         for parent, pg in zip(node.parents, grads):

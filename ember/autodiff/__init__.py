@@ -1,0 +1,1 @@
+"""Reverse-mode autodiff: the decorator backend, its graph, grad mode and Gradients."""
