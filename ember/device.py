@@ -28,7 +28,7 @@ import importlib.util
 import os
 import threading
 
-from .autodiff.backend import CHECKPOINTING
+from .autodiff import CHECKPOINTING
 from .dispatch import build_backend
 from .errors import DeviceError, DeviceUnavailableError
 from .random import stream_of
