@@ -193,7 +193,7 @@ class Tensor:
                 raise ShapeError("backward", f"a seed is implied only for a tensor of one element, this one has "
                                              f"shape {self.shape}: pass one of that shape, y.backward(seed), or "
                                              f"reduce first, y.sum().backward()")
-            seed = scalar_like(1, self.dtype, inner).reshape(self.shape)
+            seed = create(inner, registry["full"], {"shape": self.shape, "value": 1, "dtype": self.dtype})
         elif seed.shape != self.shape:
             raise ShapeError("backward", f"grad of shape {seed.shape} for a tensor of shape {self.shape}")
         return Gradients(_backward(node, seed))
