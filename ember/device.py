@@ -32,7 +32,6 @@ from .autodiff import CHECKPOINTING
 from .dispatch import build_backend
 from .errors import DeviceError, DeviceUnavailableError
 from .random import stream_of
-from .settings import settings
 
 KINDS = ("numpy", "cpu", "cuda", "wgpu")
 _INDEXED = ("cuda", "wgpu")
@@ -103,6 +102,7 @@ class Device:
             >>> Device.default()
             Device("cpu")
         """
+        from .settings import settings  # lazy: ember.toml's reader loads on first use, not at import ember
         spec = os.environ.get("EMBER_DEVICE") or settings().get("device", "default")
         if spec:
             return cls(spec)

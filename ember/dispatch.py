@@ -25,7 +25,6 @@ import importlib.util
 from typing import TYPE_CHECKING
 
 from .errors import DeviceUnavailableError
-from .settings import settings
 
 if TYPE_CHECKING:
     from .device import Device
@@ -83,6 +82,7 @@ def _cube_wgpu(device: Device):
 
 def _fused(backend):
     """`backend` under the fusion decorator, unless `[fusion] enabled` / `EMBER_FUSION` says no."""
+    from .settings import settings  # lazy: ember.toml's reader loads on first use, not at import ember
     if not settings().get("fusion", "enabled"):
         return backend
     from .backend.fusion import Fusion  # lazy: a backend loads on its device's first use
