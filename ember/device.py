@@ -26,10 +26,14 @@ Example:
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import threading
 
-from .errors import DeviceError
+from .autodiff import CHECKPOINTING
+from .dispatch import build_backend
+from .errors import DeviceError, DeviceUnavailableError
+from .random import stream_of
 
 KINDS = ("numpy", "cpu", "cuda", "wgpu", "torch")
 _INDEXED = ("cuda", "wgpu")
@@ -117,8 +121,7 @@ class Device:
             >>> Device.default()
             Device("cpu")
         """
-        from .dispatch import available_devices
-        from .settings import settings
+        from .settings import settings  # lazy: ember.toml's reader loads on first use, not at import ember
         spec = os.environ.get("EMBER_DEVICE") or settings().get("device", "default")
         if spec:
             return cls(spec)
@@ -135,7 +138,6 @@ class Device:
             >>> Device.enumerate()
             [Device("cpu"), Device("wgpu:0"), Device("wgpu:1"), Device("numpy")]
         """
-        from .dispatch import available_devices, wgpu_devices
         hardware, software = wgpu_devices()
         found = available_devices()
         at_cpu = next((i for i, d in enumerate(found) if d.kind in ("cpu", "numpy")), len(found))
@@ -150,7 +152,6 @@ class Device:
         `checkpointing="balanced"` keeps only the outputs of costly ops (matmul, reductions, ...) and
         recomputes cheap ones (elementwise, movement) during backward, trading compute for memory.
         """
-        from .autodiff.backend import CHECKPOINTING
         if checkpointing not in CHECKPOINTING:
             raise ValueError(f"unknown checkpointing strategy {checkpointing!r}; known: {CHECKPOINTING}")
         return Device._get(self.kind, self.index, True, checkpointing)
@@ -163,16 +164,20 @@ class Device:
     # ---- services --------------------------------------------------------------------------------
     @property
     def backend(self):
-        """The backend stack serving this device (built once, on first use)."""
+        """The backend stack serving this device (built once, on first use, by `dispatch.build_backend`);
+        `DeviceUnavailableError` saying what is missing and which devices run here."""
         backend = self._backend
         if backend is None:
-            from .dispatch import build_backend
-            backend = self._backend = build_backend(self)
+            try:
+                backend = self._backend = build_backend(self)
+            except DeviceUnavailableError as e:
+                if self.is_autodiff:  # the inner device's error, which lists them already
+                    raise
+                raise DeviceUnavailableError(f"{e}; available: {available_devices()}") from None
         return backend
 
     def seed(self, seed: int) -> None:
         """Restart this device's random stream from `seed` (see `ember.seed` for all devices)."""
-        from .random import stream_of
         stream_of(self).reset(seed)
 
     def sync(self) -> None:
@@ -221,6 +226,27 @@ class Device:
 
     def __reduce__(self):
         return (Device._get, (self.kind, self.index, self.is_autodiff, self.checkpointing))
+
+
+def available_devices() -> list[Device]:
+    """Devices whose backend runs on this machine, best first (cuda:0 when a GPU, its driver and NVRTC
+    are here; cpu only when a C compiler builds kernels)."""
+    from . import cube  # lazy: the kernel library and its compilers load on first use
+    from .cube.runtime.cuda import cuda_available  # lazy: probes the `cuda` extra
+    from .cube.runtime.nvrtc import nvrtc_available  # lazy: probes the `cuda` extra
+    gpu = [Device.cuda(0)] if cuda_available()[0] and nvrtc_available()[0] else []
+    return gpu + ([Device.cpu(), Device.numpy()] if cube.cpu_available()[0] else [Device.numpy()])
+
+
+def wgpu_devices() -> tuple[list[Device], list[Device]]:
+    """(hardware, software) wgpu devices, one per adapter of `ember.cube.runtime.wgpu.adapters()`; both
+    empty without wgpu-py or an adapter."""
+    from .cube.runtime.wgpu import listed_adapters, wgpu_available  # lazy: probes the `wgpu` extra
+    if importlib.util.find_spec("wgpu") is None or not wgpu_available()[0]:
+        return [], []
+    found = listed_adapters()
+    return ([Device.wgpu(a.index) for a in found if a.kind != "CPU"],
+            [Device.wgpu(a.index) for a in found if a.kind == "CPU"])
 
 
 def _check_index(index: int) -> int:

@@ -37,11 +37,10 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from .dispatch import bind
 from .dtype import DType, dtype_of
 from .errors import DeviceError, EmberError
 from .ops.primitive import Aval, Primitive, VjpContext, registry, saves_all, saves_inputs, saves_none, saves_output
-from .tensor import Tensor
+from .tensor import Tensor, bind
 
 
 

@@ -65,14 +65,17 @@ class Stream:
             self.seed, self.offset = state
 
 
-_streams: dict = {}  # the registry of streams, by device without autodiff
+_streams: dict[tuple[str, int], Stream] = {}  # the registry of streams, by device (kind, index)
 _global_seed = _DEFAULT_SEED
 _lock = threading.Lock()
 
 
 def stream_of(device) -> Stream:
-    """The random stream of `device` (created on first use from the global seed)."""
-    key = device.inner
+    """The random stream of `device` and its autodiff variant (created on first use from the global seed)."""
+    return _stream_at((device.kind, device.index))
+
+
+def _stream_at(key: tuple[str, int]) -> Stream:
     stream = _streams.get(key)
     if stream is None:
         with _lock:
@@ -99,17 +102,16 @@ def seed(value: int) -> None:
 def get_state() -> dict:
     """The state of every stream, to save in a checkpoint (`set_state` restores it)."""
     return {"seed": _global_seed,
-            "streams": {f"{d.kind}:{d.index}": list(s.state()) for d, s in _streams.items()}}
+            "streams": {f"{kind}:{index}": list(s.state()) for (kind, index), s in _streams.items()}}
 
 
 def set_state(state: dict) -> None:
     """Restore what `get_state` returned."""
-    from .device import Device
     global _global_seed
     _global_seed = state["seed"]
     for name, st in state["streams"].items():
         kind, index = name.rsplit(":", 1)  # a torch device's kind holds a colon: "torch:cuda:0"
-        stream_of(Device._get(kind, int(index), False, None)).set_state((st[0], st[1]))
+        _stream_at((kind, int(index))).set_state((st[0], st[1]))
 
 
 # ---- the numbers: Philox4x32-10 and the distributions built on it -------------------------------

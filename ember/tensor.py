@@ -1,11 +1,17 @@
 """`Tensor`: the user-facing array. It holds a device, a backend handle and an abstract value (shape and
-dtype), and never names a backend: every op goes through `dispatch.bind` to the device's stack.
+dtype), and never names a backend: every op goes through `bind` (below) to the device's stack.
 
 Tensors are immutable values. `x[idx] = v` rebinds `x` to a new tensor (recorded by autodiff); other
 tensors that shared data with the old `x` are not changed.
 
 The methods are defined in topical modules under `ember/api/` (creation, math, reduce, shape, index,
-linalg, activation) and attached here, so each op's user-facing docs live beside its composition.
+linalg, activation), which attach them when `ember.api` is imported, so each op's user-facing docs live
+beside its composition. This module is the base of the tensor layer: it imports the layers below
+(device, autodiff, ops), never `ember.api`.
+
+`bind(prim, inputs, params)` is the one path every tensor op takes: it checks that the inputs share a
+device (lifting a plain tensor onto the autodiff variant of its own device, so `w - lr * grad` works),
+runs the primitive's shape rule, and asks the device's backend (`device.backend`) to execute.
 
 Example:
     >>> x = ember.tensor([[1.0, 2.0], [3.0, 4.0]])
@@ -20,8 +26,13 @@ from typing import Any
 
 import numpy as np
 
+from .autodiff.gradients import Gradients
+from .autodiff.graph import backward as _backward
+from .device import KINDS, Device
 from .dtype import DType, dtype_of
-from .ops.primitive import Aval
+from .errors import DeviceError, DTypeError, ShapeError
+from .ops import registry
+from .ops.primitive import Aval, Primitive, normalize_dim
 
 
 class Tensor:
@@ -68,7 +79,6 @@ class Tensor:
         """`shape`, or the size of one dim (PyTorch's `size`)."""
         if dim is None:
             return self.shape
-        from .ops.primitive import normalize_dim
         return self.shape[normalize_dim("size", dim, self.ndim)]
 
     def __len__(self) -> int:
@@ -122,7 +132,6 @@ class Tensor:
             >>> ember.ones(2).to("numpy", "f16").dtype
             f16
         """
-        from .dispatch import transfer
         device, dtype = device_and_dtype("Tensor.to", args, device, dtype)
         out = self if device is None else transfer(self, device)
         return out if dtype is None else out.cast(dtype)
@@ -132,8 +141,6 @@ class Tensor:
         dtype = dtype_of(dtype)
         if dtype is self.dtype:
             return self
-        from .dispatch import bind
-        from .ops import registry
         return bind(registry["cast"], (self,), {"dtype": dtype})
 
     # ---- autodiff --------------------------------------------------------------------------------
@@ -163,7 +170,6 @@ class Tensor:
 
     def inner(self) -> "Tensor":
         """The same value on the device without autodiff (shares the data)."""
-        from .dispatch import transfer
         return transfer(self, self._device.inner)
 
     def backward(self, grad: "Tensor | None" = None, *, create_graph: bool = False, inputs=None):
@@ -179,8 +185,6 @@ class Tensor:
             >>> grads = loss.backward()
             >>> w.grad(grads)
         """
-        from .autodiff.gradients import Gradients
-        from .autodiff.graph import backward
         node = getattr(self._handle, "node", None)
         if node is None:
             raise RuntimeError("backward(): this tensor has no gradient history; make its inputs with "
@@ -190,24 +194,20 @@ class Tensor:
         if seed is None and not self.shape:
             # a loss: its seed 1 is the kept read-only 0-d constant of binary ops' scalars (no fill made
             # and run at every step), in a tensor object of its own
-            from .api._common import scalar_like
             one = scalar_like(1, self.dtype, inner)
             seed = Tensor._make(inner, one._handle, one._aval)
         elif seed is None:
-            from .errors import ShapeError
             if self.numel != 1:
                 raise ShapeError("backward", f"a seed is implied only for a tensor of one element, this one has "
                                              f"shape {self.shape}: pass one of that shape, y.backward(seed), or "
                                              f"reduce first, y.sum().backward()")
-            from .api.creation import ones
-            seed = ones(*self.shape, dtype=self.dtype, device=inner)
+            seed = create(inner, registry["full"], {"shape": self.shape, "value": 1, "dtype": self.dtype})
         elif seed.shape != self.shape:
-            from .errors import ShapeError
             raise ShapeError("backward", f"grad of shape {seed.shape} for a tensor of shape {self.shape}")
         if create_graph:
             seed = seed.to(self._device)
         stop = None if inputs is None else [Gradients._node(t) for t in inputs]
-        return Gradients(backward(node, seed, create_graph, stop))
+        return Gradients(_backward(node, seed, create_graph, stop))
 
     def register_hook(self, fn):
         """Call `fn(grad)` with this tracked tensor's gradient during each backward walk; a tensor it
@@ -261,12 +261,10 @@ class Tensor:
         return self  # tensors are immutable values: a copy may share them
 
     def __reduce__(self):
-        from .api.creation import tensor
-        return (tensor, (np.array(self.numpy()), self.dtype.name, self._device.inner))
+        return (from_host, (np.array(self.numpy()), self._device.inner))
 
 
 def _is_device_string(text: str) -> bool:
-    from .device import KINDS
     return text.split(":")[0].lower() in KINDS
 
 
@@ -279,8 +277,6 @@ def device_and_dtype(op: str, args: tuple, device=None, dtype=None) -> "tuple[An
         >>> device_and_dtype("to", ("cpu", "bf16"))
         (Device("cpu"), bf16)
     """
-    from .device import Device, KINDS
-    from .errors import DeviceError, DTypeError
     if len(args) > 2:
         raise TypeError(f"{op}() takes a device and a dtype, got {len(args)} positional arguments")
     for arg in args:
@@ -309,13 +305,138 @@ def _cast_method(name: str, dtype: str):
     return convert
 
 
-def _attach_methods() -> None:
-    """Attach the functions of `ember/api/*` as Tensor methods and operators."""
-    from .api import METHODS
-    for name, fn in METHODS.items():
-        setattr(Tensor, name, fn)
-    for name, dtype in CASTS.items():
-        setattr(Tensor, name, _cast_method(name, dtype))
+for _name, _dtype in CASTS.items():
+    setattr(Tensor, _name, _cast_method(_name, _dtype))
 
 
-_attach_methods()
+# ---- the bridge from a tensor op to its device's backend stack -----------------------------------
+
+def _unify(prim_name: str, inputs: tuple) -> tuple[Device, tuple]:
+    """The one device `inputs` can meet on, and the inputs on it.
+
+    Plain tensors meet the autodiff variant of their own device by being lifted (no copy); anything
+    else is an error naming the devices.
+    """
+    target = next((t._device for t in inputs if t._device.is_autodiff), inputs[0]._device)
+    for t in inputs:
+        d = t._device
+        if d.inner is not target.inner or (d.is_autodiff and d is not target):
+            devices = sorted({repr(t._device) for t in inputs})
+            why = ("autodiff devices with different checkpointing" if d.inner is target.inner
+                   else "different devices")
+            raise DeviceError(f"{prim_name}: tensors are on {why}, {' and '.join(devices)}; "
+                              f"move them with .to(device)")
+    backend = target._backend or target.backend
+    return target, tuple(t if t._device is target else
+                         Tensor._make(target, backend.lift(t._handle, t._aval), t._aval) for t in inputs)
+
+
+def bind(prim: Primitive, inputs: tuple, params: dict) -> Tensor:
+    """Apply `prim` to tensors `inputs` with `params`; the result is a tensor on their device.
+
+    Example:
+        >>> bind(registry["exp"], (x,), {})        # what x.exp() does
+    """
+    if len(inputs) == 2:  # the common binary op, without the loop and the two comprehensions' frames
+        a, b = inputs
+        device = a._device
+        if b._device is not device:
+            device, (a, b) = _unify(prim.name, inputs)
+        aval = prim.infer(a._aval, b._aval, **params)
+        handles = [a._handle, b._handle]
+    elif len(inputs) == 1:  # views, unary ops and reductions: no loop either
+        a, = inputs
+        device = a._device
+        aval = prim.infer(a._aval, **params)
+        handles = [a._handle]
+    else:
+        device = inputs[0]._device
+        for t in inputs:
+            if t._device is not device:
+                device, inputs = _unify(prim.name, inputs)
+                break
+        aval = prim.infer(*[t._aval for t in inputs], **params)
+        handles = [t._handle for t in inputs]
+    backend = device._backend or device.backend
+    handle = backend.execute(prim, handles, params, aval)
+    out = _new(Tensor)  # Tensor._make's work without its frame (the dispatch hot path)
+    out._device, out._handle, out._aval = device, handle, aval
+    return out
+
+
+_new = object.__new__
+Tensor._bind = staticmethod(bind)  # how the primitives' gradient rules bind (`ember.ops.spatial.call`)
+
+
+def create(device: Device, prim: Primitive, params: dict) -> Tensor:
+    """Run a creation primitive (no tensor inputs) on `device`."""
+    aval = prim.infer(**params)
+    return Tensor._make(device, device.backend.execute(prim, [], params, aval), aval)
+
+
+def from_host(array: np.ndarray, device: Device) -> Tensor:
+    """A tensor on `device` over the host `array`, of its dtype (the CPU devices may share its memory).
+
+    Example:
+        >>> from_host(np.zeros(2, np.float32), Device.numpy()).dtype
+        f32
+    """
+    return Tensor._make(device, device.backend.from_host(array), Aval(array.shape, dtype_of(array.dtype)))
+
+
+_scalars: dict[tuple, Tensor] = {}  # a small registry of constant 0-d tensors, by value, dtype, device
+
+
+def scalar_like(value, dtype: DType, device: Device) -> Tensor:
+    """A 0-d tensor holding a Python scalar, on `device` with `dtype`.
+
+    Recent constants are reused (tensors are immutable): `x * 2.0` in a loop converts 2.0 once. A zero
+    or NaN is keyed by its text: 0.0 == -0.0 would share one key, and NaN, equal to nothing, would
+    miss its own (a loss's `masked_fill(empty, nan)` then uploaded a new 0-d tensor at every step, and
+    kept up to 1,024 of them).
+
+    Example:
+        >>> scalar_like(float("nan"), f32, device) is scalar_like(float("nan"), f32, device)
+        True
+    """
+    if value and value == value:  # the common case: a number other than zero, equal to itself
+        key = (type(value), value, dtype, device)
+    else:
+        key = (type(value), repr(value), dtype, device)
+    hit = _scalars.get(key)
+    if hit is not None:
+        return hit
+    array = np.asarray(value).astype(dtype.np)  # astype wraps ints as PyTorch does (u8: -2 -> 254)
+    array.flags.writeable = False
+    out = Tensor._make(device, device.backend.from_host(array), Aval((), dtype))
+    if len(_scalars) >= 1024:
+        _scalars.clear()
+    _scalars[key] = out
+    return out
+
+
+def transfer(tensor: Tensor, device: Device) -> Tensor:
+    """`tensor` on `device`: free between a device and its autodiff variant, else through the host."""
+    source = tensor._device
+    if source is device:
+        return tensor
+    if source.inner is device.inner:
+        if device.is_autodiff and not source.is_autodiff:
+            return Tensor._make(device, device.backend.lift(tensor._handle, tensor._aval), tensor._aval)
+        if source.is_autodiff and not device.is_autodiff:
+            return Tensor._make(device, tensor._handle.primal, tensor._aval)
+        return Tensor._make(device, device.backend.lift(tensor._handle.primal, tensor._aval), tensor._aval)
+    array = source.backend.to_host(tensor._handle)
+    return Tensor._make(device, device.backend.from_host(array), tensor._aval)
+
+
+def value_bounds(tensor: Tensor) -> tuple[int, int] | None:
+    """(min, max) of an integer tensor's values when its backend knows them without waiting for a device
+    (data uploaded from the host keeps the bounds of that data), else None: a check of index values
+    reads them (and waits for the work queued before) only when this says nothing.
+
+    Example:
+        >>> value_bounds(ember.tensor([3, 1, 2], device=Device.cuda(0)))
+        (1, 3)
+    """
+    return tensor._device.backend.value_bounds(tensor._handle)

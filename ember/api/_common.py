@@ -6,12 +6,10 @@ import operator
 
 import numpy as np
 
-from ..dispatch import bind, create
 from ..dtype import FLOAT, DType, default_float, dtype_of, result_type
 from ..errors import ShapeError
 from ..ops import registry
-from ..ops.primitive import Aval
-from ..tensor import Tensor
+from ..tensor import Tensor, bind, create, scalar_like
 
 __all__ = ["apply", "create_on", "promote", "scalar_like", "to_tensor_like", "shape_arg", "Tensor",
            "registry", "result_type", "default_float", "dtype_of"]
@@ -25,37 +23,6 @@ def apply(name: str, *inputs: Tensor, **params) -> Tensor:
 def create_on(device, name: str, **params) -> Tensor:
     """Run the creation primitive called `name` on `device`."""
     return create(device, registry[name], params)
-
-
-_scalars: dict[tuple, Tensor] = {}  # a small registry of constant 0-d tensors, by value, dtype, device
-
-
-def scalar_like(value, dtype: DType, device) -> Tensor:
-    """A 0-d tensor holding a Python scalar, on `device` with `dtype`.
-
-    Recent constants are reused (tensors are immutable): `x * 2.0` in a loop converts 2.0 once. A zero
-    or NaN is keyed by its text: 0.0 == -0.0 would share one key, and NaN, equal to nothing, would
-    miss its own (a loss's `masked_fill(empty, nan)` then uploaded a new 0-d tensor at every step, and
-    kept up to 1,024 of them).
-
-    Example:
-        >>> scalar_like(float("nan"), f32, device) is scalar_like(float("nan"), f32, device)
-        True
-    """
-    if value and value == value:  # the common case: a number other than zero, equal to itself
-        key = (type(value), value, dtype, device)
-    else:
-        key = (type(value), repr(value), dtype, device)
-    hit = _scalars.get(key)
-    if hit is not None:
-        return hit
-    array = np.asarray(value).astype(dtype.np)  # astype wraps ints as PyTorch does (u8: -2 -> 254)
-    array.flags.writeable = False
-    out = Tensor._make(device, device.backend.from_host(array), Aval((), dtype))
-    if len(_scalars) >= 1024:
-        _scalars.clear()
-    _scalars[key] = out
-    return out
 
 
 def to_tensor_like(value, like: Tensor, dtype: DType) -> Tensor:

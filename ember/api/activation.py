@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 
 from .. import amp
+from ..errors import ShapeError
 from ._common import Tensor
 from .math import _float_unary, where
 
@@ -98,7 +99,7 @@ def softsign(x: Tensor) -> Tensor:
 @amp.float32
 def softmax(x: Tensor, dim: int = -1) -> Tensor:
     """`exp(x) / sum(exp(x))` along `dim`, shifted by the maximum for stability (over the last dim on a
-    GPU cube target: one op, `ember.nn.ops.rowwise`)."""
+    GPU cube target: one op, `ember.api.rowwise`)."""
     if not x.dtype.is_float:
         x = x.cast("f32")
     rows = _rows_op(x, dim)
@@ -126,11 +127,11 @@ def log_softmax(x: Tensor, dim: int = -1) -> Tensor:
 
 
 def _rows_op(x: Tensor, dim: int):
-    """The one-op softmax over the last dim (`ember.nn.ops.rowwise.softmax_rows`) when it takes `x` along
+    """The one-op softmax over the last dim (`rowwise.softmax_rows`) when it takes `x` along
     `dim`, else None (the composition)."""
     if dim not in (-1, x.ndim - 1):
         return None
-    from ..nn.ops import rowwise
+    from . import rowwise  # lazy: it loads the cube kernel library, which `import ember` does not
     return rowwise.softmax_rows if rowwise.routes(x) else None
 
 
@@ -144,7 +145,6 @@ def _shift(x: Tensor, dim: int) -> Tensor:
 def glu(x: Tensor, dim: int = -1) -> Tensor:
     """The gated linear unit: `a * sigmoid(b)` for the two halves `a, b` of `x` along `dim`."""
     if x.shape[dim] % 2:
-        from ..errors import ShapeError
         raise ShapeError("glu", f"dim {dim} of shape {x.shape} must have an even size")
     a, b = x.chunk(2, dim)
     return a * b.sigmoid()

@@ -19,8 +19,9 @@ import numpy as np
 from ..device import Device
 from ..dtype import DType, bool_, default_float, dtype_of, i64
 from ..errors import DTypeError, ShapeError
-from ..ops.primitive import Aval, check_size
+from ..ops.primitive import check_size
 from ..random import stream_of
+from ..tensor import from_host
 from ._common import Tensor, create_on, shape_arg
 
 
@@ -37,9 +38,7 @@ def from_numpy(array: np.ndarray, device=None) -> Tensor:
     """
     if not isinstance(array, np.ndarray):
         raise TypeError(f"from_numpy expects a numpy.ndarray, got {type(array).__name__}")
-    dtype = dtype_of(array.dtype)
-    device = _device(device)
-    return Tensor._make(device, device.backend.from_host(array), Aval(array.shape, dtype))
+    return from_host(array, _device(device))
 
 
 def tensor(data, dtype=None, device=None) -> Tensor:
@@ -68,7 +67,6 @@ def _from_python(data) -> tuple[np.ndarray, DType]:
     try:
         array = np.asarray(data)
     except ValueError:  # NumPy refuses ragged nested sequences
-        from ..errors import ShapeError
         raise ShapeError("tensor", "nested sequences have unequal lengths (a tensor needs a regular shape)") from None
     if array.dtype == object:
         raise TypeError("ember.tensor: data must be numbers or (nested) sequences of numbers of equal length")
@@ -285,6 +283,21 @@ def new_zeros(x: Tensor, *shape) -> Tensor:
     return _constant("new_zeros", shape, 0, x.dtype, x.device)
 
 
+def new_ones(x: Tensor, *shape) -> Tensor:
+    """Ones of `shape` with the dtype and device of `x`. Example: `x.new_ones(2, 2)`."""
+    return _constant("new_ones", shape, 1, x.dtype, x.device)
+
+
+def new_tensor(x: Tensor, data, dtype=None) -> Tensor:
+    """A copy of `data` on the device of `x`, of `dtype` (by default the dtype of `x`, as in PyTorch).
+
+    Example:
+        >>> ember.zeros(2).new_tensor([1, 2]).tolist()
+        [1.0, 2.0]
+    """
+    return tensor(data, dtype=x.dtype if dtype is None else dtype, device=x.device)
+
+
 def new_full(x: Tensor, shape, fill_value) -> Tensor:
     """`fill_value` in `shape` with the dtype and device of `x`."""
     return _constant("new_full", (shape,), fill_value, x.dtype, x.device)
@@ -292,5 +305,5 @@ def new_full(x: Tensor, shape, fill_value) -> Tensor:
 
 METHODS = {
     "zeros_like": zeros_like, "ones_like": ones_like, "full_like": full_like, "new_zeros": new_zeros,
-    "new_full": new_full,
+    "new_ones": new_ones, "new_tensor": new_tensor, "new_full": new_full,
 }

@@ -21,8 +21,9 @@ import numpy as np
 
 from ..dtype import bool_, i64
 from ..errors import ShapeError
-from ..ops.primitive import normalize_dim
+from ..ops.primitive import broadcast_shapes, normalize_dim
 from ._common import Tensor, apply, to_tensor_like
+from .creation import arange, from_numpy, tensor
 
 
 class IndexBuilder:
@@ -36,7 +37,6 @@ s = IndexBuilder()
 
 
 def _as_index_tensor(item, device) -> Tensor:
-    from .creation import tensor
     t = item if isinstance(item, Tensor) else tensor(np.asarray(item), device=device)
     if t.dtype.is_float:
         raise IndexError(f"tensors used as indices must be integer or bool, got {t.dtype}")
@@ -157,10 +157,8 @@ def _advanced(x: Tensor, items: list) -> Tensor:
     y = _basic(x, basic)
     advanced = [(d, i) for d, i in enumerate(expanded) if not isinstance(i, slice)]
     dims = [d for d, _ in advanced]
-    from .creation import tensor
     indices = [i if isinstance(i, Tensor) else tensor(int(i), device=x.device.inner) for _, i in advanced]
     indices = [_bounded(t.cast(i64), d, y.shape[d]) for (d, _), t in zip(advanced, indices)]
-    from ..ops.primitive import broadcast_shapes
     batch = broadcast_shapes("index", *(t.shape for t in indices))
     rest = [d for d in range(y.ndim) if d not in dims]
     moved = y.permute(dims + rest)
@@ -209,7 +207,6 @@ def slice_assign(x: Tensor, index, value) -> Tensor:
     items, _ = _normalize(x, index)
     value = to_tensor_like(value, x, x.dtype) if not isinstance(value, Tensor) else value.cast(x.dtype)
     if any(isinstance(i, Tensor) for i in items):
-        from .creation import arange
         positions = getitem(arange(x.numel, device=x.device.inner).reshape(x.shape), tuple(items))
         value = _broadcast_value(value, positions.shape)
         flat = x.reshape(-1)
@@ -273,7 +270,6 @@ def index_add(x: Tensor, dim: int, index: Tensor, source: Tensor, alpha: float =
 
 def masked_select(x: Tensor, mask: Tensor) -> Tensor:
     """The elements of `x` where `mask` (broadcast with `x`) holds, as a 1-d tensor."""
-    from ..ops.primitive import broadcast_shapes
     shape = broadcast_shapes("masked_select", x.shape, mask.shape)
     return x.expand(shape).reshape(-1)[mask.cast(bool_).expand(shape).reshape(-1)]
 
@@ -299,7 +295,6 @@ def one_hot(x: Tensor, num_classes: int = -1) -> Tensor:
         low, high = int(x.min().item()), int(x.max().item())
         if low < 0 or high >= num_classes:
             raise IndexError(f"one_hot: class {low if low < 0 else high} is out of range for {num_classes} classes")
-    from .creation import arange
     return (x.unsqueeze(-1) == arange(num_classes, device=x.device)).cast(i64)
 
 
@@ -308,7 +303,6 @@ def nonzero(x: Tensor, as_tuple: bool = False):
 
     This reads the data on the host (the output size depends on it).
     """
-    from .creation import from_numpy
     found = np.argwhere(x.numpy() != 0).astype(np.int64)
     device = x.device.inner
     if as_tuple:

@@ -15,9 +15,10 @@ from __future__ import annotations
 import numpy as np
 
 from .. import amp
-from ..dtype import bf16, bool_, default_float, f16, f32
+from ..dtype import bf16, bool_, default_float, f16, f32, result_type
 from ..errors import DTypeError
-from ._common import Tensor, apply, bind, promote, registry
+from ._common import Tensor, apply, bind, promote, registry, scalar_like, to_tensor_like
+from .creation import tensor
 
 FLOAT_UNARY = ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin", "cos",
                "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf",
@@ -269,8 +270,6 @@ def where(condition: Tensor, a, b) -> Tensor:
     if not isinstance(condition, Tensor):
         raise TypeError("where: condition must be a bool tensor")
     if not isinstance(a, Tensor) and not isinstance(b, Tensor):
-        from ..dtype import result_type
-        from ._common import scalar_like
         a = scalar_like(a, result_type(a, b), condition.device)
     x, y = promote(a, b)
     return apply("where", condition.cast(bool_), x, y)
@@ -283,7 +282,6 @@ def _where_method(x: Tensor, condition: Tensor, other) -> Tensor:
 
 def masked_fill(x: Tensor, mask: Tensor, value) -> Tensor:
     """`x` with `value` wherever `mask` is true (the result keeps the dtype of `x`)."""
-    from ._common import to_tensor_like
     return apply("where", mask.cast(bool_), to_tensor_like(value, x, x.dtype), x)
 
 
@@ -366,7 +364,6 @@ def _operator(fn):
         kind = type(other)
         if kind is not Tensor and kind is not float and kind is not int:  # the common operands pass at once
             if isinstance(other, np.ndarray):  # a NumPy array takes part as a tensor, as in PyTorch
-                from .creation import tensor
                 other = tensor(other, device=x._device.inner)
             elif not isinstance(other, _OPERANDS):
                 return NotImplemented

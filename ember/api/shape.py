@@ -18,8 +18,8 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..ops.primitive import normalize_dim
-from ..dispatch import bind
-from ._common import Tensor, apply, promote, registry, shape_arg
+from ._common import Tensor, apply, bind, promote, registry, shape_arg
+from .creation import from_numpy
 
 _PERMUTE = registry["permute"]
 
@@ -324,7 +324,6 @@ def _pad_index(mode: str, n: int, before: int, after: int, device) -> Tensor:
         period = 2 * (n - 1) if n > 1 else 1
         m = np.abs(positions) % period
         index = np.where(m < n, m, period - m)
-    from .creation import from_numpy
     return from_numpy(index.astype(np.int64), device)
 
 
@@ -335,7 +334,6 @@ def _triangle(x: Tensor, diagonal: int, lower: bool) -> Tensor:
     i = np.arange(rows)[:, None]
     j = np.arange(cols)[None, :]
     keep = (j - i <= diagonal) if lower else (j - i >= diagonal)
-    from .creation import from_numpy
     mask = from_numpy(keep, x.device)
     return x.masked_fill(~mask, 0)
 
@@ -360,7 +358,6 @@ def diagonal(x: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor
     length = max(0, min(rows, cols - offset) if offset >= 0 else min(rows + offset, cols))
     start_r, start_c = (0, offset) if offset >= 0 else (-offset, 0)
     flat = (np.arange(length) + start_r) * cols + np.arange(length) + start_c
-    from .creation import from_numpy
     merged = reshape(moved, moved.shape[:-2] + (rows * cols,))
     return merged.index_select(-1, from_numpy(flat.astype(np.int64), x.device))
 

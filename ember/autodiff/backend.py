@@ -16,11 +16,11 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..backend.base import Decorator, Backend
+from ..dtype import dtype_of
 from ..ops.primitive import Aval, Primitive
+from . import CHECKPOINTING
 from .grad_mode import grad_enabled
 from .graph import Const, Node
-
-CHECKPOINTING = (None, "balanced")
 
 
 class Tracked:
@@ -37,12 +37,11 @@ class Tracked:
 class Autodiff(Decorator):
     """Reverse-mode autodiff over `inner`; `checkpointing="balanced"` recomputes cheap ops in backward."""
 
-    def __init__(self, inner: Backend, inner_device, checkpointing: str | None = None) -> None:
+    def __init__(self, inner: Backend, checkpointing: str | None = None) -> None:
         super().__init__(inner)
         if checkpointing not in CHECKPOINTING:
             raise ValueError(f"unknown checkpointing strategy {checkpointing!r}; known: {CHECKPOINTING}")
         self.name = f"autodiff({inner.name})"
-        self.inner_device = inner_device
         self.checkpointing = checkpointing
         self._saves: dict[tuple, tuple] = {}  # (prim, which inputs are tracked) -> prim.saves(tracked)
 
@@ -72,7 +71,6 @@ class Autodiff(Decorator):
         return Node(prim, params, parents, out, result, self, prim.cost == "compute")
 
     def from_host(self, array: np.ndarray) -> Tracked:
-        from ..dtype import dtype_of
         return Tracked(self.inner.from_host(array), None, Aval(array.shape, dtype_of(array.dtype)))
 
     def to_host(self, handle: Tracked) -> np.ndarray:
@@ -90,23 +88,10 @@ class Autodiff(Decorator):
         """The same value as a fresh leaf that collects a gradient."""
         return Tracked(handle.primal, Node(None, {}, (), handle.aval, handle.primal, self), handle.aval)
 
-    def wrap_inner(self, inner_handle: Any, aval: Aval):
-        """A tensor on the inner device around an inner handle (what gradient rules compute with)."""
-        return (_Tensor or _tensor_class())._make(self.inner_device, inner_handle, aval)
-
-    def wrap_tracked(self, inner_handle: Any, aval: Aval, node: Node | None):
-        """A tensor on this autodiff device, tracked through `node` (what rules compute with when the
-        backward walk creates a graph)."""
-        device = self.inner_device.autodiff(self.checkpointing)
-        return (_Tensor or _tensor_class())._make(device, Tracked(inner_handle, node, aval), aval)
+    def wrap_tracked(self, like, inner_handle: Any, aval: Aval, node: Node | None):
+        """A tensor like `like` (a tensor of this autodiff device) around an inner handle, tracked through
+        `node`: what rules compute with when the backward walk creates a graph."""
+        return like._make(like._device, Tracked(inner_handle, node, aval), aval)
 
 
 _new = object.__new__
-_Tensor = None  # ember.tensor imports this package: imported at the first use, then kept
-
-
-def _tensor_class():
-    global _Tensor
-    from ..tensor import Tensor
-    _Tensor = Tensor
-    return Tensor

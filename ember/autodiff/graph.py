@@ -33,6 +33,7 @@ import threading
 import weakref
 from typing import Any, Callable, Iterable
 
+from ..errors import ShapeError
 from ..ops.primitive import Aval, Primitive, VjpContext
 
 MAX_RECOMPUTE_DEPTH = 4
@@ -134,7 +135,7 @@ class Node:
             except TypeError:  # handles without weak references stay kept
                 pass
 
-    # What a gradient rule reads, as tensors on the inner (non-autodiff) device.
+    # What a gradient rule reads, as tensors like `like` (the cotangent: a tensor on the inner device).
     @property
     def input_avals(self) -> tuple[Aval, ...]:
         return tuple(p.aval for p in self.parents)
@@ -142,14 +143,14 @@ class Node:
     def parent_is_tracked(self, i: int) -> bool:
         return type(self.parents[i]) is Node
 
-    def input_tensors(self) -> tuple:
-        return tuple(_tensor(self.tape, p) for p in self.parents)
+    def input_tensors(self, like) -> tuple:
+        return tuple(_tensor(self.tape, p, like) for p in self.parents)
 
-    def input_tensor(self, i: int):
-        return _tensor(self.tape, self.parents[i])
+    def input_tensor(self, i: int, like):
+        return _tensor(self.tape, self.parents[i], like)
 
-    def output_tensor(self):
-        return _tensor(self.tape, self)
+    def output_tensor(self, like):
+        return _tensor(self.tape, self, like)
 
     def add_hook(self, fn: Callable) -> "HookHandle":
         """Call `fn(grad)` with this value's cotangent in each backward walk; see `Tensor.register_hook`."""
@@ -160,12 +161,13 @@ class Node:
         return handle
 
 
-def _tensor(tape, source: "Node | Const"):
-    """The value of `source` as a rule of a node on `tape` reads it: a tensor on the inner device, or, in
-    a walk that creates a graph, on the autodiff device, tracked through `source` when it is a node."""
+def _tensor(tape, source: "Node | Const", like):
+    """The value of `source` as a rule of a node on `tape` reads it, made like the rule's cotangent `like`
+    (this package imports no tensor layer): a tensor on the inner device, or, in a walk that creates a
+    graph, on the autodiff device, tracked through `source` when it is a node."""
     if creating_graph():
-        return tape.wrap_tracked(source.primal(), source.aval, source if type(source) is Node else None)
-    return tape.wrap_inner(source.primal(), source.aval)
+        return tape.wrap_tracked(like, source.primal(), source.aval, source if type(source) is Node else None)
+    return like._make(like._device, source.primal(), source.aval)
 
 
 class HookHandle:
@@ -256,7 +258,7 @@ def backward(root: "Node | Iterable[Node]", cotangent, create_graph: bool = Fals
                     node._cache = None
                     node.release()
                 continue
-            grads = node.prim.vjp(VjpContext(node, node.params), g)
+            grads = node.prim.vjp(VjpContext(node, node.params, g), g)
             if not retain:
                 node._cache = None  # every rule that could read this value has run
                 node.release()
@@ -272,7 +274,6 @@ def backward(root: "Node | Iterable[Node]", cotangent, create_graph: bool = Fals
 
 def _run_hooks(node: Node, g):
     """`g` after the node's hooks, in the order they were registered (a hook returning None keeps it)."""
-    from ..errors import ShapeError
     for fn in list(node.hooks.values()):
         replaced = fn(g)
         if replaced is None:

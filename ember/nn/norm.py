@@ -21,6 +21,7 @@ import numpy as np
 
 from .. import amp
 from ..api import creation
+from ..api import rowwise
 from ..dtype import i64
 from ..errors import ShapeError
 from ..tensor import Tensor
@@ -57,21 +58,19 @@ def _check_trailing(op: str, x: Tensor, shape: tuple[int, ...]) -> tuple[int, ..
 
 
 def _rows_routed(x: Tensor, shape: tuple, weight: Tensor | None, bias: Tensor | None) -> bool:
-    """Whether layer/RMS norm over the trailing `shape` of `x` runs as one op (`ember.nn.ops.rowwise`):
+    """Whether layer/RMS norm over the trailing `shape` of `x` runs as one op (`ember.api.rowwise`):
     on a GPU cube target, with the parameters (if any) of `shape` and of x's dtype and device."""
-    from .ops.rowwise import routes
     params = [p for p in (weight, bias) if p is not None]
-    return (len(shape) >= 1 and routes(x) and all(isinstance(p, Tensor) and p.shape == shape and p.dtype is x.dtype
+    return (len(shape) >= 1 and rowwise.routes(x) and all(isinstance(p, Tensor) and p.shape == shape and p.dtype is x.dtype
                                                    and p.device == x.device for p in params))
 
 
 def _norm_rows(x: Tensor, shape: tuple, weight: Tensor | None, bias: Tensor | None, eps: float, rms: bool) -> Tensor:
     """The norm over the trailing `shape` as rows of prod(shape) elements (`rowwise.norm_rows`)."""
-    from .ops.rowwise import norm_rows
     n = math.prod(shape)
     rows = x.reshape(x.shape[:x.ndim - len(shape)] + (n,)) if len(shape) > 1 else x
     flat = [p.reshape(n) if p is not None and len(shape) > 1 else p for p in (weight, bias)]
-    y = norm_rows(rows, *(p if p is not None else rows for p in flat), eps=float(eps), rms=rms,
+    y = rowwise.norm_rows(rows, *(p if p is not None else rows for p in flat), eps=float(eps), rms=rms,
                   has_weight=weight is not None, has_bias=bias is not None)
     return y.reshape(x.shape) if len(shape) > 1 else y
 

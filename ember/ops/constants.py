@@ -4,11 +4,12 @@ class positions, the positions along a dim that gather's gradient compares its i
 An upload from the host at every call would wait for the GPU (the runtime's copies from the host
 synchronize), so an op that needs a fixed tensor of its shape asks `kept` for it: made on the first
 call of a key and device, then the same tensor, with the oldest of a cache's `KEEP` entries dropped.
+It is made through a tensor at hand (`like.new_tensor`), so this package imports no tensor layer.
 
 Example:
-    >>> cache = {}
-    >>> a = kept(cache, ("positions", 3), lambda: np.arange(3), ember.Device.cpu())
-    >>> kept(cache, ("positions", 3), lambda: np.arange(3), ember.Device.cpu()) is a
+    >>> cache, x = {}, ember.zeros(2)
+    >>> a = kept(cache, ("positions", 3), lambda: np.arange(3), x)
+    >>> kept(cache, ("positions", 3), lambda: np.arange(3), x) is a
     True
 """
 
@@ -25,13 +26,14 @@ KEEP = 4
 """Entries a cache keeps (a few shapes at once: a model's sequence lengths, its vocabularies)."""
 
 
-def kept(cache: dict, key: tuple, host: Callable[[], np.ndarray], device) -> Tensor:
-    """The tensor of `host()` on `device`, made once per (`key`, `device`) in `cache` and kept."""
-    full = (*key, device)
+def kept(cache: dict, key: tuple, host: Callable[[], np.ndarray], like: Tensor) -> Tensor:
+    """The tensor of `host()` (of its dtype) on the device of `like`, made once per (`key`, device) in
+    `cache` and kept."""
+    full = (*key, like.device)
     found = cache.get(full)
     if found is None:
-        from ..api.creation import tensor
-        found = tensor(host(), device=device)
+        array = host()
+        found = like.new_tensor(array, dtype=array.dtype)
         if len(cache) >= KEEP:
             cache.pop(next(iter(cache)))
         cache[full] = found

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import DTypeError, ShapeError
+from .constants import kept
 from .primitive import Aval, primitive, saves_inputs_at
 
 
@@ -67,10 +68,9 @@ def _gather_vjp(ctx, g):
     dim = ctx.params["dim"]
     if len(shape) and index.shape[dim] == 1 and all(n == m for d, (n, m) in enumerate(zip(index.shape, shape))
                                                      if d != dim):
-        from .constants import kept
         along = tuple(n if d == dim else 1 for d, n in enumerate(shape))
         positions = kept(_positions, (shape[dim], dim, len(shape), index.dtype),
-                         lambda: np.arange(shape[dim], dtype=index.dtype.np).reshape(along), g.device)
+                         lambda: np.arange(shape[dim], dtype=index.dtype.np).reshape(along), g)
         return g.where(positions == index, 0), None
     return g.new_zeros(shape).scatter_add(dim, index, g), None
 

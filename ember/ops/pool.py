@@ -221,16 +221,15 @@ def _avg_reference(x, *, kernel, stride, padding, ceil_mode, count_include_pad, 
 
 
 def _avg_vjp(ctx, g):
-    from ..api.creation import from_numpy, ones
     (shape, _), = ctx.input_avals
     p = ctx.params
     nd = len(p["kernel"])
     divisor = _divisor(shape[2:], g.shape[2:], p["kernel"], p["stride"], p["padding"], p["count_include_pad"],
                        p["divisor_override"])
-    scaled = g / from_numpy(divisor, device=g.device).cast(g.dtype)
+    scaled = g / g.new_tensor(divisor)
     # Each input pixel collects the scaled cotangent of every window it lies in: the adjoint of a
     # depthwise convolution with a kernel of ones.
-    kernel = ones(shape[1], 1, *p["kernel"], dtype=g.dtype, device=g.device)
+    kernel = g.new_ones(shape[1], 1, *p["kernel"])
     extra = tuple(n + 2 * pad - ((o - 1) * s + k) for n, o, k, s, pad in
                   zip(shape[2:], g.shape[2:], p["kernel"], p["stride"], p["padding"]))
     gx = call("conv_transpose", scaled, kernel, stride=p["stride"], padding=p["padding"], output_padding=extra,

@@ -48,26 +48,28 @@ class VjpContext:
     """What a gradient rule may read: the inputs and output as tensors (on the inner device) and params.
 
     Inputs are given lazily through `inputs` so that autodiff checkpointing can recompute them only
-    when a rule actually asks.
+    when a rule actually asks. They are made as tensors like `like`, the rule's cotangent: rules compute
+    with the methods of the tensors they are given, so this package imports no tensor layer.
     """
 
-    __slots__ = ("_node", "params")
+    __slots__ = ("_node", "params", "_like")
 
-    def __init__(self, node, params: dict) -> None:
+    def __init__(self, node, params: dict, like) -> None:
         self._node = node
         self.params = params
+        self._like = like
 
     @property
     def inputs(self) -> tuple:
-        return self._node.input_tensors()
+        return self._node.input_tensors(self._like)
 
     def input(self, i: int):
         """Input `i` alone (a rule that reads one input asks for that one, so the others need not be kept)."""
-        return self._node.input_tensor(i)
+        return self._node.input_tensor(i, self._like)
 
     @property
     def output(self):
-        return self._node.output_tensor()
+        return self._node.output_tensor(self._like)
 
     @property
     def input_avals(self) -> tuple[Aval, ...]:

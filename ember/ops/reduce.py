@@ -19,6 +19,7 @@ import numpy as np
 
 from ..dtype import i64
 from ..errors import ShapeError
+from .constants import kept
 from .primitive import Aval, is_half, primitive, saves_none
 
 
@@ -149,16 +150,19 @@ def _cumprod_vjp(ctx, g):
     return (_cumprod_vjp_exact(x, g, dim),)
 
 
+_positions: dict = {}  # n -> arange(n), kept per device
+
+
 def _cumprod_vjp_exact(x, g, dim):
     """d out_j / d x_i = prod(x[:i]) * prod(x[i+1:j+1]) for j >= i, without dividing (zeros allowed).
 
     Builds an n x n matrix per row of `dim`: O(n^2) work, only taken when `x` holds a zero.
     """
-    from ..api.creation import arange
     xm, gm = x.movedim(dim, -1), g.movedim(dim, -1)
     n = xm.shape[-1]
-    i = arange(n, device=x.device).reshape(n, 1)
-    j = arange(n, device=x.device).reshape(1, n)
+    positions = kept(_positions, (n,), lambda: np.arange(n, dtype=np.int64), x)
+    i = positions.reshape(n, 1)
+    j = positions.reshape(1, n)
     square = xm.unsqueeze(-2).expand(xm.shape[:-1] + (n, n))
     span = square.where(j > i, 1).cumprod(-1).masked_fill(j < i, 0)   # prod(x[i+1:j+1]), j >= i
     before = xm.cumprod(-1).narrow(-1, 0, n - 1).pad((1, 0), value=1.0)  # prod(x[:i])

@@ -20,7 +20,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from ..errors import DTypeError, ShapeError
-from .primitive import is_half
+from .primitive import is_half, registry
 
 
 COLUMN_BUDGET = 1 << 24
@@ -169,13 +169,11 @@ def crop(x: np.ndarray, start, length) -> np.ndarray:
 def call(name: str, *inputs, **params):
     """Bind the registered primitive `name` to tensors: how gradient rules apply companion primitives.
 
-    The tensor layer's `apply` does the same, but `ember.api` imports this package, so rules bind
-    through `dispatch` (imported when a rule runs, long after both packages are loaded).
+    The tensor layer's `apply` does the same; rules sit below it, so they bind through the tensors they
+    are given (`Tensor._bind`, the tensor layer's `bind`).
 
     Example:
         >>> gx = call("conv_transpose", g, w, stride=(1,), padding=(0,), output_padding=(0,),
         ...           dilation=(1,), groups=1)
     """
-    from ..dispatch import bind
-    from .primitive import registry
-    return bind(registry[name], inputs, params)
+    return inputs[0]._bind(registry[name], inputs, params)

@@ -1,7 +1,7 @@
 """The Cube(cpu) backend against the NumPy backend: every lowered primitive on random inputs.
 
 Each check runs one primitive on both backends with the same inputs and params (the output aval comes
-from the primitive's shape rule, as in `dispatch.bind`) and compares values, shapes and dtypes with
+from the primitive's shape rule, as in `ember.tensor.bind`) and compares values, shapes and dtypes with
 the per-dtype tolerances of `tests/tolerances.py`. Inputs cover 0-d, 0-size, broadcast and
 non-contiguous (transposed) operands, in f32/f64/f16/bf16/i32/i64/bool where the primitive allows.
 A check also asserts that the primitive ran on a kernel, not on the NumPy fallback.

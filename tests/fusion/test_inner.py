@@ -265,7 +265,7 @@ def test_an_index_made_by_views_and_where_of_host_data_is_bounded_by_it(fused, r
 
 
 def test_cross_entropy_of_uploaded_targets_reads_nothing_back(fused, rng, monkeypatch):
-    """Cross entropy checks targets uploaded from the host against their bounds (`dispatch.value_bounds`):
+    """Cross entropy checks targets uploaded from the host against their bounds (`ember.tensor.value_bounds`):
     nothing is read back (a read would wait for all the queued work) before the loss is; targets out of
     range still raise at the call, naming the target."""
     from ember.nn.loss import cross_entropy

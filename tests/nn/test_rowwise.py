@@ -1,4 +1,4 @@
-"""Softmax, log-softmax, layer norm and RMS norm as one op each on a GPU cube target (ember/nn/ops/rowwise.py):
+"""Softmax, log-softmax, layer norm and RMS norm as one op each on a GPU cube target (ember/api/rowwise.py):
 the tensor API routes to them on wgpu (lavapipe here) over the last dim only, and their outputs and
 gradients (input, weight, bias) match torch; their NumPy references match torch too."""
 
@@ -14,7 +14,7 @@ from ember import activation as F
 from ember.cube.runtime.wgpu import wgpu_available
 from ember.nn.loss import cross_entropy
 from ember.nn.norm import layer_norm, rms_norm
-from ember.nn.ops import rowwise
+from ember.api import rowwise
 from ops.torch_check import check_op, random
 
 needs_wgpu = pytest.mark.skipif(not wgpu_available()[0], reason=f"no wgpu adapter: {wgpu_available()[1]}")

@@ -117,7 +117,7 @@ def test_conv_transpose_unbatched_and_empty_batch(device, rng):
 
 
 def _bind(name: str, *inputs, **params):
-    from ember.dispatch import bind
+    from ember.tensor import bind
     from ember.ops import registry
     return bind(registry[name], inputs, params)
 

@@ -98,7 +98,7 @@ def test_adaptive_max_pool_ties_pick_the_row_major_first(device, rng):
 def test_max_pool_grad_and_its_gradient(device, rng, kernel, stride, padding, dilation, ceil_mode):
     # max_pool's input gradient as a primitive (windows apart, padded, overlapping) and its own rule
     # (a gather at the winners) against torch's double backward: d/dg of <dL/dx(x, g), c>.
-    from ember.dispatch import bind
+    from ember.tensor import bind
     from ember.ops import registry
     x, c = random(rng, (2, 3, 9, 8)), random(rng, (2, 3, 9, 8))
     kw = dict(stride=stride, padding=padding, dilation=dilation, ceil_mode=ceil_mode)

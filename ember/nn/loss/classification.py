@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from ... import amp
 from ...api.activation import log_softmax
-from ...dispatch import value_bounds
+from ...tensor import value_bounds
 from ...errors import DTypeError, ShapeError
 from ...tensor import Tensor
-from ..ops import rowwise
+from ...api import rowwise
 from .reduction import check_reduction, check_same_shape, floating, reduce
 
 

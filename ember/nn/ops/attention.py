@@ -123,13 +123,13 @@ def _materialized(q: Tensor, k: Tensor, causal: bool, offset: int) -> bool:
 _biases: dict = {}  # (L, S, offset, dtype, device) -> the causal bias on the device
 
 
-def _causal_bias(n_q: int, n_k: int, offset: int, dtype: DType, device) -> Tensor:
+def _causal_bias(n_q: int, n_k: int, offset: int, dtype: DType, like: Tensor) -> Tensor:
     """(L, S): 0 where query i sees key j, -inf where j > i + offset; made once per shape and kept
     (`constants.kept`)."""
     def host() -> np.ndarray:
         blocked = np.arange(n_k)[None, :] > np.arange(n_q)[:, None] + offset
         return np.where(blocked, -np.inf, 0).astype(dtype.np)
-    return kept(_biases, (n_q, n_k, offset, dtype), host, device)
+    return kept(_biases, (n_q, n_k, offset, dtype), host, like)
 
 
 def _materialized_backward(g: Tensor, out: Tensor, q: Tensor, k: Tensor, v: Tensor, *, scale: float,
@@ -144,7 +144,7 @@ def _materialized_backward(g: Tensor, out: Tensor, q: Tensor, k: Tensor, v: Tens
     # dP first: P and dS then come from one fused pass over the scores and dP, which writes both
     scores = (q @ k.transpose(-1, -2)) * scale - out[..., ev:]  # out[..., ev:]: the logsumexp, (BH, L, 1)
     if causal:
-        scores = scores + _causal_bias(q.shape[1], k.shape[1], offset, q.dtype, q.device)
+        scores = scores + _causal_bias(q.shape[1], k.shape[1], offset, q.dtype, q)
     p = scores.exp()
     ds = p * (dp - delta)
     return (ds @ k) * scale, (ds.transpose(-1, -2) @ q) * scale, p.transpose(-1, -2) @ grad

@@ -31,16 +31,16 @@ import math
 
 import numpy as np
 
-from ...cube.kernels import cross_entropy as ce_kernels, norm as norm_kernels
-from ...cube.kernels.common import check_elements, check_float_dtypes
-from ...cube.kernels.reduce import accumulator, resident_shape
-from ...cube.kernels.softmax import softmax as softmax_kernel, softmax_grad as softmax_grad_kernel
-from ...dtype import DType
-from ...errors import ShapeError
-from ...extension import backend_extension, cube_target
-from ...ops.primitive import is_half
-from ...tensor import Tensor
-from ...ops.constants import kept
+from ..cube.kernels import cross_entropy as ce_kernels, norm as norm_kernels
+from ..cube.kernels.common import check_elements, check_float_dtypes
+from ..cube.kernels.reduce import accumulator, resident_shape
+from ..cube.kernels.softmax import softmax as softmax_kernel, softmax_grad as softmax_grad_kernel
+from ..dtype import DType
+from ..errors import ShapeError
+from ..extension import backend_extension, cube_target
+from ..ops.primitive import is_half
+from ..tensor import Tensor
+from ..ops.constants import kept
 
 GPU_TARGETS = ("cuda", "wgsl")
 
@@ -210,15 +210,15 @@ def _cross_entropy_reference(x: np.ndarray, target: np.ndarray) -> np.ndarray:
 _positions: dict = {}  # (C, dtype, device) -> arange(C) on the device
 
 
-def _class_positions(classes: int, dtype: DType, device) -> Tensor:
-    """arange(`classes`) of `dtype` on `device`, made once and kept (`constants.kept`)."""
-    return kept(_positions, (classes, dtype), lambda: np.arange(classes, dtype=dtype.np), device)
+def _class_positions(classes: int, dtype: DType, like: Tensor) -> Tensor:
+    """arange(`classes`) of `dtype` on the device of `like`, made once and kept (`constants.kept`)."""
+    return kept(_positions, (classes, dtype), lambda: np.arange(classes, dtype=dtype.np), like)
 
 
 def _cross_entropy_backward(g: Tensor, out: Tensor, x: Tensor, target: Tensor) -> tuple:
     nll_grad = g[:, :1]
     lse = out[:, 1:]
-    hit = target.unsqueeze(1) == _class_positions(x.shape[1], target.dtype, x.device)
+    hit = target.unsqueeze(1) == _class_positions(x.shape[1], target.dtype, x)
     dx = (x.cast(out.dtype) - lse).exp() * (nll_grad + g[:, 1:]) - hit.cast(out.dtype) * nll_grad
     return dx.cast(x.dtype), None
 
