@@ -51,7 +51,7 @@ from .api.index import (
 from .api.linalg import matmul, outer, einsum
 from . import debug  # noqa: E402  (ember.debug.explain, fusion_stats, set_fusion)
 from .extension import backend_extension
-from .autodiff.checkpoint import checkpoint
+from .api.checkpoint import checkpoint
 from .amp import autocast, GradScaler  # noqa: E402  (ember.amp: mixed precision)
 
 __version__ = "0.1.0"

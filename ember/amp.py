@@ -23,11 +23,14 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import operator
 from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
 from .autodiff.gradients import Gradients
+from .device import Device
 from .dtype import DType, bf16, dtype_of, f16, f32
+from .tensor import Tensor
 
 __all__ = ["autocast", "is_autocast_enabled", "lower_precision", "float32", "OPS", "GradScaler"]
 
@@ -66,7 +69,6 @@ class autocast:  # noqa: N801  (PyTorch's name; a context manager, used as `with
     """
 
     def __init__(self, device, dtype: DType | str = bf16, enabled: bool = True) -> None:
-        from .device import Device
         self.dtype = dtype_of(dtype)
         if self.dtype not in LOW:
             raise ValueError(f"autocast: dtype must be bf16 or f16, got {self.dtype}")
@@ -124,7 +126,6 @@ def _policy_op(policy: str, name: str | None, target: Callable[[_Policy], DType 
 
 
 def _cast(value, kind: str, to: DType | None):
-    from .tensor import Tensor
     if not isinstance(value, Tensor) or value._device.kind != kind:
         return value
     dtype = value.dtype
@@ -303,6 +304,5 @@ def _all_finite(tensors: list) -> bool:
     """Whether every element of every tensor is finite (one host read for all of them)."""
     if not tensors:
         return True
-    from .api.reduce import all as all_
-    from .api.shape import stack
-    return bool(stack([all_(t.isfinite()) for t in tensors]).all().item())
+    finite = functools.reduce(operator.and_, [t.isfinite().all() for t in tensors])
+    return bool(finite.item())

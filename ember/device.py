@@ -157,6 +157,17 @@ class Device:
         return Device._get(self.kind, self.index, True, checkpointing)
 
     @property
+    def torch_spec(self) -> str:
+        """The torch device string of a `Device.torch(...)` device: "cpu", "cuda:0", "mps", "xpu:1".
+
+        Example:
+            >>> Device.torch("cuda").torch_spec
+            'cuda:0'
+        """
+        kind = self.kind[len(_TORCH):]
+        return kind if kind in _UNINDEXED_TORCH and self.index == 0 else f"{kind}:{self.index}"
+
+    @property
     def inner(self) -> "Device":
         """This device without autodiff."""
         return Device._get(self.kind, self.index, False, None)
@@ -216,7 +227,7 @@ class Device:
     # ---- value behaviour -------------------------------------------------------------------------
     def __repr__(self) -> str:
         if self.kind.startswith(_TORCH):
-            text = f'Device.torch("{torch_spec(self)}")'
+            text = f'Device.torch("{self.torch_spec}")'
         else:
             name = self.kind if self.kind not in _INDEXED else f"{self.kind}:{self.index}"
             text = f'Device("{name}")'
@@ -253,12 +264,6 @@ def _check_index(index: int) -> int:
     if not isinstance(index, int) or isinstance(index, bool) or index < 0:
         raise DeviceError(f"device index must be a non-negative int, got {index!r}")
     return index
-
-
-def torch_spec(device: Device) -> str:
-    """The torch device string of a `Device.torch(...)` device: "cpu", "cuda:0", "mps", "xpu:1"."""
-    kind = device.kind[len(_TORCH):]
-    return kind if kind in _UNINDEXED_TORCH and device.index == 0 else f"{kind}:{device.index}"
 
 
 def _parse_torch(spec: str) -> tuple[str, int]:

@@ -32,7 +32,7 @@ from typing import Any, Callable, Sequence
 from .api.creation import eye, ones_like, zeros_like
 from .api.shape import stack
 from .autodiff.backend import Tracked
-from .autodiff.checkpoint import Composite
+from .autodiff.composite import Composite
 from .autodiff.graph import Node, backward
 from .errors import EmberError, ShapeError
 from .tensor import Tensor

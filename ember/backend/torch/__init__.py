@@ -40,8 +40,7 @@ def available() -> list[str]:
 def torch_backend(device):
     """The `TorchBackend` of a `Device.torch(...)` device, or `DeviceUnavailableError` naming torch (not
     installed) or the devices torch reports available (an unknown or absent device)."""
-    from ...device import torch_spec
-    spec = torch_spec(device)
+    spec = device.torch_spec
     if importlib.util.find_spec("torch") is None:
         raise DeviceUnavailableError(f"{device!r} is unavailable: the torch backend needs PyTorch: {INSTALL}")
     import torch

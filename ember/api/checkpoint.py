@@ -18,24 +18,12 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from ..autodiff.composite import Composite
+from ..autodiff.grad_mode import enable_grad, grad_enabled, no_grad
+from ..autodiff.graph import Node, backward, creating_graph, topological_order
 from ..errors import EmberError
-from ..ops.primitive import Primitive, saves_none
-from .grad_mode import enable_grad, grad_enabled, no_grad
-from .graph import Node, backward, creating_graph, topological_order
-
-
-class Composite(Primitive):
-    """A recorded call of a Python function: `vjp` reruns it; `recompute` gives its value again."""
-
-    __slots__ = ("recompute",)
-
-    def __init__(self, name: str, vjp: Callable, recompute: Callable[[list], Any]) -> None:
-        super().__init__(name, infer=_no_infer, reference=_no_infer, vjp=vjp, cost="compute", saves=saves_none)
-        self.recompute = recompute
-
-
-def _no_infer(*args, **kwargs):
-    raise RuntimeError("a composite node is never bound as an op")
+from ..random import stream_of
+from ..tensor import Tensor
 
 
 def checkpoint(fn: Callable, *args: Any):
@@ -49,13 +37,13 @@ def checkpoint(fn: Callable, *args: Any):
     """
     rng = _rng_state(args)
     out = fn(*args)
-    single = _is_tensor(out)
+    single = isinstance(out, Tensor)
     outs = (out,) if single else tuple(out) if isinstance(out, (tuple, list)) else None
-    if outs is None or not all(_is_tensor(o) for o in outs):
+    if outs is None or not all(isinstance(o, Tensor) for o in outs):
         raise EmberError(f"checkpoint: fn must return a tensor or a tuple of tensors, got {type(out).__name__}")
     if not grad_enabled() or not any(o.requires_grad for o in outs):
         return out
-    stop = {a._handle.node for a in args if _is_tensor(a) and a.requires_grad}
+    stop = {a._handle.node for a in args if isinstance(a, Tensor) and a.requires_grad}
     order = topological_order([o._handle.node for o in outs if o.requires_grad], stop)
     reads = tuple(n for n in order if n.prim is None or n in stop)
     wrapped = tuple(_recorded(fn, args, rng, reads, i, o) if o.requires_grad else o for i, o in enumerate(outs))
@@ -64,15 +52,11 @@ def checkpoint(fn: Callable, *args: Any):
 
 def _rng_state(args: tuple) -> dict:
     """The state of the random stream of each device the tensor arguments live on."""
-    from ..random import stream_of
-    return {d: stream_of(d).state() for d in {a._device.inner for a in args if _is_tensor(a)}}
+    return {d: stream_of(d).state() for d in {a._device.inner for a in args if isinstance(a, Tensor)}}
 
 
 def _recorded(fn: Callable, args: tuple, rng: dict, reads: tuple, index: int, out):
     """Output `index` of the call as one node over `reads`, its history dropped."""
-    from ..random import stream_of
-    from .backend import Tracked
-
     def rerun():
         now = _rng_state(args)
         for device, state in rng.items():
@@ -82,7 +66,7 @@ def _recorded(fn: Callable, args: tuple, rng: dict, reads: tuple, index: int, ou
         finally:
             for device, state in now.items():
                 stream_of(device).set_state(state)
-        return result if index == 0 and _is_tensor(result) else result[index]
+        return result if index == 0 and isinstance(result, Tensor) else result[index]
 
     def vjp(ctx, g):
         with enable_grad():
@@ -99,9 +83,5 @@ def _recorded(fn: Callable, args: tuple, rng: dict, reads: tuple, index: int, ou
     prim = Composite("checkpoint", vjp, recompute)
     tape = out._handle.node.tape
     node = Node(prim, {}, reads, out._aval, out._handle.primal, tape, keep=False, capped=False)
-    return out._make(out._device, Tracked(out._handle.primal, node, out._aval), out._aval)
-
-
-def _is_tensor(value) -> bool:
-    from ..tensor import Tensor
-    return isinstance(value, Tensor)
+    handle = type(out._handle)(out._handle.primal, node, out._aval)  # an autodiff handle, as out's, on the node
+    return out._make(out._device, handle, out._aval)
