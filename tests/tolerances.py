@@ -34,3 +34,16 @@ def forward(dtype) -> tuple[float, float]:
 def grad(dtype) -> tuple[float, float]:
     """(rtol, atol) for a gradient of `dtype`."""
     return GRAD[getattr(dtype, "name", dtype)]
+
+
+SECOND = {
+    "f64": (1e-8, 1e-10),
+    "f32": (3e-3, 1e-4),
+}
+"""Second derivatives (a backward walk through recorded gradient rules): twice the rounding steps of a
+gradient, and products like cumprod's amplify them; checked in f64 and, on devices without it, f32."""
+
+
+def second(dtype) -> tuple[float, float]:
+    """(rtol, atol) for a second derivative of `dtype`."""
+    return SECOND[getattr(dtype, "name", dtype)]

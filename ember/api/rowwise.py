@@ -31,6 +31,7 @@ import math
 
 import numpy as np
 
+from ..autodiff.graph import creating_graph
 from ..cube.kernels import cross_entropy as ce_kernels, norm as norm_kernels
 from ..cube.kernels.common import check_elements, check_float_dtypes
 from ..cube.kernels.reduce import accumulator, resident_shape
@@ -80,8 +81,9 @@ def _rows_dtype(op: str, x: DType, *others: DType) -> DType:
 
 
 def _held(x: Tensor) -> bool:
-    """Whether the rows of `x` fit the gradient kernels (held in a cube's registers)."""
-    return resident_shape(x.shape[-1], cube_target(x.device)) is not None
+    """Whether the rows of `x` fit the gradient kernels (held in a cube's registers). Never in a backward
+    walk that creates a graph: the kernels have no gradient of their own, the composed rules do."""
+    return not creating_graph() and resident_shape(x.shape[-1], cube_target(x.device)) is not None
 
 
 def _softmax_backward(g: Tensor, out: Tensor, x: Tensor, *, log: bool) -> tuple:

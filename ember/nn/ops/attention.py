@@ -33,6 +33,7 @@ import math
 import numpy as np
 
 from ... import amp
+from ...autodiff.graph import creating_graph
 from ...cube.kernels import attention as kernels
 from ...cube.kernels.common import check_elements, check_float_dtypes
 from ...cube.kernels.reduce import launch_target
@@ -154,7 +155,7 @@ def _forward_backward(g: Tensor, out: Tensor, q: Tensor, k: Tensor, v: Tensor, *
                       offset: int) -> tuple:
     e = q.shape[-1]
     params = dict(scale=scale, causal=causal, offset=offset)
-    if _materialized(q, k, causal, offset):
+    if creating_graph() or _materialized(q, k, causal, offset):  # the kernels have no gradient of their own
         dq, dk, dv = _materialized_backward(g, out, q, k, v, **params)
         return dq.cast(q.dtype), dk.cast(k.dtype), dv.cast(v.dtype)
     dq = attention_grad_q(q, k, v, out, g, **params)
