@@ -126,8 +126,9 @@ def test_draws_are_the_same_on_every_device(dtype, device, rng):
     draws = {}
     for where in (reference, device):
         ember.seed(3)
-        ds = [D.Normal(ember.zeros(5, dtype=dtype, device=where), 2.0), D.Uniform(-1.0, ember.ones(5, dtype=dtype, device=where)),
-              D.Bernoulli(probs=ember.tensor(probs[0], device=where)), D.Categorical(probs=ember.tensor(probs, device=where))]
+        zeros = ember.zeros(5, dtype=dtype, device=where)
+        ds = [D.Normal(zeros, 2.0), D.Uniform(-1.0, zeros + 1), D.Bernoulli(probs=ember.tensor(probs[0], device=where)),
+              D.Categorical(probs=ember.tensor(probs, device=where))]
         draws[where] = [np.asarray(d.sample((4,)).numpy()) for d in ds]
     normal, *exact = zip(draws[reference], draws[device])
     np.testing.assert_allclose(normal[1], normal[0], rtol=grad_tolerance(dtype)[0], atol=grad_tolerance(dtype)[1])
@@ -164,14 +165,16 @@ def test_sample_statistics():
 
 def test_bad_arguments_raise_ember_errors():
     cases = [
-        (lambda: D.Normal(0.0, ember.tensor([1.0, -2.0, 0.0])), r"Normal: scale of shape \(3,\) must be > 0, found -2.0, 0.0"),
+        (lambda: D.Normal(0.0, ember.tensor([1.0, -2.0, 0.0])),
+         r"Normal: scale of shape \(3,\) must be > 0, found -2.0, 0.0"),
         (lambda: D.Normal(float("nan"), 1.0), "Normal: loc .*not NaN"),
         (lambda: D.Uniform(ember.tensor([0.0, 2.0]), 1.0), r"Uniform: low of shape \(2,\) must be < high, found 2.0"),
         (lambda: D.Bernoulli(probs=ember.tensor([0.5, 1.5])), r"Bernoulli: probs .* in \[0, 1\], found 1.5"),
         (lambda: D.Categorical(probs=ember.tensor([1.0, -1.0, 1.0])), "Categorical: probs .* non-negative"),
         (lambda: D.Categorical(logits=ember.full((3,), float("-inf"))), "Categorical: logits"),
         (lambda: D.Normal(0.0, 1.0).log_prob(float("nan")), "Normal.log_prob: value"),
-        (lambda: D.Uniform(0.0, 1.0).log_prob(ember.tensor([0.5, 1.0])), r"Uniform.log_prob: value .* \[low, high\), found 1.0"),
+        (lambda: D.Uniform(0.0, 1.0).log_prob(ember.tensor([0.5, 1.0])),
+         r"Uniform.log_prob: value .* \[low, high\), found 1.0"),
         (lambda: D.Bernoulli(probs=0.5).log_prob(0.5), "Bernoulli.log_prob: value .* 0 or 1, found 0.5"),
         (lambda: D.Categorical(logits=ember.zeros(3)).log_prob(ember.tensor([1, 3])), r"integer in \[0, 3\), found 3"),
     ]
