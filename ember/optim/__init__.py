@@ -25,7 +25,7 @@ from .clip import clip_grad_norm, clip_grad_value
 from .accumulate import GradientAccumulator
 from .swa import AveragedModel, SWALR, get_ema_avg_fn, get_swa_avg_fn, update_bn
 from .ema import EMA
-from . import swa as swa_utils  # PyTorch's module name: ember.optim.swa_utils.AveragedModel
+from . import swa_utils  # PyTorch's module name: from ember.optim.swa_utils import AveragedModel
 from . import lr
 
 __all__ = ["Optimizer", "ParamGroup", "SGD", "Adam", "AdamW", "AdaGrad", "RMSprop", "Adan", "Lion", "Muon", "LBFGS",

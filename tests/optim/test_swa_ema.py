@@ -98,6 +98,12 @@ def test_ema_state_dict_loads_into_a_fresh_one(rng):
         np.testing.assert_array_equal(again.state_dict()[name].numpy(), value.numpy())
 
 
+def test_torch_module_name_imports():
+    from ember.optim.swa_utils import SWALR as swalr, AveragedModel as averaged, update_bn as bn
+    assert (averaged, swalr, bn) == (AveragedModel, SWALR, update_bn)
+    assert ember.optim.swa_utils.get_ema_avg_fn is get_ema_avg_fn
+
+
 def test_update_parameters_refuses_another_structure():
     avg = AveragedModel(Linear(3, 2))
     with pytest.raises(ember.ShapeError, match="AveragedModel.update_parameters"):
