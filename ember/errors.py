@@ -52,6 +52,15 @@ class ConfigError(EmberError, ValueError):
     """A bad `ember.toml` key or value, or a bad `EMBER_*` variable; names the key and the file."""
 
 
+class DomainError(EmberError, ValueError):
+    """An argument outside the values an op is defined for (a distribution's scale <= 0, a probability
+    above 1); the message names the op, the argument, the constraint and the values that break it."""
+
+    def __init__(self, op: str, message: str) -> None:
+        super().__init__(f"{op}: {message}")
+        self.op = op
+
+
 _BRIEF = reprlib.Repr()
 _BRIEF.maxlevel, _BRIEF.maxstring, _BRIEF.maxlong, _BRIEF.maxother = 3, 60, 40, 60
 

@@ -32,8 +32,8 @@ def _raises(kind, fn, *fragments):
 def test_error_hierarchy():
     assert issubclass(ShapeError, ValueError) and issubclass(DTypeError, TypeError)
     assert issubclass(DeviceError, RuntimeError) and issubclass(ember.DeviceUnavailableError, DeviceError)
-    assert issubclass(OutOfMemoryError, MemoryError)
-    for kind in (ShapeError, DTypeError, DeviceError, OutOfMemoryError):
+    assert issubclass(OutOfMemoryError, MemoryError) and issubclass(ember.errors.DomainError, ValueError)
+    for kind in (ShapeError, DTypeError, DeviceError, OutOfMemoryError, ember.errors.DomainError):
         assert issubclass(kind, ember.EmberError)
 
 

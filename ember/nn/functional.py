@@ -20,6 +20,7 @@ from .ops import (  # noqa: F401  (module ops: convolution, pooling, resampling,
     avg_pool3d, conv1d, conv2d, conv3d, conv_transpose1d, conv_transpose2d, conv_transpose3d, embedding, fold,
     interpolate, max_pool1d, max_pool2d, max_pool3d, unfold,
 )
+from .ops import affine_grid, grid_sample  # noqa: F401  (sampling at points: spatial transformers)
 from .dropout import dropout  # noqa: F401
 from .shuffle import pixel_shuffle, pixel_unshuffle  # noqa: F401
 from .attention import scaled_dot_product_attention  # noqa: F401

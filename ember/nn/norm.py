@@ -185,6 +185,13 @@ class _RunningStatsNorm(Module):
         else:
             self.running_mean = self.running_var = self.num_batches_tracked = None
 
+    def reset_running_stats(self) -> None:
+        """Running mean 0, variance 1 and batch count 0, as at construction (PyTorch's name)."""
+        if self.track_running_stats:
+            self.running_mean = creation.zeros_like(self.running_mean)
+            self.running_var = creation.ones_like(self.running_var)
+            self.num_batches_tracked = creation.zeros_like(self.num_batches_tracked)
+
     def _check(self, x: Tensor, ranks: tuple[int, ...]) -> None:
         if x.ndim not in ranks or x.shape[1] != self.num_features:
             wanted = " or ".join(f"{r}-d" for r in ranks)

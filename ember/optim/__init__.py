@@ -23,7 +23,11 @@ from .muon import Muon
 from .lbfgs import LBFGS
 from .clip import clip_grad_norm, clip_grad_value
 from .accumulate import GradientAccumulator
+from .swa import AveragedModel, SWALR, get_ema_avg_fn, get_swa_avg_fn, update_bn
+from .ema import EMA
+from . import swa_utils  # PyTorch's module name: from ember.optim.swa_utils import AveragedModel
 from . import lr
 
 __all__ = ["Optimizer", "ParamGroup", "SGD", "Adam", "AdamW", "AdaGrad", "RMSprop", "Adan", "Lion", "Muon", "LBFGS",
-           "clip_grad_norm", "clip_grad_value", "GradientAccumulator", "lr"]
+           "clip_grad_norm", "clip_grad_value", "GradientAccumulator", "lr", "EMA", "AveragedModel", "SWALR",
+           "get_ema_avg_fn", "get_swa_avg_fn", "update_bn", "swa_utils"]

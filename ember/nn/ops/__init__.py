@@ -9,10 +9,11 @@ from .adaptive import adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_max_poo
 from .interpolate import interpolate
 from .unfold import unfold, fold
 from .embedding import embedding
+from .sampling import grid_sample, affine_grid
 
 __all__ = [
     "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
     "max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d",
     "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_max_pool1d", "adaptive_max_pool2d",
-    "interpolate", "unfold", "fold", "embedding",
+    "interpolate", "unfold", "fold", "embedding", "grid_sample", "affine_grid",
 ]
