@@ -4,6 +4,8 @@ Each module's `METHODS` lists what also becomes a `Tensor` method or operator.
 """
 
 from . import activation, creation, index, linalg, math, reduce, shape
+from . import distance, statistics
 
 METHODS = {**creation.METHODS, **math.METHODS, **reduce.METHODS, **shape.METHODS, **index.METHODS,
-           **linalg.METHODS, **activation.METHODS}
+           **linalg.METHODS, **activation.METHODS,
+           **statistics.METHODS, **distance.METHODS}

@@ -294,3 +294,96 @@ METHODS = {
     "zeros_like": zeros_like, "ones_like": ones_like, "full_like": full_like, "new_zeros": new_zeros,
     "new_full": new_full,
 }
+
+
+def meshgrid(*tensors: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
+    """Coordinate grids of 1-d (or 0-d) tensors: output `k` holds `tensors[k]` along dim `k`,
+    repeated over the others (`indexing="xy"` swaps the first two dims, as NumPy's default).
+    Accepts the tensors as arguments or as one list.
+
+    Example:
+        >>> gx, gy = ember.meshgrid(ember.tensor([1, 2]), ember.tensor([5, 6, 7]))
+        >>> gx.shape, gy[0].tolist()
+        ((2, 3), [5, 6, 7])
+    """
+    if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
+        tensors = tuple(tensors[0])
+    if indexing not in ("ij", "xy"):
+        raise ValueError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
+    if not tensors:
+        raise ValueError("meshgrid expects at least one tensor")
+    if any(t.ndim > 1 for t in tensors):
+        raise ShapeError("meshgrid", f"expects 0-d or 1-d tensors, got shapes {[t.shape for t in tensors]}")
+    swap = indexing == "xy" and len(tensors) >= 2
+    order = [1, 0, *range(2, len(tensors))] if swap else list(range(len(tensors)))
+    sizes = [tensors[k].numel for k in order]
+    grids = []
+    for k, t in enumerate(tensors):
+        axis = order.index(k)
+        view = [1] * len(tensors)
+        view[axis] = t.numel
+        grids.append(t.reshape(view).expand(tuple(sizes)))
+    return tuple(grids)
+
+
+def cartesian_prod(*tensors: Tensor) -> Tensor:
+    """The cartesian product of 1-d tensors as rows of a (n1 * n2 * ..., k) tensor, the last tensor
+    varying fastest (`itertools.product`'s order); one tensor comes back as it is.
+
+    Example:
+        >>> ember.cartesian_prod(ember.tensor([1, 2]), ember.tensor([3, 4])).tolist()
+        [[1, 3], [1, 4], [2, 3], [2, 4]]
+    """
+    if any(t.ndim != 1 for t in tensors):
+        raise ShapeError("cartesian_prod", f"expects 1-d tensors, got shapes {[t.shape for t in tensors]}")
+    if len(tensors) == 1:
+        return tensors[0]
+    from .shape import stack
+    return stack([g.reshape(-1) for g in meshgrid(*tensors, indexing="ij")], dim=1)
+
+
+def randperm(n: int, dtype=None, device=None) -> Tensor:
+    """A random permutation of 0 .. n-1 from the device's random stream (the same for a seed on every
+    device).
+
+    Example:
+        >>> sorted(ember.randperm(4).tolist())
+        [0, 1, 2, 3]
+    """
+    if n < 0:
+        raise ValueError(f"randperm: n must be non-negative, got {n}")
+    return _random("randperm", "randperm", (n,), dtype_of(dtype) if dtype is not None else i64, device)
+
+
+def multinomial(probs: Tensor, num_samples: int, replacement: bool = False) -> Tensor:
+    """`num_samples` category indices per row of the 1-d or 2-d `probs` (non-negative weights, not
+    necessarily summing to 1), drawn with or without replacement from the device's random stream
+    (the same for a seed on every device). The result is i64 of shape `probs.shape[:-1] + (num_samples,)`.
+
+    Example:
+        >>> ember.multinomial(ember.tensor([0.0, 1.0, 0.0]), 2, replacement=True).tolist()
+        [1, 1]
+    """
+    from ..ops import registry
+    if num_samples <= 0:
+        raise ValueError(f"multinomial: num_samples must be positive, got {num_samples}")
+    registry["multinomial"].infer(probs._aval, num_samples=num_samples, replacement=replacement,
+                                  seed=0, offset=0)
+    host = np.asarray(probs.numpy(), np.float64)
+    if not np.isfinite(host).all() or (host < 0).any():
+        raise ValueError("multinomial: probabilities must be finite and non-negative")
+    sums = host.reshape(-1, host.shape[-1]).sum(axis=1)
+    nonzero = (host.reshape(-1, host.shape[-1]) > 0).sum(axis=1)
+    if (sums <= 0).any():
+        raise ValueError("multinomial: every row of probabilities must have a positive sum")
+    if not replacement and (nonzero < num_samples).any():
+        raise ValueError(f"multinomial: cannot draw {num_samples} samples without replacement from a row "
+                         f"with {int(nonzero.min())} non-zero probabilities")
+    count = math.prod(probs.shape[:-1]) * max(num_samples, probs.shape[-1])
+    seed, offset = stream_of(probs.device).take(count)
+    from ._common import apply
+    return apply("multinomial", probs, num_samples=int(num_samples), replacement=bool(replacement),
+                 seed=seed, offset=offset)
+
+
+METHODS.update({"multinomial": multinomial})
