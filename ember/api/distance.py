@@ -33,7 +33,10 @@ def cdist(x1: Tensor, x2: Tensor, p: float = 2.0, compute_mode: str = _MODES[0])
                                   f"and {x2.shape}")
     if p < 0:
         raise ValueError(f"cdist: p must be non-negative, got {p}")
-    return (x1.unsqueeze(-2) - x2.unsqueeze(-3)).norm(p, dim=-1)
+    diff = x1.unsqueeze(-2) - x2.unsqueeze(-3)
+    if x1.shape[-1] == 0:  # no coordinates: every distance is 0 (amax would refuse the empty dim)
+        return diff.sum(dim=-1)
+    return diff.norm(p, dim=-1)
 
 
 METHODS: dict = {}

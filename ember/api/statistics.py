@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..dtype import f64, i64
+from ..dtype import f32, f64, i64
 from ..errors import DTypeError, ShapeError
 from ..ops.primitive import normalize_dim
 from ._common import Tensor, apply, result_type
@@ -24,7 +24,7 @@ from ._common import Tensor, apply, result_type
 
 def _to_device(array: np.ndarray, like: Tensor) -> Tensor:
     from .creation import from_numpy
-    return from_numpy(np.ascontiguousarray(array), like.device.inner)
+    return from_numpy(np.array(array, order="C"), like.device.inner)  # 0-d stays 0-d
 
 
 def _host(x: Tensor) -> np.ndarray:
@@ -97,7 +97,7 @@ def _outputs(values, inverse, counts, x: Tensor, return_inverse: bool, return_co
 def bincount(x: Tensor, weights: Tensor | None = None, minlength: int = 0) -> Tensor:
     """How often each value 0, 1, ..., max(x) occurs in the 1-d non-negative integer `x` (at least
     `minlength` bins); with `weights` (the shape of `x`), the sum of the weights per value. The
-    result is i64 without weights, the weights' dtype for float weights, f64 for integer ones.
+    result is i64 without weights, the weights' dtype for f32 and f64 weights, f64 for others (PyTorch's).
 
     Example:
         >>> ember.bincount(ember.tensor([0, 2, 2])).tolist()
@@ -116,7 +116,7 @@ def bincount(x: Tensor, weights: Tensor | None = None, minlength: int = 0) -> Te
     if weights is None:
         source, dtype = x.new_full(x.shape, 1).cast(i64), i64
     else:
-        dtype = weights.dtype if weights.dtype.is_float else f64
+        dtype = weights.dtype if weights.dtype in (f32, f64) else f64
         source = weights.cast(dtype)
     from .creation import zeros
     return zeros(length, dtype=dtype, device=x.device).scatter_add(0, x.cast(i64), source)

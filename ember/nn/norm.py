@@ -442,7 +442,7 @@ def normalize(x: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Te
     `F.normalize`: the gradient of the clamp is zero where the norm is below `eps`).
 
     Example:
-        >>> normalize(ember.tensor([[3.0, 4.0]])).tolist()
-        [[0.6, 0.8]]
+        >>> normalize(ember.tensor([[0.0, 2.0]])).tolist()
+        [[0.0, 1.0]]
     """
     return x / x.norm(p, dim=dim, keepdim=True).clamp(min=eps)

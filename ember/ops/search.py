@@ -17,7 +17,7 @@ from .. import random as _stream
 from ..dtype import DType, i32, i64
 from ..errors import DTypeError, ShapeError
 from .indexing import _check_bounds, _full_index, _scatter_infer
-from .primitive import Aval, is_half, primitive, saves_inputs_at
+from .primitive import Aval, is_half, primitive
 
 
 # ---- searchsorted --------------------------------------------------------------------------------
@@ -113,10 +113,11 @@ def _scatter_reduce_vjp(ctx, g):
         count = (keep_self.scatter_add(dim, index, g.new_full(index.shape, 1.0))).clamp(min=1)
         gx, gsrc = g * keep_self / count, (g / count).gather(dim, index)
     elif reduce in ("amax", "amin"):
-        self_mask = (x == out).cast(g.dtype) * keep_self
+        # PyTorch counts `x` among the ties even when `include_self=False` (its gradient then gets none)
+        self_mask = (x == out).cast(g.dtype)
         src_mask = (src_part == out.gather(dim, index)).cast(g.dtype)
         count = self_mask.scatter_add(dim, index, src_mask)
-        gx, gsrc = g * self_mask / count, (g / count).gather(dim, index) * src_mask
+        gx, gsrc = g * self_mask * keep_self / count, (g / count).gather(dim, index) * src_mask
     else:
         gx, gsrc = _prod_grads(x, index, src_part, out, g, dim, inc)
         gx = gx * keep_self
