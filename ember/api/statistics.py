@@ -37,7 +37,7 @@ def unique(x: Tensor, sorted: bool = True, return_inverse: bool = False,  # noqa
            return_counts: bool = False, dim: int | None = None):
     """The distinct values of `x` (or, with `dim`, its distinct slices along `dim`) in ascending order;
     with `return_inverse` also where each element (slice) of `x` went, with `return_counts` how
-    often each value occurs. `sorted=False` returns them sorted too (PyTorch leaves that order
+    often each value occurs. NaNs are distinct from each other, as in PyTorch. `sorted=False` returns them sorted too (PyTorch leaves that order
     unspecified). Returns a tensor, or a tuple when an extra output is asked for.
 
     Example:
@@ -50,10 +50,12 @@ def unique(x: Tensor, sorted: bool = True, return_inverse: bool = False,  # noqa
         if x.ndim == 0:
             dim = None
     if dim is None:
-        values, inverse, counts = np.unique(host.reshape(-1), return_inverse=True, return_counts=True)
+        values, inverse, counts = np.unique(host.reshape(-1), return_inverse=True, return_counts=True,
+                                            equal_nan=False)
         inverse = inverse.reshape(x.shape)
     else:
-        values, inverse, counts = np.unique(host, return_inverse=True, return_counts=True, axis=dim)
+        values, inverse, counts = np.unique(host, return_inverse=True, return_counts=True, axis=dim,
+                                            equal_nan=False)
         inverse = inverse.reshape(-1)
     return _outputs(values.astype(x.dtype.np), inverse, counts, x, return_inverse, return_counts)
 
@@ -141,7 +143,7 @@ def histc(x: Tensor, bins: int = 100, min: float = 0, max: float = 0) -> Tensor:
         low, high = float(x.amin().item()), float(x.amax().item())
     if low == high:
         low, high = low - 1, high + 1
-    flat = x.reshape(-1).cast(f64)
+    flat = x.detach().reshape(-1).cast(f64)  # counts have no gradient (PyTorch defines none)
     inside = (flat >= low) & (flat <= high)
     position = ((flat - low) * (bins / (high - low))).floor().clamp(0, bins - 1)
     from .creation import zeros
