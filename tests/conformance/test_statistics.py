@@ -130,6 +130,13 @@ def test_cdist(dtype, device, rng):
         for p in P_VALUES:
             with case(shapes=(s1, s2), p=p):
                 check(ember.cdist(e1, e2, p), torch.cdist(t1, t2, p))
+    # p=2 through the matrix product: P above 25 by default, or asked for; and never, when refused
+    (e1, t1), (e2, t2) = tensors(sample((2, 27, 4), dtype, rng), device), tensors(sample((5, 4), dtype, rng), device)
+    for mode in ("use_mm_for_euclid_dist_if_necessary", "use_mm_for_euclid_dist", "donot_use_mm_for_euclid_dist"):
+        with case(mode=mode):
+            check(ember.cdist(e1, e2, compute_mode=mode), torch.cdist(t1, t2, compute_mode=mode))
+            if mode != "use_mm_for_euclid_dist":  # near 0 the product route is rounding noise
+                check(ember.cdist(e2, e2, compute_mode=mode), torch.cdist(t2, t2, compute_mode=mode))
 
 
 def test_cdist_grad(device, rng):
@@ -144,6 +151,14 @@ def test_cdist_grad(device, rng):
             (td * to_torch(seed)).sum().backward()
             check_grad(e1.grad(grads), t1.grad)
             check_grad(e2.grad(grads), t2.grad)
+    (e1, t1), (e2, t2) = leaf(x1, device), leaf(x2, device)  # the matrix-product route's gradient
+    mode = "use_mm_for_euclid_dist"
+    ed, td = ember.cdist(e1, e2, compute_mode=mode), torch.cdist(t1, t2, compute_mode=mode)
+    check(ed, td)
+    grads = ed.sum().backward()
+    td.sum().backward()
+    check_grad(e1.grad(grads), t1.grad)
+    check_grad(e2.grad(grads), t2.grad)
 
 
 REDUCES = ["sum", "prod", "mean", "amax", "amin"]
