@@ -342,7 +342,7 @@ def cartesian_prod(*tensors: Tensor) -> Tensor:
     return stack([g.reshape(-1) for g in meshgrid(*tensors, indexing="ij")], dim=1)
 
 
-def randperm(n: int, dtype=None, device=None) -> Tensor:
+def randperm(n: int, *, dtype=None, device=None) -> Tensor:
     """A random permutation of 0 .. n-1 from the device's random stream (the same for a seed on every
     device).
 

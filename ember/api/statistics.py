@@ -14,6 +14,8 @@ Example:
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..dtype import f32, f64, i64
@@ -141,6 +143,8 @@ def histc(x: Tensor, bins: int = 100, min: float = 0, max: float = 0) -> Tensor:
     low, high = float(min), float(max)
     if low == high and x.numel:
         low, high = float(x.amin().item()), float(x.amax().item())
+    if not (math.isfinite(low) and math.isfinite(high)):
+        raise ValueError(f"histc: the range [{low}, {high}] is not finite")
     if low == high:
         low, high = low - 1, high + 1
     flat = x.detach().reshape(-1).cast(f64)  # counts have no gradient (PyTorch defines none)

@@ -79,6 +79,8 @@ def test_bincount_histc(device, rng):
                 check(ember.histc(e, bins=bins, min=low, max=high), torch.histc(t, bins=bins, min=low, max=high))
     e, t = tensors(np.array([0.0, 1.0, 1.0, 2.0, 3.0], np.float32), device)  # the upper edge, in the last bin
     check(e.histc(bins=3, min=0, max=3), t.histc(bins=3, min=0, max=3))
+    with pytest.raises(ValueError, match="not finite"):
+        ember.histc(ember.tensor([1.0, float("inf")], device=device))
 
 
 @pytest.mark.parametrize("dtype", ["f32", "bf16", "i64", "i32"])
