@@ -39,8 +39,9 @@ def unique(x: Tensor, sorted: bool = True, return_inverse: bool = False,  # noqa
            return_counts: bool = False, dim: int | None = None):
     """The distinct values of `x` (or, with `dim`, its distinct slices along `dim`) in ascending order;
     with `return_inverse` also where each element (slice) of `x` went, with `return_counts` how
-    often each value occurs. NaNs are distinct from each other, as in PyTorch. `sorted=False` returns them sorted too (PyTorch leaves that order
-    unspecified). Returns a tensor, or a tuple when an extra output is asked for.
+    often each value occurs. NaNs are distinct from each other, as in PyTorch. `sorted=False`
+    returns them sorted too (PyTorch leaves that order unspecified). Returns a tensor, or a tuple
+    when an extra output is asked for.
 
     Example:
         >>> ember.unique(ember.tensor([2, 0, 2]), return_inverse=True)[1].tolist()
