@@ -209,8 +209,7 @@ def slice_assign(x: Tensor, index, value) -> Tensor:
     items, _ = _normalize(x, index)
     value = to_tensor_like(value, x, x.dtype) if not isinstance(value, Tensor) else value.cast(x.dtype)
     if any(isinstance(i, Tensor) for i in items):
-        from .creation import arange
-        positions = getitem(arange(x.numel, device=x.device.inner).reshape(x.shape), tuple(items))
+        positions = _positions(x, items)
         value = _broadcast_value(value, positions.shape)
         flat = x.reshape(-1)
         return flat.scatter(0, positions.reshape(-1), value.reshape(-1)).reshape(x.shape)
@@ -219,6 +218,12 @@ def slice_assign(x: Tensor, index, value) -> Tensor:
     if plan.flips:
         value = value.flip(*plan.flips)
     return x._slice_assign_ranges(plan.ranges, value)
+
+
+def _positions(x: Tensor, items: list) -> Tensor:
+    """The flat positions in `x` that the normalized index `items` selects, in `x[items]`'s shape."""
+    from .creation import arange
+    return getitem(arange(x.numel, device=x.device.inner).reshape(x.shape), tuple(items))
 
 
 def _broadcast_value(value: Tensor, shape: tuple) -> Tensor:
@@ -355,9 +360,7 @@ def index_put(x: Tensor, indices, values, accumulate: bool = False) -> Tensor:
     """
     if not accumulate:
         return slice_assign(x, tuple(indices), values)
-    items, _ = _normalize(x, tuple(indices))
-    from .creation import arange
-    positions = getitem(arange(x.numel, device=x.device.inner).reshape(x.shape), tuple(items))
+    positions = _positions(x, _normalize(x, tuple(indices))[0])
     values = to_tensor_like(values, x, x.dtype) if not isinstance(values, Tensor) else values.cast(x.dtype)
     values = _broadcast_value(values, positions.shape)
     return x.reshape(-1).scatter_add(0, positions.reshape(-1), values.reshape(-1)).reshape(x.shape)
