@@ -49,6 +49,11 @@ from .api.index import (
     s, slice_assign, scatter, scatter_add, index_select, index_add, masked_select, take, one_hot, nonzero,
 )
 from .api.linalg import matmul, outer, einsum
+from .api.index import scatter_reduce, index_put, index_put_
+from .api.creation import randperm, multinomial
+from .api.shape import meshgrid, cartesian_prod
+from .api.statistics import unique, unique_consecutive, bincount, histc, searchsorted, bucketize
+from .api.distance import cdist
 from . import debug  # noqa: E402  (ember.debug.explain, fusion_stats, set_fusion)
 from .extension import backend_extension
 from .api.checkpoint import checkpoint

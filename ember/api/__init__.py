@@ -6,9 +6,10 @@ attaches them to `Tensor` (`ember.tensor` sits below this package and never impo
 
 from ..tensor import Tensor
 from . import activation, creation, index, linalg, math, reduce, shape
+from . import distance, statistics
 
 METHODS = {**creation.METHODS, **math.METHODS, **reduce.METHODS, **shape.METHODS, **index.METHODS,
-           **linalg.METHODS, **activation.METHODS}
+           **linalg.METHODS, **activation.METHODS, **statistics.METHODS, **distance.METHODS}
 
 for _name, _fn in METHODS.items():
     setattr(Tensor, _name, _fn)

@@ -22,7 +22,8 @@ from ..errors import DTypeError, ShapeError
 from ..ops.primitive import check_size
 from ..random import stream_of
 from ..tensor import from_host
-from ._common import Tensor, create_on, shape_arg
+from ..ops import registry
+from ._common import Tensor, apply, create_on, shape_arg
 
 
 def _device(device) -> Device:
@@ -307,3 +308,48 @@ METHODS = {
     "zeros_like": zeros_like, "ones_like": ones_like, "full_like": full_like, "new_zeros": new_zeros,
     "new_ones": new_ones, "new_tensor": new_tensor, "new_full": new_full,
 }
+
+
+def randperm(n: int, *, dtype=None, device=None) -> Tensor:
+    """A random permutation of 0 .. n-1 from the device's random stream (the same for a seed on every
+    device).
+
+    Example:
+        >>> sorted(ember.randperm(4).tolist())
+        [0, 1, 2, 3]
+    """
+    if n < 0:
+        raise ValueError(f"randperm: n must be non-negative, got {n}")
+    return _random("randperm", "randperm", (n,), dtype_of(dtype) if dtype is not None else i64, device)
+
+
+def multinomial(probs: Tensor, num_samples: int, replacement: bool = False) -> Tensor:
+    """`num_samples` category indices per row of the 1-d or 2-d `probs` (non-negative weights, not
+    necessarily summing to 1), drawn with or without replacement from the device's random stream
+    (the same for a seed on every device). The result is i64 of shape `probs.shape[:-1] + (num_samples,)`.
+
+    Example:
+        >>> ember.multinomial(ember.tensor([0.0, 1.0, 0.0]), 2, replacement=True).tolist()
+        [1, 1]
+    """
+    if num_samples <= 0:
+        raise ValueError(f"multinomial: num_samples must be positive, got {num_samples}")
+    registry["multinomial"].infer(probs._aval, num_samples=num_samples, replacement=replacement,
+                                  seed=0, offset=0)
+    host = np.asarray(probs.numpy(), np.float64)
+    if not np.isfinite(host).all() or (host < 0).any():
+        raise ValueError("multinomial: probabilities must be finite and non-negative")
+    sums = host.reshape(-1, host.shape[-1]).sum(axis=1)
+    nonzero = (host.reshape(-1, host.shape[-1]) > 0).sum(axis=1)
+    if (sums <= 0).any():
+        raise ValueError("multinomial: every row of probabilities must have a positive sum")
+    if not replacement and (nonzero < num_samples).any():
+        raise ValueError(f"multinomial: cannot draw {num_samples} samples without replacement from a row "
+                         f"with {int(nonzero.min())} non-zero probabilities")
+    count = math.prod(probs.shape[:-1]) * max(num_samples, probs.shape[-1])
+    seed, offset = stream_of(probs.device).take(count)
+    return apply("multinomial", probs, num_samples=int(num_samples), replacement=bool(replacement),
+                 seed=seed, offset=offset)
+
+
+METHODS.update({"multinomial": multinomial})

@@ -207,7 +207,7 @@ def slice_assign(x: Tensor, index, value) -> Tensor:
     items, _ = _normalize(x, index)
     value = to_tensor_like(value, x, x.dtype) if not isinstance(value, Tensor) else value.cast(x.dtype)
     if any(isinstance(i, Tensor) for i in items):
-        positions = getitem(arange(x.numel, device=x.device.inner).reshape(x.shape), tuple(items))
+        positions = _positions(x, items)
         value = _broadcast_value(value, positions.shape)
         flat = x.reshape(-1)
         return flat.scatter(0, positions.reshape(-1), value.reshape(-1)).reshape(x.shape)
@@ -216,6 +216,11 @@ def slice_assign(x: Tensor, index, value) -> Tensor:
     if plan.flips:
         value = value.flip(*plan.flips)
     return x._slice_assign_ranges(plan.ranges, value)
+
+
+def _positions(x: Tensor, items: list) -> Tensor:
+    """The flat positions in `x` that the normalized index `items` selects, in `x[items]`'s shape."""
+    return getitem(arange(x.numel, device=x.device.inner).reshape(x.shape), tuple(items))
 
 
 def _broadcast_value(value: Tensor, shape: tuple) -> Tensor:
@@ -228,13 +233,17 @@ def _broadcast_value(value: Tensor, shape: tuple) -> Tensor:
 
 def setitem(x: Tensor, index, value) -> None:
     """`x[index] = value`: rebinds `x` to `x.slice_assign(index, value)`."""
+    _check_rebind(x)
+    out = slice_assign(x, index, value)
+    x._device, x._handle, x._aval = out._device, out._handle, out._aval
+
+
+def _check_rebind(x: Tensor) -> None:
     node = getattr(x._handle, "node", None)
     if node is not None and node.prim is None:
         # Rebinding a leaf would leave its gradient unreachable (x.grad(...) would silently be None).
         raise RuntimeError("cannot assign into a leaf tensor that requires grad: assign into a copy "
                            "(y = x * 1; y[...] = v) or before require_grad(), as in PyTorch")
-    out = slice_assign(x, index, value)
-    x._device, x._handle, x._aval = out._device, out._handle, out._aval
 
 
 def scatter(x: Tensor, dim: int, index: Tensor, src) -> Tensor:
@@ -315,3 +324,48 @@ METHODS = {
     "scatter_add": scatter_add, "index_select": index_select, "index_add": index_add,
     "masked_select": masked_select, "take": take, "nonzero": nonzero,
 }
+
+
+def scatter_reduce(x: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str, *,
+                   include_self: bool = True) -> Tensor:
+    """`x` with the values of `src` reduced along `dim` into positions `index` by `reduce` ("sum",
+    "prod", "mean", "amax" or "amin"), starting from `x`'s values (`include_self=True`) or from the
+    values of `src` alone; positions no index names keep `x`. Integer "mean" rounds down, as PyTorch.
+
+    Example:
+        >>> x = ember.zeros(2)
+        >>> x.scatter_reduce(0, ember.tensor([1, 1]), ember.tensor([3.0, 5.0]), "amax").tolist()
+        [0.0, 5.0]
+    """
+    dim = normalize_dim("scatter_reduce", dim, x.ndim)
+    return apply("scatter_reduce", x, index, src.cast(x.dtype), dim=dim, reduce=reduce,
+                 include_self=bool(include_self))
+
+
+def index_put(x: Tensor, indices, values, accumulate: bool = False) -> Tensor:
+    """A new tensor: `x` with `values` (broadcast) written at `x[indices]`, `indices` a tuple of index
+    tensors (integer or bool) as in `x[indices]`; `accumulate=True` adds them instead, repeated
+    positions adding up (without it, which of repeated writes wins is unspecified, as in PyTorch).
+
+    Example:
+        >>> i = (ember.tensor([0, 0, 2]),)
+        >>> ember.zeros(3).index_put(i, ember.tensor(1.0), accumulate=True).tolist()
+        [2.0, 0.0, 1.0]
+    """
+    if not accumulate:
+        return slice_assign(x, tuple(indices), values)
+    positions = _positions(x, _normalize(x, tuple(indices))[0])
+    values = to_tensor_like(values, x, x.dtype) if not isinstance(values, Tensor) else values.cast(x.dtype)
+    values = _broadcast_value(values, positions.shape)
+    return x.reshape(-1).scatter_add(0, positions.reshape(-1), values.reshape(-1)).reshape(x.shape)
+
+
+def index_put_(x: Tensor, indices, values, accumulate: bool = False) -> Tensor:
+    """`index_put` that rebinds `x` to its result (as `x[indices] = values` does) and returns `x`."""
+    _check_rebind(x)
+    out = index_put(x, indices, values, accumulate)
+    x._device, x._handle, x._aval = out._device, out._handle, out._aval
+    return x
+
+
+METHODS.update({"scatter_reduce": scatter_reduce, "index_put": index_put, "index_put_": index_put_})

@@ -179,6 +179,9 @@ def norm(x: Tensor, p: float = 2, dim=None, keepdim: bool = False) -> Tensor:
         return a.sum(dim=dim, keepdim=keepdim)
     if p == 2:
         return _root_of_sum((x * x).sum(dim=dim, keepdim=keepdim), p)
+    if 0 < p < 1:  # |x|^p has an infinite slope at 0: take PyTorch's subgradient 0 there
+        zero = a == 0
+        return _root_of_sum((a.masked_fill(zero, 1.0) ** p).masked_fill(zero, 0.0).sum(dim=dim, keepdim=keepdim), p)
     return _root_of_sum((a ** p).sum(dim=dim, keepdim=keepdim), p)
 
 

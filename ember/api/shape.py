@@ -370,3 +370,48 @@ METHODS = {
     "triu": triu, "diagonal": diagonal, "_slice_ranges": _slice_ranges,
     "_slice_assign_ranges": _slice_assign_ranges,
 }
+
+
+def meshgrid(*tensors: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
+    """Coordinate grids of 1-d (or 0-d) tensors: output `k` holds `tensors[k]` along dim `k`,
+    repeated over the others (`indexing="xy"` swaps the first two dims, as NumPy's default).
+    Accepts the tensors as arguments or as one list.
+
+    Example:
+        >>> gx, gy = ember.meshgrid(ember.tensor([1, 2]), ember.tensor([5, 6, 7]))
+        >>> gx.shape, gy[0].tolist()
+        ((2, 3), [5, 6, 7])
+    """
+    if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
+        tensors = tuple(tensors[0])
+    if indexing not in ("ij", "xy"):
+        raise ValueError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
+    if not tensors:
+        raise ValueError("meshgrid expects at least one tensor")
+    if any(t.ndim > 1 for t in tensors):
+        raise ShapeError("meshgrid", f"expects 0-d or 1-d tensors, got shapes {[t.shape for t in tensors]}")
+    swap = indexing == "xy" and len(tensors) >= 2
+    order = [1, 0, *range(2, len(tensors))] if swap else list(range(len(tensors)))
+    sizes = [tensors[k].numel for k in order]
+    grids = []
+    for k, t in enumerate(tensors):
+        axis = order.index(k)
+        view = [1] * len(tensors)
+        view[axis] = t.numel
+        grids.append(t.reshape(view).expand(tuple(sizes)))
+    return tuple(grids)
+
+
+def cartesian_prod(*tensors: Tensor) -> Tensor:
+    """The cartesian product of 1-d tensors as rows of a (n1 * n2 * ..., k) tensor, the last tensor
+    varying fastest (`itertools.product`'s order); one tensor comes back as it is.
+
+    Example:
+        >>> ember.cartesian_prod(ember.tensor([1, 2]), ember.tensor([3, 4])).tolist()
+        [[1, 3], [1, 4], [2, 3], [2, 4]]
+    """
+    if any(t.ndim != 1 for t in tensors):
+        raise ShapeError("cartesian_prod", f"expects 1-d tensors, got shapes {[t.shape for t in tensors]}")
+    if len(tensors) == 1:
+        return tensors[0]
+    return stack([g.reshape(-1) for g in meshgrid(*tensors, indexing="ij")], dim=1)

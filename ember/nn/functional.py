@@ -15,6 +15,7 @@ from .loss import (  # noqa: F401
 )
 from .distance import cosine_similarity, pairwise_distance  # noqa: F401
 from .norm import group_norm, instance_norm, layer_norm, rms_norm  # noqa: F401
+from .norm import normalize  # noqa: F401
 from .ops import (  # noqa: F401  (module ops: convolution, pooling, resampling, unfold/fold, embedding)
     adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_max_pool1d, adaptive_max_pool2d, avg_pool1d, avg_pool2d,
     avg_pool3d, conv1d, conv2d, conv3d, conv_transpose1d, conv_transpose2d, conv_transpose3d, embedding, fold,

@@ -445,3 +445,14 @@ class RMSNorm(Module):
 
     def extra_repr(self) -> str:
         return f"{self.normalized_shape}, eps={self.eps}, affine={self.weight is not None}"
+
+
+def normalize(x: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
+    """`x` divided by its p-norm along `dim`, the norm clamped to at least `eps` (PyTorch's
+    `F.normalize`: the gradient of the clamp is zero where the norm is below `eps`).
+
+    Example:
+        >>> normalize(ember.tensor([[0.0, 2.0]])).tolist()
+        [[0.0, 1.0]]
+    """
+    return x / x.norm(p, dim=dim, keepdim=True).clamp(min=eps)

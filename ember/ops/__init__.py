@@ -15,5 +15,6 @@ warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"ember\.ops(\
 from .primitive import Aval, Primitive, VjpContext, registry, primitive
 from . import elementwise, reduce, matmul, movement, indexing, creation  # noqa: F401  (registration)
 from . import conv, pool, unfold, embedding  # noqa: F401  (module ops: registration)
+from . import search  # noqa: F401  (searchsorted, scatter_reduce, randperm, multinomial)
 
 __all__ = ["Aval", "Primitive", "VjpContext", "registry", "primitive"]
