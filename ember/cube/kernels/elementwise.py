@@ -54,7 +54,7 @@ def unary_op(op, x):
     if op == "sign":
         return cube.select(x > t(0), t(1), cube.select(x < t(0), t(-1), t(0)))
     if op == "reciprocal":
-        return cube.recip(x)
+        return cube.reciprocal(x)
     if op == "square":
         return x * x
     if op == "sigmoid":

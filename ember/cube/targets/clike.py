@@ -100,7 +100,7 @@ class CFamily:
     def mulhi(self, a: list) -> str:
         return f"((uint32_t)(((uint64_t){a[0]} * (uint64_t){a[1]}) >> 32))"
 
-    def bitnot(self, x: str, out) -> str:
+    def bitwise_not(self, x: str, out) -> str:
         return f"(~{x})"
 
     def math(self, op: str, a: list, src) -> str:
@@ -133,13 +133,13 @@ class CFamily:
             return f"(-{a[0]})"
         if op == "not":
             return f"(!{a[0]})"
-        if op == "bitnot":
-            return self.bitnot(a[0], out)
+        if op == "bitwise_not":
+            return self.bitwise_not(a[0], out)
         if op == "abs":
             return f"fabs{fs}({a[0]})" if src.is_float else f"({a[0]} < 0 ? -{a[0]} : {a[0]})"
         if op == "rsqrt" and op not in self.MATH:
             return f"(({self.COMPUTE[src.name]})1 / sqrt{fs}({a[0]}))"
-        if op == "recip":
+        if op == "reciprocal":
             return f"(({self.COMPUTE[src.name]})1 / {a[0]})"
         if op in self.MATH:
             return self.math(op, a, src)

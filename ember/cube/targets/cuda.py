@@ -290,7 +290,7 @@ class Renderer(CFamily, Walker):
     def mulhi(self, a: list) -> str:
         return f"__umulhi({a[0]}, {a[1]})"
 
-    def bitnot(self, x: str, out) -> str:
+    def bitwise_not(self, x: str, out) -> str:
         return f"(({_COMPUTE[out.name]})~{x})"
 
     def math(self, op: str, a: list, src) -> str:
