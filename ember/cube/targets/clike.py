@@ -30,6 +30,25 @@ from ...dtype import bool_, bf16, f16, f64
 from .. import ir
 
 
+def bf16_helpers(qualifier: str, bits_to_float: str, float_to_bits: str) -> str:
+    """The C source of `ember_bf16_load/store/round` (bf16 kept as 16-bit words and computed in
+    float; stores round to nearest even and keep a NaN quiet), for a target's function `qualifier`
+    and its bit casts: C expressions of `u` (uint32_t) as a float and of `f` (float) as a uint32_t.
+
+    Example:
+        >>> "ember_bf16_round" in bf16_helpers("static inline", "ember_as_float(u)", "ember_as_bits(f)")
+        True
+    """
+    return (f"{qualifier} float ember_bf16_load(uint16_t b) {{ uint32_t u = (uint32_t)b << 16; return {bits_to_float}; }}\n"
+            f"{qualifier} uint16_t ember_bf16_store(float f) {{\n"
+            f"  uint32_t u = {float_to_bits};\n"
+            "  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);  /* quiet NaN */\n"
+            "  u += 0x7fffu + ((u >> 16) & 1u);  /* round to nearest even */\n"
+            "  return (uint16_t)(u >> 16);\n"
+            "}\n"
+            f"{qualifier} float ember_bf16_round(float f) {{ return ember_bf16_load(ember_bf16_store(f)); }}\n")
+
+
 class RenderError(ValueError):
     """An op or type a C-family target has no rendering for."""
 
