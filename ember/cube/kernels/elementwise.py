@@ -89,6 +89,19 @@ def read_modes(views: list, shape: tuple) -> tuple:
                  else STRIDED for v in views)
 
 
+def _flat_modes(shape: tuple, arrays: list) -> tuple | None:
+    """The read modes when every input is dense with `shape` (DENSE) or one value (SCALAR), else None."""
+    modes = []
+    for a in arrays:
+        if a.size == 1:
+            modes.append(SCALAR)
+        elif a.shape == shape and a.flags.c_contiguous:
+            modes.append(DENSE)
+        else:
+            return None
+    return tuple(modes)
+
+
 def line_modes(modes: tuple, views: list) -> tuple:
     """`modes` for a line-by-line kernel: a strided input that does not move along the last dim is LINE."""
     return tuple(LINE if m == STRIDED and v.strides[-1] == 0 else m for m, v in zip(modes, views))
@@ -260,11 +273,17 @@ def run_elementwise(program: Program, shape: tuple, arrays: list, runtime=None, 
     size = math.prod(shape)
     if size == 0:
         return outs
-    merged, views = merged_operands(shape, *arrays)
-    modes = read_modes(views, merged)
-    if alike and STRIDED in modes:
-        modes = tuple(SCALAR if m == SCALAR else STRIDED for m in modes)
-    rank, layout = max(len(merged), 1), broadcast_layout(merged, *views)
+    modes = _flat_modes(shape, arrays)
+    if modes is not None:  # every input dense or one value: read flat (the common case, and cheaper)
+        merged, views = (size,), [a.reshape(1 if m == SCALAR else size) for a, m in zip(arrays, modes)]
+        layout = np.asarray([size] + [int(m == DENSE) for m in modes], np.int32)
+    else:
+        merged, views = merged_operands(shape, *arrays)
+        modes = read_modes(views, merged)
+        if alike and STRIDED in modes:
+            modes = tuple(SCALAR if m == SCALAR else STRIDED for m in modes)
+        layout = broadcast_layout(merged, *views)
+    rank = max(len(merged), 1)
     target = getattr(runtime, "target", "cpu")
     lines = size // merged[-1]
     walk = target in WALK_TARGETS and lines >= WALK_MIN_LINES

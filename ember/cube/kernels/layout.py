@@ -82,10 +82,23 @@ def broadcast_layout(shape: tuple, *arrays) -> np.ndarray:
 
 
 def view(a: np.ndarray, shape: Sequence[int], strides: Sequence[int]) -> np.ndarray:
-    """A read-only view of `a`'s memory with the given shape and element strides."""
+    """A read-only view of `a`'s memory with the given shape and element strides (a reshape of `a`
+    when those are its C order: the common case, and cheaper)."""
+    if a.flags.c_contiguous and a.size == math.prod(shape) and _c_order(shape, strides):
+        return a.reshape(shape)
     if isinstance(a, DeviceArray):
         return a.strided(shape, [s * a.itemsize for s in strides])
     return as_strided(a, tuple(shape), tuple(s * a.itemsize for s in strides), writeable=False)
+
+
+def _c_order(shape: Sequence[int], strides: Sequence[int]) -> bool:
+    """Whether `strides` (elements) are C order for `shape` (size-1 dims step anything)."""
+    step = 1
+    for n, s in zip(reversed(shape), reversed(strides)):
+        if n != 1 and s != step:
+            return False
+        step *= n
+    return True
 
 
 def _pad(shape: list, strides: list[list]) -> tuple[list, list]:
