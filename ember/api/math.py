@@ -17,12 +17,13 @@ import numpy as np
 from .. import amp
 from ..dtype import bf16, bool_, default_float, f16, f32, result_type
 from ..errors import DTypeError
+from ..ops.elementwise import TABLE
 from ._common import Tensor, apply, bind, promote, registry, scalar_like, to_tensor_like
 from .creation import tensor
 
-FLOAT_UNARY = ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin", "cos",
-               "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf",
-               "erfinv", "sigmoid", "reciprocal")
+FLOAT_UNARY = tuple(name for name, row in TABLE.items() if row.promotes)
+"""The float-only functions that turn int and bool tensors into the default float first (the op table's
+promoting rows)."""
 AUTOCAST_F32 = ("exp", "expm1", "log", "log2", "log10", "log1p", "rsqrt", "reciprocal", "tan", "asin", "acos",
                 "sinh", "cosh", "erfinv")
 """The unary ops that autocast runs in f32 (PyTorch's list)."""

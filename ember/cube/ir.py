@@ -185,13 +185,19 @@ class Kernel:
 
 # ----------------------------------------------------------------------------------------------
 # The op table: what each op accepts and whether it may be moved, merged or deleted by passes.
+# An IR op that means exactly what an elementwise primitive means has its name (reciprocal,
+# bitwise_not, exp, ...). These differ and keep their own names: `div` of ints truncates, `rem`
+# truncates (C's % and fmod; the primitive `remainder` floors), `min`/`max` do not propagate NaN (the
+# primitives `minimum`/`maximum` do), `shl`/`shr` leave a shift by the bit width or more undefined
+# (the primitives `left_shift`/`right_shift` give NumPy's result), `not`/`and`/`or`/`xor` are on bools
+# or bits alike.
 
 UNARY_FLOAT = ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin", "cos",
                "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf",
-               "floor", "ceil", "round", "trunc", "recip")
+               "floor", "ceil", "round", "trunc", "reciprocal")
 UNARY_NUMERIC = ("neg", "abs")
 UNARY_LOGIC = ("not",)       # bool -> bool
-UNARY_BITS = ("bitnot",)     # int -> int
+UNARY_BITS = ("bitwise_not",)  # int -> int
 ARITH = ("add", "sub", "mul", "div", "rem", "min", "max", "pow", "atan2")
 BITS = ("and", "or", "xor", "shl", "shr")
 COMPARE = ("eq", "ne", "lt", "le", "gt", "ge")

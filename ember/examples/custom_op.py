@@ -26,7 +26,8 @@ import numpy as np
 
 import ember
 from ember import cube
-from ember.cube.kernels.common import check_size, cube_dtype, element_strides, empty
+from ember.cube.kernels.common import check_size, cube_dtype, empty
+from ember.cube.kernels.layout import element_strides
 from ember.cube.kernels.matmul import DEFAULT_TILE, fma_step
 from ember.errors import DTypeError, ShapeError
 

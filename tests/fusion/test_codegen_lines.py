@@ -1,4 +1,4 @@
-"""Line-by-line fused elementwise kernels (`codegen.run_elementwise` with `rows`) against NumPy.
+"""Line-by-line generated elementwise kernels (`run_elementwise` with `rows`) against NumPy.
 
 The shapes are those of a convolution's bias + relu: a (N, C, H*W) map with a (C, 1) bias, whose
 bias is read once per line (LINE mode), lines shorter than, equal to and longer than a cube, a
@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ember.backend.fusion import codegen
-from ember.backend.fusion.codegen import LINE, MIN_ROW, STRIDED, Program
-from ember.backend.cube.layout import merged_operands
+from ember.cube.kernels import elementwise as codegen
+from ember.cube.kernels.elementwise import LINE, MIN_ROW, STRIDED, Program
+from ember.cube.kernels.layout import merged_operands
 from ember.dtype import bool_, f32, f64
 
 # %3 = a + bias; %4 = %3 <= zero; %5 = where(%4, zero, %3): the fused forward of conv bias + relu
@@ -48,9 +48,9 @@ def test_a_bias_is_read_once_per_line_not_per_element(rng, grid):
     a = rng.standard_normal(shape).astype(np.float32)
     bias = rng.standard_normal((3, 1)).astype(np.float32)
     merged, views = merged_operands(shape, a, bias, np.zeros((), np.float32))
-    assert codegen._line_modes(codegen._modes(views, merged), views)[1] == LINE
+    assert codegen.line_modes(codegen.read_modes(views, merged), views)[1] == LINE
     codegen.run_elementwise(BIAS_RELU, shape, [a, bias, np.zeros((), np.float32)])
-    for source in codegen.source_of(BIAS_RELU):  # each grid's kernel: the bias load stays outside the unit loops
+    for source in codegen.sources("ew", BIAS_RELU):  # each grid's kernel: the bias load stays outside the unit loops
         units = source[source.index("#pragma omp simd"):]
         assert "a_in1[" in source and "a_in1[" not in units
 
@@ -63,7 +63,7 @@ def test_strided_and_broadcast_operands_per_line_equal_numpy(rng, dtype, grid):
     col = rng.standard_normal((100,)).astype(dtype.np)
     p = Program((dtype, dtype, dtype), (("mul", (), (0, 1), dtype), ("add", (), (3, 2), dtype)), (4,))
     merged, views = merged_operands((3, 5, 100), x, row, col)
-    assert codegen._line_modes(codegen._modes(views, merged), views) == (STRIDED, LINE, STRIDED)
+    assert codegen.line_modes(codegen.read_modes(views, merged), views) == (STRIDED, LINE, STRIDED)
     (got,) = codegen.run_elementwise(p, (3, 5, 100), [x, row, col])
     tol = 1e-6 if dtype is f32 else 1e-13  # a multiply-add may be one rounding (FMA) or two
     np.testing.assert_allclose(got, x * row + col, rtol=tol, atol=tol)

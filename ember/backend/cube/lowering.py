@@ -22,25 +22,25 @@ Example:
 """
 from __future__ import annotations
 
-import math
 from typing import Callable, NamedTuple
 
 import numpy as np
 
 from ...cube import kernels as lib
 from ...cube.kernels import conv_gemm
-from ...cube.kernels.common import assign, empty
-from ...cube.kernels.elementwise import BINARY_OPS, FLOAT_BINARY, UNARY_OPS
+from ...cube.kernels.common import assign, cube_dtype, empty
+from ...cube.kernels.elementwise import Program, run_elementwise
+from ...cube.kernels.layout import grouped
 from ...cube.kernels.matmul import tuned_matmul
 from ...cube.kernels.pool import max_pool2d_grad
 from ...cube.kernels.sort import MAX_ROW
 from ...cube.runtime.arguments import DeviceArray
-from ...dtype import NpTable, bf16, f16, i8, i16, u8
+from ...dtype import bf16, f16, f32, i8, i16, i32, u8
 from ...ops import registry
+from ...ops.elementwise import TABLE
 from ...ops.pool import windows_disjoint
 from ...ops.primitive import Aval
 from . import kernels as own
-from .layout import grouped, merged_operands
 
 
 class Unlowered(Exception):
@@ -61,102 +61,38 @@ class Lowering(NamedTuple):
 
 # Narrow dtypes run on the kernels of a wider one: f16/bf16 ops compute in f32 anyway, and i8/i16/u8
 # arithmetic done in i32 and stored back wraps exactly as it does in the narrow type. The operands are
-# widened by the copy `_flat` may make anyway and the result narrowed by the cast kernel, so every op
-# compiles for five dtypes instead of ten (a cold kernel cache is what CI pays for).
-_WIDE = NpTable({f16: np.dtype(np.float32), bf16: np.dtype(np.float32), i8: np.dtype(np.int32),
-                 i16: np.dtype(np.int32), u8: np.dtype(np.int32)})
+# widened and the result narrowed by the cast kernel (one compiled copy per dtype pair, shared by every
+# op), so an op compiles for five dtypes instead of ten (a cold kernel cache is what CI pays for).
+_WIDE = {f16: f32, bf16: f32, i8: i32, i16: i32, u8: i32}
 
 
-def _elementwise(kernel: Callable, out: Aval, *arrays: np.ndarray, widen: bool = True) -> np.ndarray:
-    """Run an elementwise library kernel on 1-D operands and give its result `out`'s shape and dtype.
+def _elementwise(name: str) -> Callable:
+    """The row of elementwise primitive `name` (a row of the op table, `where` or `cast`): one generated
+    kernel of a one-step program, reading each operand through its broadcast layout (no copy to full
+    size first), compiled once per (op, dtypes, rank after merging dims, which operands are single
+    values; `run_elementwise(alike=True)`). Operands of a narrow dtype are widened first (`_WIDE`).
+    Dtypes the op's cube expression does not compute (`Elementwise.computes`) run the reference."""
+    row = TABLE.get(name)
+    programs: dict = {}  # (input dtypes, params, output dtype) -> (the one-step program, widened)
 
-    Why 1-D: the library compiles one kernel per (op, dtype, rank, which operands are dense). Strided
-    and broadcast operands are first copied to contiguous by the cast kernel (one compiled copy per
-    dtype pair, shared by every op), so each op compiles at most three times per dtype: all operands
-    dense, or one of two a single broadcast value. With `widen`, narrow dtypes run as wide ones
-    (`_WIDE`). Copies cost memory traffic; a compilation costs far more than a copy, and the op set
-    times the dtypes makes hundreds of them.
-    """
-    if math.prod(out.shape) == 0:
-        return kernel(*arrays).reshape(out.shape)
-    result = kernel(*(_flat(a, out.shape, _WIDE.get(a.dtype) if widen else None) for a in arrays))
-    if result.dtype != out.dtype.np:  # computed in a wider dtype: narrow it back
-        result = lib.cast(result, out.dtype.np)
-    return result.reshape(out.shape)
-
-
-def _flat(a: np.ndarray, shape: tuple, wide: np.dtype | None = None) -> np.ndarray:
-    """`a` broadcast to `shape` as a contiguous 1-D array, or as one element when it holds one value;
-    converted to `wide` when given."""
-    if a.size == 1:
-        a = a.reshape(1)
-        return a if wide is None else lib.cast(a, wide)
-    if wide is None and a.shape == shape and a.flags.c_contiguous:
-        return a.reshape(-1)
-    _, (v,) = merged_operands(shape, a)
-    return lib.cast(v, wide or a.dtype).reshape(-1)
-
-
-def _contiguous(a: np.ndarray, shape: tuple) -> np.ndarray:
-    """`a` broadcast to `shape` as a new C-contiguous array, copied by the cast kernel (a strided copy)."""
-    _, (v,) = merged_operands(shape, a)
-    return lib.cast(v, a.dtype).reshape(shape)
-
-
-def _unary(op: str) -> Callable:
-    def run(out: Aval, x: np.ndarray) -> np.ndarray:
-        return _elementwise(lambda v: lib.unary(op, v), out, x)
+    def run(out: Aval, *arrays: np.ndarray, **params) -> np.ndarray:
+        dtypes = tuple(cube_dtype(a.dtype) for a in arrays)
+        key = (dtypes, tuple(params.values()), out.dtype)
+        found = programs.get(key)
+        if found is None:
+            if row is not None and not row.computes(dtypes[-1]):
+                raise Unlowered(f"{name} of {dtypes[-1].name}: its kernel does not compute that dtype")
+            wide = name != "cast" and any(d in _WIDE for d in dtypes)
+            ins = tuple(_WIDE.get(d, d) for d in dtypes) if wide else dtypes
+            result = _WIDE.get(out.dtype, out.dtype) if wide else out.dtype
+            step = (name, key[1], tuple(range(len(arrays))), result)
+            found = programs[key] = Program(ins, (step,), (len(arrays),)), wide
+        program, wide = found
+        if wide:
+            arrays = tuple(a if cube_dtype(a.dtype) is d else lib.cast(a, d.np) for a, d in zip(arrays, program.inputs))
+        (result,) = run_elementwise(program, out.shape, list(arrays), alike=True)
+        return lib.cast(result, out.dtype.np) if wide and result.dtype != out.dtype.np else result
     return run
-
-
-def _sign(out: Aval, x: np.ndarray) -> np.ndarray:
-    if x.dtype.kind == "u":
-        # The library's sign builds the constant -1, which unsigned kernels refuse; unsigned sign is x != 0.
-        zero = np.zeros((), x.dtype)
-        return _elementwise(lambda v: lib.cast(lib.binary("ne", v, zero), x.dtype), out, x)
-    return _unary("sign")(out, x)
-
-
-def _abs(out: Aval, x: np.ndarray) -> np.ndarray:
-    # The library's abs refuses bools; it is the identity on them (handles are never written: share x).
-    return x if x.dtype == np.bool_ else _unary("abs")(out, x)
-
-
-# The library's max/min refuse bools; on bools they are `or` and `and`. Its shifts refuse bools too
-# (NumPy shifts them as int8, PyTorch refuses them): those run on the reference.
-_BOOL_OP = {"maximum": "logical_or", "minimum": "logical_and"}
-
-
-def _binary(op: str) -> Callable:
-    def run(out: Aval, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        if op in FLOAT_BINARY and a.dtype.kind not in "fV":
-            raise Unlowered(f"{op} of {a.dtype}: the kernel is float-only")
-        if op.endswith("_shift") and a.dtype == np.bool_:
-            raise Unlowered(f"{op} of bools")
-        kernel_op = _BOOL_OP.get(op, op) if a.dtype == np.bool_ else op
-        return _elementwise(lambda x, y: lib.binary(kernel_op, x, y), out, a, b)
-    return run
-
-
-def _where(out: Aval, c: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return _elementwise(lambda *v: lib.ternary("where", *v), out, c, a, b)
-
-
-def _cast(out: Aval, x: np.ndarray, *, dtype) -> np.ndarray:
-    return _elementwise(lambda v: lib.cast(v, dtype.np), out, x, widen=False)
-
-
-def _isnan(out: Aval, x: np.ndarray) -> np.ndarray:
-    if x.dtype.kind not in "fV":
-        return own.fill(out.shape, False, np.dtype(bool), x)
-    return _elementwise(lambda v: lib.binary("ne", v, v), out, x)  # NaN is the one value != itself
-
-
-def _isinf(out: Aval, x: np.ndarray) -> np.ndarray:
-    if x.dtype.kind not in "fV":
-        return own.fill(out.shape, False, np.dtype(bool), x)
-    inf = np.full((), np.inf, x.dtype)
-    return _elementwise(lambda v: lib.binary("eq", lib.unary("abs", v), inf), out, x)
 
 
 # ---- reductions, scans, sorts ---------------------------------------------------------------------
@@ -317,13 +253,13 @@ def _reshape(out: Aval, x: np.ndarray, *, shape) -> np.ndarray:
 
 
 def _reshaped(x: np.ndarray, shape) -> np.ndarray:
-    """`x` with `shape`: a view when its strides allow, else a copy by the cast kernel."""
+    """`x` with `shape`: a view when its strides allow, else a C-ordered copy (the cast kernel)."""
     v = x.view()
     try:
         v.shape = shape  # refuses (AttributeError) when the strides cannot express the new shape
         return v
     except AttributeError:
-        return _contiguous(x, x.shape).reshape(shape)
+        return lib.cast(x, x.dtype).reshape(shape)
 
 
 def _cat(out: Aval, *xs, dim):
@@ -368,14 +304,7 @@ def _view(name: str) -> Lowering:
 
 
 TABLE: dict[str, Lowering] = {
-    **{name: Lowering(_unary(name)) for name in UNARY_OPS if name in registry and name not in ("abs", "sign")},
-    **{name: Lowering(_binary(name)) for name in BINARY_OPS},
-    "abs": Lowering(_abs),
-    "sign": Lowering(_sign),
-    "isnan": Lowering(_isnan),
-    "isinf": Lowering(_isinf),
-    "where": Lowering(_where),
-    "cast": Lowering(_cast),
+    **{name: Lowering(_elementwise(name)) for name in (*TABLE, "where", "cast")},
     **{name: Lowering(_reduce(name)) for name in ("sum", "prod", "amax", "amin")},
     **{name: Lowering(_arg_reduce(name)) for name in ("argmax", "argmin")},
     **{name: Lowering(_scan(name)) for name in ("cumsum", "cumprod")},

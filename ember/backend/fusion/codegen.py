@@ -1,32 +1,25 @@
 """Fused kernels: a normalized elementwise program becomes one cube kernel, built as IR directly.
 
-Each step inlines the kernel library's own cube functions (`unary_op`, `binary_op`, `offset`,
-`combine`, `block_reduce`) into an `ir.Builder`, so op semantics are the library's.
-
-A `Program` is the normalized elementwise part: value ids `0 .. len(inputs)-1` are the input arrays,
-each later id is one step `(primitive name, static params, argument ids, dtype)`. `outputs` are the
-ids written to memory, each to a new contiguous array.
-
-- elementwise kernel (`run_elementwise`): one output element per position; inputs are read through
-  broadcast layouts (`layout.merged_operands`); a dense input by its flat position and a one-element
-  input at index 0. On GPU targets each unit computes `PER_UNIT` positions.
+- elementwise kernel (`run_elementwise`): the kernel library's generator
+  (`ember.cube.kernels.elementwise`), which the Cube backend's lone elementwise ops run through too.
 - reduce kernels (fuse-on-read, `run_reduction`), in the kernel library's shapes
   (`cube/kernels/reduce.py`), chosen by layout and target: rows (`reduce_kernel`) when the reduced
   positions are contiguous in the largest input and at least `SHORT_ROW` long, else columns
   (`columns_kernel`, one unit per output); both split over several cubes when there are few outputs.
 
-Why IR rather than a `@cube.kernel`, and the kernel shapes per target: docs/fusion.md, "Generated
+Each step inlines the op table's cube expressions (`elementwise.emit`) and the kernel library's
+cube functions (`offset`, `combine`, `block_reduce`) into an `ir.Builder`, so op semantics are the
+library's. Why IR rather than a `@cube.kernel`, and the kernel shapes per target: docs/fusion.md, "Generated
 kernels".
 
 Example:
-    >>> p = Program((f32,), (("exp", (), (0,), f32), ("neg", (), (1,), f32)), (2,))
-    >>> run_elementwise(p, (3,), [np.zeros(3, np.float32)])[0]
-    array([-1., -1., -1.], dtype=float32)
+    >>> p = Program((f32,), (("exp", (), (0,), f32),), (1,))
+    >>> run_reduction(Reduction(p, 1, "sum", (0,), f32), (3,), [np.zeros(3, np.float32)])
+    array(3., dtype=float32)
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 from dataclasses import dataclass
 
@@ -35,47 +28,16 @@ import numpy as np
 from ... import cube
 from ...cube import ir
 from ...cube.frontend import ArrayRef
-from ...cube.kernels.common import broadcast_strides, element_strides, empty, grid, merge_dims, offset
+from ...cube.kernels.common import empty
+from ...cube.kernels.elementwise import (SCALAR, STRIDED, Program, compiled_kernel, input_params, line_reads,
+                                         program_values, read_modes, reader, sources, uniform_loads)
+from ...cube.kernels.elementwise import run_elementwise  # noqa: F401  (the fused elementwise kernels' runner)
+from ...cube.kernels.layout import broadcast_layout, broadcast_strides, merge_dims, merged_operands, offset
 from ...cube.kernels.reduce import (FEW_OUTPUTS, MAX_SPLITS, MAX_UNITS, PLANE_WIDTH, SPLIT_CHUNK, VEC, _KERNEL_OP,
                                     SHORT_ROW, accumulator, block_reduce, column_launches, combine, identity,
                                     plane_combine, reduce as library_reduce)
 from ...cube.runtime.cpu import cpu_runtime
 from ...dtype import DType, i32
-from ..cube.layout import merged_operands
-from .ops import emit
-
-UNITS = 256
-MIN_ROW = 64  # a domain whose last dim is at least this long runs line by line (see elementwise_kernel)
-# Positions per unit of an elementwise kernel, by target: on a GPU one position per unit of a large
-# kernel launches so many cubes that it falls well short of the memory bandwidth (docs/fusion.md).
-PER_UNIT = {"cuda": 4}
-# Targets whose line-by-line kernel runs a whole line per cube of MIN_ROW units (see elementwise_kernel),
-# when there are at least WALK_MIN_LINES lines (cubes enough for any core count; fewer, longer lines
-# keep cubes of UNITS along the line, whose masked tail is then a small part of each line).
-WALK_TARGETS, WALK_MIN_LINES = ("cpu",), 256
-MAX_GRID = 65535  # cubes along a grid's y or z dimension (CUDA, WGSL)
-
-
-@dataclass(frozen=True)
-class Program:
-    """A normalized elementwise program (see the module docstring)."""
-
-    inputs: tuple
-    steps: tuple
-    outputs: tuple
-
-    def dtype(self, value: int) -> DType:
-        return self.inputs[value] if value < len(self.inputs) else self.steps[value - len(self.inputs)][3]
-
-    def text(self) -> str:
-        """One line per step, e.g. `%2 = exp(%0) : f32`."""
-        n = len(self.inputs)
-        lines = [f"%{j} = input : {d.name}" for j, d in enumerate(self.inputs)]
-        for k, (name, params, args, dtype) in enumerate(self.steps):
-            extra = f" {params}" if params else ""
-            lines.append(f"%{n + k} = {name}({', '.join(f'%{a}' for a in args)}){extra} : {dtype.name}")
-        lines.append(f"write {', '.join(f'%{o}' for o in self.outputs)}")
-        return "\n".join(lines)
 
 
 @dataclass(frozen=True)
@@ -87,144 +49,6 @@ class Reduction:
     op: str            # sum, prod, amax, amin
     dims: tuple        # reduced dims of the program's domain
     dtype: DType       # output dtype
-
-
-# How an input is read: by flat position, its one element, its layout, or (line-by-line kernels
-# only) one element per line, the same along the line (a (C, 1, 1) bias against (N, C, H*W)).
-DENSE, SCALAR, STRIDED, LINE = 0, 1, 2, 3
-
-
-def _modes(views: list, shape: tuple) -> tuple:
-    return tuple(DENSE if v.flags.c_contiguous and v.shape == shape else SCALAR if v.size == 1 or not any(v.strides)
-                 else STRIDED for v in views)
-
-
-def _line_modes(modes: tuple, views: list) -> tuple:
-    """`modes` for a line-by-line kernel: a strided input that does not move along the last dim is LINE."""
-    return tuple(LINE if m == STRIDED and v.strides[-1] == 0 else m for m, v in zip(modes, views))
-
-
-def _scalars(b: ir.Builder, arrays: list, modes: tuple, bases: dict | None = None) -> dict:
-    """The inputs that are the same for every unit of a cube, loaded once before any branch (gcc will
-    not vectorize a loop whose branch holds a load it cannot prove safe; a load per unit of a value
-    that does not change would be a gather): the one-element inputs, and the LINE inputs at their
-    line's offset (`bases`, from `_line`)."""
-    return {j: b.load(arr, b.const(0, i32) if modes[j] == SCALAR else bases[j])
-            for j, arr in enumerate(arrays) if modes[j] in (SCALAR, LINE)}
-
-
-def _values(b: ir.Builder, program: Program, arrays: list, index_of, scalars: dict) -> list:
-    """Load every input (array `j` at `index_of(j)`) and compute every step; the values by id."""
-    values = [scalars[j] if j in scalars else b.load(arr, index_of(j)) for j, arr in enumerate(arrays)]
-    for name, params, args, dtype in program.steps:
-        values.append(emit(b, name, params, [values[a] for a in args], dtype))
-    return values
-
-
-def _inputs(b: ir.Builder, program: Program) -> list:
-    return [b.array_param(f"in{j}", d) for j, d in enumerate(program.inputs)]
-
-
-def _line(b: ir.Builder, layout, rank: int, modes: tuple, start) -> tuple:
-    """For a line of the domain starting at flat position `start` and running along its last dim:
-    each strided or LINE input's offset at `start` and each strided one's step along the line (values
-    the same for every unit of a cube, so the C target computes them once per cube, divisions included)."""
-    bases, steps = {}, {}
-    for j, mode in enumerate(modes):
-        if mode in (STRIDED, LINE):
-            bases[j] = offset.__cube_inline__(b, [start, layout, rank, j], {})
-        if mode == STRIDED:
-            steps[j] = b.load(layout.array, b.const(rank * (j + 1) + rank - 1, i32))
-    return bases, steps
-
-
-def _reader(b: ir.Builder, layout, rank: int, modes: tuple, position, line: tuple | None):
-    """`index_of(j)`: where input `j` is read for flat `position`: the position itself when it is dense;
-    on a line (`line = (along, bases, steps)` from `_line`) its base plus `along` steps; else through
-    its layout."""
-    def index_of(j: int):
-        if modes[j] == DENSE:
-            return position
-        if line is not None:
-            along, bases, steps = line
-            return b.binary("add", bases[j], b.binary("mul", along, steps[j]))
-        return offset.__cube_inline__(b, [position, layout, rank, j], {})
-    return index_of
-
-
-def _guarded(b: ir.Builder, whole, positions: list, limit, body) -> None:
-    """`body(p)` for each of `positions`: unguarded where `whole` (a condition the same for all units)
-    holds, else each under `p < limit`: gcc vectorizes the unguarded copy (it gives up on long bodies
-    under a per-unit guard), and only the last cube of a line pays for the checks."""
-    branch = b.branch(whole)
-    with b.inside(branch.then):
-        for p in positions:
-            body(p)
-    with b.inside(branch.orelse):
-        for p in positions:
-            tail = b.branch(b.binary("lt", p, limit))
-            with b.inside(tail.then):
-                body(p)
-
-
-def elementwise_kernel(program: Program, rank: int, modes: tuple, rows: bool, per: int = 1,
-                       walk: bool = False, tall: bool = False) -> ir.Kernel:
-    """The IR of `program` over `rank`-dim layouts, each input read as `modes[j]` says (DENSE, SCALAR,
-    STRIDED, LINE). With `rows`, cube (x, y) covers units x of line y of the domain's last dim, so strided
-    inputs cost one multiply-add per element and LINE inputs one load per cube; otherwise cubes cover
-    flat positions. Each unit computes `per` positions, CUBE_DIM apart (GPU targets: 4, so that a cube's
-    index arithmetic is shared by more elements and the grid has 4x fewer cubes; the C target: 1).
-
-    With `walk` (and `rows`; the C target), cube y runs all of line y, CUBE_DIM positions at a time, the
-    last step shifted back inside the line (the host keeps lines at least CUBE_DIM long): no unit is
-    ever masked (gcc does not vectorize a masked tail, and a line shorter than a cube of 256 units was
-    all tail: a (64, 32, 196) bias + relu ran 6x slower than memory allows), a few positions are
-    computed twice (the outputs are new arrays, so no input changes under the second pass).
-
-    With `tall` (and `rows`), line y + z * CUBE_COUNT_Y is cube (x, y, z)'s, and cubes past the last line
-    do nothing: more lines than a grid dimension holds (CUDA and WGSL: 65535; the (batch * heads, L, S)
-    matrices of attention have 98304 lines of 1024, which ran on flat positions at twice the bandwidth's
-    time, decoding every element's coordinates)."""
-    b = ir.Builder("fused")
-    arrays = _inputs(b, program)
-    outs = [b.array_param(f"out{k}", program.dtype(v)) for k, v in enumerate(program.outputs)]
-    layout = ArrayRef(b.array_param("layout", i32))
-    n = b.scalar_param("n", i32)
-    with contextlib.ExitStack() as guard:
-        if rows:
-            width = b.load(layout.array, b.const(rank - 1, i32))
-            line = b.builtin("cube_pos" if walk else "cube_pos_y")
-            if tall:
-                line = b.binary("add", line, b.binary("mul", b.builtin("cube_pos_z"), b.builtin("cube_count_y")))
-            start = b.binary("mul", line, width)
-            if tall:  # the cubes past the last line: all that follows is inside this branch
-                guard.enter_context(b.inside(b.branch(b.binary("lt", start, n)).then))
-            bases, steps = _line(b, layout, rank, modes, start)
-            scalars = _scalars(b, arrays, modes, bases)
-        else:
-            scalars = _scalars(b, arrays, modes)
-
-        def body(position) -> None:
-            i = b.binary("add", start, position) if rows else position
-            index_of = _reader(b, layout, rank, modes, i, (position, bases, steps) if rows else None)
-            values = _values(b, program, arrays, index_of, scalars)
-            for out, v in zip(outs, program.outputs):
-                b.store(out, i, values[v])
-
-        if walk:
-            units = b.builtin("cube_dim")
-            with b.loop(b.const(0, i32), width, units) as step:
-                body(b.binary("add", b.binary("min", step, b.binary("sub", width, units)), b.builtin("unit_pos")))
-            return b.kernel
-        one = b.const(1, i32)
-        span = b.binary("mul", b.builtin("cube_dim"), b.const(per, i32))  # positions a cube covers
-        cube_pos = b.builtin("cube_pos_x" if rows else "cube_pos")
-        first = b.binary("add", b.binary("mul", cube_pos, span), b.builtin("unit_pos"))
-        end = b.binary("mul", b.binary("add", cube_pos, one), span)
-        positions = [first] + [b.binary("add", first, b.binary("mul", b.builtin("cube_dim"), b.const(k, i32)))
-                               for k in range(1, per)]
-        _guarded(b, b.binary("le", end, width if rows else n), positions, width if rows else n, body)
-    return b.kernel
 
 
 def reduce_kernel(red: Reduction, acc: DType, rank: int, modes: tuple, units: int, line: bool,
@@ -239,7 +63,7 @@ def reduce_kernel(red: Reduction, acc: DType, rank: int, modes: tuple, units: in
     op = _KERNEL_OP.get(red.op, red.op)
     lanes = lanes or units
     b = ir.Builder("fused_reduce")
-    arrays = _inputs(b, red.program)
+    arrays = input_params(b, red.program)
     out = b.array_param("out", acc)
     layout = ArrayRef(b.array_param("layout", i32))
     n = b.scalar_param("n", i32)
@@ -248,7 +72,7 @@ def reduce_kernel(red: Reduction, acc: DType, rank: int, modes: tuple, units: in
     chunk = b.binary("div", b.binary("sub", b.binary("add", n, splits), one), splits)
     start = b.binary("mul", split, chunk)
     stop = b.binary("min", n, b.binary("mul", b.binary("add", split, one), chunk))
-    scalars = _scalars(b, arrays, modes)
+    scalars = uniform_loads(b, arrays, modes)
     if lanes == units:
         _row_fold(b, red, acc, op, b.builtin("cube_pos_x"), b.builtin("unit_pos"), lanes, units, arrays, out, layout,
                   rank, modes, line, n, start, stop, split, splits, scalars)
@@ -269,14 +93,14 @@ def _row_fold(b, red, acc, op, pos, unit, lanes, units, arrays, out, layout, ran
     """The body of `reduce_kernel` for output `pos`, as its lane `unit` of `lanes`."""
     program = red.program
     first = b.binary("mul", pos, n)
-    bases, steps = _line(b, layout, rank, modes, first) if line else ({}, {})
+    bases, steps = line_reads(b, layout, rank, modes, first) if line else ({}, {})
     total = b.local(ir.Type(acc), "acc")
     b.write(total, b.const(identity(op, acc), acc))
     step = b.const(lanes, i32)
 
     def fold(r) -> None:
-        index_of = _reader(b, layout, rank, modes, b.binary("add", first, r), (r, bases, steps) if line else None)
-        v = b.cast(_values(b, program, arrays, index_of, scalars)[red.value], acc)
+        index_of = reader(b, layout, rank, modes, b.binary("add", first, r), (r, bases, steps) if line else None)
+        v = b.cast(program_values(b, program, arrays, index_of, scalars)[red.value], acc)
         b.write(total, combine.__cube_inline__(b, [op, b.read(total), v], {}))
 
     # Whole rounds of `lanes` positions run unguarded (vectorizable, as in the elementwise kernel);
@@ -312,7 +136,7 @@ def columns_kernel(red: Reduction, acc: DType, krank: int, rrank: int, modes: tu
     program = red.program
     op = _KERNEL_OP.get(red.op, red.op)
     b = ir.Builder("fused_columns")
-    arrays = _inputs(b, program)
+    arrays = input_params(b, program)
     out = b.array_param("out", acc)
     kept, rlay = ArrayRef(b.array_param("kept", i32)), ArrayRef(b.array_param("red", i32))
     n, width, col0, blocks = (b.scalar_param(name, i32) for name in ("n", "width", "col0", "blocks"))
@@ -321,7 +145,7 @@ def columns_kernel(red: Reduction, acc: DType, krank: int, rrank: int, modes: tu
     chunk = b.binary("div", b.binary("sub", b.binary("add", n, splits), one), splits)
     start = b.binary("min", n, b.binary("mul", split, chunk))
     stop = b.binary("min", n, b.binary("add", start, chunk))
-    scalars = _scalars(b, arrays, modes)
+    scalars = uniform_loads(b, arrays, modes)
     cube_x = b.builtin("cube_pos_x")
     line = b.binary("div", cube_x, blocks)
     col = b.binary("add", col0, b.binary("add", b.binary("mul", b.binary("rem", cube_x, blocks), b.builtin("cube_dim")),
@@ -341,7 +165,7 @@ def columns_kernel(red: Reduction, acc: DType, krank: int, rrank: int, modes: tu
             def index_of(j: int):
                 roff = b.binary("mul", r, rsteps[j]) if rrank == 1 else offset.__cube_inline__(b, [r, rlay, rrank, j], {})
                 return b.binary("add", at[j], roff)
-            v = b.cast(_values(b, program, arrays, index_of, scalars)[red.value], acc)
+            v = b.cast(program_values(b, program, arrays, index_of, scalars)[red.value], acc)
             b.write(total, combine.__cube_inline__(b, [op, b.read(total), v], {}))
         b.store(out, b.binary("add", b.binary("mul", b.binary("add", first, col), splits), split), b.read(total))
 
@@ -354,72 +178,12 @@ def columns_kernel(red: Reduction, acc: DType, krank: int, rrank: int, modes: tu
     return b.kernel
 
 
-_compiled: dict = {}
-
-
-def _compiled_kernel(key: tuple, build, dim: cube.CubeDim, runtime):
-    """Compile once per (program, layout rank, input modes, ..., runtime): later launches are a dict
-    lookup. A kernel the runtime's target cannot express raises there (the fusion backend then runs
-    the block op by op)."""
-    key += (runtime,)
-    compiled = _compiled.get(key)
-    if compiled is None:
-        compiled = _compiled[key] = runtime.compile_ir(build(), dim)
-    return compiled
-
-
-def _layout(shape: tuple, views: list) -> tuple:
-    rank = max(len(shape), 1)
-    parts = list(shape) or [1]
-    for v in views:
-        parts += list(element_strides(v)) or [0]
-    return rank, np.asarray(parts, np.int32)
-
-
-def run_elementwise(program: Program, shape: tuple, arrays: list, runtime=None) -> list:
-    """Run `program` over the broadcast `shape` on input `arrays`; the output arrays.
-
-    `runtime` is the cube runtime the kernel compiles for and runs on (`compile_ir` and `run`); None
-    is the CPU runtime on NumPy arrays. The outputs are allocated beside the inputs (`common.empty`):
-    on a device runtime they are its arrays.
-    """
-    runtime = runtime or cpu_runtime()
-    outs = [empty(shape, program.dtype(v).np, *arrays) for v in program.outputs]
-    size = math.prod(shape)
-    if size == 0:
-        return outs
-    merged, views = merged_operands(shape, *arrays)
-    modes = _modes(views, merged)
-    rank, layout = _layout(merged, views)
-    target = runtime.target
-    lines = size // merged[-1]
-    walk = target in WALK_TARGETS and lines >= WALK_MIN_LINES
-    rows = rank > 1 and STRIDED in modes and merged[-1] >= MIN_ROW
-    walk = walk and rows
-    # line by line takes a cube row per line: more lines than a grid dimension holds (CUDA, WGSL: 65535)
-    # fold into a third dimension (`tall`)
-    tall = rows and not walk and lines > MAX_GRID
-    modes = _line_modes(modes, views) if rows else modes
-    per = PER_UNIT.get(target, 1)
-    dim = cube.CubeDim(MIN_ROW if walk else UNITS)
-    compiled = _compiled_kernel(("ew", program, rank, modes, rows, per, walk, tall),
-                                lambda: elementwise_kernel(program, rank, modes, rows, per, walk, tall), dim, runtime)
-    if walk:
-        count = cube.CubeCount(lines)
-    elif rows:
-        z = -(-lines // MAX_GRID)
-        count = cube.CubeCount(-(-merged[-1] // (UNITS * per)), -(-lines // z), z)
-    else:
-        count, _ = grid(-(-size // per), UNITS)
-    runtime.run(compiled, count, (*views, *(o.reshape(-1) for o in outs), layout, size))
-    return outs
 
 
 def source_of(program: Program, reduction: Reduction | None = None) -> list[str]:
     """The sources (C, WGSL, CUDA C) compiled so far for `program` (or for `reduction`), one per layout
     variant and runtime."""
-    kind, target = ("red", reduction) if reduction is not None else ("ew", program)
-    return [c.source for key, c in _compiled.items() if key[0] == kind and key[1] == target]
+    return sources("red", reduction) if reduction is not None else sources("ew", program)
 
 
 def _reduced_layouts(shape: tuple, kept: tuple, dims: tuple, views: list):
@@ -451,7 +215,7 @@ def _run_columns(red: Reduction, acc: DType, shape: tuple, kept: tuple, arrays: 
     unit = tuple(bool(klayout[krank * (j + 1) + krank - 1] == 1) for j in range(len(views)))
     lines = math.prod(ksizes) // width
     for blocks, col0, dim, guarded in column_launches(width, runtime.target):
-        compiled = _compiled_kernel(("cols", red, acc, krank, len(rsizes), modes, unit, guarded, dim),
+        compiled = compiled_kernel(("cols", red, acc, krank, len(rsizes), modes, unit, guarded, dim),
                                     lambda g=guarded: columns_kernel(red, acc, krank, len(rsizes), modes, unit, g),
                                     cube.CubeDim(dim), runtime)
         runtime.run(compiled, cube.CubeCount(lines * blocks, splits),
@@ -488,14 +252,14 @@ def run_reduction(red: Reduction, shape: tuple, arrays: list, runtime=None):
     units = MAX_UNITS if lanes else min(VEC.get(target, 64) // acc.itemsize, 1 << max(0, (n - 1).bit_length()))
     if math.prod(permuted):
         merged, views = merged_operands(permuted, *views)
-        modes = _modes(views, merged)
-        rank, layout = _layout(merged, views)
+        modes = read_modes(views, merged)
+        rank, layout = max(len(merged), 1), broadcast_layout(merged, *views)
     else:  # empty reduced dims: nothing is read, every output is the identity
         rank, layout, modes = 1, np.zeros(1 + len(views), np.int32), (SCALAR,) * len(views)
         views = [empty(1, a.dtype, *arrays) for a in arrays]
     line = STRIDED in modes and int(layout[rank - 1]) == n
     dim = cube.CubeDim(units)
-    compiled = _compiled_kernel(("red", red, acc, rank, modes, units, line, lanes),
+    compiled = compiled_kernel(("red", red, acc, rank, modes, units, line, lanes),
                                 lambda: reduce_kernel(red, acc, rank, modes, units, line, lanes), dim, runtime)
     per = units // lanes if lanes else 1
     runtime.run(compiled, cube.CubeCount(-(-size // per), splits), (*views, out.reshape(-1), layout, n))

@@ -2,9 +2,10 @@
 
 Recorded (run at the next sync point, not at the call):
 
-- elementwise ops, which fuse: they inline the kernel library's own `unary_op` / `binary_op`, so a fused
-  op computes exactly what the unfused kernel computes, with the Cube(cpu) lowering table's special
-  cases. Cases the library refuses (float-only binary ops on ints, shifts of bools) run at once.
+- elementwise ops, which fuse: the rows of the op table (`ember.ops.elementwise.TABLE`), `where` and
+  `cast`; a fused op is computed by its row's cube expression, as the unfused one is. Dtypes its
+  kernel does not compute (`Elementwise.lowers`: float-only binary ops on ints, shifts of bools) run
+  at once.
 - reductions that fuse on read: `sum`, `prod`, `amax` and `amin`.
 - inner steps, run through the inner backend with the params and shapes of the block being run:
   `INNER` (pure ops whose output shape follows from shapes and params and whose errors all come from
@@ -31,15 +32,12 @@ from typing import Sequence
 
 import numpy as np
 
-from ...cube import ir
-from ...cube.kernels.elementwise import BINARY_OPS, FLOAT_BINARY, UNARY_OPS, binary_op, unary_op
-from ...dtype import DType, bool_
+from ...dtype import DType
+from ...ops.elementwise import TABLE
 from ...ops.primitive import Primitive
 
 REDUCTIONS = ("sum", "prod", "amax", "amin")
-_UNARY = frozenset(UNARY_OPS)
-_BINARY = frozenset(BINARY_OPS)
-_OTHER = frozenset(("where", "cast", "isnan", "isinf"))
+_OTHER = frozenset(("where", "cast"))  # elementwise primitives outside the op table
 INNER = frozenset(("reshape", "permute", "expand", "slice", "flip", "cat", "pad", "slice_assign", "matmul",
                    "conv", "conv_transpose", "conv_weight_grad", "max_pool", "max_pool_indices",
                    "max_pool_grad", "avg_pool",
@@ -60,7 +58,6 @@ none of these (a matmul on the CPU's BLAS, one that copies an operand first, a v
 simply not captured."""
 STARTS_BLOCK = frozenset(("matmul", "conv", "conv_transpose", "conv_weight_grad"))
 """`INNER` ops before which the stream is cut (see the module docstring)."""
-_BOOL_OP = {"maximum": "logical_or", "minimum": "logical_and"}
 
 
 def records(prim: Primitive, inputs: Sequence, params: dict) -> bool:
@@ -156,14 +153,8 @@ def starts_block(stream, max_ops: int) -> bool:
 
 def elementwise(prim: Primitive, dtypes: Sequence[DType]) -> bool:
     """Whether `prim` on inputs of `dtypes` fuses into an elementwise kernel."""
-    name = prim.name
-    if name in _UNARY or name in _OTHER:
-        return True
-    if name in _BINARY:
-        if name in FLOAT_BINARY and not dtypes[0].is_float:
-            return False
-        return not (name.endswith("_shift") and dtypes[0] is bool_)
-    return False
+    row = TABLE.get(prim.name)
+    return prim.name in _OTHER if row is None else row.computes(dtypes[0])
 
 
 def replayable(prim: Primitive) -> bool:
@@ -184,14 +175,13 @@ _INNER: set = set()  # the primitives of INNER and INDEX_OPS (recorded as inner 
 def _settle() -> None:
     from ...ops import registry
     for prim in registry.values():
-        if prim.name in REDUCTIONS or prim.name in _UNARY or prim.name in _OTHER or prim.name in INNER:
+        row = TABLE.get(prim.name)
+        if prim.name in REDUCTIONS or prim.name in _OTHER or prim.name in INNER or (row and row.lowers is None):
             _RECORDS[prim] = True
         elif prim.name in INDEX_OPS:
             continue  # depends on the index's data: `records` asks `index_in_range`
-        elif prim.name not in _BINARY:
+        elif row is None:
             _RECORDS[prim] = False
-        elif prim.name not in FLOAT_BINARY and not prim.name.endswith("_shift"):
-            _RECORDS[prim] = True
         if prim.name in STARTS_BLOCK:
             _STARTS.add(prim)
         if prim.name in INNER or prim.name in INDEX_OPS:
@@ -221,30 +211,6 @@ def static_params(prim: Primitive, params: dict) -> tuple:
     if name in REDUCTIONS:
         return (params["dims"], params["keepdim"])
     return ()
-
-
-def emit(b: ir.Builder, name: str, params: tuple, args: list, out: DType) -> ir.Value:
-    """IR computing primitive `name` on kernel values `args`, giving a value of dtype `out`."""
-    x = args[0]
-    t = x.type.dtype
-    if name == "cast":
-        return b.cast(x, out)
-    if name == "where":
-        return b.select(b.cast(x, bool_), args[1], args[2])
-    if name == "isnan":
-        return b.binary("ne", x, x) if t.is_float else b.const(False, bool_)
-    if name == "isinf":
-        if not t.is_float:
-            return b.const(False, bool_)
-        return b.binary("eq", b.unary("abs", x), b.const(float("inf"), t))
-    if name in _UNARY:
-        if name == "abs" and t is bool_:
-            return x
-        if name == "sign" and t.name == "u8":
-            return b.cast(b.binary("ne", x, b.const(0, t)), t)
-        return unary_op.__cube_inline__(b, [name, x], {})
-    op = _BOOL_OP.get(name, name) if t is bool_ else name
-    return binary_op.__cube_inline__(b, [op, x, args[1]], {})
 
 
 _settle()

@@ -33,7 +33,7 @@ _PY_MATH = {"exp": math.exp, "exp2": lambda x: 2.0 ** x, "log": math.log, "log2"
             "log1p": math.log1p, "sqrt": math.sqrt, "rsqrt": lambda x: 1.0 / math.sqrt(x),
             "sin": math.sin, "cos": math.cos, "tan": math.tan, "tanh": math.tanh, "erf": math.erf,
             "floor": math.floor, "ceil": math.ceil, "round": round, "trunc": math.trunc,
-            "recip": lambda x: 1.0 / x, "abs": abs, "expm1": math.expm1, "log10": math.log10,
+            "reciprocal": lambda x: 1.0 / x, "abs": abs, "expm1": math.expm1, "log10": math.log10,
             "asin": math.asin, "acos": math.acos, "atan": math.atan, "sinh": math.sinh,
             "cosh": math.cosh, "asinh": math.asinh, "acosh": math.acosh, "atanh": math.atanh}
 
@@ -121,7 +121,7 @@ class Expressions:
             return self.b.unary("neg", x)
         if op is ast.Not:
             return self.b.unary("not", self.truth(x, node))
-        return self.b.unary("not" if x.type.dtype is bool_ else "bitnot", x)
+        return self.b.unary("not" if x.type.dtype is bool_ else "bitwise_not", x)
 
     def expr_BoolOp(self, node):
         values = [self.eval(v) for v in node.values]

@@ -1,4 +1,4 @@
-"""What the kernel library's host functions share: allocation, launch sizing and strided layouts.
+"""What the kernel library's host functions share: allocation, launch sizing and size checks.
 
 Host functions take NumPy arrays or a device runtime's arrays (`CudaArray`, `WgpuArray`, which carry
 NumPy's metadata) and allocate their outputs with `empty(shape, dtype, *like)`: on the runtime of the
@@ -8,22 +8,16 @@ makes an array from no operand (`random.uniform`, the backend's `fill`) takes th
 on as `runtime=`; one that may write its result over an operand takes that operand as `out=`
 (`optim.adam_update`). `asarray` and `contiguous` are NumPy's, passing device arrays through.
 
-Arrays reach a kernel as a pointer to their first element; their shape and strides (in elements,
-any sign, 0 for a broadcast dimension) travel in a small i32 "layout" array so that one compiled
-kernel serves every shape of a given rank. `offset` turns a flat output position into an element
-offset of one operand.
+Strided layouts (how a kernel reads an array of any strides) are `layout.py`'s.
 
 Example:
-    >>> layout = broadcast_layout((2, 3), np.ones((1, 3)), np.ones((2, 3)).T.T)
-    >>> layout.tolist()    # shape, then each operand's strides
-    [2, 3, 0, 1, 3, 1]
+    >>> out = empty((2, 3), np.float32, x)       # beside x: on x's device when x is a device array
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from typing import Sequence
 
 import numpy as np
 
@@ -34,6 +28,7 @@ from ..lang import CubeCount, CubeDim
 from ..runtime.arguments import DeviceArray
 from ..runtime.base import Runtime
 from ..runtime.host import empty as host_empty
+from .layout import broadcast_layout, offset
 from ... import cube
 
 MAX_ELEMENTS = 2**31 - 1
@@ -164,67 +159,6 @@ def grid(n: int, units: int = UNITS) -> tuple:
     return CubeCount(max(0, -(-n // units))), CubeDim(units)
 
 
-def element_strides(a: np.ndarray) -> tuple:
-    return tuple(s // a.itemsize for s in a.strides)
-
-
-def broadcast_strides(shape: tuple, a: np.ndarray) -> list:
-    """`a`'s element strides seen from an output of `shape` (0 where `a` is broadcast)."""
-    pad = len(shape) - a.ndim
-    strides = [0] * pad
-    for size, dim, stride in zip(shape[pad:], a.shape, element_strides(a)):
-        strides.append(0 if dim == 1 and size != 1 else stride)
-    return strides
-
-
-def merge_dims(shape: Sequence[int], strides: Sequence[Sequence[int]]) -> tuple[list, list]:
-    """(shape, strides per operand) with adjacent dims merged where every operand allows it.
-
-    `strides` are element strides, one sequence per operand, 0 where an operand is broadcast.
-    Size-1 dims are dropped; the result may be empty (a single element).
-    """
-    out_shape: list[int] = []
-    out_strides: list[list[int]] = [[] for _ in strides]
-    for d, n in enumerate(shape):
-        if n == 1:
-            continue
-        if out_shape and all(s[d] * n == o[-1] for s, o in zip(strides, out_strides)):
-            out_shape[-1] *= n
-            for s, o in zip(strides, out_strides):
-                o[-1] = s[d]
-        else:
-            out_shape.append(n)
-            for s, o in zip(strides, out_strides):
-                o.append(s[d])
-    return out_shape, out_strides
-
-
-def row_layout(x, min_row: int, outer_rank: int):
-    """How to read `x` (any strides) as rows of a C-ordered copy: None when its merged innermost dim is
-    shorter than `min_row`, else (cubes, layout) with layout = [outer sizes, outer strides, row length,
-    row stride, chunks per row] (i32; the outer dims padded to at least `outer_rank` with size-1 dims, as
-    `offset` reads them), so that a kernel finds each row's start once instead of decoding every
-    element's coordinates; `cubes` = rows * chunks (see `row_span`).
-
-    Example:
-        >>> row_layout(np.ones((3, 40)).T, 16, 1)      # 40 rows of 3: too short
-        >>> row_layout(np.ones((40, 3)).T, 2, 1)[1].tolist()
-        [3, 1, 40, 3, 1]
-    """
-    c_strides, step = [], 1
-    for n in reversed(x.shape):
-        c_strides.insert(0, step)
-        step *= n
-    shape, (strides, _) = merge_dims(x.shape, [element_strides(x), c_strides])
-    if not shape or shape[-1] < min_row:
-        return None
-    pad = max(0, outer_rank - (len(shape) - 1))
-    outer, outer_strides = [1] * pad + shape[:-1], [0] * pad + strides[:-1]
-    chunks = row_chunks(shape[-1])
-    layout = np.asarray(outer + outer_strides + [shape[-1], strides[-1], chunks], np.int32)
-    return x.size // shape[-1] * chunks, layout
-
-
 def row_chunks(length: int) -> int:
     """How many cubes share a row of `length` (ROW_CHUNK or more positions each), so that a few long rows
     still spread over many cubes."""
@@ -247,54 +181,6 @@ def row_span(chunks, n, at):
     return at // chunks, lo, lo + q + cube.select(chunk < r, cube.i32(1), cube.i32(0))
 
 
-def broadcast_layout(shape: tuple, *arrays) -> np.ndarray:
-    """[shape..., strides of arrays[0]..., strides of arrays[1]...] as i32 (see `offset`)."""
-    parts = list(shape)
-    for a in arrays:
-        parts += broadcast_strides(shape, a)
-    return np.asarray(parts, dtype=np.int32).reshape(-1)
-
-
-def is_dense(shape: tuple, a: np.ndarray) -> bool:
-    """True when `a` is C-contiguous with exactly `shape` (flat position == element offset)."""
-    return a.shape == tuple(shape) and a.flags.c_contiguous
-
-
-def read_kind(shape: tuple, a) -> str:
-    """How a kernel reads operand `a` of an output of `shape`: "dense" (flat position == element offset),
-    "scalar" (one value, broadcast: always element 0) or "strided" (`offset` decodes the position).
-
-    Example:
-        >>> read_kind((2, 3), np.ones((2, 3))), read_kind((2, 3), np.ones(1)), read_kind((2, 3), np.ones(3))
-        ('dense', 'scalar', 'strided')
-    """
-    return "dense" if is_dense(shape, a) else "scalar" if a.size == 1 else "strided"
-
-
-@cube.function
-def element_at(pos, layout, ndim, which, kind):
-    """Element offset of operand `which` read as `kind` (comptime, from `read_kind`) at flat position
-    `pos`: a broadcast scalar needs no per-element index arithmetic (the integer divisions of `offset`
-    keep a loop from vectorizing and cost ~10x the arithmetic of a cheap op)."""
-    if kind == "dense":
-        return pos
-    if kind == "scalar":
-        return cube.i32(0)
-    return offset(pos, layout, ndim, which)
-
-
-@cube.function
-def offset(pos, layout, ndim, which):
-    """Element offset of operand `which` for flat position `pos` (layout as in `broadcast_layout`)."""
-    off = cube.i32(0)
-    rest = pos
-    for d in cube.unroll(range(ndim - 1, -1, -1)):
-        size = layout[d]
-        off = off + (rest % size) * layout[ndim * (which + 1) + d]
-        rest = rest // size
-    return off
-
-
 @cube.function
 def position(n, shifted):
     """The flat position of this unit in a 1-D launch over `n` positions (`grid(n)`). With `shifted`
@@ -309,26 +195,6 @@ def position(n, shifted):
     if shifted:
         return cube.min(cube.CUBE_POS * cube.CUBE_DIM, n - cube.CUBE_DIM) + cube.UNIT_POS
     return cube.ABSOLUTE_POS
-
-
-@cube.function
-def unravel(pos, layout, ndim):
-    """The coordinates (a tuple, one per dim) of flat position `pos` in the shape `layout[0:ndim]`."""
-    coords = ()
-    rest = pos
-    for d in cube.unroll(range(ndim - 1, -1, -1)):
-        coords = (rest % layout[d],) + coords
-        rest = rest // layout[d]
-    return coords
-
-
-@cube.function
-def dot(coords, layout, start):
-    """sum(coords[d] * layout[start + d]): an element offset from coordinates and strides."""
-    off = cube.i32(0)
-    for d in cube.unroll(range(len(coords))):
-        off = off + coords[d] * layout[start + d]
-    return off
 
 
 @cube.kernel

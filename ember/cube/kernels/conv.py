@@ -21,7 +21,8 @@ import numpy as np
 from ... import cube
 from ...dtype import f32
 from ...errors import DTypeError, ShapeError
-from .common import asarray, check_size, contiguous, cube_dtype, element_strides, empty, zeros
+from .common import asarray, check_size, contiguous, cube_dtype, empty, zeros
+from .layout import element_strides
 
 ROWS, UNITS = 8, 64
 # geometry layout: the host writes these i32 values in this order

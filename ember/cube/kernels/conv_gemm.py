@@ -35,7 +35,8 @@ import numpy as np
 
 from ... import cube
 from ...errors import DTypeError, ShapeError
-from .common import asarray, check_size, contiguous, cube_dtype, element_strides, empty, zeros
+from .common import asarray, check_size, contiguous, cube_dtype, empty, zeros
+from .layout import element_strides
 from .conv import _pair
 from .elementwise import cast
 from .matmul import TUNE_MIN_FLOPS, summed_matmul, tuned_matmul

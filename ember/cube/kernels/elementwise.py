@@ -1,12 +1,23 @@
-"""Elementwise kernels: unary, binary and ternary ops with broadcasting and any strides, and cast.
+"""The elementwise kernel generator: a program of elementwise primitives becomes one cube kernel.
 
-One kernel per arity; the op is a comptime string, so each op compiles to its own specialized code.
-Operands are read through their layouts (shape + strides, see `common.offset`) unless they are dense
-with the output's shape, in which case the flat position is the offset (a comptime fast path).
-Op names follow ember's primitives (`ember/ops/elementwise.py`). Arithmetic happens in the
-operands' common dtype (f16/bf16 in f32 on the C target); comparisons and logical ops give bool.
+Every elementwise kernel is generated here: the fusion backend's fused programs, the Cube backend's
+lone ops (a one-step program), and the library's `unary`, `binary`, `ternary` and `cast`. A step of a
+`Program` is a primitive of the op table (`ember.ops.elementwise.TABLE`), computed by its row's cube
+expression (`emit`), or `cast` or `where`. Operands are read through broadcast layouts inside the
+kernel (`layout.merged_operands`): a dense input by its flat position, a one-element input at index 0,
+a broadcast or strided one through its strides, so an op on operands of different shapes or strides
+is one kernel, compiled once per (program, rank after merging dims, how each input is read).
+
+A `Program` is the normalized elementwise part: value ids `0 .. len(inputs)-1` are the input arrays,
+each later id is one step `(primitive name, static params, argument ids, dtype)`. `outputs` are the
+ids written to memory, each to a new contiguous array. On GPU targets each unit computes `PER_UNIT`
+positions. Why IR rather than a `@cube.kernel`, and the kernel shapes per target: docs/fusion.md,
+"Generated kernels".
 
 Example:
+    >>> p = Program((f32,), (("exp", (), (0,), f32), ("neg", (), (1,), f32)), (2,))
+    >>> run_elementwise(p, (3,), [np.zeros(3, np.float32)])[0]
+    array([-1., -1., -1.], dtype=float32)
     >>> binary("add", np.ones((2, 1), np.float32), np.arange(3, dtype=np.float32))
     array([[1., 2., 3.],
            [1., 2., 3.]], dtype=float32)
@@ -14,379 +25,391 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+import math
+from dataclasses import dataclass
+
 import numpy as np
 
 from ... import cube
-from ...dtype import bool_
+from ...dtype import DType, bool_, i32
 from ...errors import DTypeError
+from ...ops.elementwise import TABLE
+from .. import ir
+from ..frontend import ArrayRef
 from ..kernel import launch_runtime
-from .common import (asarray, broadcast_layout, check_size, cube_dtype, element_at, empty, grid, is_dense, offset,
-                     position, read_kind, result_type, row_layout, row_span)
+from ..lang import Intrinsic
+from .common import asarray, check_elements, check_size, cube_dtype, empty, grid, result_type
+from .layout import broadcast_layout, merged_operands, offset
 
-UNARY_OPS = ("neg", "abs", "sign", "reciprocal", "square", "exp", "exp2", "expm1", "log", "log2", "log10",
-             "log1p", "sqrt", "rsqrt", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh",
-             "asinh", "acosh", "atanh", "erf", "erfinv", "sigmoid", "relu", "gelu", "silu", "floor", "ceil", "round",
-             "trunc", "logical_not", "bitwise_not")
-FLOAT_UNARY = frozenset(UNARY_OPS) - {"neg", "abs", "sign", "square", "relu", "logical_not", "bitwise_not"}
-BINARY_OPS = ("add", "sub", "mul", "div", "pow", "maximum", "minimum", "atan2", "remainder", "floor_divide",
-              "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
-              "bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift")
-FLOAT_BINARY = frozenset(("div", "pow", "atan2"))
-BOOL_OUT = frozenset(("eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
-                      "logical_not"))
-TERNARY_OPS = ("where", "clamp")
-# A strided unary input (a transposing or slicing copy, most often) whose merged innermost dim has at
-# least ROW_MIN elements runs a cube per row of at most ROW_UNITS units; outer dims are padded to
-# ROW_OUTER_RANK so that ranks 1..4 share one compiled kernel.
-ROW_MIN, ROW_UNITS, ROW_OUTER_RANK = 16, 64, 3
-# That kernel on GPU targets for rows of at most GPU_SHORT_ROW: units a cube, elements of a row a unit.
-GPU_ROW_UNITS, GPU_ROW_ELEMENTS, GPU_SHORT_ROW = 256, 4, 256
+UNITS = 256
+MIN_ROW = 64  # a domain whose last dim is at least this long runs line by line (see elementwise_kernel)
+# Positions per unit of an elementwise kernel, by target: on a GPU one position per unit of a large
+# kernel launches so many cubes that it falls well short of the memory bandwidth (docs/fusion.md).
+PER_UNIT = {"cuda": 4}
+# Targets whose line-by-line kernel runs a whole line per cube of MIN_ROW units (see elementwise_kernel),
+# when there are at least WALK_MIN_LINES lines (cubes enough for any core count; fewer, longer lines
+# keep cubes of UNITS along the line, whose masked tail is then a small part of each line).
+WALK_TARGETS, WALK_MIN_LINES = ("cpu",), 256
+MAX_GRID = 65535  # cubes along a grid's y or z dimension (CUDA, WGSL)
 
 
-@cube.function
-def unary_op(op, x):
-    """`op` (comptime name) applied to kernel value `x`."""
-    t = x.dtype
-    if op == "neg":
-        return -x
-    if op == "abs":
-        return cube.abs(x)
-    if op == "sign":
-        return cube.select(x > t(0), t(1), cube.select(x < t(0), t(-1), t(0)))
-    if op == "reciprocal":
-        return cube.recip(x)
-    if op == "square":
-        return x * x
-    if op == "sigmoid":
-        return t(1) / (t(1) + cube.exp(-x))
-    if op == "relu":
-        return cube.select(x > t(0), x, t(0))
-    if op == "gelu":
-        return t(0.5) * x * (t(1) + cube.erf(x * t(0.7071067811865476)))
-    if op == "silu":
-        return x / (t(1) + cube.exp(-x))
-    if op == "logical_not":
-        return not x
-    if op == "bitwise_not":
-        return ~x
-    return math_op(op, x)
+@dataclass(frozen=True)
+class Program:
+    """A normalized elementwise program (see the module docstring)."""
+
+    inputs: tuple
+    steps: tuple
+    outputs: tuple
+
+    def dtype(self, value: int) -> DType:
+        return self.inputs[value] if value < len(self.inputs) else self.steps[value - len(self.inputs)][3]
+
+    def text(self) -> str:
+        """One line per step, e.g. `%2 = exp(%0) : f32`."""
+        n = len(self.inputs)
+        lines = [f"%{j} = input : {d.name}" for j, d in enumerate(self.inputs)]
+        for k, (name, params, args, dtype) in enumerate(self.steps):
+            extra = f" {params}" if params else ""
+            lines.append(f"%{n + k} = {name}({', '.join(f'%{a}' for a in args)}){extra} : {dtype.name}")
+        lines.append(f"write {', '.join(f'%{o}' for o in self.outputs)}")
+        return "\n".join(lines)
 
 
-@cube.function
-def math_op(op, x):
-    if op == "exp":
-        return cube.exp(x)
-    if op == "exp2":
-        return cube.exp2(x)
-    if op == "expm1":
-        return cube.expm1(x)
-    if op == "log":
-        return cube.log(x)
-    if op == "log2":
-        return cube.log2(x)
-    if op == "log10":
-        return cube.log10(x)
-    if op == "log1p":
-        return cube.log1p(x)
-    if op == "sqrt":
-        return cube.sqrt(x)
-    if op == "rsqrt":
-        return cube.rsqrt(x)
-    if op == "sin":
-        return cube.sin(x)
-    if op == "cos":
-        return cube.cos(x)
-    if op == "tan":
-        return cube.tan(x)
-    if op == "asin":
-        return cube.asin(x)
-    if op == "acos":
-        return cube.acos(x)
-    if op == "atan":
-        return cube.atan(x)
-    if op == "sinh":
-        return cube.sinh(x)
-    if op == "cosh":
-        return cube.cosh(x)
-    if op == "tanh":
-        return cube.tanh(x)
-    if op == "asinh":
-        return cube.asinh(x)
-    if op == "acosh":
-        return cube.acosh(x)
-    if op == "atanh":
-        return cube.atanh(x)
-    if op == "erf":
-        return cube.erf(x)
-    if op == "erfinv":
-        return erfinv(x)
-    if op == "floor":
-        return cube.floor(x)
-    if op == "ceil":
-        return cube.ceil(x)
-    if op == "round":
-        return cube.round(x)
-    if op == "trunc":
-        return cube.trunc(x)
-    assert False, f"unknown unary op {op}"
 
 
-@cube.function
-def erfinv(y):
-    """Inverse error function: Giles' single-precision start, then two Newton steps on erf (as the
-    reference, `ember/ops/elementwise.py`); +-inf at +-1, NaN outside [-1, 1]."""
-    t = y.dtype
-    w = -cube.log((t(1) - y) * (t(1) + y))
-    ws = w - t(2.5)
-    wl = cube.sqrt(cube.select(w < t(5), t(5), w)) - t(3)
-    small = t(2.81022636e-08)
-    for c in cube.unroll((3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087, -0.00125372503,
-                          -0.00417768164, 0.246640727, 1.50140941)):
-        small = t(c) + small * ws
-    large = t(-0.000200214257)
-    for c in cube.unroll((0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773, -0.0076224613,
-                          0.00943887047, 1.00167406, 2.83297682)):
-        large = t(c) + large * wl
-    x = cube.select(w < t(5), small, large) * y
-    for _ in cube.unroll(range(2)):
-        x = x - (cube.erf(x) - y) / (t(1.1283791670955126) * cube.exp(-x * x))
-    edge = cube.select(y > t(0), t(float("inf")), t(float("-inf")))
-    return cube.select(cube.abs(y) == t(1), edge, x)
+
+# How an input is read: by flat position, its one element, its layout, or (line-by-line kernels
+# only) one element per line, the same along the line (a (C, 1, 1) bias against (N, C, H*W)).
+DENSE, SCALAR, STRIDED, LINE = 0, 1, 2, 3
 
 
-@cube.function
-def binary_op(op, a, b):
-    """`op` (comptime name) of kernel values `a` and `b` of one dtype (NumPy semantics)."""
-    t = a.dtype
-    if op == "add":
-        return (a or b) if t == cube.bool_ else a + b
-    if op == "sub":
-        return a - b
-    if op == "mul":
-        return (a and b) if t == cube.bool_ else a * b
-    if op == "div":
-        return a / b
-    if op == "pow":
-        return cube.pow(a, b)
-    if op == "atan2":
-        return cube.atan2(a, b)
-    if op == "maximum" or op == "minimum":
-        best = cube.max(a, b) if op == "maximum" else cube.min(a, b)
-        if t.is_float:  # NaN wins, as in NumPy
-            best = cube.select(a != a, a, cube.select(b != b, b, best))
-        return best
-    if op == "remainder":
-        if t.is_float:
-            r = a % b  # fmod: sign of a; NumPy's remainder takes the sign of b
-            return cube.select((r != t(0)) and ((r < t(0)) != (b < t(0))), r + b, r)
-        # Truncated (0 by 0 and by -1: the IR's integer semantics), then moved to b's sign. The steps
-        # here and below are arithmetic on the condition: gcc may make a select a branch, which
-        # mispredicts on operands of mixed signs.
-        r = a % b
-        return r + b * cube.cast((r != t(0)) and ((r < t(0)) != (b < t(0))), t)
-    if op == "floor_divide":
-        if t.is_float:
-            return cube.floor(a / b)
-        q = a // b  # truncates (0 by 0, MIN by -1 is MIN); one down when the signs differ and it is inexact
-        return q - cube.cast((a % b != t(0)) and ((a < t(0)) != (b < t(0))), t)
-    return compare_op(op, a, b)
+def read_modes(views: list, shape: tuple) -> tuple:
+    return tuple(DENSE if v.flags.c_contiguous and v.shape == shape else SCALAR if v.size == 1 or not any(v.strides)
+                 else STRIDED for v in views)
 
 
-@cube.function
-def compare_op(op, a, b):
-    if op == "eq":
-        return a == b
-    if op == "ne":
-        return a != b
-    if op == "lt":
-        return a < b
-    if op == "le":
-        return a <= b
-    if op == "gt":
-        return a > b
-    if op == "ge":
-        return a >= b
-    if op == "logical_and":
-        return a and b
-    if op == "logical_or":
-        return a or b
-    if op == "logical_xor":
-        return cube.select(a, not b, b) if a.dtype == cube.bool_ else (a != a.dtype(0)) != (b != b.dtype(0))
-    if op == "bitwise_and":
-        return a & b
-    if op == "bitwise_or":
-        return a | b
-    if op == "bitwise_xor":
-        return a ^ b
-    if op == "left_shift":
-        return a << b
-    if op == "right_shift":
-        return a >> b
-    assert False, f"unknown binary op {op}"
+def _flat_modes(shape: tuple, arrays: list) -> tuple | None:
+    """The read modes when every input is dense with `shape` (DENSE) or one value (SCALAR), else None."""
+    modes = []
+    for a in arrays:
+        if a.size == 1:
+            modes.append(SCALAR)
+        elif a.shape == shape and a.flags.c_contiguous:
+            modes.append(DENSE)
+        else:
+            return None
+    return tuple(modes)
 
 
-@cube.kernel
-def unary_kernel(x: cube.Array, out: cube.Array, layout: cube.Array[cube.i32], op: cube.Comptime[str],
-                 T: cube.Comptime, ndim: cube.Comptime[int], dense: cube.Comptime[bool],
-                 shifted: cube.Comptime[bool]):
-    i = position(len(out), shifted)
-    if shifted or i < len(out):
-        xi = i if dense else offset(i, layout, ndim, 0)
-        v = cube.cast(x[xi], T)
-        out[i] = cube.cast(v if op == "cast" else unary_op(op, v), out.dtype)
+def line_modes(modes: tuple, views: list) -> tuple:
+    """`modes` for a line-by-line kernel: a strided input that does not move along the last dim is LINE."""
+    return tuple(LINE if m == STRIDED and v.strides[-1] == 0 else m for m, v in zip(modes, views))
 
 
-@cube.kernel
-def unary_rows_kernel(x: cube.Array, out: cube.Array, layout: cube.Array[cube.i32], parts: cube.i32,
-                      op: cube.Comptime[str], T: cube.Comptime, ndim: cube.Comptime[int], units: cube.Comptime[int],
-                      unit_step: cube.Comptime[bool], rows: cube.Comptime[int]):
-    """`unary_kernel` over a strided x read as rows (`common.row_layout`, `ndim` outer dims): each of the
-    `parts` output rows (or parts of a long row, `common.row_span`) is taken by `units` units (UNIT_POS_X),
-    `rows` of them per cube (UNIT_POS_Y), which find the row's start in x once, then walk it
-    (contiguously when `unit_step`): no per-element coordinate decoding, no masked lane."""
-    if rows == 1:
-        unary_row(x, out, layout, cube.CUBE_POS, op, T, ndim, units, unit_step)
+def uniform_loads(b: ir.Builder, arrays: list, modes: tuple, bases: dict | None = None) -> dict:
+    """The inputs that are the same for every unit of a cube, loaded once before any branch (gcc will
+    not vectorize a loop whose branch holds a load it cannot prove safe; a load per unit of a value
+    that does not change would be a gather): the one-element inputs, and the LINE inputs at their
+    line's offset (`bases`, from `_line`)."""
+    return {j: b.load(arr, b.const(0, i32) if modes[j] == SCALAR else bases[j])
+            for j, arr in enumerate(arrays) if modes[j] in (SCALAR, LINE)}
+
+
+def program_values(b: ir.Builder, program: Program, arrays: list, index_of, scalars: dict) -> list:
+    """Load every input (array `j` at `index_of(j)`) and compute every step; the values by id."""
+    values = [scalars[j] if j in scalars else b.load(arr, index_of(j)) for j, arr in enumerate(arrays)]
+    for name, params, args, dtype in program.steps:
+        values.append(emit(b, name, [values[a] for a in args], dtype))
+    return values
+
+
+def input_params(b: ir.Builder, program: Program) -> list:
+    return [b.array_param(f"in{j}", d) for j, d in enumerate(program.inputs)]
+
+
+def line_reads(b: ir.Builder, layout, rank: int, modes: tuple, start) -> tuple:
+    """For a line of the domain starting at flat position `start` and running along its last dim:
+    each strided or LINE input's offset at `start` and each strided one's step along the line (values
+    the same for every unit of a cube, so the C target computes them once per cube, divisions included)."""
+    bases, steps = {}, {}
+    for j, mode in enumerate(modes):
+        if mode in (STRIDED, LINE):
+            bases[j] = offset.__cube_inline__(b, [start, layout, rank, j], {})
+        if mode == STRIDED:
+            steps[j] = b.load(layout.array, b.const(rank * (j + 1) + rank - 1, i32))
+    return bases, steps
+
+
+def reader(b: ir.Builder, layout, rank: int, modes: tuple, position, line: tuple | None):
+    """`index_of(j)`: where input `j` is read for flat `position`: the position itself when it is dense;
+    on a line (`line = (along, bases, steps)` from `_line`) its base plus `along` steps; else through
+    its layout."""
+    def index_of(j: int):
+        if modes[j] == DENSE:
+            return position
+        if line is not None:
+            along, bases, steps = line
+            return b.binary("add", bases[j], b.binary("mul", along, steps[j]))
+        return offset.__cube_inline__(b, [position, layout, rank, j], {})
+    return index_of
+
+
+def _guarded(b: ir.Builder, whole, positions: list, limit, body) -> None:
+    """`body(p)` for each of `positions`: unguarded where `whole` (a condition the same for all units)
+    holds, else each under `p < limit`: gcc vectorizes the unguarded copy (it gives up on long bodies
+    under a per-unit guard), and only the last cube of a line pays for the checks."""
+    branch = b.branch(whole)
+    with b.inside(branch.then):
+        for p in positions:
+            body(p)
+    with b.inside(branch.orelse):
+        for p in positions:
+            tail = b.branch(b.binary("lt", p, limit))
+            with b.inside(tail.then):
+                body(p)
+
+
+def elementwise_kernel(program: Program, rank: int, modes: tuple, rows: bool, per: int = 1,
+                       walk: bool = False, tall: bool = False) -> ir.Kernel:
+    """The IR of `program` over `rank`-dim layouts, each input read as `modes[j]` says (DENSE, SCALAR,
+    STRIDED, LINE). With `rows`, cube (x, y) covers units x of line y of the domain's last dim, so strided
+    inputs cost one multiply-add per element and LINE inputs one load per cube; otherwise cubes cover
+    flat positions. Each unit computes `per` positions, CUBE_DIM apart (GPU targets: 4, so that a cube's
+    index arithmetic is shared by more elements and the grid has 4x fewer cubes; the C target: 1).
+
+    With `walk` (and `rows`; the C target), cube y runs all of line y, CUBE_DIM positions at a time, the
+    last step shifted back inside the line (the host keeps lines at least CUBE_DIM long): no unit is
+    ever masked (gcc does not vectorize a masked tail, and a line shorter than a cube of 256 units was
+    all tail: a (64, 32, 196) bias + relu ran 6x slower than memory allows), a few positions are
+    computed twice (the outputs are new arrays, so no input changes under the second pass).
+
+    With `tall` (and `rows`), line y + z * CUBE_COUNT_Y is cube (x, y, z)'s, and cubes past the last line
+    do nothing: more lines than a grid dimension holds (CUDA and WGSL: 65535; the (batch * heads, L, S)
+    matrices of attention have 98304 lines of 1024, which ran on flat positions at twice the bandwidth's
+    time, decoding every element's coordinates)."""
+    b = ir.Builder("fused")
+    arrays = input_params(b, program)
+    outs = [b.array_param(f"out{k}", program.dtype(v)) for k, v in enumerate(program.outputs)]
+    layout = ArrayRef(b.array_param("layout", i32))
+    n = b.scalar_param("n", i32)
+    with contextlib.ExitStack() as guard:
+        if rows:
+            width = b.load(layout.array, b.const(rank - 1, i32))
+            line = b.builtin("cube_pos" if walk else "cube_pos_y")
+            if tall:
+                line = b.binary("add", line, b.binary("mul", b.builtin("cube_pos_z"), b.builtin("cube_count_y")))
+            start = b.binary("mul", line, width)
+            if tall:  # the cubes past the last line: all that follows is inside this branch
+                guard.enter_context(b.inside(b.branch(b.binary("lt", start, n)).then))
+            bases, steps = line_reads(b, layout, rank, modes, start)
+            scalars = uniform_loads(b, arrays, modes, bases)
+        else:
+            scalars = uniform_loads(b, arrays, modes)
+
+        def body(position) -> None:
+            i = b.binary("add", start, position) if rows else position
+            index_of = reader(b, layout, rank, modes, i, (position, bases, steps) if rows else None)
+            values = program_values(b, program, arrays, index_of, scalars)
+            for out, v in zip(outs, program.outputs):
+                b.store(out, i, values[v])
+
+        if walk:
+            units = b.builtin("cube_dim")
+            with b.loop(b.const(0, i32), width, units) as step:
+                body(b.binary("add", b.binary("min", step, b.binary("sub", width, units)), b.builtin("unit_pos")))
+            return b.kernel
+        one = b.const(1, i32)
+        span = b.binary("mul", b.builtin("cube_dim"), b.const(per, i32))  # positions a cube covers
+        cube_pos = b.builtin("cube_pos_x" if rows else "cube_pos")
+        first = b.binary("add", b.binary("mul", cube_pos, span), b.builtin("unit_pos"))
+        end = b.binary("mul", b.binary("add", cube_pos, one), span)
+        positions = [first] + [b.binary("add", first, b.binary("mul", b.builtin("cube_dim"), b.const(k, i32)))
+                               for k in range(1, per)]
+        _guarded(b, b.binary("le", end, width if rows else n), positions, width if rows else n, body)
+    return b.kernel
+
+
+
+
+def emit(b: ir.Builder, name: str, args: list, out: DType) -> ir.Value:
+    """IR computing step `name` (a row of the op table, `cast` or `where`) on kernel values `args` of
+    one dtype (where's condition aside), giving a value of dtype `out`."""
+    if name == "cast":
+        return b.cast(args[0], out)
+    if name == "where":
+        return b.select(b.cast(args[0], bool_), args[1], args[2])
+    kernel = TABLE[name].kernel
+    if isinstance(kernel, Intrinsic):
+        return b.unary(kernel.name, *args) if len(args) == 1 else b.binary(kernel.name, *args)
+    return kernel.__cube_inline__(b, list(args), {})
+
+
+COMPILED: dict = {}
+
+
+def compiled_kernel(key: tuple, build, dim: cube.CubeDim, runtime):
+    """Compile once per (program, layout rank, input modes, ..., runtime): later launches are a dict
+    lookup. A kernel the runtime's target cannot express raises there (the fusion backend then runs
+    the block op by op)."""
+    key += (runtime,)
+    compiled = COMPILED.get(key)
+    if compiled is None:
+        compiled = COMPILED[key] = runtime.compile_ir(build(), dim)
+    return compiled
+
+
+def run_elementwise(program: Program, shape: tuple, arrays: list, runtime=None, alike: bool = False) -> list:
+    """Run `program` over the broadcast `shape` on input `arrays`; the output arrays.
+
+    `runtime` is the cube runtime the kernel compiles for and runs on (`compile_ir` and `run`); None
+    is the one a launch on `arrays` runs on (`launch_runtime`). The outputs are allocated beside the
+    inputs (`common.empty`): on a device runtime they are its arrays. With `alike`, once one input is
+    read through its layout every input of more than one value is (a dense one too): fewer compiled
+    variants of the program (what a lone op, run for many operand layouts, wants).
+    """
+    runtime = runtime or launch_runtime(*arrays)
+    outs = [empty(shape, program.dtype(v).np, *arrays) for v in program.outputs]
+    size = math.prod(shape)
+    if size == 0:
+        return outs
+    modes = _flat_modes(shape, arrays)
+    if modes is not None:  # every input dense or one value: read flat (the common case, and cheaper)
+        merged, views = (size,), [a.reshape(1 if m == SCALAR else size) for a, m in zip(arrays, modes)]
+        layout = np.asarray([size] + [int(m == DENSE) for m in modes], np.int32)
     else:
-        at = cube.CUBE_POS * rows + cube.UNIT_POS_Y
-        if at < parts:
-            unary_row(x, out, layout, at, op, T, ndim, units, unit_step)
+        merged, views = merged_operands(shape, *arrays)
+        modes = read_modes(views, merged)
+        if alike and STRIDED in modes:
+            modes = tuple(SCALAR if m == SCALAR else STRIDED for m in modes)
+        layout = broadcast_layout(merged, *views)
+    rank = max(len(merged), 1)
+    target = runtime.target
+    lines = size // merged[-1]
+    walk = target in WALK_TARGETS and lines >= WALK_MIN_LINES
+    rows = rank > 1 and STRIDED in modes and merged[-1] >= MIN_ROW
+    walk = walk and rows
+    # line by line takes a cube row per line: more lines than a grid dimension holds (CUDA, WGSL: 65535)
+    # fold into a third dimension (`tall`)
+    tall = rows and not walk and lines > MAX_GRID
+    modes = line_modes(modes, views) if rows else modes
+    per = PER_UNIT.get(target, 1)
+    dim = cube.CubeDim(MIN_ROW if walk else UNITS)
+    compiled = compiled_kernel(("ew", program, rank, modes, rows, per, walk, tall),
+                                lambda: elementwise_kernel(program, rank, modes, rows, per, walk, tall), dim, runtime)
+    if walk:
+        count = cube.CubeCount(lines)
+    elif rows:
+        z = -(-lines // MAX_GRID)
+        count = cube.CubeCount(-(-merged[-1] // (UNITS * per)), -(-lines // z), z)
+    else:
+        count, _ = grid(-(-size // per), UNITS)
+    runtime.run(compiled, count, (*views, *(o.reshape(-1) for o in outs), layout, size))
+    return outs
 
 
-@cube.function
-def unary_row(x, out, layout, at, op, T, ndim, units, unit_step):
-    """Part `at` of the rows of `unary_rows_kernel`, by this unit's place along it (UNIT_POS_X)."""
-    n = layout[2 * ndim]
-    row, lo, hi = row_span(layout[2 * ndim + 2], n, at)
-    step = 1 if unit_step else layout[2 * ndim + 1]
-    src = offset(row, layout, ndim, 0)
-    for j0 in range(lo, hi, units):
-        j = cube.min(j0, hi - units) + cube.UNIT_POS_X  # the last chunk shifted back inside (units <= hi - lo)
-        out[row * n + j] = unary_at(op, T, x, src + j * step, out.dtype)
-
-
-@cube.function
-def unary_at(op, T, x, at, out_t):
-    """`op` of x[at], computed in T, as `out_t` ("cast" converts only)."""
-    v = cube.cast(x[at], T)
-    return cube.cast(v if op == "cast" else unary_op(op, v), out_t)
-
-
-@cube.kernel
-def binary_kernel(a: cube.Array, b: cube.Array, out: cube.Array, layout: cube.Array[cube.i32],
-                  op: cube.Comptime[str], T: cube.Comptime, ndim: cube.Comptime[int],
-                  kinds: cube.Comptime[tuple], shifted: cube.Comptime[bool]):
-    i = position(len(out), shifted)
-    if shifted or i < len(out):
-        ai = element_at(i, layout, ndim, 0, kinds[0])
-        bi = element_at(i, layout, ndim, 1, kinds[1])
-        out[i] = cube.cast(binary_op(op, cube.cast(a[ai], T), cube.cast(b[bi], T)), out.dtype)
-
-
-@cube.kernel
-def ternary_kernel(a: cube.Array, b: cube.Array, c: cube.Array, out: cube.Array,
-                   layout: cube.Array[cube.i32], op: cube.Comptime[str], T: cube.Comptime,
-                   ndim: cube.Comptime[int], kinds: cube.Comptime[tuple], shifted: cube.Comptime[bool]):
-    i = position(len(out), shifted)
-    if shifted or i < len(out):
-        ai = element_at(i, layout, ndim, 0, kinds[0])
-        bi = element_at(i, layout, ndim, 1, kinds[1])
-        ci = element_at(i, layout, ndim, 2, kinds[2])
-        if op == "where":  # where(cond, then, else)
-            r = cube.select(cube.cast(a[ai], cube.bool_), cube.cast(b[bi], T), cube.cast(c[ci], T))
-        else:  # clamp(x, lo, hi)
-            r = cube.min(cube.max(cube.cast(a[ai], T), cube.cast(b[bi], T)), cube.cast(c[ci], T))
-        out[i] = cube.cast(r, out.dtype)
+def sources(kind: str, of) -> list[str]:
+    """The sources (C, WGSL, CUDA C) compiled so far for `of` (a `Program`: kind "ew"), one per layout
+    variant and runtime."""
+    return [c.source for key, c in COMPILED.items() if key[0] == kind and key[1] == of]
 
 
 
-def _launch(kernel, n: int, /, *args, **comptime) -> None:
-    count, dim = grid(n)
-    kernel.launch(count, dim, *args, shifted=n >= dim.x, **comptime)
+# ---- the library's host functions: one-step programs ------------------------------------------------
+
+def _run(name: str, arrays: list, steps: tuple, shape: tuple) -> np.ndarray:
+    check_size(name, *arrays)
+    check_elements(name, shape)
+    program = Program(tuple(cube_dtype(a.dtype) for a in arrays), steps, (len(arrays) + len(steps) - 1,))
+    (out,) = run_elementwise(program, shape, arrays, alike=True)
+    return out
 
 
-def unary(op: str, x: np.ndarray, out_dtype=None) -> np.ndarray:
-    """`op(x)` elementwise; `x` may have any strides. Float-only ops reject ints (cast first).
+def _casts(arrays: list, t: DType, first: int = 0) -> tuple[tuple, list]:
+    """Steps converting each of `arrays[first:]` to `t` where it is not, and the ids of the values."""
+    steps, ids = [], []
+    for j in range(first, len(arrays)):
+        if cube_dtype(arrays[j].dtype) is t:
+            ids.append(j)
+        else:
+            ids.append(len(arrays) + len(steps))
+            steps.append(("cast", (t,), (j,), t))
+    return tuple(steps), ids
+
+
+UNARY_OPS = tuple(name for name, row in TABLE.items() if row.arity == 1)
+BINARY_OPS = tuple(name for name, row in TABLE.items() if row.arity == 2)
+
+
+def _row(name: str, arity: int):
+    row = TABLE.get(name)
+    if row is None or row.arity != arity:
+        known = ", ".join(n for n, r in TABLE.items() if r.arity == arity)
+        raise ValueError(f"unknown {'unary' if arity == 1 else 'binary'} op {name!r}; known: {known}")
+    return row
+
+
+def unary(op: str, x: np.ndarray) -> np.ndarray:
+    """`op(x)` elementwise, `op` a unary row of the op table; `x` may have any strides. Float-only ops
+    refuse ints (cast first).
 
     Example:
         >>> unary("exp", np.zeros(3, np.float32))
         array([1., 1., 1.], dtype=float32)
     """
-    if op not in UNARY_OPS:
-        raise ValueError(f"unknown unary op {op!r}; known: {', '.join(UNARY_OPS)}")
+    row = _row(op, 1)
+    x = asarray(x)
     t = cube_dtype(x.dtype)
-    if op in FLOAT_UNARY and not t.is_float:
+    if row.float_only and not t.is_float:
         raise DTypeError(f"{op} needs a float input, got {t.name}")
-    out_t = bool_ if op in BOOL_OUT else cube_dtype(out_dtype) if out_dtype is not None else t
-    return _unary(x, op, t, out_t)
+    return _run(op, [x], ((op, (), (0,), bool_ if row.bool_out else t),), x.shape)
 
 
-def cast(x: np.ndarray, dtype) -> np.ndarray:
-    """`x` converted to `dtype` (floats to ints truncate toward zero; to bool is `!= 0`)."""
-    return _unary(x, "cast", cube_dtype(x.dtype), cube_dtype(dtype))
-
-
-def _unary(x: np.ndarray, op: str, t, out_t) -> np.ndarray:
-    check_size(op, x)
-    out = empty(x.shape, out_t.np, x)
-    dense = is_dense(x.shape, x)
-    rows = None if dense or out.size == 0 else row_layout(x, ROW_MIN, ROW_OUTER_RANK)
-    if rows is None:
-        _launch(unary_kernel, out.size, x, out, broadcast_layout(x.shape, x), op=op, T=t, ndim=x.ndim,
-                dense=dense)
-    else:  # a strided copy (a transpose, a slice) with long enough rows: a cube per row
-        parts, layout = rows
-        ndim = (len(layout) - 3) // 2
-        units = min(ROW_UNITS, 1 << (int(layout[-3]).bit_length() - 1))  # a power of two <= the row length
-        per = 1
-        if layout[-3] <= GPU_SHORT_ROW and launch_runtime(x).target != "cpu":
-            # GPU targets, short rows: GPU_ROW_ELEMENTS elements of a row per unit and several rows per
-            # cube. The index arithmetic of a row (a division per outer dim) is the cost of such a copy:
-            # one element per unit, a row of 64 f32 per cube (the heads of attention) took 61 us for 25 MB
-            # on an H200 (12 us of traffic), 47 us with four rows per cube, 23 us so. (Long rows keep a
-            # cube per row or part: few of them would leave most of the GPU idle.)
-            units = max(1, units // GPU_ROW_ELEMENTS)
-            per = GPU_ROW_UNITS // units
-        unary_rows_kernel.launch(cube.CubeCount(-(-parts // per)), cube.CubeDim(units, per), x, out, layout, parts,
-                                 op=op, T=t, ndim=ndim, units=units, unit_step=bool(layout[-2] == 1), rows=per)
-    return out
-
-
-def binary(op: str, a: np.ndarray, b: np.ndarray, out_dtype=None) -> np.ndarray:
+def binary(op: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """`op(a, b)` with NumPy broadcasting, computed in the operands' common dtype.
 
     Example:
         >>> binary("lt", np.arange(3), np.array([1]))
         array([ True, False, False])
     """
-    if op not in BINARY_OPS:
-        raise ValueError(f"unknown binary op {op!r}; known: {', '.join(BINARY_OPS)}")
-    a, b = asarray(a), asarray(b)
-    t = cube_dtype(result_type(a, b))
-    if op in FLOAT_BINARY and not t.is_float:
-        raise DTypeError(f"{op} needs float inputs, got {t.name}")
-    shape = np.broadcast_shapes(a.shape, b.shape)
-    out_t = bool_ if op in BOOL_OUT else cube_dtype(out_dtype) if out_dtype is not None else t
-    out = empty(shape, out_t.np, a, b)
-    check_size(op, a, b, out)
-    _launch(binary_kernel, out.size, a, b, out, broadcast_layout(shape, a, b), op=op, T=t, ndim=len(shape),
-            kinds=(read_kind(shape, a), read_kind(shape, b)))
-    return out
+    row = _row(op, 2)
+    arrays = [asarray(a), asarray(b)]
+    t = cube_dtype(result_type(*arrays))
+    if not row.computes(t):
+        raise DTypeError(f"{op}: the kernel does not compute {t.name} inputs")
+    steps, ids = _casts(arrays, t)
+    step = (op, (), tuple(ids), bool_ if row.bool_out else t)
+    return _run(op, arrays, steps + (step,), np.broadcast_shapes(*(x.shape for x in arrays)))
 
 
 def ternary(op: str, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
-    """`where(a, b, c)` (a is the condition) or `clamp(a, b, c)`, with broadcasting.
+    """`where(a, b, c)` (a is the condition) or `clamp(a, b, c)` (NaN propagates), with broadcasting.
 
     Example:
         >>> ternary("where", np.array([True, False]), np.ones(2), np.zeros(2))
         array([1., 0.])
     """
-    if op not in TERNARY_OPS:
-        raise ValueError(f"unknown ternary op {op!r}; known: {', '.join(TERNARY_OPS)}")
-    a, b, c = asarray(a), asarray(b), asarray(c)
-    t = cube_dtype(result_type(b, c) if op == "where" else result_type(a, b, c))
-    shape = np.broadcast_shapes(a.shape, b.shape, c.shape)
-    out = empty(shape, t.np, a, b, c)
-    check_size(op, a, b, c, out)
-    _launch(ternary_kernel, out.size, a, b, c, out, broadcast_layout(shape, a, b, c), op=op, T=t,
-            ndim=len(shape), kinds=tuple(read_kind(shape, x) for x in (a, b, c)))
-    return out
+    if op not in ("where", "clamp"):
+        raise ValueError(f"unknown ternary op {op!r}; known: where, clamp")
+    arrays = [asarray(a), asarray(b), asarray(c)]
+    t = cube_dtype(result_type(*arrays[1:]) if op == "where" else result_type(*arrays))
+    shape = np.broadcast_shapes(*(x.shape for x in arrays))
+    if op == "where":
+        steps, (yes, no) = _casts(arrays, t, 1)
+        return _run(op, arrays, steps + (("where", (), (0, yes, no), t),), shape)
+    steps, (x, lo, hi) = _casts(arrays, t)
+    k = len(arrays) + len(steps)
+    return _run(op, arrays, steps + (("maximum", (), (x, lo), t), ("minimum", (), (k, hi), t)), shape)
+
+
+def cast(x: np.ndarray, dtype) -> np.ndarray:
+    """`x` converted to `dtype` (floats to ints truncate toward zero; to bool is `!= 0`), a new
+    C-contiguous array; `x` may have any strides.
+
+    Example:
+        >>> cast(np.arange(3).reshape(3, 1).T, np.float32)
+        array([[0., 1., 2.]], dtype=float32)
+    """
+    x = asarray(x)
+    t = cube_dtype(dtype)
+    return _run("cast", [x], (("cast", (t,), (0,), t),), x.shape)

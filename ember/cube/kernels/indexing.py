@@ -21,8 +21,8 @@ import numpy as np
 from ... import cube
 from ...errors import ShapeError
 from ..runtime.arguments import DeviceArray
-from .common import (asarray, check_size, contiguous, copy_as, dot, element_strides, empty, grid, offset, row_chunks,
-                     row_span, unravel)
+from .common import asarray, check_size, contiguous, copy_as, empty, grid, row_chunks, row_span
+from .layout import dot, element_strides, offset, unravel
 
 ATOMIC_DTYPES = ("float32", "float64", "int32", "int64")
 # A plain scatter along the last dim with rows of at least ROW_MIN runs a cube per row (ROW_UNITS units at

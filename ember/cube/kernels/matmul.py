@@ -32,7 +32,8 @@ from ... import cube
 from ...dtype import f32
 from ...errors import DTypeError, ShapeError
 from ..runtime.autotune import anchor
-from .common import asarray, check_size, cube_dtype, element_strides, empty, offset, zeros
+from .common import asarray, check_size, cube_dtype, empty, zeros
+from .layout import element_strides, offset
 
 
 class Tile(NamedTuple):

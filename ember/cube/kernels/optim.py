@@ -35,9 +35,9 @@ import numpy as np
 
 from ... import cube
 from ...errors import DTypeError, ShapeError
+from ...ops.elementwise import maximum_kernel
 from ..runtime.arguments import DeviceArray
 from .common import MAX_ELEMENTS, contiguous, cube_dtype, empty, grid, position
-from .elementwise import binary_op
 
 SCALARS = ("keep", "l2", "b1", "one_minus_b1", "b2", "one_minus_b2", "bias2", "eps", "step_size")
 """The slots of the `scalars` array, in order."""
@@ -67,7 +67,7 @@ def adam_kernel(param: cube.Array, grad: cube.Array, moments: cube.Array, scalar
         out[2 * n + i] = s(v)
         if amsgrad:
             if not first:
-                v = T(s(binary_op("maximum", T(moments[3 * n + i]), v)))
+                v = T(s(maximum_kernel(T(moments[3 * n + i]), v)))
             out[3 * n + i] = s(v)
         out[i] = s(p - step_size * m / (cube.sqrt(v) / bias2 + eps))
 

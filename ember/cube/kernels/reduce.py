@@ -35,7 +35,8 @@ from ...dtype import bool_, f32, f64, i64
 from ...errors import DTypeError, ShapeError
 from .elementwise import binary
 from ..kernel import launch_runtime
-from .common import asarray, check_size, contiguous, cube_dtype, element_strides, empty, merge_dims, offset
+from .common import asarray, check_size, contiguous, cube_dtype, empty
+from .layout import element_strides, merge_dims, offset
 
 OPS = ("sum", "mean", "prod", "amax", "amin", "argmax", "argmin", "var")
 _KERNEL_OP = {"amax": "max", "amin": "min"}  # the name `combine` and `identity` use

@@ -17,7 +17,8 @@ import numpy as np
 
 from ... import cube
 from ...dtype import f32
-from .common import asarray, check_size, cube_dtype, element_strides, empty, grid, offset
+from .common import asarray, check_size, cube_dtype, empty, grid
+from .layout import element_strides, offset
 
 OPS = ("cumsum", "cumprod", "cumargmax", "cumargmin")
 

@@ -26,7 +26,8 @@ import numpy as np
 from ... import cube
 from ...dtype import f32
 from ...ops.spatial import conv_out_size
-from .common import asarray, check_size, cube_dtype, element_strides, empty, grid, position
+from .common import asarray, check_size, cube_dtype, empty, grid, position
+from .layout import element_strides
 
 # geometry = [C, K, L, size(S), kernel(S), stride(S), padding(S), dilation(S), windows(S), input strides]
 SIZE, KERNEL, STRIDE, PADDING, DILATION, WINDOWS, STRIDES = range(7)

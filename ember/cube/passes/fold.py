@@ -31,7 +31,7 @@ _NP_UNARY = {"exp": np.exp, "exp2": np.exp2, "expm1": np.expm1, "log": np.log, "
              "acosh": np.arccosh, "atanh": np.arctanh,
              "sqrt": np.sqrt, "sin": np.sin, "cos": np.cos, "tan": np.tan, "tanh": np.tanh,
              "floor": np.floor, "ceil": np.ceil, "round": np.rint, "trunc": np.trunc, "neg": np.negative,
-             "abs": np.abs, "not": np.logical_not, "bitnot": np.invert}
+             "abs": np.abs, "not": np.logical_not, "bitwise_not": np.invert}
 
 
 def _np_type(dtype):
@@ -84,7 +84,7 @@ def evaluate(op: str, values: list, types: list, result: ir.Type, attr=None):
             out = np.fmod(*args)
         elif op == "rsqrt":
             out = npt(1) / np.sqrt(args[0])
-        elif op == "recip":
+        elif op == "reciprocal":
             out = npt(1) / args[0]
         else:
             return None  # erf and friends: left to the target's math library

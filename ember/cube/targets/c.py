@@ -31,7 +31,7 @@ from ...dtype import bool_, bf16, f16
 from .. import ir
 from ..ir import Instr
 from ..lang import CubeDim
-from .clike import CFamily
+from .clike import CFamily, bf16_helpers
 from .phases import Phase, PhaseError, Schedule
 from .walker import Walker, builtin_table
 
@@ -39,7 +39,7 @@ ENTRY = "ember_kernel"
 PARALLEL_MIN = 32768
 """Elements in a launch's largest array below which its cubes run on the calling thread: the initial value
 of each library's `ember_parallel_min`, which the CPU runtime sets for the machine (`runtime/cpu.py`)."""
-VERSION = "c-12"  # bump when the rendering changes, so cached binaries are rebuilt
+VERSION = "c-13"  # bump when the rendering changes, so cached binaries are rebuilt
 
 PRELUDE = r"""#include <stdint.h>
 #include <string.h>
@@ -50,15 +50,9 @@ PRELUDE = r"""#include <stdint.h>
 #else
 #include <math.h>
 #endif
-static inline float ember_bf16_load(uint16_t b) { uint32_t u = (uint32_t)b << 16; float f; memcpy(&f, &u, 4); return f; }
-static inline uint16_t ember_bf16_store(float f) {
-  uint32_t u; memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);  /* quiet NaN */
-  u += 0x7fffu + ((u >> 16) & 1u);  /* round to nearest even */
-  return (uint16_t)(u >> 16);
-}
-static inline float ember_bf16_round(float f) { return ember_bf16_load(ember_bf16_store(f)); }
-static inline int64_t ember_max64(int64_t a, int64_t b) { return a > b ? a : b; }
+static inline float ember_as_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static inline uint32_t ember_as_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+""" + bf16_helpers("static inline", "ember_as_float(u)", "ember_as_bits(f)") + r"""static inline int64_t ember_max64(int64_t a, int64_t b) { return a > b ? a : b; }
 typedef _Float16 ember_f16;
 static inline float ember_f16_load(ember_f16 h) { return (float)h; }
 static inline ember_f16 ember_f16_store(float f) { return (ember_f16)f; }

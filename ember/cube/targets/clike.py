@@ -30,6 +30,25 @@ from ...dtype import bool_, bf16, f16, f64
 from .. import ir
 
 
+def bf16_helpers(qualifier: str, bits_to_float: str, float_to_bits: str) -> str:
+    """The C source of `ember_bf16_load/store/round` (bf16 kept as 16-bit words and computed in
+    float; stores round to nearest even and keep a NaN quiet), for a target's function `qualifier`
+    and its bit casts: C expressions of `u` (uint32_t) as a float and of `f` (float) as a uint32_t.
+
+    Example:
+        >>> "ember_bf16_round" in bf16_helpers("static inline", "ember_as_float(u)", "ember_as_bits(f)")
+        True
+    """
+    return (f"{qualifier} float ember_bf16_load(uint16_t b) {{ uint32_t u = (uint32_t)b << 16; return {bits_to_float}; }}\n"
+            f"{qualifier} uint16_t ember_bf16_store(float f) {{\n"
+            f"  uint32_t u = {float_to_bits};\n"
+            "  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);  /* quiet NaN */\n"
+            "  u += 0x7fffu + ((u >> 16) & 1u);  /* round to nearest even */\n"
+            "  return (uint16_t)(u >> 16);\n"
+            "}\n"
+            f"{qualifier} float ember_bf16_round(float f) {{ return ember_bf16_load(ember_bf16_store(f)); }}\n")
+
+
 class RenderError(ValueError):
     """An op or type a C-family target has no rendering for."""
 
@@ -100,7 +119,7 @@ class CFamily:
     def mulhi(self, a: list) -> str:
         return f"((uint32_t)(((uint64_t){a[0]} * (uint64_t){a[1]}) >> 32))"
 
-    def bitnot(self, x: str, out) -> str:
+    def bitwise_not(self, x: str, out) -> str:
         return f"(~{x})"
 
     def math(self, op: str, a: list, src) -> str:
@@ -133,13 +152,13 @@ class CFamily:
             return f"(-{a[0]})"
         if op == "not":
             return f"(!{a[0]})"
-        if op == "bitnot":
-            return self.bitnot(a[0], out)
+        if op == "bitwise_not":
+            return self.bitwise_not(a[0], out)
         if op == "abs":
             return f"fabs{fs}({a[0]})" if src.is_float else f"({a[0]} < 0 ? -{a[0]} : {a[0]})"
         if op == "rsqrt" and op not in self.MATH:
             return f"(({self.COMPUTE[src.name]})1 / sqrt{fs}({a[0]}))"
-        if op == "recip":
+        if op == "reciprocal":
             return f"(({self.COMPUTE[src.name]})1 / {a[0]})"
         if op in self.MATH:
             return self.math(op, a, src)

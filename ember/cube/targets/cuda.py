@@ -40,7 +40,7 @@ from ...dtype import bf16, bool_, f16, f32
 from .. import ir
 from ..ir import Instr
 from ..lang import CubeDim
-from .clike import CFamily
+from .clike import CFamily, bf16_helpers
 from .walker import Walker, builtin_table, identifier
 
 PLANE_DIM = 32
@@ -53,15 +53,7 @@ static __device__ __forceinline__ float ember_f16_load(uint16_t h) {
 static __device__ __forceinline__ uint16_t ember_f16_store(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
 static __device__ __forceinline__ float ember_f16_round(float f) { return ember_f16_load(ember_f16_store(f)); }
-static __device__ __forceinline__ float ember_bf16_load(uint16_t b) { return __uint_as_float((uint32_t)b << 16); }
-static __device__ __forceinline__ uint16_t ember_bf16_store(float f) {
-  uint32_t u = __float_as_uint(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);  /* quiet NaN */
-  u += 0x7fffu + ((u >> 16) & 1u);  /* round to nearest even */
-  return (uint16_t)(u >> 16);
-}
-static __device__ __forceinline__ float ember_bf16_round(float f) { return ember_bf16_load(ember_bf16_store(f)); }
-/* Shuffles move 32- or 64-bit registers: narrower values (bool, 8/16-bit ints) travel as int. */
+""" + bf16_helpers("static __device__ __forceinline__", "__uint_as_float(u)", "__float_as_uint(f)") + r"""/* Shuffles move 32- or 64-bit registers: narrower values (bool, 8/16-bit ints) travel as int. */
 template <typename T> static __device__ __forceinline__ T ember_shfl_xor(unsigned m, T v, int o) {
   if constexpr (sizeof(T) < 4) return (T)__shfl_xor_sync(m, (int)v, o); else return __shfl_xor_sync(m, v, o); }
 template <typename T> static __device__ __forceinline__ T ember_shfl(unsigned m, T v, int src) {
@@ -290,7 +282,7 @@ class Renderer(CFamily, Walker):
     def mulhi(self, a: list) -> str:
         return f"__umulhi({a[0]}, {a[1]})"
 
-    def bitnot(self, x: str, out) -> str:
+    def bitwise_not(self, x: str, out) -> str:
         return f"(({_COMPUTE[out.name]})~{x})"
 
     def math(self, op: str, a: list, src) -> str:

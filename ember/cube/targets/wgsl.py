@@ -435,9 +435,9 @@ class Renderer(Walker):
             return f"({literal(0, src)} - {a[0]})" if src.name in ("u8", "u32", "u64") else f"(-{a[0]})"  # no -u32
         if op == "not":
             return f"(!{a[0]})"
-        if op == "bitnot":
+        if op == "bitwise_not":
             return f"(~{a[0]})"
-        if op == "recip":
+        if op == "reciprocal":
             return f"({literal(1, src)} / {a[0]})"
         if op in ("shl", "shr"):
             return _shift(op, a[0], a[1], src)
