@@ -19,7 +19,7 @@ import numpy as np
 from ..device import Device
 from ..dtype import DType, bool_, default_float, dtype_of, i64
 from ..errors import DTypeError, ShapeError
-from ..ops.primitive import check_size
+from ..limits import check_size
 from ..random import stream_of
 from ..tensor import from_host
 from ..ops import registry

@@ -32,7 +32,8 @@ import numpy as np
 from .. import cube
 from ..dtype import HALF_NP, DType, bool_, float_to_int
 from ..errors import DTypeError
-from .primitive import (Aval, broadcast_shapes, check_size, primitive, same_aval, saves_inputs, saves_inputs_at,
+from ..limits import check_size
+from .primitive import (Aval, broadcast_shapes, primitive, same_aval, saves_inputs, saves_inputs_at,
                         saves_none, saves_output, saves_partners)
 from .grad_utils import sum_to
 

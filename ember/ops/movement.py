@@ -17,7 +17,8 @@ import numpy as np
 
 from ..errors import DTypeError, ShapeError
 from .grad_utils import sum_to
-from .primitive import Aval, check_size, primitive, saves_none
+from ..limits import check_size
+from .primitive import Aval, primitive, saves_none
 
 
 def _reshape_infer(x: Aval, *, shape: tuple[int, ...]) -> Aval:

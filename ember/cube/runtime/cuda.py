@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from ...errors import DeviceError, DeviceUnavailableError, OutOfMemoryError
-from ...ops.primitive import note_device_memory
+from ...limits import note_device_memory
 from .. import ir
 from ..lang import CubeCount, CubeDim, KernelError
 from ..passes import optimize
