@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch.nn.functional as TF
 
     import ember
-    from ember.cube.kernels import attention as kernels
+    from ember.kernels import attention as kernels
     from ember.nn.attention import attention_weights, causal_mask
     from ember.nn.ops.attention import attention
 

@@ -123,7 +123,7 @@ def rel_error(bench: Bench, got, want) -> float:
 
 def case_matmul(b: Bench) -> None:
     import ml_dtypes
-    from ember.cube.kernels.matmul_tc import (GROUP_TILES, TILES, GroupTile, Tile, cuda_matmul_autotuner,
+    from ember.kernels.matmul_tc import (GROUP_TILES, TILES, GroupTile, Tile, cuda_matmul_autotuner,
                                               group_tiles_run, matmul_tc)
     from ember.cube.runtime.cublas import cublas_available, cublas_matmul
     torch = b.torch
@@ -246,14 +246,14 @@ def _rows_op(b: Bench, name: str, ember_fn, torch_fn, tensor_fn) -> None:
 
 
 def case_softmax(b: Bench) -> None:
-    from ember.cube.kernels.softmax import softmax
+    from ember.kernels.softmax import softmax
     import ember
     _rows_op(b, "softmax", lambda x: softmax(x), lambda t: b.torch.softmax(t, -1),
              lambda e: ember.activation.softmax(e, -1))
 
 
 def case_layer_norm(b: Bench) -> None:
-    from ember.cube.kernels.norm import layer_norm
+    from ember.kernels.norm import layer_norm
     torch = b.torch
     w = b.rt.to_device(np.random.default_rng(3).standard_normal(8192, np.float32))
     bias = b.rt.to_device(np.random.default_rng(4).standard_normal(8192, np.float32))
@@ -269,7 +269,7 @@ def case_layer_norm(b: Bench) -> None:
 def case_tiny_ops(b: Bench) -> None:
     """Host time per op of a chain of 100 tiny adds ((256,) f32): eager launches, the same chain
     captured once as a CUDA graph and replayed, and torch eager and its own CUDA graph replay."""
-    from ember.cube.kernels.elementwise import binary
+    from ember.kernels.elementwise import binary
     torch = b.torch
     ops = 100
     x = b.rt.to_device(np.random.default_rng(5).standard_normal(256, np.float32))

@@ -39,8 +39,8 @@ def cube_rows(a: np.ndarray, b: np.ndarray) -> dict:
     from ember import cube
     if not cube.cpu_available()[0]:
         return {}
-    from ember.cube.kernels.matmul import matmul_tuner, tuned_matmul
-    from ember.cube.kernels.matmul import matmul as cube_matmul
+    from ember.kernels.matmul import matmul_tuner, tuned_matmul
+    from ember.kernels.matmul import matmul as cube_matmul
     choice = matmul_tuner().choose(a, b)
     return {"ember cube kernel alone": OnHost(cube_matmul), f"ember autotuned ({choice})": OnHost(tuned_matmul)}
 

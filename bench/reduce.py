@@ -84,7 +84,7 @@ def kernel_row(name: str, call) -> dict:
     from ember import cube
     if not cube.cpu_available()[0]:
         return {}
-    from ember.cube import kernels
+    from ember import kernels
     return {"ember cube kernel": OnHost(lambda *arrays: call(kernels, *arrays))}
 
 

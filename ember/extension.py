@@ -2,7 +2,7 @@
 
 The decorated function is the op's forward on the cube target: the inputs' arrays in (positional
 parameters; keyword-only ones are hashable params), the output array out, launching `@cube.kernel`s in
-the kernel library's style (`ember.cube.kernels.common.empty(shape, dtype, *inputs)` allocates on the
+the kernel library's style (`ember.kernels.common.empty(shape, dtype, *inputs)` allocates on the
 inputs' runtime). The decorator registers a primitive beside it, with:
 
 - `shape(*input_shapes, **params) -> output shape`, run before anything is computed, on every device

@@ -7,7 +7,7 @@ variant share one stream. The default seed is 0, so a fresh process is reproduci
 
 The numbers are the same on every backend: block b of stream (seed, offset) is Philox4x32-10 of
 counter (offset + b as two u32, 0, 0) with key (seed as two u32). The functions below are the NumPy
-definition (the NumPy backend runs them; the cube kernels of `ember/cube/kernels/random.py` compute the
+definition (the NumPy backend runs them; the cube kernels of `ember/kernels/random.py` compute the
 same): 32-bit draws (`words`, element j is word j % 4 of block j // 4) make f32/f16/bf16 uniform and
 normal numbers; 64-bit draws (`words64`, two words joined) make f64 uniform and normal numbers and
 integers (`randint`). The formulas for each: docs/architecture.md, "Random numbers".

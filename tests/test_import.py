@@ -1,4 +1,5 @@
-"""`import ember` is cheap and reaches everything: submodules load on first attribute access, ml_dtypes
+"""`import ember` is cheap and reaches everything: submodules load on first attribute access (the kernel
+language loads with the primitives, whose elementwise table is written in it), ml_dtypes
 and the backends only when needed; PyTorch's dtype names and tensor conversion methods mean what they
 mean in torch."""
 
@@ -27,8 +28,8 @@ def _fresh(code: str) -> str:
 def test_import_loads_no_submodule_nor_ml_dtypes_until_used():
     out = _fresh(
         "import sys, ember\n"
-        "heavy = ('ml_dtypes', 'ember.nn', 'ember.optim', 'ember.store', 'ember.data', 'ember.train', 'ember.cube',"
-        " 'ember.backend')\n"
+        "heavy = ('ml_dtypes', 'ember.nn', 'ember.optim', 'ember.store', 'ember.data', 'ember.train', 'ember.kernels',"
+        " 'ember.cube.targets', 'ember.backend')\n"
         "print(sorted(m for m in heavy if m in sys.modules))\n"
         "print(ember.nn.Linear.__name__, ember.optim.AdamW.__name__, ember.store.load.__name__,"
         " ember.train.__name__)\n"

@@ -1,7 +1,7 @@
 """Softmax, log-softmax, layer norm, RMS norm and cross entropy over the last dim, one op each on GPUs.
 
 On a GPU cube target (CUDA, wgpu) the tensor API takes these `@ember.backend_extension` primitives
-(ember/extension.py) over the kernel library's row kernels (`ember/cube/kernels/softmax.py`,
+(ember/extension.py) over the kernel library's row kernels (`ember/kernels/softmax.py`,
 `norm.py`), which read a row of up to 8192 elements once and write it once (`reduce.resident_shape`),
 instead of composing them from primitives (three or four fused passes). `routes(x)` says when.
 
@@ -10,7 +10,7 @@ instead of composing them from primitives (three or four fused passes). `routes(
   variance) or RMS norm over the last dim, then the optional affine map; `weight`/`bias` are the (n,)
   parameters, or any tensor (x itself) standing in for a missing one;
 - `cross_entropy_rows(x, target)`: logits (R, C) against a class index per row -> (R, 2), each row's
-  negative log likelihood and logsumexp (`ember.cube.kernels.cross_entropy`: one read of the logits,
+  negative log likelihood and logsumexp (`ember.kernels.cross_entropy`: one read of the logits,
   any row length). Its gradient is one fused elementwise pass over the logits, `softmax * (g_nll +
   g_lse) - onehot * g_nll` (the one-hot from a comparison against class positions kept on the device),
   so no (R, C) log-probabilities are kept for backward and no (R, C) gradient is scattered into zeros.
@@ -32,10 +32,10 @@ import math
 import numpy as np
 
 from ..autodiff.graph import creating_graph
-from ..cube.kernels import cross_entropy as ce_kernels, norm as norm_kernels
-from ..cube.kernels.common import check_elements, check_float_dtypes
-from ..cube.kernels.reduce import accumulator, resident_shape
-from ..cube.kernels.softmax import softmax as softmax_kernel, softmax_grad as softmax_grad_kernel
+from ..kernels import cross_entropy as ce_kernels, norm as norm_kernels
+from ..kernels.common import check_elements, check_float_dtypes
+from ..kernels.reduce import accumulator, resident_shape
+from ..kernels.softmax import softmax as softmax_kernel, softmax_grad as softmax_grad_kernel
 from ..dtype import DType
 from ..errors import ShapeError
 from ..extension import backend_extension, cube_target
@@ -193,7 +193,7 @@ def _norm_grad_reference(x, weight, g, *, eps: float, rms: bool, has_weight: boo
                    reference=_norm_grad_reference, name="norm_rows_grad", pure=True)
 def norm_rows_grad(x, weight, g, *, eps: float, rms: bool, has_weight: bool):
     """The gradients of `norm_rows` packed as (rows + 2, n): the input's rows, then the weight's and the
-    bias's (`ember.cube.kernels.norm.norm_grad`)."""
+    bias's (`ember.kernels.norm.norm_grad`)."""
     return norm_kernels.norm_grad(x, weight if has_weight else None, g, eps, rms)
 
 

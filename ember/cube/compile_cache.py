@@ -353,7 +353,7 @@ def source_stamp(module: str) -> str | None:
     per module and process (hashing the package's source is cheap next to a trace).
 
     Example:
-        >>> source_stamp("ember.cube.kernels.elementwise") == source_stamp("ember.cube.kernels.reduce")
+        >>> source_stamp("ember.kernels.elementwise") == source_stamp("ember.kernels.reduce")
         True
     """
     if module in _stamps:

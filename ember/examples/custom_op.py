@@ -3,7 +3,7 @@
 `matmul_bias_relu(x, w, b)` is relu(x @ w + b) for x of shape (*, k), w (k, n) and b (n,), like a
 `Linear` layer of weight `w.T` followed by a ReLU, but the bias and the ReLU are applied to the matmul's accumulators
 in registers: the pre-activation never goes to memory. The kernel is the library matmul's register
-tiling (`ember.cube.kernels.matmul`: a cube computes `rows` x `units` outputs, one column per unit,
+tiling (`ember.kernels.matmul`: a cube computes `rows` x `units` outputs, one column per unit,
 `rows` accumulators each, through the library's `fma_step`) with a bias-and-ReLU epilogue.
 
 Its gradient is composed from ember ops: with g the output gradient masked where the output is 0,
@@ -26,9 +26,9 @@ import numpy as np
 
 import ember
 from ember import cube
-from ember.cube.kernels.common import check_size, cube_dtype, empty
-from ember.cube.kernels.layout import element_strides
-from ember.cube.kernels.matmul import DEFAULT_TILE, fma_step
+from ember.kernels.common import check_size, cube_dtype, empty
+from ember.kernels.layout import element_strides
+from ember.kernels.matmul import DEFAULT_TILE, fma_step
 from ember.errors import DTypeError, ShapeError
 
 

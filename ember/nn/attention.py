@@ -28,7 +28,7 @@ from . import init
 from .dropout import dropout
 from .linear import Linear
 from .module import Module
-from ..cube.kernels.attention import shared_bytes
+from ..kernels.attention import shared_bytes
 from .ops.attention import MAX_DIM, attention
 
 

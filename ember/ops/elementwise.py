@@ -3,10 +3,10 @@
 `TABLE` is the single source for an elementwise op: one `Elementwise` row per primitive (its name,
 NumPy reference, gradient rule, what it saves, float-only, bool-out, and its cube expression), made
 and registered by one `unary(...)` or `binary(...)` call. Everything else is derived from it: the API's
-float-only list (`ember.api.math`), the kernel generator (`ember.cube.kernels.elementwise`), the Cube
+float-only list (`ember.api.math`), the kernel generator (`ember.kernels.elementwise`), the Cube
 backend's lowering rows and the fusion backend's emitters. The table lives here, below the API and the
 backends, so imports point down: the cube expressions are written in the `ember.cube` language, which
-knows nothing of primitives, and `ember.cube.kernels` imports the table. A new elementwise primitive is
+knows nothing of primitives, and `ember.kernels` imports the table. A new elementwise primitive is
 one call here (see docs/architecture.md).
 
 Inputs of a binary op arrive already broadcast-compatible and of one dtype (the tensor layer promotes

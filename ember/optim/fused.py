@@ -1,7 +1,7 @@
 """One op per parameter for optimizer updates: the Adam/AdamW step as a backend extension.
 
 `adam_update` is an `@ember.backend_extension` primitive (ember/extension.py) over the cube kernel of
-`ember/cube/kernels/optim.py` (its docstring gives the arithmetic): on a device with a cube target
+`ember/kernels/optim.py` (its docstring gives the arithmetic): on a device with a cube target
 (Device.cpu(), wgpu, CUDA) one kernel launch reads the parameter, its gradient and the previous step's
 packed result and writes the new parameter and moments packed in one array; `Device.numpy()` runs the
 NumPy reference, the same operations in the same order. `adam_step` calls it and takes the new
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from ..api.creation import from_numpy
 from ..api._common import apply
-from ..cube.kernels import optim as kernels
+from ..kernels import optim as kernels
 from ..dtype import DType
 from ..extension import backend_extension
 from ..tensor import Tensor
@@ -49,7 +49,7 @@ def _dtype(param: DType, grad: DType, moments: DType, scalars: DType, *, amsgrad
 def adam_update(param, grad, moments, scalars, *, amsgrad: bool, first: bool, out=None):
     """One Adam step: the new parameter, exp_avg, exp_avg_sq and (AMSGrad) max_exp_avg_sq packed along the
     first dim, from the previous step's packed result `moments` (not read when `first`;
-    `ember.cube.kernels.optim`); written over `out` (`moments`, donated by the fusion decorator) where
+    `ember.kernels.optim`); written over `out` (`moments`, donated by the fusion decorator) where
     the kernel may."""
     return kernels.adam_update(param, grad, moments, scalars, amsgrad=amsgrad, first=first, out=out)
 
@@ -60,7 +60,7 @@ _scalars: dict[tuple, tuple[int, Tensor]] = {}  # option set -> (step, its scala
 def adam_scalars(like: Tensor, *, lr: float, betas: tuple, eps: float, weight_decay: float, decoupled: bool,
                  step: int) -> Tensor:
     """The hyperparameters of one Adam step as a tensor on `like`'s device, in the compute dtype of
-    `like`'s dtype (the slots of `ember.cube.kernels.optim.SCALARS`). `decoupled`: AdamW's weight decay.
+    `like`'s dtype (the slots of `ember.kernels.optim.SCALARS`). `decoupled`: AdamW's weight decay.
     The last one of each option set is reused (tensors are immutable), so the parameters of one step
     share one tensor; a new step's replaces it, let go of before the new one is made, so that on a device
     the new one lands where the last one was (a fusion plan reading it then meets the same address every

@@ -21,7 +21,7 @@ from ember import cube
 from ember.backend.cube import CubeBackend
 from ember.cube.runtime.cpu import cpu_runtime
 from ember.backend.cube.lowering import TABLE
-from ember.cube.kernels.sort import MAX_ROW
+from ember.kernels.sort import MAX_ROW
 from ember.backend.numpy import NumpyBackend
 from ember.dtype import dtype_of
 from ember.errors import DTypeError, ShapeError

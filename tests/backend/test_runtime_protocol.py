@@ -16,7 +16,7 @@ from ember import cube
 from ember.backend.cube import CubeBackend
 from ember.backend.cube.backend import UnsupportedDTypeError
 from ember.backend.numpy import NumpyBackend
-from ember.cube.kernels.common import grid
+from ember.kernels.common import grid
 from ember.cube.runtime.base import Runtime
 from ember.cube.runtime.cpu import cpu_runtime
 from ember.cube.runtime.memory_pool import MemoryStats
@@ -206,7 +206,7 @@ def test_ops_through_each_runtime_match_numpy(runtime, rng, shape):
 def test_creation_rows_and_functions_make_their_arrays_on_the_runtime(runtime, monkeypatch):
     """`runtime=` reaches the kernels: nothing is made on the host and copied over (`to_device`)."""
     from ember.backend.cube.kernels import fill
-    from ember.cube.kernels import random
+    from ember.kernels import random
 
     def no_copy(host):
         raise AssertionError("a creation op made its array on the host")

@@ -86,7 +86,7 @@ def check_index_bounds(rt, monkeypatch) -> None:
     """Integer data uploaded from the host notes its bounds (views keep them, a write forgets them, float
     data has none); an index op checks an index against them instead of reading it back, which waits for
     the queued work; with no bounds, or bounds out of range, it reads the values, which decide."""
-    from ember.cube.kernels import indexing
+    from ember.kernels import indexing
     from ember.cube.runtime.arguments import vouch_bounds
     index = rt.to_device(np.array([[2, 0, 1], [1, 2, 2]]))
     assert index.bounds == (0, 2) and index.T[1:].bounds == (0, 2) and index.reshape(6).bounds == (0, 2)

@@ -109,7 +109,7 @@ def test_small_products_and_other_dtypes_go_to_numpy():
 def test_summed_matmul_without_the_host_blas(monkeypatch):
     # Another BLAS under NumPy (MKL, Accelerate): the products made by np.matmul and summed after.
     import ember.cube.runtime.blas as blas
-    from ember.cube.kernels.matmul import summed_matmul
+    from ember.kernels.matmul import summed_matmul
     a, b = normal(5, 30, 20), normal(5, 20, 40)
     want = np.matmul(a.astype(np.float64), b.astype(np.float64)).sum(0)
     np.testing.assert_allclose(summed_matmul(a, b), want, rtol=1e-4, atol=1e-4)

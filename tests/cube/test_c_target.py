@@ -9,7 +9,7 @@ import pytest
 
 from ember import cube
 from ember.cube.lang import CubeCount, CubeDim
-from ember.cube.kernels.common import cube_dtype
+from ember.kernels.common import cube_dtype
 from ember.cube.passes import optimize
 from ember.cube.targets import cuda as cuda_target
 from ember.cube.targets.c import render

@@ -4,9 +4,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from ember.cube.kernels.conv import conv2d
-from ember.cube.kernels import pool
-from ember.cube.kernels.pool import avg_pool2d, max_pool2d, max_pool2d_grad, max_pool2d_indices, pool_out_size
+from ember.kernels.conv import conv2d
+from ember.kernels import pool
+from ember.kernels.pool import avg_pool2d, max_pool2d, max_pool2d_grad, max_pool2d_indices, pool_out_size
 
 rng = np.random.default_rng(5)
 
@@ -143,7 +143,7 @@ def test_max_pool_grad_goes_to_each_window_winner(k, s, p, d, ceil_mode, shape, 
 from ember.backend.cube import CubeBackend  # noqa: E402
 from ember.cube.runtime.cpu import cpu_runtime  # noqa: E402
 from ember.backend.numpy import NumpyBackend  # noqa: E402
-from ember.cube.kernels.conv_gemm import conv2d_gemm, conv_transpose2d, conv_weight_grad2d  # noqa: E402
+from ember.kernels.conv_gemm import conv2d_gemm, conv_transpose2d, conv_weight_grad2d  # noqa: E402
 from ember.dtype import dtype_of  # noqa: E402
 from ember.errors import DTypeError, ShapeError  # noqa: E402
 from ember.ops import registry  # noqa: E402
@@ -240,7 +240,7 @@ def test_conv_gemm_errors_name_the_problem():
 
 
 def test_conv2d_gemm_in_batch_slices(monkeypatch):
-    import ember.cube.kernels.conv_gemm as conv_gemm
+    import ember.kernels.conv_gemm as conv_gemm
     monkeypatch.setattr(conv_gemm, "COLUMN_BYTES", 1)  # one sample per im2col buffer
     x, w = rng.standard_normal((3, 4, 6, 5)), rng.standard_normal((2, 4, 3, 3))
     np.testing.assert_allclose(conv2d_gemm(x, w, 1, 1), conv_ref(x, w, (1, 1), (1, 1), (1, 1), 1), rtol=1e-10)
@@ -248,7 +248,7 @@ def test_conv2d_gemm_in_batch_slices(monkeypatch):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_weight_grad_cut_along_its_k_equals_one_gemm(dtype, monkeypatch):
-    import ember.cube.kernels.conv_gemm as conv_gemm
+    import ember.kernels.conv_gemm as conv_gemm
     xs, ws, s, p, d, g = ADJOINT_CASES[1]  # strided, dilated, 2 groups
     x = rng.standard_normal((4,) + xs[1:]).astype(dtype)
     for n in (4, 2):  # cut in 4, in 2
@@ -267,7 +267,7 @@ def test_weight_grad_cut_along_its_k_equals_one_gemm(dtype, monkeypatch):
 def test_both_weight_grad_strategies_match_the_direct_loops(case, dtype):
     """The autotuner's two ways to a weight gradient (`conv_gemm.weight_grad_tuner`): the batch folded into
     one GEMM, and one GEMM per sample summed; also for a gradient covering only the leading outputs."""
-    import ember.cube.kernels.conv_gemm as conv_gemm
+    import ember.kernels.conv_gemm as conv_gemm
     xs, ws, s, p, d, _ = case
     x = rng.standard_normal(xs).astype(dtype)
     full = conv_ref(x, rng.standard_normal(ws), s, p, d, 1).shape[2:]
@@ -302,7 +302,7 @@ def test_both_transpose_strategies_match_numpy(case, dtype):
     (one GEMM over the batch) and batch first (a GEMM per sample), each against the NumPy reference, with
     strides, padding, dilation and an output padding; with unit strides col2im's whole-row reads and its
     tested columns (`COL2IM_CASES`)."""
-    import ember.cube.kernels.conv_gemm as conv_gemm
+    import ember.kernels.conv_gemm as conv_gemm
     xs, ws, s, p, d, _ = case
     w = rng.standard_normal(ws).astype(dtype)
     y = conv_ref(rng.standard_normal(xs), w, s, p, d, 1)
@@ -326,7 +326,7 @@ def test_the_weight_grad_reads_the_columns_conv2d_made_of_a_live_input(monkeypat
     KEPT_COLUMN_BYTES, oldest dropped first); the per-sample weight gradient of the same input and geometry
     reads them instead of making them again, and gets what it gets from fresh columns."""
     import gc
-    import ember.cube.kernels.conv_gemm as conv_gemm
+    import ember.kernels.conv_gemm as conv_gemm
     made = []
     im2col = conv_gemm.im2col
     monkeypatch.setattr(conv_gemm, "im2col", lambda x, *a, **k: made.append(x.shape) or im2col(x, *a, **k))

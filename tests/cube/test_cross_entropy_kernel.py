@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ember.cube.kernels.common import unit_rows
-from ember.cube.kernels.cross_entropy import cross_entropy
+from ember.kernels.common import unit_rows
+from ember.kernels.cross_entropy import cross_entropy
 from ember.cube.runtime.arguments import DeviceArray
 
 

@@ -25,26 +25,26 @@ import pytest
 
 from ember import cube
 from ember.cube.kernel import KernelFunction, host_runtime
-from ember.cube.kernels import elementwise as ew
-from ember.cube.kernels.conv import conv2d
-from ember.cube.kernels.indexing import gather, index_add, index_select, scatter
-from ember.cube.kernels.matmul import matmul
-from ember.cube.kernels import attention, common, matmul_tc, optim
-from ember.cube.kernels.conv_gemm import conv2d_gemm, conv_transpose2d
+from ember.kernels import elementwise as ew
+from ember.kernels.conv import conv2d
+from ember.kernels.indexing import gather, index_add, index_select, scatter
+from ember.kernels.matmul import matmul
+from ember.kernels import attention, common, matmul_tc, optim
+from ember.kernels.conv_gemm import conv2d_gemm, conv_transpose2d
 try:  # unfold/fold are being added to the library as this is written
-    from ember.cube.kernels.unfold import fold, unfold
+    from ember.kernels.unfold import fold, unfold
 except ImportError:
     fold = unfold = None
-from ember.cube.kernels.scan import scan
-from ember.cube.kernels.random import randint
+from ember.kernels.scan import scan
+from ember.kernels.random import randint
 from ember.backend.cube.kernels import fill
-from ember.cube.kernels.norm import layer_norm, norm_grad, rms_norm
-from ember.cube.kernels.pool import avg_pool2d, max_pool2d, max_pool2d_grad, max_pool2d_indices
-from ember.cube.kernels.random import bits, normal, uniform
-from ember.cube.kernels.reduce import OPS as REDUCE_OPS, reduce
-from ember.cube.kernels.cross_entropy import cross_entropy
-from ember.cube.kernels.softmax import softmax, softmax_grad
-from ember.cube.kernels.sort import sort, topk
+from ember.kernels.norm import layer_norm, norm_grad, rms_norm
+from ember.kernels.pool import avg_pool2d, max_pool2d, max_pool2d_grad, max_pool2d_indices
+from ember.kernels.random import bits, normal, uniform
+from ember.kernels.reduce import OPS as REDUCE_OPS, reduce
+from ember.kernels.cross_entropy import cross_entropy
+from ember.kernels.softmax import softmax, softmax_grad
+from ember.kernels.sort import sort, topk
 from ember.cube.passes import optimize
 from ember.cube.runtime.nvrtc import CudaCompileError, compile_cuda, compile_error_message, nvrtc_available
 from ember.cube.targets import cuda as cuda_target
@@ -186,8 +186,8 @@ def on_target(target: str, fn, *args):
 
 
 def library_kernels() -> set:
-    """The names of every @cube.kernel in ember.cube.kernels.* and the cube backend's kernels."""
-    import ember.cube.kernels as package
+    """The names of every @cube.kernel in ember.kernels.* and the cube backend's kernels."""
+    import ember.kernels as package
     modules = [importlib.import_module(f"{package.__name__}.{m.name}") for m in pkgutil.iter_modules(package.__path__)]
     modules.append(importlib.import_module("ember.backend.cube.kernels"))
     return {v.__name__ for m in modules for v in vars(m).values() if isinstance(v, KernelFunction)}

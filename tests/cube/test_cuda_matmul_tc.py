@@ -12,7 +12,7 @@ import pytest
 from ember import cube
 from ember.cube import ir
 from ember.cube.frontend import matrix as mx
-from ember.cube.kernels.matmul_tc import (GROUP_TILES, TILES, GroupTile, Tile, cuda_matmul_autotuner, gpu_timer,
+from ember.kernels.matmul_tc import (GROUP_TILES, TILES, GroupTile, Tile, cuda_matmul_autotuner, gpu_timer,
                                           group_tiles_run, matmul_group_kernel, matmul_tc, supports)
 from ember.cube.runtime.cuda import cuda_available
 from ember.cube.targets import c as c_target, wgsl
@@ -258,7 +258,7 @@ def test_a_step_recorded_while_its_matmul_tunes_keeps_only_the_winners_launch_an
 def test_tile_shared_bytes_is_what_the_rendered_kernel_declares(tile, t):
     """The autotuner leaves out tiles whose f32 (tf32) variant exceeds the device's shared memory (the
     256x128x64 tile needs 311 KiB as f32, an H200 allows 227): its estimate against the renderer's."""
-    from ember.cube.kernels.matmul_tc import matmul_tc_kernel as kfn
+    from ember.kernels.matmul_tc import matmul_tc_kernel as kfn
     from ember.cube.passes import optimize
     from ember.cube.targets import cuda as cuda_target
     comptime = kfn.comptime_values(dict(T=t, bm=tile.bm, bn=tile.bn, bk=tile.bk, wm=tile.wm, wn=tile.wn,

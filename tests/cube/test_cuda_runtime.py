@@ -86,7 +86,7 @@ def test_host_span_covers_strided_views():
 def test_plane_group_kernels_compile_for_sm_90a_and_only_run_on_sm_90(monkeypatch):
     """wgmma exists on sm_90a alone: the runtime compiles such kernels for it, and another device names
     why it cannot run them instead of failing in NVRTC or the driver."""
-    from ember.cube.kernels.matmul_tc import GROUP_TILES, matmul_group_kernel
+    from ember.kernels.matmul_tc import GROUP_TILES, matmul_group_kernel
     calls = []
     monkeypatch.setattr(rt_cuda, "compile_cuda",
                         lambda source, name, arch, **kw: calls.append((name, arch, kw)) or Binary("cubin", b"//", arch))
@@ -648,7 +648,7 @@ def test_shared_memory_and_return(rt):
 @gpu
 def test_more_than_48k_of_shared_memory(rt, monkeypatch):
     from ember.cube.kernel import KernelFunction
-    from ember.cube.kernels.sort import sort
+    from ember.kernels.sort import sort
     monkeypatch.setattr(KernelFunction, "launch",
                         lambda self, count, dim, /, *args, **comptime: rt.launch(self, count, dim, args, comptime))
     x = np.random.default_rng(2).standard_normal((2, 16384)).astype(np.float32)  # 128 KiB per cube
@@ -676,7 +676,7 @@ def test_three_dimensional_launch_coordinates(rt):
 
 @gpu
 def test_a_graph_replays_a_chain_of_launches_on_new_inputs(rt):
-    from ember.cube.kernels.elementwise import binary
+    from ember.kernels.elementwise import binary
     rng = np.random.default_rng(0)
     x = rt.to_device(rng.standard_normal(1000).astype(np.float32))
 

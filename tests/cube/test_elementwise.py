@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from ember.cube.kernels import elementwise as ew
-from ember.cube.kernels.common import ROW_CHUNK
+from ember.kernels import elementwise as ew
+from ember.kernels.common import ROW_CHUNK
 from ember.errors import DTypeError
 
 rng = np.random.default_rng(1)

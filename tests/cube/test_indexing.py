@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from ember.cube.kernels import indexing as ix
-from ember.cube.kernels.common import ROW_CHUNK
+from ember.kernels import indexing as ix
+from ember.kernels.common import ROW_CHUNK
 from ember.ops.indexing import (_gather_reference, _index_add_reference, _index_select_reference,
                                 _scatter_reference)
 

@@ -4,7 +4,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from ember.cube.kernels.matmul import matmul
+from ember.kernels.matmul import matmul
 from ember.errors import DTypeError, ShapeError
 
 rng = np.random.default_rng(3)
@@ -56,9 +56,9 @@ def test_errors():
 import importlib  # noqa: E402
 
 from ember import settings  # noqa: E402
-from ember.cube.kernels.matmul import TILES, Tile, matmul_key, matmul_tuner, tuned_matmul  # noqa: E402
+from ember.kernels.matmul import TILES, Tile, matmul_key, matmul_tuner, tuned_matmul  # noqa: E402
 
-matmul_module = importlib.import_module("ember.cube.kernels.matmul")  # the package exports the function
+matmul_module = importlib.import_module("ember.kernels.matmul")  # the package exports the function
 
 
 def test_every_tile_variant_matches_numpy(parallel):

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from ember.cube.kernels import random as rnd
+from ember.kernels import random as rnd
 
 # Known-answer vectors of Random123 (kat_vectors: philox4x32_10).
 KAT = [

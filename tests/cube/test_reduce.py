@@ -4,10 +4,10 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from ember.cube.kernels.norm import layer_norm, norm_grad, rms_norm
-from ember.cube.kernels.reduce import reduce
-from ember.cube.kernels.scan import scan
-from ember.cube.kernels.softmax import softmax, softmax_grad
+from ember.kernels.norm import layer_norm, norm_grad, rms_norm
+from ember.kernels.reduce import reduce
+from ember.kernels.scan import scan
+from ember.kernels.softmax import softmax, softmax_grad
 from ember.errors import DTypeError, ShapeError
 
 rng = np.random.default_rng(2)
@@ -172,7 +172,7 @@ def test_row_resident_kernels_of_gpu_targets(monkeypatch, n):
     the affine map; rows over 8192 take the three-pass kernels."""
     import importlib
     for name in ("softmax", "norm"):
-        monkeypatch.setattr(importlib.import_module(f"ember.cube.kernels.{name}"), "launch_target", lambda x: "wgsl")
+        monkeypatch.setattr(importlib.import_module(f"ember.kernels.{name}"), "launch_target", lambda x: "wgsl")
     x = (rng.standard_normal((3, n)) * 4 + 1).astype(np.float32)
     x64 = x.astype(np.float64)
     e = np.exp(x64 - x64.max(-1, keepdims=True))

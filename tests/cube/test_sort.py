@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from ember.cube.kernels.sort import sort, topk
+from ember.kernels.sort import sort, topk
 from ember.errors import ShapeError
 
 rng = np.random.default_rng(6)

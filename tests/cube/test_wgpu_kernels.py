@@ -13,9 +13,9 @@ import math
 import numpy as np
 import pytest
 
-from ember.cube import kernels as K
+from ember import kernels as K
 from ember.cube.kernel import host_runtime
-from ember.cube.kernels import random as rnd
+from ember.kernels import random as rnd
 from ember.cube.runtime.wgpu import wgpu_available, wgpu_runtime
 from ember.cube.targets.wgsl import WgslTargetError
 

@@ -13,7 +13,7 @@ import torch
 import ember
 import ember.debug
 from ember import cube
-from ember.cube.kernels.common import contiguous, empty, grid
+from ember.kernels.common import contiguous, empty, grid
 from ember.errors import DeviceError, DTypeError, EmberError, ShapeError
 from ember.examples.custom_op import matmul_bias_relu
 from ember.extension import cube_target

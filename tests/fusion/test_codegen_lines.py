@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ember.cube.kernels import elementwise as codegen
-from ember.cube.kernels.elementwise import LINE, MIN_ROW, STRIDED, Program
-from ember.cube.kernels.layout import merged_operands
+from ember.kernels import elementwise as codegen
+from ember.kernels.elementwise import LINE, MIN_ROW, STRIDED, Program
+from ember.kernels.layout import merged_operands
 from ember.dtype import bool_, f32, f64
 
 # %3 = a + bias; %4 = %3 <= zero; %5 = where(%4, zero, %3): the fused forward of conv bias + relu

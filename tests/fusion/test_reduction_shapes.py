@@ -13,7 +13,7 @@ import pytest
 
 import ember
 from ember.backend.fusion import codegen
-from ember.cube.kernels.elementwise import COMPILED
+from ember.kernels.elementwise import COMPILED
 
 CASES = [  # (input shape, reduced dims): the shape each takes on the CPU
     ((128, 512), 0),      # columns, whole cubes (a bias gradient)

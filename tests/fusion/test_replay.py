@@ -135,7 +135,7 @@ def test_adam_updates_replay_on_new_data(cpu, rng, monkeypatch):
     """The Adam update (`ops.REPLAYABLE`) is one launch: captured, replayed on new data. Its first step
     passes the gradient twice (as the unread moments): found by pointer, that run is ambiguous and not
     captured; the second step's (the `first=False` form) is captured, and the later steps replay it."""
-    from ember.cube.kernels.optim import adam_reference
+    from ember.kernels.optim import adam_reference
     from ember.cube.runtime.cpu import CpuRuntime
     from ember.optim.fused import adam_scalars, adam_step
     runs = []

@@ -1,4 +1,4 @@
-"""The fused attention op (ember/nn/ops/attention.py, kernels in ember/cube/kernels/attention.py): output
+"""The fused attention op (ember/nn/ops/attention.py, kernels in ember/kernels/attention.py): output
 and gradients of q, k, v against torch's F.scaled_dot_product_attention, the logsumexp against
 torch.logsumexp, finite differences, causal offsets with fully blocked rows against the composed path,
 half precision, errors, and that scaled_dot_product_attention / MultiHeadAttention route to it."""

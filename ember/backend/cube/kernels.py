@@ -1,4 +1,4 @@
-"""Kernels the backend needs that the cube kernel library (`ember.cube.kernels`) does not have.
+"""Kernels the backend needs that the cube kernel library (`ember.kernels`) does not have.
 
 - `fill`: every element set to one value (the `full` primitive).
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ... import cube
-from ...cube.kernels.common import check_size, cube_dtype, empty, grid, position
+from ...kernels.common import check_size, cube_dtype, empty, grid, position
 from ...cube.runtime.base import Runtime
 
 

@@ -7,7 +7,7 @@ also given the backend's runtime as `runtime=`; one that may write its result ov
 extension whose forward takes `out=`) is `writes_over=True` and is given that input as `over=` when the
 fusion decorator donates it.
 
-Most rows run a cube kernel (`ember.cube.kernels`, or `kernels.py` beside this file); the view rows
+Most rows run a cube kernel (`ember.kernels`, or `kernels.py` beside this file); the view rows
 (reshape, permute, expand, slice, flip) touch metadata only, a NumPy view of the input (reshape copies
 with the cast kernel when the strides cannot express the new shape); the move rows (cat, pad,
 slice_assign) move memory without arithmetic: the NumPy reference on the host, on a device a new array
@@ -26,14 +26,14 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from ...cube import kernels as lib
-from ...cube.kernels import conv_gemm
-from ...cube.kernels.common import assign, cube_dtype, empty
-from ...cube.kernels.elementwise import Program, run_elementwise
-from ...cube.kernels.layout import grouped
-from ...cube.kernels.matmul import tuned_matmul
-from ...cube.kernels.pool import max_pool2d_grad
-from ...cube.kernels.sort import MAX_ROW
+from ... import kernels as lib
+from ...kernels import conv_gemm
+from ...kernels.common import assign, cube_dtype, empty
+from ...kernels.elementwise import Program, run_elementwise
+from ...kernels.layout import grouped
+from ...kernels.matmul import tuned_matmul
+from ...kernels.pool import max_pool2d_grad
+from ...kernels.sort import MAX_ROW
 from ...cube.runtime.arguments import DeviceArray
 from ...dtype import bf16, f16, f32, i8, i16, i32, u8
 from ...ops import registry

@@ -1,9 +1,9 @@
 """Fused kernels: a normalized elementwise program becomes one cube kernel, built as IR directly.
 
 - elementwise kernel (`run_elementwise`): the kernel library's generator
-  (`ember.cube.kernels.elementwise`), which the Cube backend's lone elementwise ops run through too.
+  (`ember.kernels.elementwise`), which the Cube backend's lone elementwise ops run through too.
 - reduce kernels (fuse-on-read, `run_reduction`), in the kernel library's shapes
-  (`cube/kernels/reduce.py`), chosen by layout and target: rows (`reduce_kernel`) when the reduced
+  (`kernels/reduce.py`), chosen by layout and target: rows (`reduce_kernel`) when the reduced
   positions are contiguous in the largest input and at least `SHORT_ROW` long, else columns
   (`columns_kernel`, one unit per output); both split over several cubes when there are few outputs.
 
@@ -28,12 +28,12 @@ import numpy as np
 from ... import cube
 from ...cube import ir
 from ...cube.frontend import ArrayRef
-from ...cube.kernels.common import empty
-from ...cube.kernels.elementwise import (SCALAR, STRIDED, Program, compiled_kernel, input_params, line_reads,
+from ...kernels.common import empty
+from ...kernels.elementwise import (SCALAR, STRIDED, Program, compiled_kernel, input_params, line_reads,
                                          program_values, read_modes, reader, sources, uniform_loads)
-from ...cube.kernels.elementwise import run_elementwise  # noqa: F401  (the fused elementwise kernels' runner)
-from ...cube.kernels.layout import broadcast_layout, broadcast_strides, merge_dims, merged_operands, offset
-from ...cube.kernels.reduce import (FEW_OUTPUTS, MAX_SPLITS, MAX_UNITS, PLANE_WIDTH, SPLIT_CHUNK, VEC, _KERNEL_OP,
+from ...kernels.elementwise import run_elementwise  # noqa: F401  (the fused elementwise kernels' runner)
+from ...kernels.layout import broadcast_layout, broadcast_strides, merge_dims, merged_operands, offset
+from ...kernels.reduce import (FEW_OUTPUTS, MAX_SPLITS, MAX_UNITS, PLANE_WIDTH, SPLIT_CHUNK, VEC, _KERNEL_OP,
                                     SHORT_ROW, accumulator, block_reduce, column_launches, combine, identity,
                                     plane_combine, reduce as library_reduce)
 from ...cube.runtime.cpu import cpu_runtime

@@ -16,7 +16,7 @@ each run, before any step runs. A donor is written over only when:
 
 A wrong count can only refuse, never donate wrongly. The decision is part of a step's replay layout
 and of a plan's graph key. The plan passes the donor to the Cube backend as `execute(..., over=donor)`, which
-hands it to the op's forward as `out=` (`ember.cube.kernels.optim.adam_update` takes it).
+hands it to the op's forward as `out=` (`ember.kernels.optim.adam_update` takes it).
 Devices without the fusion decorator never donate. A block that fails after it may have written over
 an input is not rerun op by op: its values raise. Why: docs/fusion.md, "Design notes".
 

@@ -79,7 +79,7 @@ class ArrayKernels(NamedTuple):
     """The kernel library's functions that a device array's copies and writes run (`copy`, `astype`,
     `a[key] = v`): `cast(x, dtype)`, a C-contiguous converted copy of any strides, and `assign(dst,
     value)`, `dst[...] = value` through `dst`'s strides. The library sits above the runtimes, so it
-    installs them (`install_array_kernels`, when `ember.cube.kernels` is imported) and this module
+    installs them (`install_array_kernels`, when `ember.kernels` is imported) and this module
     imports nothing of it."""
 
     cast: Callable
@@ -102,7 +102,7 @@ def install_array_kernels(kernels: ArrayKernels) -> None:
 def array_kernels() -> ArrayKernels:
     """The installed `ArrayKernels`; KernelError when the kernel library was never imported."""
     if _array_kernels is None:
-        raise KernelError("device array copies and writes run the cube kernel library: import ember.cube.kernels")
+        raise KernelError("device array copies and writes run the cube kernel library: import ember.kernels")
     return _array_kernels
 
 

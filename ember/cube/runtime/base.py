@@ -3,7 +3,7 @@
 A runtime compiles a kernel's IR for one target (a renderer in `ember/cube/targets`), launches it on
 its own arrays (`ARRAY`: NumPy arrays on the CPU, a `DeviceArray` type on a device), allocates and
 copies them, and says what its kernels can hold (`dtypes`) and which errors mean "not here"
-(`TARGET_ERRORS`, `LIMIT_ERRORS`). The kernel library (`ember.cube.kernels`), the Cube backend and the
+(`TARGET_ERRORS`, `LIMIT_ERRORS`). The kernel library (`ember.kernels`), the Cube backend and the
 fusion decorator use these members only; none of them asks a runtime what it has.
 
 `Runtime` is an abstract base class rather than a `typing.Protocol`: the optional parts

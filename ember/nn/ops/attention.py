@@ -1,7 +1,7 @@
 """The fused attention op: softmax(Q K^T * scale, causal or not) V and its per-row logsumexp, in one place.
 
 `attention(q, k, v)` is three `@ember.backend_extension` primitives (ember/extension.py) over the
-flash-style cube kernels of `ember/cube/kernels/attention.py`:
+flash-style cube kernels of `ember/kernels/attention.py`:
 
 - `attention` (forward): (BH, L, E), (BH, S, E), (BH, S, Ev) -> (BH, L, Ev + 1) in the accumulator type
   (f32 for f16/bf16, else the operands' type): the output rows, each row's logsumexp beside them: all
@@ -34,9 +34,9 @@ import numpy as np
 
 from ... import amp
 from ...autodiff.graph import creating_graph
-from ...cube.kernels import attention as kernels
-from ...cube.kernels.common import check_elements, check_float_dtypes
-from ...cube.kernels.reduce import launch_target
+from ...kernels import attention as kernels
+from ...kernels.common import check_elements, check_float_dtypes
+from ...kernels.reduce import launch_target
 from ...dtype import DType, dtype_of, f32
 from ...errors import DTypeError, ShapeError
 from ...extension import backend_extension

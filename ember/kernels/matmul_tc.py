@@ -25,12 +25,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ... import cube
-from ...dtype import bf16, f16, f32
-from ...errors import DTypeError, ShapeError
-from ..frontend import matrix as mx
-from ..runtime.autotune import Autotuner, anchor, device_cache
-from ..runtime.cublas import product_output
+from .. import cube
+from ..dtype import bf16, f16, f32
+from ..errors import DTypeError, ShapeError
+from ..cube.frontend import matrix as mx
+from ..cube.runtime.autotune import Autotuner, anchor, device_cache
+from ..cube.runtime.cublas import product_output
 from .common import cube_dtype
 
 PLANE = 32  # units per plane: matrix fragments are a warp's on the CUDA target
@@ -328,7 +328,7 @@ def cuda_matmul_autotuner(runtime, level: str | None = None, tf32: bool = True, 
         >>> tuner = cuda_matmul_autotuner(rt)
         >>> c = tuner(a, b)          # times the candidates on the first call of this shape class
     """
-    from ..runtime.cublas import cublas_available, cublas_matmul
+    from ..cube.runtime.cublas import cublas_available, cublas_matmul
     # cuBLAS first: the default where timing does not pay (small problems, `[autotune] level` minimal).
     candidates = {"cublas": lambda a, b: cublas_matmul(runtime, a, b, tf32)} if cublas_available()[0] else {}
     candidates.update({f"tc_{t.bm}x{t.bn}x{t.bk}_w{t.wm}x{t.wn}_s{t.stages}":
@@ -358,7 +358,7 @@ def group_tiles_run(runtime) -> bool:
         >>> group_tiles_run(rt)     # an H200 with the cuda extra's NVRTC
         True
     """
-    from ..runtime.nvrtc import nvrtc_version
+    from ..cube.runtime.nvrtc import nvrtc_version
     return runtime.arch == 90 and tuple(int(p) for p in nvrtc_version().split(".")) >= (12, 0)
 
 
@@ -378,7 +378,7 @@ def gpu_timer(runtime):
         >>> timer("cublas", lambda: cublas_matmul(rt, a, b))     # seconds of device time per call
         3.1e-05
     """
-    from ..runtime.cuda import CudaError
+    from ..cube.runtime.cuda import CudaError
 
     def timer(name: str, run) -> float:
         try:
@@ -411,9 +411,9 @@ def cuda_matmul(a, b):
     Example:
         >>> c = cuda_matmul(rt.to_device(a), rt.to_device(b))   # a CudaArray, or None
     """
-    from ...settings import settings
-    from ..runtime.cublas import cublas_available, cublas_matmul
-    from ..runtime.cuda import CudaArray
+    from ..settings import settings
+    from ..cube.runtime.cublas import cublas_available, cublas_matmul
+    from ..cube.runtime.cuda import CudaArray
     if not (isinstance(a, CudaArray) and isinstance(b, CudaArray)) or a.dtype != b.dtype:
         return None
     if len(a.shape) not in (2, 3) or len(b.shape) not in (2, 3) or a.shape[-1] != b.shape[-2]:

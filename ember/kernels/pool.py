@@ -23,9 +23,9 @@ import numpy as np
 
 from typing import NamedTuple
 
-from ... import cube
-from ...dtype import f32, i64
-from ...errors import ShapeError
+from .. import cube
+from ..dtype import f32, i64
+from ..errors import ShapeError
 from .common import asarray, check_size, contiguous, cube_dtype, empty, zeros
 from .layout import element_strides
 from .conv import _pair

@@ -33,10 +33,10 @@ import math
 
 import numpy as np
 
-from ... import cube
-from ...errors import DTypeError, ShapeError
-from ...ops.elementwise import maximum_kernel
-from ..runtime.arguments import DeviceArray
+from .. import cube
+from ..errors import DTypeError, ShapeError
+from ..ops.elementwise import maximum_kernel
+from ..cube.runtime.arguments import DeviceArray
 from .common import MAX_ELEMENTS, contiguous, cube_dtype, empty, grid, position
 
 SCALARS = ("keep", "l2", "b1", "one_minus_b1", "b2", "one_minus_b2", "bias2", "eps", "step_size")

@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ... import cube
-from ...dtype import f32
-from ...errors import ShapeError
+from .. import cube
+from ..dtype import f32
+from ..errors import ShapeError
 from .common import assign, check_elements, check_float_dtypes, contiguous, cube_dtype, empty, grid
 from .reduce import MAX_UNITS, RESIDENT_PER, launch_target, resident_shape, tuple_fold, units_combine
 from .softmax import resident_row, row_index, store_row

@@ -28,10 +28,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ... import cube
-from ...dtype import f32
-from ...errors import DTypeError, ShapeError
-from ..runtime.autotune import anchor
+from .. import cube
+from ..dtype import f32
+from ..errors import DTypeError, ShapeError
+from ..cube.runtime.autotune import anchor
 from .common import asarray, check_size, cube_dtype, empty, zeros
 from .layout import element_strides, offset
 
@@ -166,7 +166,7 @@ def matmul_tuner():
     """
     global _tuner
     if _tuner is None:
-        from ..runtime.autotune import Autotuner, device_cache
+        from ..cube.runtime.autotune import Autotuner, device_cache
         candidates = {"blas": _blas_matmul(), **{name: partial(matmul, tile=tile) for name, tile in TILES.items()}}
         tiers = {name: "extensive" for name in TILES if TILES[name] != DEFAULT_TILE}
         _tuner = Autotuner("matmul", candidates, key=matmul_key, cache=device_cache("cpu"), tiers=tiers,
@@ -176,7 +176,7 @@ def matmul_tuner():
 
 def _blas_matmul():
     """NumPy's OpenBLAS on the kernels' thread pool (runtime/blas.py), else plain `np.matmul`."""
-    from ..runtime.blas import host_blas
+    from ..cube.runtime.blas import host_blas
     blas = host_blas()
     return np.matmul if blas is None else blas.matmul
 
@@ -189,13 +189,13 @@ def summed_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         >>> summed_matmul(np.ones((3, 2, 4), np.float32), np.ones((3, 4, 5), np.float32))[0, 0]
         12.0
     """
-    from ..runtime.blas import host_blas
+    from ..cube.runtime.blas import host_blas
     blas = host_blas()
     return np.add.reduce(np.matmul(a, b), 0) if blas is None else blas.matmul_sum(a, b)
 
 
 def _blas_name() -> str:
-    from ..runtime.blas import host_blas
+    from ..cube.runtime.blas import host_blas
     blas = host_blas()
     return "numpy" if blas is None else blas.name
 

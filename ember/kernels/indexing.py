@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ... import cube
-from ...errors import ShapeError
-from ..runtime.arguments import DeviceArray
+from .. import cube
+from ..errors import ShapeError
+from ..cube.runtime.arguments import DeviceArray
 from .common import asarray, check_size, contiguous, copy_as, empty, grid, row_chunks, row_span
 from .layout import dot, element_strides, offset, unravel
 

@@ -28,8 +28,8 @@ from typing import Sequence
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from ... import cube
-from ..runtime.arguments import DeviceArray
+from .. import cube
+from ..cube.runtime.arguments import DeviceArray
 
 PADDED_RANK = 4
 """Strided layouts of rank 2..4 are padded to this rank (leading size-1 dims), so they share one compiled

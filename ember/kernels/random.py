@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ... import cube
-from ...dtype import f32
-from ...random import M0, M1, ROUNDS, W0, W1, philox4x32, split64, uniform_top, words
-from ..runtime.base import Runtime
+from .. import cube
+from ..dtype import f32
+from ..random import M0, M1, ROUNDS, W0, W1, philox4x32, split64, uniform_top, words
+from ..cube.runtime.base import Runtime
 from .common import check_size, cube_dtype, empty, grid
 
 TWO_PI = 6.283185307179586

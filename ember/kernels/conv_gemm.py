@@ -33,8 +33,8 @@ import weakref
 
 import numpy as np
 
-from ... import cube
-from ...errors import DTypeError, ShapeError
+from .. import cube
+from ..errors import DTypeError, ShapeError
 from .common import asarray, check_size, contiguous, cube_dtype, empty, zeros
 from .layout import element_strides
 from .conv import _pair
@@ -387,7 +387,7 @@ def transpose_tuner():
         >>> transpose_tuner().choose(x, w, plan) in ("channel_first", "batch_first")
         True
     """
-    from ..runtime.autotune import Autotuner, anchor, device_cache
+    from ..cube.runtime.autotune import Autotuner, anchor, device_cache
 
     def key(x, w, plan) -> tuple:
         return (anchor(x.shape[0]), anchor(x.shape[1]), anchor(w.shape[1] * w.shape[2] * w.shape[3]),
@@ -475,7 +475,7 @@ def weight_grad_tuner():
         >>> weight_grad_tuner().choose(x, grad, ((3, 3), 1, 1, 1, (28, 28)))
         'per_sample'
     """
-    from ..runtime.autotune import Autotuner, anchor, device_cache
+    from ..cube.runtime.autotune import Autotuner, anchor, device_cache
 
     def key(x, grad, geometry) -> tuple:
         kernel, (gh, gw) = geometry[0], geometry[4]

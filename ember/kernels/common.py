@@ -21,15 +21,15 @@ import math
 
 import numpy as np
 
-from ...dtype import NpTable, dtype_of
-from ...errors import DTypeError, ShapeError
-from .. import ir
-from ..lang import CubeCount, CubeDim
-from ..runtime.arguments import DeviceArray
-from ..runtime.base import Runtime
-from ..runtime.host import empty as host_empty
+from ..dtype import NpTable, dtype_of
+from ..errors import DTypeError, ShapeError
+from ..cube import ir
+from ..cube.lang import CubeCount, CubeDim
+from ..cube.runtime.arguments import DeviceArray
+from ..cube.runtime.base import Runtime
+from ..cube.runtime.host import empty as host_empty
 from .layout import broadcast_layout, offset
-from ... import cube
+from .. import cube
 
 MAX_ELEMENTS = 2**31 - 1
 UNITS = 256  # units per cube for one-element-per-unit kernels

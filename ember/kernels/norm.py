@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ... import cube
-from ...errors import DTypeError, ShapeError
+from .. import cube
+from ..errors import DTypeError, ShapeError
 from .common import check_size, contiguous, cube_dtype, empty
 from .reduce import (MAX_UNITS, RESIDENT_PER, accumulator, block_reduce, launch_target, resident_shape, row_units,
                      tuple_fold, units_combine)

@@ -30,11 +30,11 @@ import math
 
 import numpy as np
 
-from ... import cube
-from ...dtype import bool_, f32, f64, i64
-from ...errors import DTypeError, ShapeError
+from .. import cube
+from ..dtype import bool_, f32, f64, i64
+from ..errors import DTypeError, ShapeError
 from .elementwise import binary
-from ..kernel import launch_runtime
+from ..cube.kernel import launch_runtime
 from .common import asarray, check_size, contiguous, cube_dtype, empty
 from .layout import element_strides, merge_dims, offset
 

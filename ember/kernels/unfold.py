@@ -23,9 +23,9 @@ import math
 
 import numpy as np
 
-from ... import cube
-from ...dtype import f32
-from ...ops.spatial import conv_out_size
+from .. import cube
+from ..dtype import f32
+from ..ops.spatial import conv_out_size
 from .common import asarray, check_size, cube_dtype, empty, grid, position
 from .layout import element_strides
 

@@ -4,12 +4,12 @@ Inputs may have any strides (views are read in place); outputs are new C-contigu
 the library gives device arrays their copies and writes (`runtime.arguments.install_array_kernels`).
 
 Example:
-    >>> from ember.cube import kernels
+    >>> from ember import kernels
     >>> kernels.binary("add", np.ones((2, 1), np.float32), np.arange(3, dtype=np.float32)).shape
     (2, 3)
 """
 
-from ..runtime.arguments import ArrayKernels, install_array_kernels
+from ..cube.runtime.arguments import ArrayKernels, install_array_kernels
 from .common import assign
 from .conv import conv2d
 from .elementwise import binary, cast, ternary, unary

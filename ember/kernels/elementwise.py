@@ -31,14 +31,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ... import cube
-from ...dtype import DType, bool_, i32
-from ...errors import DTypeError
-from ...ops.elementwise import TABLE
-from .. import ir
-from ..frontend import ArrayRef
-from ..kernel import launch_runtime
-from ..lang import Intrinsic
+from .. import cube
+from ..dtype import DType, bool_, i32
+from ..errors import DTypeError
+from ..ops.elementwise import TABLE
+from ..cube import ir
+from ..cube.frontend import ArrayRef
+from ..cube.kernel import launch_runtime
+from ..cube.lang import Intrinsic
 from .common import asarray, check_elements, check_size, cube_dtype, empty, grid, result_type
 from .layout import broadcast_layout, merged_operands, offset
 

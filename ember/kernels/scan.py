@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ... import cube
-from ...dtype import f32
+from .. import cube
+from ..dtype import f32
 from .common import asarray, check_size, cube_dtype, empty, grid
 from .layout import element_strides, offset
 

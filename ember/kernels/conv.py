@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ... import cube
-from ...dtype import f32
-from ...errors import DTypeError, ShapeError
+from .. import cube
+from ..dtype import f32
+from ..errors import DTypeError, ShapeError
 from .common import asarray, check_size, contiguous, cube_dtype, empty, zeros
 from .layout import element_strides
 

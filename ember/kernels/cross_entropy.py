@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ... import cube
-from ...errors import DTypeError, ShapeError
+from .. import cube
+from ..errors import DTypeError, ShapeError
 from .common import check_size, contiguous, cube_dtype, empty, unit_rows
 from .reduce import accumulator, block_reduce, row_units
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ... import cube
-from ...dtype import i64
-from ...errors import ShapeError
+from .. import cube
+from ..dtype import i64
+from ..errors import ShapeError
 from .common import asarray, check_size, contiguous, cube_dtype, empty, zeros
 
 MAX_ROW = 16384
