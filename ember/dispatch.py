@@ -48,11 +48,11 @@ def _cube_cuda(device: Device):
     """Cube(cuda) on GPU `device.index` (kernels rendered to CUDA C, compiled by NVRTC, run through the
     driver API), or `DeviceUnavailableError` naming the `cuda` extra, the driver or the GPU missing."""
     from .cube.runtime.cuda import CudaError, cuda_available, cuda_runtime
-    from .cube.runtime.nvrtc import nvrtc_available
+    from .cube.runtime.nvrtc import INSTALL, nvrtc_available
     for ok, why in (cuda_available(), nvrtc_available()):
         if not ok:
-            raise DeviceUnavailableError(f"{device!r} is unavailable: {why} (the `cuda` extra: pip install "
-                                         f"'ember[cuda]', and an NVIDIA GPU); available: {available_devices()}")
+            hint = "" if INSTALL in why else f" (the `cuda` extra: {INSTALL}, and an NVIDIA GPU)"
+            raise DeviceUnavailableError(f"{device!r} is unavailable: {why}{hint}; available: {available_devices()}")
     try:
         runtime = cuda_runtime(device.index)
     except (CudaError, DeviceUnavailableError) as e:

@@ -217,6 +217,24 @@ def test_device_strings_and_unavailable(monkeypatch):
                     "ember[cuda]", "available", 'Device("numpy")')
 
 
+def test_cuda_unavailable_message_names_the_extra_once(monkeypatch):
+    """Without cuda-bindings the message gives the pip line once; without a driver it adds it once."""
+    import sys
+    from ember.cube.runtime.nvrtc import INSTALL
+    from ember.dispatch import available_devices
+    monkeypatch.setitem(sys.modules, "cuda.bindings", None)  # `from cuda.bindings import driver` fails
+    monkeypatch.setattr(Device.cuda(0), "_backend", None)
+    with pytest.raises(ember.DeviceUnavailableError) as info:
+        ember.ones(2, device="cuda:0")
+    assert str(info.value) == (f'Device("cuda:0") is unavailable: the CUDA runtime needs cuda-bindings: {INSTALL}; '
+                               f"available: {available_devices()}")
+    monkeypatch.setattr("ember.cube.runtime.cuda.cuda_available", lambda: (False, "the CUDA driver sees no GPU"))
+    with pytest.raises(ember.DeviceUnavailableError) as info:
+        ember.ones(2, device="cuda:0")
+    assert str(info.value) == (f'Device("cuda:0") is unavailable: the CUDA driver sees no GPU (the `cuda` extra: '
+                               f"{INSTALL}, and an NVIDIA GPU); available: {available_devices()}")
+
+
 def test_value_errors(d):
     x = ember.ones(2, 3, device=d)
     _raises(ValueError, lambda: x.item(), "item", "(2, 3)")
