@@ -313,6 +313,23 @@ def test_the_memory_limit_is_the_largest_memory_here(d, monkeypatch):
     assert shape_rules.memory_limit() == 4 << 20
 
 
+def test_no_history_names_the_parameters_device():
+    """A model left on a plain device with inputs on its autodiff variant: the message says where the
+    parameters are and how to move them; a tensor on a plain device is told to use the autodiff one."""
+    from ember import nn
+    plain, tracked = Device.numpy(), Device.numpy().autodiff()
+    model = nn.Linear(3, 2, device=plain)
+    loss = model(ember.ones(4, 3, device=tracked)).sum()
+    for call in (loss.backward, lambda: loss.register_hook(lambda g: g)):
+        _raises(RuntimeError, call, "no gradient history", "parameters", repr(plain), "without autodiff",
+                f"model.to({tracked!r})", "require_grad()")
+    model.to(tracked)
+    grads = model(ember.ones(4, 3, device=tracked)).sum().backward()
+    assert model.weight.grad(grads).shape == (2, 3)
+    _raises(RuntimeError, lambda: ember.ones(2, device=plain).backward(), repr(plain), "without autodiff",
+            f"model.to({tracked!r})")
+
+
 def test_autodiff_errors(d):
     x = ember.ones(2, device=d)
     _raises(RuntimeError, lambda: x.backward(), "no gradient history")
