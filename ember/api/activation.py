@@ -139,7 +139,8 @@ def _shift(x: Tensor, dim: int) -> Tensor:
 
 def glu(x: Tensor, dim: int = -1) -> Tensor:
     """The gated linear unit: `a * sigmoid(b)` for the two halves `a, b` of `x` along `dim`."""
-    if x.shape[dim] % 2:
+    from ..ops.primitive import normalize_dim
+    if x.shape[normalize_dim("glu", dim, x.ndim)] % 2:
         from ..errors import ShapeError
         raise ShapeError("glu", f"dim {dim} of shape {x.shape} must have an even size")
     a, b = x.chunk(2, dim)
