@@ -105,7 +105,8 @@ class Tensor:
         return self.numpy().tolist()
 
     def __dlpack__(self, *args, **kwargs):
-        return np.ascontiguousarray(self._device.backend.to_host(self._handle)).__dlpack__(*args, **kwargs)
+        from .dlpack import export
+        return export(np.ascontiguousarray(self._device.backend.to_host(self._handle)), *args, **kwargs)
 
     def __dlpack_device__(self):
         return (1, 0)  # kDLCPU: data crosses DLPack through the host
