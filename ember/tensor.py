@@ -105,11 +105,12 @@ class Tensor:
         return self.numpy().tolist()
 
     def __dlpack__(self, *args, **kwargs):
-        from .dlpack import export
-        return export(np.ascontiguousarray(self._device.backend.to_host(self._handle)), *args, **kwargs)
+        from .dlpack import export_tensor
+        return export_tensor(self, *args, **kwargs)
 
     def __dlpack_device__(self):
-        return (1, 0)  # kDLCPU: data crosses DLPack through the host
+        from .dlpack import device_of
+        return device_of(self)  # kDLCUDA on a CUDA device (memory shared), else kDLCPU (through the host)
 
     def to(self, *args, device=None, dtype=None) -> "Tensor":
         """This tensor on another device, cast to another dtype, or both, taken as PyTorch takes them:
