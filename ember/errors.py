@@ -12,10 +12,7 @@ Example:
 from __future__ import annotations
 
 import functools
-import importlib
-import inspect
 import os
-import pkgutil
 import re
 import reprlib
 import sys
@@ -107,6 +104,9 @@ def public_ops() -> dict[str, list[Callable]]:
         >>> ember.api.activation.softmax in public_ops()["softmax"]
         True
     """
+    import importlib
+    import inspect
+    import pkgutil
     modules = [importlib.import_module(name) for name in _NAMESPACES]
     for name in _PACKAGES:
         package = importlib.import_module(name)
@@ -130,6 +130,7 @@ def public_ops() -> dict[str, list[Callable]]:
 def _op_codes() -> dict:
     """The code objects of the public ops by name, leaving out code shared by ops of several names
     (a factory's closure, `exp` and `log`): those name their primitive themselves."""
+    import inspect
     names: dict = {}
     for name, fs in public_ops().items():
         for f in fs:

@@ -153,7 +153,7 @@ class KernelFunction:
             >>> add_one.disk_key((cube.f32,), {}) == add_one.disk_key((cube.f32,), {})
             True
         """
-        if self.fn.__code__.co_freevars:
+        if self.fn.__code__.co_freevars or not isinstance(self.fn.__module__, str):  # exec'd without __name__
             return None
         stamp = source_stamp(self.fn.__module__)
         values = [_stable(v) for _, v in sorted(comptime.items())]

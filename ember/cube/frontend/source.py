@@ -90,11 +90,29 @@ def register_source(text: str) -> str:
 
 
 def _command_line(fn) -> str | None:
-    """The code of `python -c CODE` when `fn` was defined by it, else None."""
+    """The code of `python -c CODE` when it holds `fn`'s definition at `fn`'s line, else None (an `exec`
+    in a process started by `python -c`, such as a test worker, is not that code)."""
     argv = getattr(sys, "orig_argv", [])
-    if getattr(getattr(fn, "__code__", None), "co_filename", None) == "<string>" and "-c" in argv[:-1]:
-        return argv[argv.index("-c") + 1]
-    return None
+    if getattr(getattr(fn, "__code__", None), "co_filename", None) != "<string>" or "-c" not in argv[:-1]:
+        return None
+    text = argv[argv.index("-c") + 1]
+    try:
+        module = ast.parse(text)
+    except SyntaxError:
+        return None
+    return text if _definitions(module, fn)[1] else None
+
+
+def _definitions(module: ast.Module, fn) -> tuple[list, list]:
+    """The defs of `fn`'s name in `module`, and those of them that start (decorators included) at the
+    first line of `fn`'s code."""
+    defs = [n for n in ast.walk(module) if isinstance(n, ast.FunctionDef) and n.name == fn.__name__]
+    first = getattr(getattr(fn, "__code__", None), "co_firstlineno", None)
+    return defs, [n for n in defs if _start(n) == first]
+
+
+def _start(node: ast.FunctionDef) -> int:
+    return min([node.lineno] + [d.lineno for d in node.decorator_list])
 
 
 def _lines_of(fn, text: str) -> tuple[list, int]:
@@ -104,15 +122,13 @@ def _lines_of(fn, text: str) -> tuple[list, int]:
         module = ast.parse(text)
     except SyntaxError as e:
         raise KernelError(f"the source given for {fn.__qualname__} does not parse: {e}") from None
-    defs = [n for n in ast.walk(module) if isinstance(n, ast.FunctionDef) and n.name == fn.__name__]
-    first = getattr(getattr(fn, "__code__", None), "co_firstlineno", None)
-    starts = {n: min([n.lineno] + [d.lineno for d in n.decorator_list]) for n in defs}
-    chosen = [n for n in defs if starts[n] == first] or (defs if len(defs) == 1 else [])
+    defs, at_line = _definitions(module, fn)
+    chosen = at_line or (defs if len(defs) == 1 else [])
     if not chosen:
         raise KernelError(f"the source given for {fn.__qualname__} holds {len(defs)} definitions of "
-                          f"{fn.__name__!r}, none at its line {first}")
+                          f"{fn.__name__!r}, none at its line {getattr(fn.__code__, 'co_firstlineno', '?')}")
     node = chosen[0]
-    return text.splitlines(keepends=True)[starts[node] - 1:node.end_lineno], starts[node]
+    return text.splitlines(keepends=True)[_start(node) - 1:node.end_lineno], _start(node)
 
 
 class ArrayRef:
