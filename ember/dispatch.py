@@ -54,11 +54,11 @@ def _cube_cuda(device: Device):
     """Cube(cuda) on GPU `device.index` (kernels rendered to CUDA C, compiled by NVRTC, run through the
     driver API), or `DeviceUnavailableError` naming the `cuda` extra, the driver or the GPU missing."""
     from .cube.runtime.cuda import CudaError, cuda_available, cuda_runtime  # lazy: the `cuda` extra
-    from .cube.runtime.nvrtc import nvrtc_available  # lazy: the `cuda` extra
+    from .cube.runtime.nvrtc import INSTALL, nvrtc_available  # lazy: the `cuda` extra
     for ok, why in (cuda_available(), nvrtc_available()):
         if not ok:
-            raise DeviceUnavailableError(f"{device!r} is unavailable: {why} (the `cuda` extra: pip install "
-                                         f"'ember[cuda]', and an NVIDIA GPU)")
+            hint = "" if INSTALL in why else f" (the `cuda` extra: {INSTALL}, and an NVIDIA GPU)"
+            raise DeviceUnavailableError(f"{device!r} is unavailable: {why}{hint}")
     try:
         runtime = cuda_runtime(device.index)
     except (CudaError, DeviceUnavailableError) as e:

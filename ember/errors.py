@@ -11,7 +11,12 @@ Example:
 
 from __future__ import annotations
 
+import functools
+import os
+import re
 import reprlib
+import sys
+from typing import Callable
 
 
 class EmberError(Exception):
@@ -22,6 +27,7 @@ class ShapeError(EmberError, ValueError):
     """Shapes that do not fit the op; the message names the op and the shapes."""
 
     def __init__(self, op: str, message: str) -> None:
+        op, message = user_op(op, message)
         super().__init__(f"{op}: {message}")
         self.op = op
 
@@ -33,7 +39,13 @@ class OutOfMemoryError(EmberError, MemoryError):
 
 
 class DTypeError(EmberError, TypeError):
-    """A dtype the op does not accept, or an unknown dtype name."""
+    """A dtype the op does not accept, or an unknown dtype name; the message starts with the op."""
+
+    def __init__(self, message: str) -> None:
+        prefix = _OP_PREFIX.match(message)
+        op, rest = (prefix[1], message[prefix.end():]) if prefix else ("", message)
+        called, rest = user_op(op, rest)
+        super().__init__(f"{called}: {rest}" if called else message)
 
 
 class DeviceError(EmberError, RuntimeError):
@@ -78,3 +90,78 @@ def brief(value: object) -> str:
         return _BRIEF.repr(value)
     except (ValueError, RecursionError):  # an int past Python's digit limit
         return f"<a {type(value).__name__} too large to print>"
+
+
+# ---- naming the op the user called ----------------------------------------------------------------------
+# A composed op (softmax = amax, sub, exp, sum, div) fails inside one of the ops it calls; the error is to
+# name the op the user called. `ShapeError` and `DTypeError` find it when they are made: the outermost
+# public op among the ember frames on the stack (the walk stops at the first frame outside the package,
+# the user's code). Nothing runs on the path of an op that succeeds.
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_OP_PREFIX = re.compile(r"([A-Za-z_][\w.]*): ")
+_NAMESPACES = ("ember", "ember.nn.functional")  # modules whose public functions are ops
+_PACKAGES = ("ember.api", "ember.nn.ops")  # packages whose every module's public functions are ops
+
+
+def public_ops() -> dict[str, list[Callable]]:
+    """Every public op by name (one name can be several functions: `ember.nn.ops.rowwise.softmax` beside
+    `ember.softmax`): the functions of `ember`, `ember.nn.functional` and each module of `ember.api` and
+    `ember.nn.ops` (what `Tensor` methods are made of), new ones included.
+
+    Example:
+        >>> ember.api.activation.softmax in public_ops()["softmax"]
+        True
+    """
+    import importlib
+    import inspect
+    import pkgutil
+    modules = [importlib.import_module(name) for name in _NAMESPACES]
+    for name in _PACKAGES:
+        package = importlib.import_module(name)
+        modules += [importlib.import_module(f"{name}.{m.name}") for m in pkgutil.iter_modules(package.__path__)
+                    if not m.name.startswith("_")]
+    ops: dict[str, list[Callable]] = {}
+    for module in modules:
+        for key, f in vars(module).items():
+            # a namespace's re-exports are ops; a module's imported helpers (normalize_dim) are not
+            home = "ember." if module.__name__ in _NAMESPACES else module.__name__
+            # a shared body with an `op` parameter (conv, max_pool) is told its caller's name: not an op
+            if (not key.startswith("_") and inspect.isfunction(f) and f.__module__.startswith(home)
+                    and "op" not in inspect.signature(f).parameters):
+                name = f.__name__ if vars(module).get(f.__name__) is f else key  # `abs`, not its alias
+                if f not in ops.setdefault(name, []):
+                    ops[name].append(f)
+    return ops
+
+
+@functools.cache
+def _op_codes() -> dict:
+    """The code objects of the public ops by name, leaving out code shared by ops of several names
+    (a factory's closure, `exp` and `log`): those name their primitive themselves."""
+    import inspect
+    names: dict = {}
+    for name, fs in public_ops().items():
+        for f in fs:
+            names.setdefault(inspect.unwrap(f).__code__, set()).add(name)
+    return {code: next(iter(n)) for code, n in names.items() if len(n) == 1}
+
+
+def called_op() -> str | None:
+    """The op the user called, while one of ember's ops is failing: the outermost public op among the
+    frames of the ember package on the stack, or None outside any op."""
+    codes, name = _op_codes(), None
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        name = codes.get(frame.f_code, name)
+        frame = frame.f_back
+    return name
+
+
+def user_op(op: str, message: str) -> tuple[str, str]:
+    """(`op`, `message`) for an error raised by `op`, renamed to the op the user called when `op` ran
+    inside it: ("amax", "dim 3 ...") inside softmax -> ("softmax", "dim 3 ... (in amax, inside softmax)")."""
+    called = called_op()
+    if called is None or called == op:
+        return op, message
+    return called, f"{message} (in {op}, inside {called})" if op else message

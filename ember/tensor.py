@@ -115,10 +115,12 @@ class Tensor:
         return self.numpy().tolist()
 
     def __dlpack__(self, *args, **kwargs):
-        return np.ascontiguousarray(self._device.backend.to_host(self._handle)).__dlpack__(*args, **kwargs)
+        from .dlpack import export_tensor
+        return export_tensor(self, *args, **kwargs)
 
     def __dlpack_device__(self):
-        return (1, 0)  # kDLCPU: data crosses DLPack through the host
+        from .dlpack import device_of
+        return device_of(self)  # kDLCUDA on a CUDA device (memory shared), else kDLCPU (through the host)
 
     def to(self, *args, device=None, dtype=None) -> "Tensor":
         """This tensor on another device, cast to another dtype, or both, taken as PyTorch takes them:
@@ -187,8 +189,7 @@ class Tensor:
         """
         node = getattr(self._handle, "node", None)
         if node is None:
-            raise RuntimeError("backward(): this tensor has no gradient history; make its inputs with "
-                               "require_grad() on an autodiff device, outside ember.no_grad()")
+            raise RuntimeError(f"backward(): this tensor has no gradient history: {self._no_history_why()}")
         inner = self._device.inner
         seed = (grad.to(self._device if create_graph else inner) if grad is not None else None)
         if seed is None and not self.shape:
@@ -209,6 +210,17 @@ class Tensor:
         stop = None if inputs is None else [Gradients._node(t) for t in inputs]
         return Gradients(_backward(node, seed, create_graph, stop))
 
+    def _no_history_why(self) -> str:
+        """Why this tensor has no gradient history, in the user's terms: the device, or the parameters."""
+        device = self._device
+        if not device.is_autodiff:
+            return (f"it is on {device!r}, a device without autodiff; compute it on {device.autodiff()!r} "
+                    f"(model.to({device.autodiff()!r}), x.to({device.autodiff()!r}).require_grad())")
+        return (f"nothing it was computed from requires a gradient. If a model made it, its parameters are "
+                f"probably on {device.inner!r}, a device without autodiff, while the inputs are on {device!r}: "
+                f"move the model with model.to({device!r}) (parameters there are gradient leaves); a tensor "
+                f"becomes a leaf with x.require_grad() (and nothing is tracked inside ember.no_grad())")
+
     def register_hook(self, fn):
         """Call `fn(grad)` with this tracked tensor's gradient during each backward walk; a tensor it
         returns (of the same shape) replaces the gradient. Returns a handle whose `remove()` takes it off.
@@ -219,8 +231,7 @@ class Tensor:
         """
         node = getattr(self._handle, "node", None)
         if node is None:
-            raise RuntimeError("register_hook(): this tensor has no gradient history; hooks go on tensors "
-                               "made with require_grad() on an autodiff device or computed from them")
+            raise RuntimeError(f"register_hook(): this tensor has no gradient history: {self._no_history_why()}")
         return node.add_hook(fn)
 
     def grad(self, grads) -> "Tensor | None":

@@ -217,6 +217,24 @@ def test_device_strings_and_unavailable(monkeypatch):
                     "ember[cuda]", "available", 'Device("numpy")')
 
 
+def test_cuda_unavailable_message_names_the_extra_once(monkeypatch):
+    """Without cuda-bindings the message gives the pip line once; without a driver it adds it once."""
+    import sys
+    from ember.cube.runtime.nvrtc import INSTALL
+    from ember.dispatch import available_devices
+    monkeypatch.setitem(sys.modules, "cuda.bindings", None)  # `from cuda.bindings import driver` fails
+    monkeypatch.setattr(Device.cuda(0), "_backend", None)
+    with pytest.raises(ember.DeviceUnavailableError) as info:
+        ember.ones(2, device="cuda:0")
+    assert str(info.value) == (f'Device("cuda:0") is unavailable: the CUDA runtime needs cuda-bindings: {INSTALL}; '
+                               f"available: {available_devices()}")
+    monkeypatch.setattr("ember.cube.runtime.cuda.cuda_available", lambda: (False, "the CUDA driver sees no GPU"))
+    with pytest.raises(ember.DeviceUnavailableError) as info:
+        ember.ones(2, device="cuda:0")
+    assert str(info.value) == (f'Device("cuda:0") is unavailable: the CUDA driver sees no GPU (the `cuda` extra: '
+                               f"{INSTALL}, and an NVIDIA GPU); available: {available_devices()}")
+
+
 def test_value_errors(d):
     x = ember.ones(2, 3, device=d)
     _raises(ValueError, lambda: x.item(), "item", "(2, 3)")
@@ -293,6 +311,23 @@ def test_the_memory_limit_is_the_largest_memory_here(d, monkeypatch):
     assert limits.memory_limit() == 4 << 20
     limits.note_device_memory(2 << 20)  # a smaller one lowers nothing
     assert limits.memory_limit() == 4 << 20
+
+
+def test_no_history_names_the_parameters_device():
+    """A model left on a plain device with inputs on its autodiff variant: the message says where the
+    parameters are and how to move them; a tensor on a plain device is told to use the autodiff one."""
+    from ember import nn
+    plain, tracked = Device.numpy(), Device.numpy().autodiff()
+    model = nn.Linear(3, 2, device=plain)
+    loss = model(ember.ones(4, 3, device=tracked)).sum()
+    for call in (loss.backward, lambda: loss.register_hook(lambda g: g)):
+        _raises(RuntimeError, call, "no gradient history", "parameters", repr(plain), "without autodiff",
+                f"model.to({tracked!r})", "require_grad()")
+    model.to(tracked)
+    grads = model(ember.ones(4, 3, device=tracked)).sum().backward()
+    assert model.weight.grad(grads).shape == (2, 3)
+    _raises(RuntimeError, lambda: ember.ones(2, device=plain).backward(), repr(plain), "without autodiff",
+            f"model.to({tracked!r})")
 
 
 def test_autodiff_errors(d):

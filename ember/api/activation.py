@@ -14,6 +14,7 @@ import math
 
 from .. import amp
 from ..errors import ShapeError
+from ..ops.primitive import normalize_dim
 from ._common import Tensor
 from .math import _float_unary, where
 
@@ -144,7 +145,7 @@ def _shift(x: Tensor, dim: int) -> Tensor:
 
 def glu(x: Tensor, dim: int = -1) -> Tensor:
     """The gated linear unit: `a * sigmoid(b)` for the two halves `a, b` of `x` along `dim`."""
-    if x.shape[dim] % 2:
+    if x.shape[normalize_dim("glu", dim, x.ndim)] % 2:
         raise ShapeError("glu", f"dim {dim} of shape {x.shape} must have an even size")
     a, b = x.chunk(2, dim)
     return a * b.sigmoid()

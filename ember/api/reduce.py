@@ -86,6 +86,7 @@ def _extreme(name: str, arg):
             return apply(name, x, dims=_dims(name, x, None), keepdim=False)
         if not isinstance(dim, int):
             raise TypeError(f"{name[1:]}(dim=...) takes one int dim; use a{name[1:]} for several")
+        _dims(name[1:], x, dim)  # a bad dim is named by max/min, not by the argmax inside
         indices = arg(x, dim, keepdim=True)
         values = gather(x, dim, indices) if x.ndim else x
         if not keepdim and x.ndim:

@@ -20,6 +20,7 @@ from ..dtype import f64, f32, f16, bf16, i64, i32, i16, i8, u8, bool_, DType
 from .ir import u32, u64
 from .lang import (Array, Comptime, Scalar, CubeCount, CubeDim, KernelError, BUILTINS, INTRINSICS)
 from .kernel import kernel, function, KernelFunction, CubeFunction
+from .frontend.source import register_source
 
 globals().update(BUILTINS)
 globals().update(INTRINSICS)
@@ -32,6 +33,6 @@ def cpu_available() -> tuple:
 
 
 __all__ = ["Array", "Comptime", "Scalar", "CubeCount", "CubeDim", "KernelError", "kernel", "function",
-           "KernelFunction", "CubeFunction", "cpu_available", "DType",
+           "KernelFunction", "CubeFunction", "cpu_available", "register_source", "DType",
            "f64", "f32", "f16", "bf16", "i64", "i32", "i16", "i8", "u8", "u32", "u64", "bool_",
            *BUILTINS, *INTRINSICS]

@@ -77,11 +77,11 @@ def _parameters(source: Source) -> list:
 class KernelFunction:
     """A function under `@cube.kernel`: call `.launch(count, dim, *args, **comptime)` to run it."""
 
-    def __init__(self, fn) -> None:
+    def __init__(self, fn, source: str | None = None) -> None:
         self.fn = fn
         self.__name__ = fn.__name__
         self.__doc__ = fn.__doc__
-        self.source = Source.of(fn)
+        self.source = Source.of(fn, source)
         self.params = _parameters(self.source)
         self.runtime_params = [p for p in self.params if p.kind != "comptime"]
         self._traced: dict = {}
@@ -157,7 +157,7 @@ class KernelFunction:
             >>> add_one.disk_key((cube.f32,), {}) == add_one.disk_key((cube.f32,), {})
             True
         """
-        if self.fn.__code__.co_freevars:
+        if self.fn.__code__.co_freevars or not isinstance(self.fn.__module__, str):  # exec'd without __name__
             return None
         stamp = source_stamp(self.fn.__module__)
         values = [_stable(v) for _, v in sorted(comptime.items())]
@@ -259,11 +259,11 @@ class CubeFunction:
         ...     return 0.5 * x * (1.0 + cube.erf(x * 0.7071067811865476))
     """
 
-    def __init__(self, fn) -> None:
+    def __init__(self, fn, source: str | None = None) -> None:
         self.fn = fn
         self.__name__ = fn.__name__
         self.__doc__ = fn.__doc__
-        self.source = Source.of(fn)
+        self.source = Source.of(fn, source)
         self.signature = inspect.signature(fn)
 
     def __cube_inline__(self, builder: ir.Builder, args: list, kwargs: dict):
@@ -281,11 +281,17 @@ class CubeFunction:
         raise KernelError(f"{self.__name__} is a cube function: call it from inside a kernel")
 
 
-def kernel(fn) -> KernelFunction:
-    """Decorator: make `fn` a cube kernel (see the module docstring)."""
-    return KernelFunction(fn)
+def kernel(fn=None, *, source: str | None = None):
+    """Decorator: make `fn` a cube kernel (see the module docstring). `source`: the code that defines
+    `fn`, for a kernel whose source Python does not keep (typed in a REPL, read from stdin, exec'd).
+
+    Example:
+        >>> exec(text, ns)   # text defines `@cube.kernel(source=text) def k(...)`
+    """
+    return KernelFunction(fn, source) if fn is not None else lambda f: KernelFunction(f, source)
 
 
-def function(fn) -> CubeFunction:
-    """Decorator: make `fn` a helper that kernels can call; it is inlined at each call."""
-    return CubeFunction(fn)
+def function(fn=None, *, source: str | None = None):
+    """Decorator: make `fn` a helper that kernels can call; it is inlined at each call. `source` as
+    for `kernel`."""
+    return CubeFunction(fn, source) if fn is not None else lambda f: CubeFunction(f, source)

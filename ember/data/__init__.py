@@ -12,12 +12,14 @@ Example:
 """
 
 from .batcher import Batcher, default_batcher, to_device
-from .dataset import Dataset, InMemoryDataset
+from .dataset import Dataset, InMemoryDataset, SequenceDataset
 from .errors import DataError, WorkerError
 from .loader import DataLoader
+from .sampler import RandomSampler, Sampler, SequentialSampler, SubsetRandomSampler, WeightedRandomSampler
 from .sqlite import SqliteDataset, SqliteDatasetWriter
 
 __all__ = [
-    "Batcher", "DataError", "DataLoader", "Dataset", "InMemoryDataset", "SqliteDataset",
-    "SqliteDatasetWriter", "WorkerError", "default_batcher", "to_device",
+    "Batcher", "DataError", "DataLoader", "Dataset", "InMemoryDataset", "RandomSampler", "Sampler",
+    "SequenceDataset", "SequentialSampler", "SqliteDataset", "SqliteDatasetWriter", "SubsetRandomSampler",
+    "WeightedRandomSampler", "WorkerError", "default_batcher", "to_device",
 ]

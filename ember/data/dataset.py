@@ -140,6 +140,28 @@ class InMemoryDataset(Dataset[T]):
         return f"InMemoryDataset(len={len(self._items)})"
 
 
+class SequenceDataset(Dataset[T]):
+    """A dataset over any object with `__len__` and `__getitem__` (a list, a NumPy array, a PyTorch-style
+    map-style dataset), read in place: item i is `items[i]`.
+
+    Example:
+        >>> SequenceDataset([0, 2, 4])[-1]
+        4
+    """
+
+    def __init__(self, items: Sequence[T]) -> None:
+        self._items = items
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def get(self, i: int) -> T:
+        return self._items[i]
+
+    def __repr__(self) -> str:
+        return f"SequenceDataset({type(self._items).__name__}, len={len(self._items)})"
+
+
 def normalize_index(index: Any, length: int) -> int:
     """`index` as a non-negative int below `length`, counting negatives from the end.
 

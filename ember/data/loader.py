@@ -10,11 +10,17 @@ epoch too.
 Batches are built as NumPy data (in workers when `num_workers > 0`) and moved to `device`, when one
 is given, in the main process.
 
-Workers are spawned processes by default (see `ember.data.workers`), started for each pass and stopped at its
-end: the dataset and batcher must be picklable (module-level functions and classes, no lambdas),
-and a script that iterates with workers needs the usual `if __name__ == "__main__":` guard. A pass
-stops its workers when exhausted, on any error or Ctrl-C inside `next()`, on `close()`, when the
-iterator is garbage collected, and at interpreter exit.
+Workers are started for each pass and stopped at its end. On Linux they are forked by default, as
+PyTorch's are: the dataset and batcher need not be picklable, and a script without the
+`if __name__ == "__main__":` guard runs its top level once. Elsewhere (and with
+`multiprocessing_context="spawn"` or `"forkserver"`) each worker is a fresh interpreter that receives the
+dataset and batcher pickled (module-level functions and classes, no lambdas) and imports the main script
+again: there an unguarded script's loop would start workers from inside its own workers, and the
+worker stops with a `WorkerError` that says to add the guard. Fork copies the process as it is; a
+dataset that runs ember ops on a device other than `Device.numpy()` inside workers needs "spawn" (an
+OpenMP pool or a CUDA context does not survive a fork; see `ember.data.workers`). A pass stops its
+workers when exhausted, on any error or Ctrl-C inside `next()`, on `close()`, when the iterator is
+garbage collected, and at interpreter exit.
 
 Example:
     >>> from ember.data import InMemoryDataset
@@ -27,14 +33,16 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import pickle
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
 import numpy as np
 
 from .batcher import default_batcher, to_device
-from .dataset import Dataset
+from .dataset import Dataset, SequenceDataset
 from .errors import WorkerError
+from .sampler import RandomSampler, Sampler, SequentialSampler
 from .workers import WorkerPool
 
 B = TypeVar("B")
@@ -44,18 +52,22 @@ class DataLoader(Generic[B]):
     """Iterate a dataset in batches.
 
     Args:
-        dataset: the items.
+        dataset: the items: a `Dataset`, or anything with `__len__` and `__getitem__` (a list, a NumPy
+            array, a PyTorch map-style dataset), read in place.
         batch_size: items per batch; the last batch is smaller unless `drop_last`.
-        shuffle: visit items in the order `np.random.default_rng([seed, epoch]).permutation(n)`.
-        seed: fixes the shuffle order together with the epoch.
+        shuffle: visit items in the order `np.random.default_rng([seed, epoch]).permutation(n)`
+            (`sampler=RandomSampler(dataset)`).
+        seed: fixes the shuffle or sampler order together with the epoch.
         drop_last: leave out a last, incomplete batch.
         num_workers: worker processes building batches; 0 builds them in this process.
         prefetch: batches queued ahead per worker (bounds memory held by finished batches).
         batcher: turns a list of items into a batch; `default_batcher` stacks into NumPy arrays.
             With workers, it and the dataset must be picklable.
         device: when given, each batch's arrays become ember tensors on it (in the main process).
-        multiprocessing_context: how workers start; "spawn" (default, see `ember.data.workers`),
-            "forkserver" or "fork".
+        sampler: the order of indices (`ember.data.sampler`: `RandomSampler`, `WeightedRandomSampler`,
+            `SubsetRandomSampler`, `SequentialSampler`), drawn from `(seed, epoch)`; not with `shuffle`.
+        multiprocessing_context: how workers start: "fork", "spawn" or "forkserver"; by default "fork"
+            on Linux (PyTorch's default) and "spawn" elsewhere.
         timeout: seconds to wait for each batch from the workers (the first wait includes their
             start-up); 0 waits without limit. When it passes, `WorkerError` names the worker, its
             pid, the batch and the timeout. A worker that dies raises `WorkerError` at once, whatever
@@ -71,9 +83,21 @@ class DataLoader(Generic[B]):
     def __init__(self, dataset: Dataset[Any], batch_size: int, shuffle: bool = False, seed: int = 0,
                  drop_last: bool = False, num_workers: int = 0, prefetch: int = 2,
                  batcher: Callable[[list[Any]], B] | None = None, device: Any = None,
-                 multiprocessing_context: str = "spawn", timeout: float = 0) -> None:
+                 multiprocessing_context: str | None = None, timeout: float = 0,
+                 sampler: Sampler | None = None) -> None:
         if not isinstance(dataset, Dataset):
-            raise TypeError(f"DataLoader needs an ember.data.Dataset, got {type(dataset).__name__}")
+            if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
+                raise TypeError(f"DataLoader needs a Dataset or a sequence (__len__ and __getitem__), "
+                                f"got {type(dataset).__name__}")
+            dataset = SequenceDataset(dataset)
+        if sampler is not None and not isinstance(sampler, Sampler):
+            raise TypeError(f"DataLoader sampler must be an ember.data sampler (RandomSampler, ...), "
+                            f"got {type(sampler).__name__}")
+        if sampler is not None and shuffle:
+            raise ValueError("DataLoader takes shuffle=True or a sampler, not both (shuffle=True is "
+                             "sampler=RandomSampler(dataset))")
+        if multiprocessing_context is None:
+            multiprocessing_context = "fork" if sys.platform.startswith("linux") else "spawn"
         for name, value, least in (("batch_size", batch_size, 1), ("num_workers", num_workers, 0),
                                    ("prefetch", prefetch, 1)):
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
@@ -91,6 +115,7 @@ class DataLoader(Generic[B]):
         self.dataset = dataset
         self.batch_size = batch_size
         self.shuffle = shuffle
+        self.sampler: Sampler = sampler or (RandomSampler(dataset) if shuffle else SequentialSampler(dataset))
         self.seed = seed
         self.drop_last = drop_last
         self.num_workers = num_workers
@@ -106,7 +131,7 @@ class DataLoader(Generic[B]):
         self._generation = 0
 
     def __len__(self) -> int:
-        n = len(self.dataset)
+        n = len(self.sampler)
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
     def batch_indices(self, epoch: int) -> list[np.ndarray]:
@@ -117,8 +142,11 @@ class DataLoader(Generic[B]):
             >>> [b.tolist() for b in DataLoader(InMemoryDataset("abcde"), 2).batch_indices(0)]
             [[0, 1], [2, 3], [4]]
         """
+        order = np.asarray(self.sampler.indices(np.random.default_rng([self.seed, epoch])), dtype=np.int64)
         n = len(self.dataset)
-        order = np.random.default_rng([self.seed, epoch]).permutation(n) if self.shuffle else np.arange(n)
+        if order.size and not (-n <= order.min() and order.max() < n):
+            bad = order[(order < -n) | (order >= n)][0]
+            raise IndexError(f"DataLoader: {type(self.sampler).__name__} gave index {bad} for a dataset of {n} items")
         return [order[k * self.batch_size:(k + 1) * self.batch_size] for k in range(len(self))]
 
     def set_epoch(self, epoch: int) -> None:

@@ -11,8 +11,10 @@ traceback text) in messages of at most `_CHUNK` bytes, read against a deadline:
   the worker, its pid and its exit code or signal.
 - With `timeout` > 0, a batch late by more raises `WorkerError` naming worker, pid, batch and timeout.
 
-Workers are started with the "spawn" method by default, so the dataset and batcher must be
-picklable. They are terminated and joined when the pool is closed, garbage collected, or at
+Workers start by the loader's method ("fork" on Linux by default, else "spawn"); with "spawn" and
+"forkserver" the dataset and batcher must be picklable, and a pool started while a worker is still
+importing the main script (a script without the `__main__` guard) raises `WorkerError` saying so. They
+are terminated and joined when the pool is closed, garbage collected, or at
 interpreter exit; they ignore SIGINT, and exit when the main process dies, even while stuck in
 `__getitem__` (how: docs/training.md, "Data loader workers").
 
@@ -54,6 +56,10 @@ _CHUNK = 1 << 20
 # A frame's header: batch number, ok flag, payload length.
 _HEADER = struct.Struct("<qBQ")
 _PR_SET_PDEATHSIG = 1
+_UNGUARDED = ("DataLoader workers started with 'spawn' or 'forkserver' import the main script again, and "
+              "this one starts workers at its top level, so each worker would start more: put the code that "
+              "iterates the loader under `if __name__ == \"__main__\":`, or pass multiprocessing_context=\"fork\" "
+              "(the default on Linux)")
 
 
 class WorkerPool:
@@ -67,7 +73,10 @@ class WorkerPool:
                  context: str = "spawn") -> None:
         if num_workers < 1:
             raise ValueError(f"a worker pool needs num_workers >= 1, got {num_workers}")
+        if getattr(mp.current_process(), "_inheriting", False):  # multiprocessing's own flag for this
+            raise WorkerError(_UNGUARDED)
         ctx: Any = mp.get_context(context)  # typeshed's BaseContext lacks Process
+        self._context = context
         self._workers: list[Any] = []
         self._tasks: list[Connection] = []
         self._results: list[Connection] = []
@@ -144,8 +153,10 @@ class WorkerPool:
     def _died(self, k: int, number: int) -> WorkerError:
         worker = self._workers[k]
         worker.join(_JOIN_S)
+        hint = (f" (under {self._context!r}, a script without the `if __name__ == \"__main__\":` guard stops "
+                f"its workers this way: see the worker's message above)") if self._context != "fork" else ""
         return WorkerError(f"DataLoader worker {k} (pid {worker.pid}) exited unexpectedly with "
-                           f"{_exit_status(worker.exitcode)} while batch {number} was due from it")
+                           f"{_exit_status(worker.exitcode)} while batch {number} was due from it{hint}")
 
     def close(self, graceful: bool = False) -> None:
         """Stop the workers: with `graceful`, ask them to finish first; then terminate and join any left."""

@@ -228,7 +228,8 @@ def normalize_dim(op: str, dim: int, ndim: int) -> int:
     """A dim in [-ndim, ndim) as a non-negative index; 0-d tensors accept dim 0 and -1 like PyTorch."""
     bound = max(ndim, 1)
     if not -bound <= dim < bound:
-        raise ShapeError(op, f"dim {dim} is out of range for a tensor of {ndim} dimensions")
+        raise ShapeError(op, f"dim {dim} is out of range for a tensor of {ndim} dimensions: valid dims are "
+                             f"{-bound} to {bound - 1}")
     return dim % bound
 
 

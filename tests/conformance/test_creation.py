@@ -3,6 +3,7 @@ constructors, dtype inference, random streams (ranges, statistics, reproducibili
 
 from __future__ import annotations
 
+import gc
 import pickle
 
 import ml_dtypes
@@ -181,15 +182,32 @@ def test_host_interop(dtype, device, rng):
     assert ember.tensor(x[0, 0], device=device).item() == x[0, 0].item()
     assert type(ember.tensor(x[0, 0], device=device).item()) is type(x[0, 0].item())
     assert e[1, 2].item() == x[1, 2].item()
-    if dtype != "bf16":  # DLPack has no bf16 from NumPy's side
-        t = torch.from_dlpack(e)
-        assert t.dtype == TORCH_DTYPE[dtype]
-        np.testing.assert_array_equal(t.numpy(), x)
+    t = torch.from_dlpack(e)  # bf16 too: ember tags it kDLBfloat, which NumPy alone cannot
+    assert t.dtype == TORCH_DTYPE[dtype]
+    np.testing.assert_array_equal(t.float().numpy() if dtype == "bf16" else t.numpy(), x)
+    if dtype != "bf16":  # NumPy has no bf16 to take
         np.testing.assert_array_equal(np.from_dlpack(e), x)
-        back = ember.from_dlpack(to_torch(x), device=device)
-        check(back, to_torch(x))
+    back = ember.from_dlpack(to_torch(x), device=device)
+    assert back.dtype.name == dtype
+    check(back, to_torch(x))
     view = e.T[::-1]
-    np.testing.assert_array_equal(torch.from_dlpack(view).numpy() if dtype != "bf16" else view.numpy(), x.T[::-1])
+    np.testing.assert_array_equal(torch.from_dlpack(view).float().numpy(), x.T[::-1].astype(np.float32))
+
+
+@pytest.mark.parametrize("dtype", ALL)
+def test_dlpack_shares_host_memory_both_ways(dtype, device, rng):
+    """On the host devices a torch tensor's memory becomes ember's and goes back to torch uncopied: the
+    round trip ends at torch's own data pointer; the memory outlives the torch tensor it came from."""
+    x = sample((3, 5), dtype, rng)
+    t = to_torch(x)
+    e = ember.from_dlpack(t, device=device)
+    again = torch.from_dlpack(e)
+    assert torch.equal(again, t)
+    if device.kind in ("numpy", "cpu"):
+        assert again.data_ptr() == t.data_ptr()
+    del t, again
+    gc.collect()
+    np.testing.assert_array_equal(e.numpy(), x)
 
 
 def test_from_dlpack_of_a_torch_view(device):

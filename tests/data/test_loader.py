@@ -1,6 +1,6 @@
 """DataLoader: batching, seeded order, resume, and worker processes (determinism, errors, shutdown).
 
-Worker tests use tiny datasets; each starts at most two spawned processes.
+Worker tests use tiny datasets; each starts at most two worker processes.
 """
 
 from __future__ import annotations
@@ -9,6 +9,8 @@ import gc
 import multiprocessing as mp
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from typing import Any
@@ -141,8 +143,8 @@ def test_bad_arguments() -> None:
         DataLoader(Numbers(4), batch_size=1, num_workers=-1)
     with pytest.raises(ValueError, match="multiprocessing_context must be one of"):
         DataLoader(Numbers(4), batch_size=1, multiprocessing_context="threads")
-    with pytest.raises(TypeError, match="needs an ember.data.Dataset"):
-        DataLoader([1, 2], batch_size=1)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="needs a Dataset or a sequence"):
+        DataLoader({1, 2}, batch_size=1)  # type: ignore[arg-type]
 
 
 def test_custom_batcher() -> None:
@@ -248,7 +250,118 @@ def test_device_conversion_happens_in_the_main_process(monkeypatch: pytest.Monke
 def test_unpicklable_dataset_with_workers_explains() -> None:
     ds = InMemoryDataset([1, 2]).map(lambda x: x + 1)
     with pytest.raises(TypeError, match="not lambdas or local functions"):
-        list(DataLoader(ds, batch_size=1, num_workers=1))
+        list(DataLoader(ds, batch_size=1, num_workers=1, multiprocessing_context="spawn"))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork is the default on Linux only")
+def test_forked_workers_by_default_take_lambdas() -> None:
+    ds = InMemoryDataset([1, 2, 3]).map(lambda x: x + 1)
+    loader = DataLoader(ds, batch_size=2, num_workers=2)
+    assert loader.multiprocessing_context == "fork"
+    assert [b.tolist() for b in loader] == [[2, 3], [4]]
+
+
+def test_sequences_are_datasets_read_in_place() -> None:
+    class MapStyle:  # PyTorch's map-style protocol, not an ember Dataset
+        def __init__(self) -> None:
+            self.reads: list[int] = []
+
+        def __len__(self) -> int:
+            return 5
+
+        def __getitem__(self, i: int) -> int:
+            self.reads.append(i)
+            return i * 10
+    assert [b.tolist() for b in DataLoader([3, 1, 4, 1, 5], batch_size=2)] == [[3, 1], [4, 1], [5]]
+    array = np.arange(12, dtype=np.float32).reshape(6, 2)
+    batches = list(DataLoader(array, batch_size=4, shuffle=True, seed=3))
+    np.testing.assert_array_equal(np.concatenate(batches), array[np.random.default_rng([3, 0]).permutation(6)])
+    source = MapStyle()
+    loader = DataLoader(source, batch_size=2)
+    assert source.reads == [] and len(loader) == 3  # nothing read (or copied) before iteration
+    assert [b.tolist() for b in loader] == [[0, 10], [20, 30], [40]] and source.reads == [0, 1, 2, 3, 4]
+    with pytest.raises(TypeError, match="a Dataset or a sequence"):
+        DataLoader(42, batch_size=1)
+
+
+def test_samplers_follow_seed_and_epoch_like_numpy() -> None:
+    from ember.data import RandomSampler, SequentialSampler, SubsetRandomSampler, WeightedRandomSampler
+    items = list(range(100, 130))
+    n = len(items)
+
+    def order(loader: DataLoader, epoch: int) -> list[int]:
+        loader.set_epoch(epoch)
+        return np.concatenate(list(loader)).tolist()
+    weights = np.random.default_rng(7).random(n) * (np.arange(n) % 3 != 0)  # every third index weight 0
+    subset = [29, 3, 17, 8, 11]
+    cases = {  # sampler -> the NumPy oracle of its indices in epoch e for seed 5
+        SequentialSampler(items): lambda rng: np.arange(n),
+        RandomSampler(items): lambda rng: rng.permutation(n),
+        RandomSampler(items, replacement=True, num_samples=45): lambda rng: rng.integers(0, n, size=45),
+        SubsetRandomSampler(subset): lambda rng: np.asarray(subset)[rng.permutation(len(subset))],
+        WeightedRandomSampler(weights, 50): lambda rng: rng.choice(n, 50, replace=True, p=weights / weights.sum()),
+        WeightedRandomSampler(weights, 12, replacement=False):
+            lambda rng: rng.choice(n, 12, replace=False, p=weights / weights.sum()),
+    }
+    for sampler, oracle in cases.items():
+        loader = DataLoader(items, batch_size=7, sampler=sampler, seed=5)
+        assert len(loader) == -(-len(sampler) // 7)
+        for epoch in (0, 1):
+            expected = [items[i] for i in oracle(np.random.default_rng([5, epoch]))]
+            assert order(loader, epoch) == expected, type(sampler).__name__
+        assert order(loader, 1) == order(DataLoader(items, batch_size=7, sampler=sampler, seed=5), 1)
+        assert len(loader.batch_indices(0)) == len(loader)
+    drawn = order(DataLoader(items, batch_size=8, sampler=WeightedRandomSampler(weights, 200), seed=0), 0)
+    assert all((x - 100) % 3 != 0 for x in drawn)  # weight 0 is never drawn
+    unique = order(DataLoader(items, batch_size=8, sampler=WeightedRandomSampler(weights, 20, False)), 0)
+    assert len(set(unique)) == 20
+    # resuming mid-epoch with a sampler continues the same order, with workers too
+    loader = DataLoader(items, batch_size=4, sampler=RandomSampler(items), seed=2, num_workers=2)
+    full = [b.tolist() for b in loader]
+    loader.load_state_dict({"epoch": 0, "position": 3, "seed": 2})
+    assert [b.tolist() for b in loader] == full[3:]
+    assert order(DataLoader(items, batch_size=4, shuffle=True, seed=2), 0) == sum(full, [])
+    with pytest.raises(ValueError, match="shuffle=True or a sampler"):
+        DataLoader(items, batch_size=1, shuffle=True, sampler=RandomSampler(items))
+    with pytest.raises(IndexError, match="SubsetRandomSampler gave index 40 for a dataset of 30 items"):
+        list(DataLoader(items, batch_size=1, sampler=SubsetRandomSampler([1, 40])))
+    for bad, match in ((lambda: WeightedRandomSampler([1.0, -1.0], 2), "finite, >= 0"),
+                       (lambda: WeightedRandomSampler([0.0, 0.0], 2), "not all 0"),
+                       (lambda: WeightedRandomSampler([1.0, 0.0], 2, replacement=False), "2 samples without"),
+                       (lambda: RandomSampler(items, num_samples=3), "replacement=True"),
+                       (lambda: RandomSampler(items, True, num_samples=0), "positive integer")):
+        with pytest.raises(ValueError, match=match):
+            bad()
+    with pytest.raises(TypeError, match="sampler must be"):
+        DataLoader(items, batch_size=1, sampler=[0, 1])
+
+
+UNGUARDED = """
+import sys
+from ember.data import DataLoader
+print("top level", flush=True)
+loader = DataLoader(list(range(6)), batch_size=2, num_workers=2, **CONTEXT)
+print([b.tolist() for b in loader], flush=True)
+"""
+
+
+@pytest.mark.parametrize("context", [None, "spawn"])
+def test_an_unguarded_script_with_workers(tmp_path, context) -> None:
+    """Forked (the default on Linux), an unguarded script runs its top level once; spawned, its workers
+    stop with a WorkerError saying to add the guard, and the main process's error points there."""
+    script = tmp_path / "train.py"
+    script.write_text(UNGUARDED.replace("**CONTEXT", "" if context is None else f"multiprocessing_context={context!r}"))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                         cwd=os.getcwd(), env={**os.environ, "PYTHONPATH": os.getcwd()})
+    if context is None and sys.platform.startswith("linux"):
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.splitlines() == ["top level", "[[0, 1], [2, 3], [4, 5]]"]
+        return
+    assert out.returncode == 1
+    assert "WorkerError: DataLoader workers started with 'spawn' or 'forkserver' import the main script again" \
+        in out.stderr, out.stderr
+    assert 'if __name__ == "__main__":' in out.stderr
+    assert "exited unexpectedly with exit code 1" in out.stderr and "guard stops its workers" in out.stderr
 
 
 def _shift(item: tuple[np.ndarray, int], rng: np.random.Generator) -> tuple[np.ndarray, int]:

@@ -148,7 +148,7 @@ def test_conv_transpose_negative_output_padding_crops(device, rng):
 
 def test_conv_errors():
     x = ember.ones(2, 3, 8, 8)
-    with pytest.raises(ember.ShapeError, match="conv: input of shape .* has 3 channels .* expects 4"):
+    with pytest.raises(ember.ShapeError, match="conv2d: input of shape .* has 3 channels .* expects 4"):
         F.conv2d(x, ember.ones(5, 4, 3, 3))
     with pytest.raises(ember.ShapeError, match="groups=2 must divide"):
         F.conv2d(x, ember.ones(4, 3, 3, 3), groups=2)

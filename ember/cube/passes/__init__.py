@@ -3,7 +3,7 @@
 Every pass rewrites a kernel in place; `optimize` copies first so the traced kernel stays untouched.
 
 Example:
-    >>> optimized = optimize(kernel)   # fold -> cse -> vectorize -> fold -> cse -> dce
+    >>> optimized = optimize(kernel)   # fold -> cse -> vectorize -> fold -> cse -> divmod -> dce
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import copy
 from .. import ir
 from .cse import eliminate_common_subexpressions
 from .dce import eliminate_dead_code
+from .divmod import lower_constant_division
 from .fold import fold_constants
 from .vectorize import vectorize
 
@@ -27,9 +28,10 @@ def optimize(kernel: ir.Kernel, vector_width: int = 4) -> ir.Kernel:
         vectorize(k, vector_width)
         fold_constants(k)
         eliminate_common_subexpressions(k)
+    lower_constant_division(k)
     eliminate_dead_code(k)
     return k
 
 
 __all__ = ["optimize", "fold_constants", "eliminate_common_subexpressions", "eliminate_dead_code",
-           "vectorize"]
+           "vectorize", "lower_constant_division"]
