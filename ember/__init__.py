@@ -31,7 +31,7 @@ from .autodiff.gradients import Gradients
 from .config import Config
 from .api import activation
 from .api.creation import (
-    tensor, from_numpy, from_dlpack, zeros, ones, full, empty, arange, linspace, eye, rand, uniform,
+    tensor, from_numpy, zeros, ones, full, empty, arange, linspace, eye, rand, uniform,
     randn, normal, randint, bernoulli, zeros_like, ones_like, full_like, empty_like, rand_like,
     randn_like, randint_like,
 )
@@ -51,6 +51,7 @@ from .api.index import (
 from .api.linalg import matmul, outer, einsum
 from .api.index import scatter_reduce, index_put, index_put_
 from .api.creation import randperm, multinomial
+from .api.dlpack import from_dlpack
 from .api.shape import meshgrid, cartesian_prod
 from .api.statistics import unique, unique_consecutive, bincount, histc, searchsorted, bucketize
 from .api.distance import cdist

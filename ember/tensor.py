@@ -114,14 +114,6 @@ class Tensor:
         """The data as nested Python lists (a scalar for 0-d tensors)."""
         return self.numpy().tolist()
 
-    def __dlpack__(self, *args, **kwargs):
-        from .dlpack import export_tensor
-        return export_tensor(self, *args, **kwargs)
-
-    def __dlpack_device__(self):
-        from .dlpack import device_of
-        return device_of(self)  # kDLCUDA on a CUDA device (memory shared), else kDLCPU (through the host)
-
     def to(self, *args, device=None, dtype=None) -> "Tensor":
         """This tensor on another device, cast to another dtype, or both, taken as PyTorch takes them:
         `to(device)`, `to(dtype)`, `to(device, dtype)`, `to(device=..., dtype=...)`; devices as `Device`s

@@ -1,4 +1,4 @@
-"""The DLPack structs ember builds and reads itself (`ember.dlpack`), the path of CUDA memory, checked
+"""The DLPack structs ember builds and reads itself (`ember.api.dlpack`), the path of CUDA memory, checked
 on host memory against torch: layout, dtypes, strides, zero copy, and who frees what when."""
 
 import gc
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import ember
-from ember import dlpack
+from ember.api import dlpack
 
 
 class Handed:

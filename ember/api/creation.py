@@ -94,18 +94,6 @@ def _nested_lists(data):
             for x in data]
 
 
-def from_dlpack(obj, device=None) -> Tensor:
-    """A tensor from any object speaking DLPack, every ember dtype (bf16 included); a host producer's
-    memory is shared on the NumPy and CPU devices, a CUDA producer's on its CUDA device (`ember.dlpack`).
-
-    Example:
-        >>> ember.from_dlpack(torch.ones(2, dtype=torch.bfloat16)).dtype
-        bf16
-    """
-    from ..dlpack import tensor_from
-    return tensor_from(obj, device)
-
-
 def full(shape, fill_value, dtype=None, device=None) -> Tensor:
     """A tensor of `shape` filled with `fill_value`.
 

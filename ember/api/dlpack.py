@@ -23,6 +23,12 @@ from typing import Any
 
 import numpy as np
 
+from ..device import Device
+from ..dtype import dtype_of
+from ..ops.primitive import Aval
+from ..tensor import Tensor
+from .creation import _device, from_numpy
+
 KDL_CPU = 1
 _UINT, _BFLOAT = 1, 4  # DLDataTypeCode
 # Where the DLTensor starts in the struct a capsule holds: a DLManagedTensor begins with it; a
@@ -221,19 +227,14 @@ def tensor_from(obj: Any, device: Any = None) -> Any:
     """`ember.from_dlpack`: a CUDA producer's memory becomes a tensor of the CUDA device it is on (the
     producer orders its work before ember's stream, which it is given); host producers share memory on
     the host devices (`to_numpy`)."""
-    from .api.creation import _device, from_numpy
     kind, index = tuple(obj.__dlpack_device__())
     if kind != KDL_CUDA:
         return from_numpy(to_numpy(obj), device)
-    from .device import Device
     target = _device(device) if device is not None else Device.cuda(index)
     there = Device.cuda(index)
     runtime = there.backend.inner.runtime
     imported = Imported(obj.__dlpack__(stream=int(runtime.stream)))
-    from .backend.fusion.stream import LazyHandle
-    from .ops.primitive import Aval
-    from .dtype import dtype_of
-    from .tensor import Tensor
+    from ..backend.fusion.stream import LazyHandle  # lazy: import ember loads no backend
     aval = Aval(imported.shape, dtype_of(imported.dtype))
     out = Tensor._make(there, LazyHandle.concrete(_foreign_array_type()(runtime, imported), aval), aval)
     return out if target is there else out.to(target)
@@ -241,8 +242,8 @@ def tensor_from(obj: Any, device: Any = None) -> Any:
 
 @functools.cache
 def _foreign_array_type() -> type:
-    from .cube.runtime.arguments import DeviceArray
-    from .cube.runtime.cuda import CudaArray
+    from ..cube.runtime.arguments import DeviceArray  # lazy: the cube runtimes load on first use
+    from ..cube.runtime.cuda import CudaArray  # lazy: the `cuda` extra
 
     class ForeignCudaArray(CudaArray):
         """Device memory another library owns, taken through DLPack: never given to ember's pool; the
@@ -255,3 +256,17 @@ def _foreign_array_type() -> type:
             self.memory, self._address, self.source = None, imported.address, imported
 
     return ForeignCudaArray
+
+
+def from_dlpack(obj, device=None) -> Tensor:
+    """A tensor from any object speaking DLPack, every ember dtype (bf16 included); a host producer's
+    memory is shared on the NumPy and CPU devices, a CUDA producer's on its CUDA device.
+
+    Example:
+        >>> ember.from_dlpack(torch.ones(2, dtype=torch.bfloat16)).dtype
+        bf16
+    """
+    return tensor_from(obj, device)
+
+
+METHODS = {"__dlpack__": export_tensor, "__dlpack_device__": device_of}
