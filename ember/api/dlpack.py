@@ -216,8 +216,11 @@ def export_tensor(tensor: Any, *args: Any, **kwargs: Any) -> Any:
     after ember's stream has run everything queued before it (so any consumer stream sees the values)."""
     if device_of(tensor)[0] != KDL_CUDA:
         return export(np.ascontiguousarray(tensor._device.backend.to_host(tensor._handle)), *args, **kwargs)
+    from ..backend.fusion import Fusion  # lazy: import ember loads no backend
     plain = tensor.inner() if tensor._device.is_autodiff else tensor
-    array = plain._device.backend.data(plain._handle)  # the CudaArray, pending fused work run first
+    backend = plain._device.backend
+    # the CudaArray: under fusion, its pending work run first; unfused, the handle is the array
+    array = backend.data(plain._handle) if isinstance(backend, Fusion) else plain._handle
     array.runtime.synchronize()
     return managed_capsule(array.ptr, array.shape, array.strides, array.dtype,
                            (KDL_CUDA, array.runtime.device_index), array)
@@ -232,11 +235,13 @@ def tensor_from(obj: Any, device: Any = None) -> Any:
         return from_numpy(to_numpy(obj), device)
     target = _device(device) if device is not None else Device.cuda(index)
     there = Device.cuda(index)
-    runtime = there.backend.inner.runtime
+    from ..backend.fusion import Fusion, LazyHandle  # lazy: import ember loads no backend
+    fused = isinstance(there.backend, Fusion)
+    runtime = (there.backend.inner if fused else there.backend).runtime
     imported = Imported(obj.__dlpack__(stream=int(runtime.stream)))
-    from ..backend.fusion.stream import LazyHandle  # lazy: import ember loads no backend
     aval = Aval(imported.shape, dtype_of(imported.dtype))
-    out = Tensor._make(there, LazyHandle.concrete(_foreign_array_type()(runtime, imported), aval), aval)
+    array = _foreign_array_type()(runtime, imported)
+    out = Tensor._make(there, LazyHandle.concrete(array, aval) if fused else array, aval)
     return out if target is there else out.to(target)
 
 

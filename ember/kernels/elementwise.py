@@ -275,7 +275,7 @@ def run_elementwise(program: Program, shape: tuple, arrays: list, runtime=None, 
         return outs
     modes = _flat_modes(shape, arrays)
     if modes is not None:  # every input dense or one value: read flat (the common case, and cheaper)
-        merged, views = (size,), [a.reshape(1 if m == SCALAR else size) for a, m in zip(arrays, modes)]
+        merged, views = (size,), [_flat(a, 1 if m == SCALAR else size) for a, m in zip(arrays, modes)]
         layout = np.asarray([size] + [int(m == DENSE) for m in modes], np.int32)
     else:
         merged, views = merged_operands(shape, *arrays)
@@ -304,8 +304,14 @@ def run_elementwise(program: Program, shape: tuple, arrays: list, runtime=None, 
         count = cube.CubeCount(-(-merged[-1] // (UNITS * per)), -(-lines // z), z)
     else:
         count, _ = grid(-(-size // per), UNITS)
-    runtime.run(compiled, count, (*views, *(o.reshape(-1) for o in outs), layout, size))
+    runtime.run(compiled, count, (*views, *(_flat(o, o.size) for o in outs), layout, size))
     return outs
+
+
+def _flat(a, n: int):
+    """`a` as a 1-D array of `n` elements: itself when it is one already (a device array's reshape costs
+    microseconds of host time, a lone op's launch a few more)."""
+    return a if a.ndim == 1 and a.shape[0] == n else a.reshape(n)
 
 
 def sources(kind: str, of) -> list[str]:
