@@ -252,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         after = dict(fusion.stats()) if fusion is not None else {}
         summary["fusion_per_step"] = {k: (v - before.get(k, 0)) / n for k, v in after.items()
                                       if isinstance(v, (int, float))}
-        from ember.backend.fusion.graphs import replays_for
+        from ember.backend.cube.fused.cuda_graphs import replays_for
         replays = replays_for(fusion.inner) if fusion is not None else None
         summary["graphs"] = replays.stats() if replays is not None else None
         if replays is not None:

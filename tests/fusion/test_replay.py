@@ -275,7 +275,7 @@ def test_long_reductions_replay_on_new_data(fused, rng, monkeypatch):
     one launch) and a mean of them, alone in their blocks, on new data each step. On a runtime that notes
     its allocations (CUDA) the sequence is captured and replayed (with CUDA graphs off: these small plans
     would replay as graphs instead)."""
-    from ember.backend.fusion.graphs import replays_for
+    from ember.backend.cube.fused.cuda_graphs import replays_for
     backend = ember.debug.fusion_backend(fused)
     graphs = replays_for(backend.inner)
     if graphs is not None:

@@ -39,7 +39,7 @@ from ...dtype import dtype_of
 from ...ops.primitive import Aval, Primitive
 from ...settings import settings
 from ..base import Backend, Decorator
-from .graph import Block
+from .blocks import Block
 from .ops import _RECORDS, _STARTS, INDEX_OPS, handle_bounds, records, starts_block, static_params
 from .plan import Plan, PlanCache
 from .stream import LazyHandle, Stream

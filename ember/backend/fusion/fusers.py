@@ -29,8 +29,8 @@ import heapq
 import math
 from dataclasses import dataclass
 
-from .codegen import Program, Reduction
-from .graph import Block
+from ..cube.fused.codegen import Program, Reduction
+from .blocks import Block
 from .ops import elementwise, reduction, static_params
 
 

@@ -27,12 +27,12 @@ from collections import OrderedDict
 from typing import Any
 
 from ...cube.runtime.arguments import DeviceArray
-from .codegen import run_elementwise, run_reduction
-from .donation import DONATES, Donations
+from ..cube.fused.codegen import run_elementwise, run_reduction
+from ..cube.fused.donation import DONATES, Donations
 from .fusers import Fused, FusedReduce, Inner, select
 from .ops import elementwise, reduction, replayable
-from .graph import Block
-from .graphs import replays_for
+from .blocks import Block
+from ..cube.fused.cuda_graphs import replays_for
 
 
 class Plan:

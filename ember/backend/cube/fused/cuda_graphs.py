@@ -32,7 +32,7 @@ import weakref
 from collections import OrderedDict
 from typing import Any
 
-from ...settings import settings
+from ....settings import settings
 
 PER_PLAN = 64
 """Keys (input layouts and addresses) per plan that keep a captured graph: a plan shared by a model's

@@ -25,19 +25,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ... import cube
-from ...cube import ir
-from ...cube.frontend import ArrayRef
-from ...cube.kernels.common import empty
-from ...cube.kernels.elementwise import (SCALAR, STRIDED, Program, compiled_kernel, input_params, line_reads,
+from .... import cube
+from ....cube import ir
+from ....cube.frontend import ArrayRef
+from ....cube.kernels.common import empty
+from ....cube.kernels.elementwise import (SCALAR, STRIDED, Program, compiled_kernel, input_params, line_reads,
                                          program_values, read_modes, reader, sources, uniform_loads)
-from ...cube.kernels.elementwise import run_elementwise  # noqa: F401  (the fused elementwise kernels' runner)
-from ...cube.kernels.layout import broadcast_layout, broadcast_strides, merge_dims, merged_operands, offset
-from ...cube.kernels.reduce import (FEW_OUTPUTS, MAX_SPLITS, MAX_UNITS, PLANE_WIDTH, SPLIT_CHUNK, VEC, _KERNEL_OP,
+from ....cube.kernels.elementwise import run_elementwise  # noqa: F401  (the fused elementwise kernels' runner)
+from ....cube.kernels.layout import broadcast_layout, broadcast_strides, merge_dims, merged_operands, offset
+from ....cube.kernels.reduce import (FEW_OUTPUTS, MAX_SPLITS, MAX_UNITS, PLANE_WIDTH, SPLIT_CHUNK, VEC, _KERNEL_OP,
                                     SHORT_ROW, accumulator, block_reduce, column_launches, combine, identity,
                                     plane_combine, reduce as library_reduce)
-from ...cube.runtime.cpu import cpu_runtime
-from ...dtype import DType, i32
+from ....cube.runtime.cpu import cpu_runtime
+from ....dtype import DType, i32
 
 
 @dataclass(frozen=True)
