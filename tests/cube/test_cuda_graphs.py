@@ -1,4 +1,4 @@
-"""Fusion plans replayed as CUDA graphs (ember/backend/fusion/graphs.py): the decisions against a fake
+"""Fusion plans replayed as CUDA graphs (ember/backend/cube/fused/cuda_graphs.py): the decisions against a fake
 runtime and fake plans (no GPU), then real plans on Device.cuda(0) when a GPU is here."""
 
 from __future__ import annotations
