@@ -54,9 +54,9 @@ REPLAYABLE = frozenset(("adam_update", "matmul")) | MOVEMENT
 each as one launch whose constant arguments follow from the inputs' layout alone and which writes its
 output whole (the Adam update, whose host-side set-up costs more than its launch when run afresh; a
 matmul on CUDA, one cuBLAS call or tensor-core kernel once tuned, likewise; a reshape that copies). A
-movement op that makes a view of a device array replays as that view (the Cube target's `ViewReplay`). A run that is
-none of these (a matmul on the CPU's BLAS, one that copies an operand first, a view of a NumPy array) is
-simply not captured."""
+movement op that makes a view of a device array replays as that view (the Cube target's
+`ViewReplay`). A run that is none of these (a matmul on the CPU's BLAS, one that copies an operand
+first, a view of a NumPy array) is simply not captured."""
 STARTS_BLOCK = frozenset(("matmul", "conv", "conv_transpose", "conv_weight_grad"))
 """`INNER` ops before which the stream is cut (see the module docstring)."""
 

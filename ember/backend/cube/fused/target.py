@@ -8,7 +8,8 @@ records the runtime the kernels run on.
 
 Example:
     >>> target = CubeFusionTarget(CubeBackend(cpu_runtime()))
-    >>> target.run_elementwise(Program((f32,), (("exp", (), (0,), f32),), (1,)), (2,), [np.zeros(2, np.float32)])
+    >>> p = Program((f32,), (("exp", (), (0,), f32),), (1,))
+    >>> target.run_elementwise(p, (2,), [np.zeros(2, np.float32)])
     [array([1., 1.], dtype=float32)]
 """
 
