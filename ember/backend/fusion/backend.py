@@ -36,6 +36,7 @@ from typing import Sequence
 import numpy as np
 
 from ...dtype import dtype_of
+from ...errors import DeviceError
 from ...ops.primitive import Aval, Primitive
 from ...settings import settings
 from ..base import Backend, Decorator
@@ -71,7 +72,7 @@ class Fusion(Decorator):
         self.name = f"fusion({inner.name})"
         self.max_ops = max_ops or settings().get("fusion", "max_ops")
         if not hasattr(inner, "fusion_target"):
-            raise TypeError(f"Fusion({inner.name}): the inner backend has no fusion hooks (`fusion_target`)")
+            raise DeviceError(f"Fusion({inner.name}): the inner backend has no fusion hooks (`fusion_target`)")
         self.target: FusionTarget = inner.fusion_target()
         """What compiles and runs the fused plans (`target.py`)."""
         settle(self.target.elementwise_ops)
@@ -182,8 +183,8 @@ class Fusion(Decorator):
                 except Exception as error:
                     cause = error
             if cause is not None and getattr(cause, "wrote_over_inputs", False):
-                # An optimizer update wrote over its input (donation, `target.py`): running the block again op
-                # by op would read the new state as the old one. Its values raise instead.
+                # An optimizer update wrote over its input (donation, `target.py`): running the block
+                # again op by op would read the new state as the old one. Its values raise instead.
                 _fail(records, cause)
                 raise cause
             if cause is not None:

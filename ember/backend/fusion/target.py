@@ -6,7 +6,7 @@ that implements its fusion hooks, the inner backend hands the decorator a `Fusio
 `inner.fusion_target()`. The target compiles and runs the fused programs `fusers.select` chose,
 replays a step's launches or a whole plan where its runtime can, and decides donation. The Cube
 backend's target is `ember.backend.cube.fused.CubeFusionTarget`; a backend without the method cannot
-be decorated (`Fusion` raises `TypeError`).
+be decorated (`Fusion` raises a `DeviceError`).
 
 Example:
     >>> target = CubeBackend(cpu_runtime()).fusion_target()
