@@ -1,4 +1,4 @@
-"""Fused attention (ember/nn/ops/attention.py) against the composed path and torch's SDPA, on one device.
+"""Fused attention (ember/nn/fused_attention.py) against the composed path and torch's SDPA, on one device.
 
     python -m bench.attention [--device cuda:0|cpu] [--batch 8 --heads 12 --seq 1024 --dim 64] [--full]
                               [--repeat 5] [--rows 32,64,128]
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     import ember
     from ember.kernels import attention as kernels
     from ember.nn.attention import attention_weights, causal_mask
-    from ember.nn.ops.attention import attention
+    from ember.nn.fused_attention import attention
 
     causal = not args.full
     shape = (args.batch, args.heads, args.seq, args.dim)

@@ -191,7 +191,7 @@ def measure(args) -> dict:
         st = device.memory_stats()
         row.update(peak_in_use_MiB=round(st.peak_in_use / 2**20, 1), peak_reserved_MiB=round(st.peak_reserved / 2**20, 1))
         import ember.debug
-        from ember.backend.fusion.graphs import replays_for
+        from ember.backend.cube.fused.cuda_graphs import replays_for
         fusion = ember.debug.fusion_backend(device)
         replays = replays_for(fusion.inner) if fusion is not None else None
         if fusion is not None:

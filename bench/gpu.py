@@ -326,7 +326,7 @@ def case_plan_replay(b: Bench) -> None:
     the start of each (synchronized before)."""
     import ember
     import ember.debug
-    from ember.backend.fusion.graphs import replays_for
+    from ember.backend.cube.fused.cuda_graphs import replays_for
     from .fusion import OPS, chain
     torch = b.torch
     device = ember.Device.cuda(0)

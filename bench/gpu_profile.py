@@ -129,6 +129,7 @@ def host_by_step(step, n: int) -> str:
     op (by primitive) timed around its call in `Plan.run` (the wrappers cost ~1 us a call). A table of
     calls and milliseconds per step, largest first, with the share of the step's wall time."""
     from collections import Counter
+    from ember.backend.cube.fused import target as fused
     from ember.backend.fusion import plan as plans
 
     spent, calls = Counter(), Counter()
@@ -155,16 +156,16 @@ def host_by_step(step, n: int) -> str:
             del inner.execute  # the instance attribute: the class's method shows again
 
     original_run = plans.Plan.run
-    originals = plans.run_elementwise, plans.run_reduction
-    plans.run_elementwise = timed("fused elementwise (not replayed)", plans.run_elementwise)
-    plans.run_reduction = timed("fused reduction (not replayed)", plans.run_reduction)
+    originals = fused.run_elementwise, fused.run_reduction
+    fused.run_elementwise = timed("fused elementwise (not replayed)", fused.run_elementwise)
+    fused.run_reduction = timed("fused reduction (not replayed)", fused.run_reduction)
     plans.Plan.run = run
     t0 = time.perf_counter()
     try:
         for _ in range(n):
             step()
     finally:
-        plans.run_elementwise, plans.run_reduction = originals
+        fused.run_elementwise, fused.run_reduction = originals
         plans.Plan.run = original_run
     wall = (time.perf_counter() - t0) / n
     lines = [f"wall {wall * 1e3:.1f} ms/step (timers included)", "      ms   calls  %wall  what"]
@@ -252,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
         after = dict(fusion.stats()) if fusion is not None else {}
         summary["fusion_per_step"] = {k: (v - before.get(k, 0)) / n for k, v in after.items()
                                       if isinstance(v, (int, float))}
-        from ember.backend.fusion.graphs import replays_for
+        from ember.backend.cube.fused.cuda_graphs import replays_for
         replays = replays_for(fusion.inner) if fusion is not None else None
         summary["graphs"] = replays.stats() if replays is not None else None
         if replays is not None:

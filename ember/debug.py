@@ -104,7 +104,7 @@ def explain(fn: Callable, *args, device: Device | None = None) -> Explanation:
         >>> [k["kind"] for k in e.kernels]
         ['fused reduction']
     """
-    from .backend.fusion.codegen import source_of
+    from .backend.cube.fused.codegen import source_of
     from .backend.fusion.fusers import Fused, FusedReduce, Inner
     device = device or next((a.device for a in args if hasattr(a, "device")), None)
     backend = _require(device)

@@ -295,7 +295,7 @@ def test_backward_releases_what_the_graph_kept(device, rng):
 def test_backward_lets_go_of_a_leaf_value_that_its_tensor_no_longer_holds(device, rng):
     """After a walk the graph and the `Gradients` hold a leaf's value only through its tensor: a parameter
     replaced by an optimizer step is freed at once (its memory can be written over:
-    ember/backend/fusion/donation.py), though the loss and the gradients stay alive. A walk before the
+    ember/backend/cube/fused/donation.py), though the loss and the gradients stay alive. A walk before the
     replacement works again; one after it raises, naming the cause."""
     import weakref
 

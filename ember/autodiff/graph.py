@@ -126,7 +126,7 @@ class Node:
         """Drop what this node keeps for its rule (its rule has run); a later walk recomputes it. A
         leaf's value is then held by its tensor only: a parameter replaced by an optimizer step after
         the walk is not kept alive by the graph or the `Gradients` (its memory can be reused at once:
-        `ember/backend/fusion/donation.py`); a later walk that needs it raises."""
+        `ember/backend/cube/fused/donation.py`); a later walk that needs it raises."""
         self.saved = None
         value = self._value
         if type(value) is not weakref.ref:

@@ -13,7 +13,7 @@ Operands: C-contiguous (BH, L, E) queries, (BH, S, E) keys, (BH, S, Ev) values (
 - **Forward through the scores** (`attention_forward_scores`, device arrays of f32/f64 whose rows see a
   key): the (BH, L, S) scores by the runtime's batched matmul, one row kernel (`scores_softmax_kernel`)
   turning them into P in place and writing each row's logsumexp, then P V by the matmul, into the same
-  packed result; the L x S matrix lives for the call only (`ember.nn.ops.attention` decides when).
+  packed result; the L x S matrix lives for the call only (`ember.nn.fused_attention` decides when).
 
 Everything is computed in `T` (f32 for f16/bf16 operands, else their own type). Rows with no visible
 key (causal with an offset below -row, or S = 0) get a zero output, a logsumexp of -inf and zero

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -35,6 +34,7 @@ from .. import cube
 from ..dtype import DType, bool_, i32
 from ..errors import DTypeError
 from ..ops.elementwise import TABLE
+from ..ops.program import Program
 from ..cube import ir
 from ..cube.frontend import ArrayRef
 from ..cube.kernel import launch_runtime
@@ -52,31 +52,6 @@ PER_UNIT = {"cuda": 4}
 # keep cubes of UNITS along the line, whose masked tail is then a small part of each line).
 WALK_TARGETS, WALK_MIN_LINES = ("cpu",), 256
 MAX_GRID = 65535  # cubes along a grid's y or z dimension (CUDA, WGSL)
-
-
-@dataclass(frozen=True)
-class Program:
-    """A normalized elementwise program (see the module docstring)."""
-
-    inputs: tuple
-    steps: tuple
-    outputs: tuple
-
-    def dtype(self, value: int) -> DType:
-        return self.inputs[value] if value < len(self.inputs) else self.steps[value - len(self.inputs)][3]
-
-    def text(self) -> str:
-        """One line per step, e.g. `%2 = exp(%0) : f32`."""
-        n = len(self.inputs)
-        lines = [f"%{j} = input : {d.name}" for j, d in enumerate(self.inputs)]
-        for k, (name, params, args, dtype) in enumerate(self.steps):
-            extra = f" {params}" if params else ""
-            lines.append(f"%{n + k} = {name}({', '.join(f'%{a}' for a in args)}){extra} : {dtype.name}")
-        lines.append(f"write {', '.join(f'%{o}' for o in self.outputs)}")
-        return "\n".join(lines)
-
-
-
 
 
 # How an input is read: by flat position, its one element, its layout, or (line-by-line kernels

@@ -7,7 +7,7 @@ maximum of the second moment, each a contiguous block of `param.size` elements i
 `moments` is the previous step's packed array: the kernel reads its rows 1.. (row 0 is not read); on
 the first step (`first=True`) the moments are zero and `moments` is not read at all (any tensor may
 stand in). Where the caller offers the previous packed array as `out=` (the fusion decorator does, for
-an array no one else can see any more: `ember/backend/fusion/donation.py`), the new one is written
+an array no one else can see any more: `ember/backend/cube/fused/donation.py`), the new one is written
 over it: each unit reads all of element i before it writes element i of each row.
 
 The hyperparameters are a runtime array `scalars` (`SCALARS` names its slots), so a training loop

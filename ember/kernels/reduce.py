@@ -39,7 +39,7 @@ from .common import asarray, check_size, contiguous, cube_dtype, empty
 from .layout import element_strides, merge_dims, offset
 
 OPS = ("sum", "mean", "prod", "amax", "amin", "argmax", "argmin", "var")
-_KERNEL_OP = {"amax": "max", "amin": "min"}  # the name `combine` and `identity` use
+KERNEL_OP = {"amax": "max", "amin": "min"}  # the name `combine` and `identity` use
 MAX_UNITS = 256
 # Long reductions with few cubes are split over up to MAX_SPLITS cubes per output, each folding at
 # least SPLIT_CHUNK elements (`_splits`; the fusion codegen splits those with under FEW_OUTPUTS
@@ -497,7 +497,7 @@ def _launch(op, x, out, n, kshape, kstrides, rshape, rstrides, acc_t, target, sp
             return splits
         red = np.asarray(rshape[:-1] + rstrides[:-1], np.int32) if odim else np.zeros(2, np.int32)
         rows_kernel.launch(cube.CubeCount(cubes, splits), cube.CubeDim(units), x, out, kept, red, size, inner,
-                           n // inner, op=_KERNEL_OP.get(op, op), T=acc_t, kdim=len(kshape), odim=odim, dense=dense,
+                           n // inner, op=KERNEL_OP.get(op, op), T=acc_t, kdim=len(kshape), odim=odim, dense=dense,
                            units=units, lanes=lanes, vec=4 if plane > 1 else 1, correction=correction)
         return splits
     width = kshape[-1]
@@ -509,7 +509,7 @@ def _launch(op, x, out, n, kshape, kstrides, rshape, rstrides, acc_t, target, sp
     red = np.asarray(rshape + rstrides, np.int32)
     for blocks, col0, dim, guarded in column_launches(width, target):
         columns_kernel.launch(cube.CubeCount(lines * blocks, splits), cube.CubeDim(dim), x, out, kept, red, width,
-                              n, col0, blocks, op=_KERNEL_OP.get(op, op), T=acc_t, kdim=len(kshape),
+                              n, col0, blocks, op=KERNEL_OP.get(op, op), T=acc_t, kdim=len(kshape),
                               rdim=len(rshape), unit_step=kstrides[-1] == 1, guarded=guarded,
                               correction=correction)
     return splits

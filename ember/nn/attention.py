@@ -29,7 +29,7 @@ from .dropout import dropout
 from .linear import Linear
 from .module import Module
 from ..kernels.attention import shared_bytes
-from .ops.attention import MAX_DIM, attention
+from .fused_attention import MAX_DIM, attention
 
 
 def causal_mask(queries: int, keys: int, offset: int = 0, device=None) -> Tensor:
@@ -97,7 +97,7 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
         is_causal: block key j for query i when j > i (top-left aligned, PyTorch's convention).
         scale: the score factor, `1 / sqrt(E)` by default.
     Returns (..., L, Ev). Without a mask or dropout, for operands and devices `fusable` accepts, it runs the
-    fused flash-style op (`ember.nn.ops.attention`), which keeps no L x S matrix for backward.
+    fused flash-style op (`ember.nn.fused_attention`), which keeps no L x S matrix for backward.
 
     Example:
         >>> q = k = v = ember.randn(2, 4, 5, 8)
@@ -125,7 +125,7 @@ WEBGPU_SHARED_BYTES = 16384  # the workgroup memory every WebGPU adapter offers
 
 
 def fusable(query: Tensor, key: Tensor, value: Tensor) -> bool:
-    """Whether to run the fused attention op (`ember.nn.ops.attention`) on these operands: one float dtype,
+    """Whether to run the fused attention op (`ember.nn.fused_attention`) on these operands: one float dtype,
     equal batch dims, head widths up to its `MAX_DIM`, on a device with a GPU cube target (CUDA; wgpu while
     the kernels' shared memory fits WebGPU's guaranteed 16 KiB),
     or on the C target once the score matrices reach `CPU_FUSED_MIN_SCORES` elements. Other operands,

@@ -22,8 +22,8 @@ from ..errors import ShapeError
 from ..tensor import Tensor
 from . import init
 from .module import Module
-from .ops.args import ntuple
-from .ops.conv import conv, conv_transpose
+from .functional.args import ntuple
+from .functional.conv import conv, conv_transpose
 from .param import Param
 
 PADDING_MODES = ("zeros", "reflect", "replicate", "circular")

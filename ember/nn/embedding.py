@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..errors import DTypeError
 from ..tensor import Tensor
 from . import init
-from .ops.embedding import embedding
+from .functional.embedding import embedding
 from .module import Module
 from .param import Param
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from ..tensor import Tensor
 from .module import Module
-from .ops.adaptive import adaptive_avg_pool, adaptive_max_pool
-from .ops.pool import avg_pool, max_pool
+from .functional.adaptive import adaptive_avg_pool, adaptive_max_pool
+from .functional.pool import avg_pool, max_pool
 
 
 class _MaxPool(Module):

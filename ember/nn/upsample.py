@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..tensor import Tensor
 from .module import Module
-from .ops.interpolate import interpolate
+from .functional.interpolate import interpolate
 
 
 class Upsample(Module):

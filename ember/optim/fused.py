@@ -64,7 +64,7 @@ def adam_scalars(like: Tensor, *, lr: float, betas: tuple, eps: float, weight_de
     The last one of each option set is reused (tensors are immutable), so the parameters of one step
     share one tensor; a new step's replaces it, let go of before the new one is made, so that on a device
     the new one lands where the last one was (a fusion plan reading it then meets the same address every
-    step, `ember/backend/fusion/graphs.py`).
+    step, `ember/backend/cube/fused/cuda_graphs.py`).
 
     Example:
         >>> adam_scalars(ember.zeros(3), lr=0.1, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,

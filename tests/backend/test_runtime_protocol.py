@@ -205,7 +205,7 @@ def test_ops_through_each_runtime_match_numpy(runtime, rng, shape):
 
 def test_creation_rows_and_functions_make_their_arrays_on_the_runtime(runtime, monkeypatch):
     """`runtime=` reaches the kernels: nothing is made on the host and copied over (`to_device`)."""
-    from ember.backend.cube.kernels import fill
+    from ember.backend.cube.fill import fill
     from ember.kernels import random
 
     def no_copy(host):

@@ -1,4 +1,4 @@
-"""`grid_sample` and `affine_grid` (ember/nn/ops/sampling.py) against PyTorch: every mode, padding mode
+"""`grid_sample` and `affine_grid` (ember/nn/functional/sampling.py) against PyTorch: every mode, padding mode
 and align_corners on 4-d and 5-d inputs of odd shapes, f32 and f64, with the gradients w.r.t. the input,
 the grid and theta. Cases are grouped in a few tests so the suite stays cheap."""
 

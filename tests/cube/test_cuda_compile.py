@@ -37,7 +37,7 @@ except ImportError:
     fold = unfold = None
 from ember.kernels.scan import scan
 from ember.kernels.random import randint
-from ember.backend.cube.kernels import fill
+from ember.backend.cube.fill import fill
 from ember.kernels.norm import layer_norm, norm_grad, rms_norm
 from ember.kernels.pool import avg_pool2d, max_pool2d, max_pool2d_grad, max_pool2d_indices
 from ember.kernels.random import bits, normal, uniform
@@ -189,7 +189,7 @@ def library_kernels() -> set:
     """The names of every @cube.kernel in ember.kernels.* and the cube backend's kernels."""
     import ember.kernels as package
     modules = [importlib.import_module(f"{package.__name__}.{m.name}") for m in pkgutil.iter_modules(package.__path__)]
-    modules.append(importlib.import_module("ember.backend.cube.kernels"))
+    modules.append(importlib.import_module("ember.backend.cube.fill"))
     return {v.__name__ for m in modules for v in vars(m).values() if isinstance(v, KernelFunction)}
 
 

@@ -1,4 +1,4 @@
-"""Fusion plans replayed as CUDA graphs (ember/backend/fusion/graphs.py): the decisions against a fake
+"""Fusion plans replayed as CUDA graphs (ember/backend/cube/fused/cuda_graphs.py): the decisions against a fake
 runtime and fake plans (no GPU), then real plans on Device.cuda(0) when a GPU is here."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from ember.backend.fusion import graphs
-from ember.backend.fusion.graphs import GraphReplays, replays_for, signature
+from ember.backend.cube.fused import cuda_graphs as graphs
+from ember.backend.cube.fused.cuda_graphs import GraphReplays, replays_for, signature
 from ember.cube.runtime.cuda import cuda_available
 from ember.cube.runtime.memory_pool import MemoryPool
 

@@ -165,7 +165,7 @@ def test_small_read_only_arrays_are_copied_once_and_kept_by_value(monkeypatch):
 def test_a_recorded_launch_binds_and_replays_on_new_arrays(monkeypatch):
     """`record_launches` notes each launch; `bind` marshals it once (a NumPy layout argument as its device
     constant) and a replay launches with the new arrays' addresses in the open slots, the rest unchanged.
-    What a fusion plan's steps replay on CUDA (ember/backend/fusion/plan.py, StepReplay)."""
+    What a fusion plan's steps replay on CUDA (ember/backend/cube/fused/launches.py, StepReplay)."""
     monkeypatch.setattr(rt_cuda, "compile_cuda", lambda source, name, arch, **kw: Binary("ptx", b"//", arch))
     driver = FakeDriver()
     rt = CudaRuntime(0, driver=driver)
@@ -219,10 +219,10 @@ def test_a_recorded_cublas_gemm_binds_and_replays_with_new_addresses():
 
 
 def test_a_view_step_replays_as_the_same_view_of_a_new_input():
-    """A movement step that launched nothing and gave a view of its device input (`plan.ViewReplay`):
+    """A movement step that launched nothing and gave a view of its device input (`launches.ViewReplay`):
     replayed as that view (shape, strides, offset from the input's) of a new input; copies, NumPy
     inputs and runs that launched something are not views."""
-    from ember.backend.fusion.plan import ViewReplay
+    from ember.backend.cube.fused.launches import ViewReplay
     rt = CudaRuntime(0, driver=FakeDriver())
     x = rt.empty((4, 6), np.float32)
     view = x[1:, ::2].T

@@ -82,7 +82,7 @@ def test_a_lone_broadcasting_op_is_its_own_kernel_where_the_backend_asks(cpu, rn
     # The bias add between a matmul and a reshape: alone in its group. The library runs it (copying the
     # broadcast bias first) unless the backend asks for lone broadcasts as kernels (CUDA does).
     backend = ember.debug.fusion_backend(cpu)
-    monkeypatch.setattr(backend, "lone_broadcasts", lone_broadcasts)
+    monkeypatch.setattr(backend.target, "lone_broadcasts", lone_broadcasts)
     monkeypatch.setattr(backend, "plans", type(backend.plans)())  # plans made with the other setting stay out
     x = ember.tensor(rng.standard_normal((6, 5)).astype(np.float32), device=cpu)
     w = ember.tensor(rng.standard_normal((5, 8)).astype(np.float32), device=cpu)
@@ -123,7 +123,7 @@ def test_a_block_that_raises_raises_again_where_its_values_are_read(cpu, rng, mo
         raise ValueError("inner backend failed")
 
     monkeypatch.setattr(backend.inner, "execute", broken)
-    monkeypatch.setattr("ember.backend.fusion.plan.run_elementwise", broken)
+    monkeypatch.setattr("ember.backend.cube.fused.target.run_elementwise", broken)
     with pytest.raises(ValueError, match="inner backend failed"):
         y.numpy()
     monkeypatch.undo()

@@ -1,4 +1,4 @@
-"""Donation (`ember/backend/fusion/donation.py`): on a fused device Adam's update writes its new state over
+"""Donation (`ember/backend/cube/fused/donation.py`): on a fused device Adam's update writes its new state over
 the previous one when nothing else can see the previous one, trains exactly as without, makes a step's
 memory land where it did the step before, and never writes over a state or parameter someone still holds."""
 

@@ -9,7 +9,7 @@ import pytest
 
 import ember
 import ember.debug
-from ember.backend.fusion import plan as plan_module
+from ember.backend.cube.fused import target as target_module
 
 
 def chain(x):
@@ -27,8 +27,8 @@ def test_broken_fused_kernel_warns_once_and_runs_op_by_op(fused, rng, monkeypatc
         calls.append(1)
         raise RuntimeError("injected codegen failure")
 
-    monkeypatch.setattr(plan_module, "run_elementwise", broken)
-    monkeypatch.setattr(plan_module, "run_reduction", broken)
+    monkeypatch.setattr(target_module, "run_elementwise", broken)
+    monkeypatch.setattr(target_module, "run_reduction", broken)
     backend = ember.debug.fusion_backend(fused)
     backend.plans.clear()
     before = backend.stats()["fallbacks"]

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import ember
-from ember.backend.fusion import codegen
+from ember.backend.cube.fused import codegen
 from ember.kernels.elementwise import COMPILED
 
 CASES = [  # (input shape, reduced dims): the shape each takes on the CPU

@@ -231,7 +231,7 @@ def test_a_run_of_several_launches_replays_with_fresh_scratch_and_outputs(rng):
     """`StepReplay` of a two-launch reduction (partial sums into a scratch array, then their total): the
     inputs and outputs fill the launches' slots, the scratch is allocated afresh at each replay, and
     only a layout's later run is taken (its first may have tuned)."""
-    from ember.backend.fusion.plan import StepReplay
+    from ember.backend.cube.fused.launches import StepReplay
     rt = _Runtime()
     x = rng.standard_normal(32).astype(np.float32)
     out = _two_stage_sum(rt, x)
@@ -254,7 +254,7 @@ def test_a_run_of_several_launches_replays_with_fresh_scratch_and_outputs(rng):
 def test_a_run_of_several_launches_is_not_replayed_when_it_writes_elsewhere(rng):
     """A launch of the sequence that writes an array the run did not allocate (state kept between runs),
     or an output that no launch writes, keeps the step from being captured."""
-    from ember.backend.fusion.plan import StepReplay
+    from ember.backend.cube.fused.launches import StepReplay
     x = rng.standard_normal(32).astype(np.float32)
     kept = np.zeros(4, np.float32)
     rt = _Runtime()
@@ -275,7 +275,7 @@ def test_long_reductions_replay_on_new_data(fused, rng, monkeypatch):
     one launch) and a mean of them, alone in their blocks, on new data each step. On a runtime that notes
     its allocations (CUDA) the sequence is captured and replayed (with CUDA graphs off: these small plans
     would replay as graphs instead)."""
-    from ember.backend.fusion.graphs import replays_for
+    from ember.backend.cube.fused.cuda_graphs import replays_for
     backend = ember.debug.fusion_backend(fused)
     graphs = replays_for(backend.inner)
     if graphs is not None:

@@ -1,4 +1,4 @@
-"""The fused attention op (ember/nn/ops/attention.py, kernels in ember/kernels/attention.py): output
+"""The fused attention op (ember/nn/fused_attention.py, kernels in ember/kernels/attention.py): output
 and gradients of q, k, v against torch's F.scaled_dot_product_attention, the logsumexp against
 torch.logsumexp, finite differences, causal offsets with fully blocked rows against the composed path,
 half precision, errors, and that scaled_dot_product_attention / MultiHeadAttention route to it."""
@@ -15,7 +15,7 @@ import ember.nn.attention as nn_attention
 from ember.errors import DTypeError, ShapeError
 from ember.extension import cube_target
 from ember.nn.attention import MultiHeadAttention, attention_weights, causal_mask, scaled_dot_product_attention
-from ember.nn.ops.attention import attention
+from ember.nn.fused_attention import attention
 from ops.torch_check import check_op, random
 from tolerances import forward as forward_tolerance
 
@@ -148,7 +148,7 @@ def test_bad_operands_raise_clear_errors():
 def test_the_ops_are_recorded_by_the_fusion_layer_and_check_their_operands_at_the_call(rng):
     """`pure=True`: on a fused device the forward and backward ops join the pending block (no flush at the
     call), so their rules check all the kernels would: a bad operand raises at the call."""
-    from ember.nn.ops.attention import attention_grad_kv, attention_grad_q
+    from ember.nn.fused_attention import attention_grad_kv, attention_grad_q
     device = ember.Device.cpu()
     backend = ember.debug.fusion_backend(device)
     q, k, v = (ember.tensor(x, device=device) for x in _inputs(rng, (2,), 6, 5, 8, 4, "f32"))
@@ -227,7 +227,7 @@ def test_forward_and_backward_stay_on_the_device(device):
 def test_materialized_backward_matches_the_kernels(device, rng, monkeypatch, causal, offset):
     # The L x S matmul backward (the GPU's default) against the flash kernels' on the same inputs; the
     # gradient reaches the logsumexp too.
-    import ember.nn.ops.attention as ops
+    import ember.nn.fused_attention as ops
     q, k, v = _inputs(rng, (2,), 21, 18, 8, 6, "f32")
     results = []
     for kinds in (ops.MATERIALIZE_KINDS + (device.kind,), ()):
@@ -247,7 +247,7 @@ def test_forward_through_the_scores_matches_the_kernel(device, rng, monkeypatch,
     # The forward through the (BH, L, S) scores (two batched matmuls and a row kernel: CUDA's default for
     # long sequences) against the flash kernel on the same inputs, output and logsumexp; it runs on device
     # arrays (GPU targets), and its gradients are the backward's own.
-    import ember.nn.ops.attention as ops
+    import ember.nn.fused_attention as ops
     target = cube_target(device)
     if target in (None, "cpu"):
         pytest.skip(f"{device!r}: the forward through the scores runs on device arrays (GPU targets)")

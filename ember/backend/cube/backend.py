@@ -65,9 +65,14 @@ class CubeBackend(Backend):
         self.fallbacks: set[str] = set()
         """Names of primitives that ran on their NumPy reference at least once."""
 
+    def fusion_target(self):
+        """The fusion hooks `Fusion(self)` runs its fused plans with (`ember.backend.cube.fused`)."""
+        from .fused import CubeFusionTarget  # lazy: an unfused device does not load the fused kernels
+        return CubeFusionTarget(self)
+
     def execute(self, prim: Primitive, inputs: Sequence, params: dict, out: Aval, *, over=None):
         """`Backend.execute`; `over`: an input the output may be written over (the fusion decorator's
-        donation, `ember/backend/fusion/donation.py`), given to a row that `writes_over`."""
+        donation, `ember/backend/cube/fused/donation.py`), given to a row that `writes_over`."""
         if self._checks_dtypes:
             self._check_dtypes(prim, inputs, out)
         row = TABLE.get(prim.name)

@@ -7,7 +7,7 @@ also given the backend's runtime as `runtime=`; one that may write its result ov
 extension whose forward takes `out=`) is `writes_over=True` and is given that input as `over=` when the
 fusion decorator donates it.
 
-Most rows run a cube kernel (`ember.kernels`, or `kernels.py` beside this file); the view rows
+Most rows run a cube kernel (`ember.kernels`, or `fill.py` beside this file); the view rows
 (reshape, permute, expand, slice, flip) touch metadata only, a NumPy view of the input (reshape copies
 with the cast kernel when the strides cannot express the new shape); the move rows (cat, pad,
 slice_assign) move memory without arithmetic: the NumPy reference on the host, on a device a new array
@@ -40,7 +40,7 @@ from ...ops import registry
 from ...ops.elementwise import TABLE
 from ...ops.pool import windows_disjoint
 from ...ops.primitive import Aval
-from . import kernels as own
+from . import fill as own
 
 
 class Unlowered(Exception):

@@ -7,7 +7,8 @@ it is a sync point; it then runs at once through the inner backend. The other sy
 `to_host`, `sync` and `[fusion] max_ops` recorded ops. At a sync point the block is looked up in the
 plan cache by its normalized key; a miss builds the plan (`fusers.select`), a hit replays it. Values
 whose handles nobody holds any more are never written. An op of the block that raises when the block
-runs makes its values raise when read, the error noting the op (`Failed`).
+runs makes its values raise when read, the error noting the op (`Failed`). The fused kernels compile
+and run through the inner backend's fusion hooks, `inner.fusion_target()` (`target.py`).
 
 Thread safety: one stream per device per thread, each behind its own lock. A thread's blocks are cut
 at its own sync points only, so what it computes (and which kernels run) does not depend on what other
@@ -34,15 +35,16 @@ from typing import Sequence
 
 import numpy as np
 
-from ...cube.runtime.arguments import vouch_bounds
 from ...dtype import dtype_of
+from ...errors import DeviceError
 from ...ops.primitive import Aval, Primitive
 from ...settings import settings
 from ..base import Backend, Decorator
-from .graph import Block
-from .ops import _RECORDS, _STARTS, INDEX_OPS, handle_bounds, records, starts_block, static_params
+from .blocks import Block
+from .ops import _RECORDS, _STARTS, INDEX_OPS, handle_bounds, records, settle, starts_block, static_params
 from .plan import Plan, PlanCache
 from .stream import LazyHandle, Stream
+from .target import FusionTarget
 
 
 class Failed:
@@ -69,16 +71,14 @@ class Fusion(Decorator):
         super().__init__(inner)
         self.name = f"fusion({inner.name})"
         self.max_ops = max_ops or settings().get("fusion", "max_ops")
-        # Fused kernels compile for the inner Cube backend's runtime (`ember.cube.runtime.base.Runtime`)
-        # through its `compile_ir` and run through its `run`.
-        runtime = inner.runtime
-        # What the runtime's target cannot express (a WGSL limit): the block then runs op by op.
-        self._unfusable = (*runtime.TARGET_ERRORS, *runtime.LIMIT_ERRORS)
+        if not hasattr(inner, "fusion_target"):
+            raise DeviceError(f"Fusion({inner.name}): the inner backend has no fusion hooks (`fusion_target`)")
+        self.target: FusionTarget = inner.fusion_target()
+        """What compiles and runs the fused plans (`target.py`)."""
+        settle(self.target.elementwise_ops)
         # Ops of dtypes the inner backend cannot hold run at once (raising there); so do those whose
-        # fused values the target would compute differently (`UNFUSED_DTYPES`: WGSL's emulated i8, u8, i16).
-        self._held = frozenset(d for d in self.dtypes if d.name not in runtime.UNFUSED_DTYPES)
-        # On CUDA a lone op with a broadcast operand is a kernel of its own (`fusers.select`).
-        self.lone_broadcasts = runtime.target == "cuda"
+        # fused values the target would compute differently.
+        self._held = frozenset(d for d in self.dtypes if d.name not in self.target.unfused_dtypes)
         self.enabled = True
         self.plans = PlanCache()
         self.counts = dict.fromkeys(("recorded", "flushes", "kernels", "inner_ops", "bytes_saved", "fallbacks",
@@ -114,7 +114,7 @@ class Fusion(Decorator):
             bounds = handle_bounds(inputs[1])
         arrays = [self.data(h) for h in inputs]
         if bounds:
-            vouch_bounds(arrays[1], *bounds)  # the kernel library then reads nothing back (see ops.py)
+            self.target.vouch_bounds(arrays[1], *bounds)  # the kernel library then reads nothing back (see ops.py)
         return LazyHandle.concrete(self.inner.execute(prim, arrays, params, out), out)
 
     def from_host(self, array: np.ndarray) -> LazyHandle:
@@ -171,7 +171,7 @@ class Fusion(Decorator):
             with self._shared:
                 plan = self.plans.get(key)
                 if plan is None:
-                    plan = Plan(Block.of(records, externals, external_avals, live), self.lone_broadcasts)
+                    plan = Plan(Block.of(records, externals, external_avals, live), self.target)
                     self.plans.put(key, plan)
             if self.observer is not None:
                 self.observer(plan, records)
@@ -183,12 +183,12 @@ class Fusion(Decorator):
                 except Exception as error:
                     cause = error
             if cause is not None and getattr(cause, "wrote_over_inputs", False):
-                # An optimizer update wrote over its input (`donation.py`): running the block again op
-                # by op would read the new state as the old one. Its values raise instead.
+                # An optimizer update wrote over its input (donation, `target.py`): running the block
+                # again op by op would read the new state as the old one. Its values raise instead.
                 _fail(records, cause)
                 raise cause
             if cause is not None:
-                # A kernel the target cannot express (`_unfusable`) is expected; any other failure
+                # A kernel the target cannot express (`target.unfusable`) is expected; any other failure
                 # of a fused kernel is a fusion bug. Either way the block runs op by op, so the
                 # program's result does not depend on it; errors of the ops themselves recur there
                 # and propagate. The plan remembers the failure: its replays go op by op at once.
@@ -197,7 +197,7 @@ class Fusion(Decorator):
                 except Exception as error:
                     _fail(records, error)
                     raise
-                if isinstance(cause, self._unfusable):
+                if isinstance(cause, self.target.unfusable):
                     unfusable = 1
                 else:
                     failed = 1

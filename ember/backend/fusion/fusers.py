@@ -14,9 +14,9 @@
    `sum((x - m) ** 2)` is one kernel).
 
 A group of one op with nothing to save runs through the inner backend's kernel library; everything
-else becomes one generated kernel (`codegen`). With `lone_broadcasts` (set by the fusion backend on
-CUDA) a lone op with an operand broadcast along a dimension gets a generated kernel too. Why:
-docs/fusion.md, "Design notes".
+else becomes one generated kernel (a `Program`, or a `Reduction` reading one, that the inner
+backend's `FusionTarget` runs). With `lone_broadcasts` (the target's: on CUDA) a lone op with an
+operand broadcast along a dimension gets a generated kernel too. Why: docs/fusion.md, "Design notes".
 
 Example:
     >>> [type(s).__name__ for s in select(block)]     # y = exp(x) * 2; s = y.sum()
@@ -29,9 +29,21 @@ import heapq
 import math
 from dataclasses import dataclass
 
-from .codegen import Program, Reduction
-from .graph import Block
+from ...dtype import DType
+from ...ops.program import Program
+from .blocks import Block
 from .ops import elementwise, reduction, static_params
+
+
+@dataclass(frozen=True)
+class Reduction:
+    """A reduction reading value `value` of `program` (fuse-on-read)."""
+
+    program: Program
+    value: int
+    op: str            # sum, prod, amax, amin
+    dims: tuple        # reduced dims of the program's domain
+    dtype: DType       # output dtype
 
 
 @dataclass

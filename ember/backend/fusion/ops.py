@@ -2,8 +2,10 @@
 
 Recorded (run at the next sync point, not at the call):
 
-- elementwise ops, which fuse: the rows of the op table (`ember.ops.elementwise.TABLE`), `where` and
-  `cast`; a fused op is computed by its row's cube expression, as the unfused one is. Dtypes its
+- elementwise ops, which fuse: the rows of the op table the inner backend's target generates code
+  for (`FusionTarget.elementwise_ops`: `ember.ops.elementwise.TABLE` on the Cube backend, given to
+  `settle` when a `Fusion` is made), `where` and `cast`; a fused op is computed by its row's cube
+  expression, as the unfused one is. Dtypes its
   kernel does not compute (`Elementwise.lowers`: float-only binary ops on ints, shifts of bools) run
   at once.
 - reductions that fuse on read: `sum`, `prod`, `amax` and `amin`.
@@ -28,13 +30,12 @@ Example:
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
 from ...dtype import DType
-from ...ops.elementwise import TABLE
-from ...ops.primitive import Primitive
+from ...ops.primitive import Primitive, registry
 
 REDUCTIONS = ("sum", "prod", "amax", "amin")
 _OTHER = frozenset(("where", "cast"))  # elementwise primitives outside the op table
@@ -49,13 +50,13 @@ MOVEMENT = frozenset(("reshape", "permute", "expand", "slice", "flip"))
 """Movement ops: every output value is a value of their input (a view, or a copy when the strides
 cannot express the result)."""
 REPLAYABLE = frozenset(("adam_update", "matmul")) | MOVEMENT
-"""Other primitives whose `Inner` steps a plan captures (`plan.StepReplay`): the kernel library runs
+"""Other primitives whose `Inner` steps a plan captures (the target's `captured`): the kernel library runs
 each as one launch whose constant arguments follow from the inputs' layout alone and which writes its
 output whole (the Adam update, whose host-side set-up costs more than its launch when run afresh; a
 matmul on CUDA, one cuBLAS call or tensor-core kernel once tuned, likewise; a reshape that copies). A
-movement op that makes a view of a device array replays as that view (`plan.ViewReplay`). A run that is
-none of these (a matmul on the CPU's BLAS, one that copies an operand first, a view of a NumPy array) is
-simply not captured."""
+movement op that makes a view of a device array replays as that view (the Cube target's
+`ViewReplay`). A run that is none of these (a matmul on the CPU's BLAS, one that copies an operand
+first, a view of a NumPy array) is simply not captured."""
 STARTS_BLOCK = frozenset(("matmul", "conv", "conv_transpose", "conv_weight_grad"))
 """`INNER` ops before which the stream is cut (see the module docstring)."""
 
@@ -153,7 +154,7 @@ def starts_block(stream, max_ops: int) -> bool:
 
 def elementwise(prim: Primitive, dtypes: Sequence[DType]) -> bool:
     """Whether `prim` on inputs of `dtypes` fuses into an elementwise kernel."""
-    row = TABLE.get(prim.name)
+    row = _TABLE.get(prim.name)
     return prim.name in _OTHER if row is None else row.computes(dtypes[0])
 
 
@@ -167,21 +168,27 @@ def reduction(prim: Primitive) -> bool:
     return prim.name in REDUCTIONS
 
 
+_TABLE: dict = {}  # the elementwise op table (`settle`): primitive name -> row (`computes`, `lowers`)
 _RECORDS: dict = {}  # primitive -> whether it is recorded, for those whose answer ignores dtypes
 _STARTS: set = set()  # the primitives of STARTS_BLOCK
 _INNER: set = set()  # the primitives of INNER and INDEX_OPS (recorded as inner steps)
 
 
-def _settle() -> None:
-    from ...ops import registry
+def settle(table: Mapping) -> None:
+    """Take the elementwise op `table` (primitive name -> row with `computes(dtype)` and `lowers`) and
+    decide, once, which registered primitives are recorded whatever their dtypes (`records`); the
+    fusion backend calls it with its target's `elementwise_ops`. Decisions of `record_inner` stay."""
+    if _TABLE:
+        return
+    _TABLE.update(table)
     for prim in registry.values():
-        row = TABLE.get(prim.name)
+        row = _TABLE.get(prim.name)
         if prim.name in REDUCTIONS or prim.name in _OTHER or prim.name in INNER or (row and row.lowers is None):
-            _RECORDS[prim] = True
+            _RECORDS.setdefault(prim, True)
         elif prim.name in INDEX_OPS:
             continue  # depends on the index's data: `records` asks `index_in_range`
         elif row is None:
-            _RECORDS[prim] = False
+            _RECORDS.setdefault(prim, False)
         if prim.name in STARTS_BLOCK:
             _STARTS.add(prim)
         if prim.name in INNER or prim.name in INDEX_OPS:
@@ -211,6 +218,3 @@ def static_params(prim: Primitive, params: dict) -> tuple:
     if name in REDUCTIONS:
         return (params["dims"], params["keepdim"])
     return ()
-
-
-_settle()

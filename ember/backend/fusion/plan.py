@@ -8,12 +8,9 @@ that block: nothing is re-optimized, and a fused kernel compiled for one batch s
 The key of a block is its normalized graph (`Stream` builds it while recording: op names, static
 params, relative input ids, dtypes, shape classes) plus which values are still referenced.
 
-On a runtime that can record and bind its launches (`record_launches`/`bind`), a fused step that ran
-as one launch, or an inner elementwise step the library ran as one launch, is captured for one layout
-of its inputs as a `StepReplay`: later runs with that layout allocate the outputs and launch with the
-new data pointers, skipping codegen's views, layouts and checks. A movement op whose run made a view
-of a device array replays as that view (`ViewReplay`). A plan replayed as a CUDA graph (`graphs.py`)
-runs none of this.
+The inner backend's `FusionTarget` (`target.py`) runs the fused steps, decides donation, replays a
+step's launches for a layout of its inputs (the plan keeps each step's captures, `Plan.replays`) and
+may replay whole plans (`plan_replays`: CUDA graphs on the Cube backend).
 
 Example:
     >>> cache = PlanCache(capacity=2)
@@ -26,20 +23,18 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
-from ...cube.runtime.arguments import DeviceArray
-from .codegen import run_elementwise, run_reduction
-from .donation import DONATES, Donations
+from .blocks import Block
 from .fusers import Fused, FusedReduce, Inner, select
 from .ops import elementwise, reduction, replayable
-from .graph import Block
-from .graphs import replays_for
+from .target import FusionTarget
 
 
 class Plan:
     """Steps with their input refs, and when each value can be dropped (see the module docstring)."""
 
-    def __init__(self, block: Block, lone_broadcasts: bool = False) -> None:
-        self.steps = select(block, lone_broadcasts)
+    def __init__(self, block: Block, target: FusionTarget) -> None:
+        self.target = target
+        self.steps = select(block, target.lone_broadcasts)
         self.refs = [block.nodes[s.index].inputs if type(s) is Inner else s.inputs for s in self.steps]
         self.sources = [self._source_node(block, s) for s in self.steps]
         self.live = [n.index for n in block.nodes if n.live]
@@ -53,8 +48,8 @@ class Plan:
         for i, k in last.items():
             if i not in live:
                 self.frees[k].append(i)
-        self.donations = Donations.of(block, self.steps, self.refs)
-        """The steps that may write their output over an input, when nothing else sees it (`donation.py`)."""
+        self.donations = target.donations(block, self.steps, self.refs)
+        """The steps that may write their output over an input, when nothing else sees it (donation)."""
         self.ops = len(block.nodes)
         self.kernels = sum(type(s) is not Inner for s in self.steps)
         self.bytes_saved = sum(getattr(s, "bytes_saved", 0) for s in self.steps)
@@ -70,7 +65,7 @@ class Plan:
                 block.nodes[s.index].prim, [block.aval(r).dtype for r in block.nodes[s.index].inputs]))
             for s in self.steps]
         """Which steps may be captured (fused elementwise steps, inner steps of elementwise primitives, of
-        reductions and of `ops.REPLAYABLE` ones: `StepReplay.of` keeps only those the library ran as one
+        reductions and of `ops.REPLAYABLE` ones: the target keeps only those the library ran as one
         launch)."""
 
     @staticmethod
@@ -81,15 +76,15 @@ class Plan:
         return None
 
     def donated(self, externals: list) -> frozenset:
-        """The steps that write their output over an input in a run on `externals` (`donation.py`)."""
+        """The steps that write their output over an input in a run on `externals` (donation)."""
         return self.donations.decide(externals) if self.donations is not None else frozenset()
 
     def run(self, records: list, externals: list, inner, graphs: bool = True,
             donated: frozenset | None = None) -> dict[int, Any]:
-        """Compute the block; the values of the live nodes, by node index. On a runtime with CUDA
-        graphs, `graphs.py` decides (it runs the plan here with `graphs=False` or replays a graph).
-        `donated`: the steps that write over their donor (`donated(externals)` when None)."""
-        replays = replays_for(inner) if graphs else None
+        """Compute the block; the values of the live nodes, by node index. Where the target replays
+        whole plans (`plan_replays`), that decides (it runs the plan here with `graphs=False` or
+        replays it). `donated`: the steps that write over their donor (`donated(externals)` when None)."""
+        replays = self.target.plan_replays() if graphs else None
         if replays is not None:
             return replays.run(self, records, externals, inner)
         if donated is None:
@@ -103,9 +98,8 @@ class Plan:
 
     def _run(self, records: list, externals: list, inner, donated: frozenset) -> dict[int, Any]:
         env: dict[int, Any] = {}
-        # Fused kernels run where the inner backend's do (read here, at each run: a capture must record
-        # the runtime the kernels run on).
-        runtime = inner.runtime
+        target = self.target
+        captured = target.captured
         for k, (step, refs, source, frees) in enumerate(zip(self.steps, self.refs, self.sources, self.frees)):
             # Each input from the block's values ("r") or its externals ("x"), without a call per ref.
             arrays = [env[i] if where == "r" else externals[i] for where, i in refs]
@@ -113,207 +107,38 @@ class Plan:
             if kind is Inner:
                 rec = records[step.index]
                 if k in donated:
-                    env[step.index] = self._donating(k, rec, arrays, runtime, inner)
+                    env[step.index] = self._donating(k, rec, arrays, inner)
                 elif self.captures[k]:
-                    env[step.index], = self._captured(
-                        k, (rec.aval, rec.params), arrays, runtime,
+                    env[step.index], = captured(
+                        self.replays[k], (rec.aval, rec.params), arrays,
                         lambda: [inner.execute(rec.prim, arrays, rec.params, rec.aval)])
                 else:
                     env[step.index] = inner.execute(rec.prim, arrays, rec.params, rec.aval)
             elif kind is Fused:
                 shape = records[step.outputs[0]].aval.shape
-                outs = self._captured(k, (shape,), arrays, runtime,
-                                      lambda: run_elementwise(step.program, shape, arrays, runtime))
+                outs = captured(self.replays[k], (shape,), arrays,
+                                lambda: target.run_elementwise(step.program, shape, arrays))
                 for o, array in zip(step.outputs, outs):
                     env[o] = array
             else:
                 domain = records[source].aval.shape
-                out, = self._captured(k, (domain,), arrays, runtime,
-                                      lambda: [run_reduction(step.reduction, domain, arrays, runtime)])
+                out, = captured(self.replays[k], (domain,), arrays,
+                                lambda: [target.run_reduction(step.reduction, domain, arrays)])
                 env[step.index] = out.reshape(records[step.index].aval.shape)
             for i in frees:
                 del env[i]
         return env
 
-    def _donating(self, k: int, rec, arrays: list, runtime, inner):
-        """Step `k`'s output, written over its donor input (`donation.py`), replayed where captured."""
-        position = DONATES[rec.prim.name]
+    def _donating(self, k: int, rec, arrays: list, inner):
+        """Step `k`'s output, written over its donor input (the target's `donates`), replayed where captured."""
+        position = self.target.donates[rec.prim.name]
         donor = arrays[position]
 
         def run() -> list:
             return [inner.execute(rec.prim, arrays, rec.params, rec.aval, over=donor)]
         if not self.captures[k]:
             return run()[0]
-        return self._captured(k, (rec.aval, rec.params, position), arrays, runtime, run, position)[0]
-
-    def _captured(self, k: int, what: tuple, arrays: list, runtime, run, donor: int | None = None) -> list:
-        """The outputs of step `k` (`run()`), replayed when `what` and its inputs' layout are those last
-        captured (see the module docstring)."""
-        if not runtime.records_launches:
-            return run()
-        layout = (*what, *[(a.shape, a.strides, a.dtype) for a in arrays])
-        replays = self.replays[k]
-        again = False
-        for i, (seen, replay) in enumerate(replays):
-            if seen == layout:
-                if replay is not AGAIN:
-                    # None: this layout's run was not one replayable launch; it is not captured again
-                    return run() if replay is None else replay(arrays)
-                del replays[i]
-                again = True
-                break
-        with runtime.record_launches() as launches:
-            outs = run()
-        replay = StepReplay.of(layout, launches, arrays, outs, runtime, not again, donor) or ViewReplay.of(
-            launches, arrays, outs, runtime)
-        if replay is not AMBIGUOUS:  # else inputs shared memory this time: try again at the next run
-            if len(replays) >= MAX_LAYOUTS:
-                replays.clear()
-            # A first run may also compile or tune (an autotuned matmul times its candidates): once more
-            replays.append((layout, AGAIN if replay is None and not again else replay))
-        return outs
-
-
-MAX_LAYOUTS = 8
-"""Layouts a step keeps captured (more, and it starts over: a loop over many sizes)."""
-
-
-class StepReplay:
-    """A step's launches, bound for replay on inputs of one layout (see the module docstring): their open
-    slots take the inputs, the outputs and the scratch arrays the recorded run allocated for itself (a
-    long reduction's partial sums), outputs and scratch allocated afresh at each replay."""
-
-    __slots__ = ("layout", "launches", "outputs", "scratch", "empty", "donor")
-
-    def __init__(self, layout: tuple, launches: list, outputs: list, scratch: list = (), empty=None,
-                 donor: int | None = None) -> None:
-        self.layout = layout
-        self.launches = launches  # (bound launch, which end fills each open slot: None, all in order)
-        self.outputs = outputs  # (shape, dtype) of each output
-        self.scratch = scratch  # (shape, dtype) of each scratch array, the ends after the outputs
-        self.empty = empty  # the runtime's allocation of an output
-        self.donor = donor  # the input the (one) output is written over, else None
-
-    @staticmethod
-    def of(layout: tuple, launches: list, arrays: list, outs: list, runtime, first: bool = True,
-           donor: int | None = None):
-        """The replay of a step whose run made `launches` on `arrays` giving `outs`, or None when it cannot
-        be replayed: each launch's arrays must be the inputs, the outputs or scratch the run allocated
-        (read from their data pointers, `runtime.address`: codegen and the library pass views of them; in
-        order, else found by pointer, the same input at several slots allowed), each output a new
-        C-contiguous array written whole, and the other (constant) arguments apart from all of them (a
-        replay keeps those as they were), never written by a run of several launches, and the runtime
-        able to bind every launch. A run of several launches needs the runtime's note of what it
-        allocated (`Launches.allocations`), and is not taken from a layout's `first` run (which may
-        have tuned: an autotuned op times its candidates). `AMBIGUOUS` when slots were found by pointer
-        and two inputs share one (the gradient standing for the unread moments of a first Adam step):
-        not this run, maybe the next. `donor`: the input a one-launch step's one output was written over
-        (`donation.py`); its replays write over that input again."""
-        allocations = launches.allocations
-        if not launches or len(launches) > 1 and (first or allocations is None):
-            return None
-        ends = [*arrays, *outs]
-        address = runtime.address
-        pointers = [address(a) for a in ends]
-        if None in pointers:
-            return None
-        if donor is not None and (len(launches) > 1 or len(outs) != 1 or outs[0] is not arrays[donor]):
-            return None
-        inputs = set(pointers[:len(arrays)])
-        for i, a in enumerate(outs, len(arrays)):
-            if donor is None and (not a.flags.c_contiguous or pointers[i] in inputs):
-                return None
-        where = {p: j for j, p in enumerate(pointers)}
-        several = len(launches) > 1
-        # What the run allocated and is none of the ends: scratch, when a launch reads or writes it whole.
-        allocated = {address(a): a for a in allocations} if several else {}
-        scratch: list = []  # (shape, dtype) of each scratch array, in the order the launches meet them
-        bound_launches = []
-        for launch in launches:
-            args = launch.args
-            given = [address(a) for a in args]
-            if not several and given[:len(ends)] == pointers:
-                slots, order = range(len(ends)), None
-            else:
-                if len(set(pointers)) < len(pointers):
-                    return AMBIGUOUS
-                slots, order = [], []
-                for i, p in enumerate(given):
-                    j = where.get(p) if p is not None else None
-                    if j is None and p in allocated and allocated[p].flags.c_contiguous:
-                        j = where[p] = len(ends) + len(scratch)
-                        scratch.append((allocated[p].shape, allocated[p].dtype))
-                    if j is not None:
-                        slots.append(i)
-                        order.append(j)
-                order = tuple(order)
-                if not several and set(order) != set(range(len(ends))):
-                    return None
-            opened = set(slots)
-            for i, j in zip(slots, order or range(len(ends))):
-                if len(arrays) <= j < len(ends) and args[i].size != ends[j].size:
-                    return None
-            written = launch.compiled.written if several else None
-            for i, c in enumerate(args):
-                if i in opened or given[i] is None:
-                    continue
-                if written is not None and (i >= len(written) or written[i]):
-                    return None  # a launch of a sequence writes an array that is none of the step's
-                if any(runtime.shares_memory(c, a) for a in ends) or any(
-                        runtime.shares_memory(c, a) for a in allocated.values()):
-                    return None
-            bound = runtime.bind(launch, slots)
-            if bound is None:
-                return None
-            bound_launches.append((bound, order))
-        if several and not set(range(len(arrays), len(ends))) <= {j for _, order in bound_launches for j in order}:
-            return None  # an output no launch writes (made some other way)
-        return StepReplay(layout, bound_launches, [(o.shape, o.dtype) for o in outs], scratch, runtime.empty,
-                          donor)
-
-    def __call__(self, arrays: list) -> list:
-        if self.donor is not None:
-            outs = [arrays[self.donor]]
-        else:
-            empty = self.empty
-            outs = [empty(shape, dtype) for shape, dtype in self.outputs]
-        ends = [*arrays, *outs]
-        if self.scratch:
-            ends += [self.empty(shape, dtype) for shape, dtype in self.scratch]
-        for launch, order in self.launches:
-            launch.replay(ends if order is None else [ends[j] for j in order])
-        return outs
-
-
-class ViewReplay:
-    """A movement step whose run made a view of its one input, a device array (no launch): replayed as
-    the same view (shape, strides, offset from the input's) of a new input of that layout, without the
-    backend's dispatch (a transformer step makes hundreds of views, each a dispatch's host time)."""
-
-    __slots__ = ("shape", "strides", "delta")
-
-    def __init__(self, shape: tuple, strides: tuple, delta: int) -> None:
-        self.shape, self.strides, self.delta = shape, strides, delta
-
-    @staticmethod
-    def of(launches: list, arrays: list, outs: list, runtime) -> "ViewReplay | None":
-        """The replay of a run that launched nothing and gave a view of `arrays[0]`, else None."""
-        if launches or len(arrays) != 1 or len(outs) != 1:
-            return None
-        x, out = arrays[0], outs[0]
-        if not isinstance(x, DeviceArray) or type(out) is not type(x) or not runtime.shares_memory(out, x):
-            return None  # NumPy arrays (the CPU's views cost little) and copies
-        return ViewReplay(out.shape, out.strides, out.offset - x.offset)
-
-    def __call__(self, arrays: list) -> list:
-        x = arrays[0]
-        return [x.strided(self.shape, self.strides, x.offset + self.delta)]
-
-
-AMBIGUOUS = StepReplay((), [], [])
-"""`StepReplay.of`'s answer when a launch's slots cannot be told apart by pointer this run."""
-AGAIN = StepReplay((), [], [])
-"""A layout whose first run was not one replayable launch: recorded once more at its next run."""
+        return self.target.captured(self.replays[k], (rec.aval, rec.params, position), arrays, run, position)[0]
 
 
 class PlanCache:

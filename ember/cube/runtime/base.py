@@ -17,7 +17,7 @@ Record/replay (`records_launches = True`): `record_launches()` yields the `Launc
 launch (or None), `address(a)` gives an array's data address (the fusion plans find their arrays in
 recorded launches by it) and `shares_memory(a, b)` says whether two of its arrays may overlap.
 Graphs (`graphs = True`, CUDA): `capture`, `over`, `memory_of`, `pool`, `lock`
-(`ember/backend/fusion/graphs.py`).
+(`ember/backend/cube/fused/cuda_graphs.py`).
 
 Example:
     >>> rt = cpu_runtime()

@@ -4,7 +4,7 @@
 with `cublasGemmStridedBatchedEx` on the runtime's stream, on the same device memory: CuPy only lends
 its cuBLAS handle and loads libcublas. The two calls (`cublasSetStream_v2`, the GEMM) go to libcublas
 through ctypes, not through CuPy's wrappers, which refuse any call while the stream captures a CUDA
-graph: so a fusion plan holding a matmul can be replayed as a graph (`fusion/graphs.py`). Operands
+graph: so a fusion plan holding a matmul can be replayed as a graph (`backend/cube/fused/cuda_graphs.py`). Operands
 whose last two dims are rows (C order, or rows of a wider matrix: a slice) or columns (a transposed
 view, as the matmul's gradients `g @ w.T` and `x.T @ g` pass them) are read in place (the leading
 dimension, the batch stride, cuBLAS's transpose flag); other layouts are copied first. f16/bf16 accumulate in f32; f32

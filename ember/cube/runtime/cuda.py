@@ -343,7 +343,7 @@ class CudaRuntime(Specializing, LaunchRecorder, Runtime):
         self._lock = threading.RLock()
         self.lock = self._lock
         """Held while a graph is captured; launches, copies and `CudaGraph.replay` take it too, so another
-        thread's work never lands in a graph being captured (graphs.py holds it across a replay)."""
+        thread's work never lands in a graph being captured (backend/cube/fused/cuda_graphs.py holds it across a replay)."""
 
     # -- context, memory and copies -----------------------------------------------------------
     def activate(self) -> None:

@@ -17,7 +17,7 @@ is released only when the block ends (a CUDA graph may still write it). While `t
 appends `(nbytes, slice)` for each slice it hands out and the slice for each one given back; the same
 sizes asked and given back in the same order from the same state get the same (page, offset), and
 `retake` takes a trace's slices at those places in one call where they are free
-(`ember/backend/fusion/graphs.py`). Why these rules, with figures: docs/cube.md, "The memory pool".
+(`ember/backend/cube/fused/cuda_graphs.py`). Why these rules, with figures: docs/cube.md, "The memory pool".
 
 Example:
     >>> pool = MemoryPool(allocate=lambda n: bytearray(n), release=lambda page: None)
@@ -262,7 +262,7 @@ class MemoryPool:
         back); the slices (None where given back), or None when one is not free at its place (then every
         slice taken here is given back and the pool is unchanged, but for pages of the call's idle check).
 
-        How a CUDA graph's replay takes the slices its capture wrote (`ember/backend/fusion/graphs.py`),
+        How a CUDA graph's replay takes the slices its capture wrote (`ember/backend/cube/fused/cuda_graphs.py`),
         much cheaper than `reserve`'s first fit over many large pages (docs/cuda.md). It asks for no
         page, so it cannot run out of memory. A slice is taken at its
         place whenever that place is free, where `reserve` might have found an earlier hole: the graph

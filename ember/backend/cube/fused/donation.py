@@ -32,8 +32,8 @@ import math
 import sys
 from collections import Counter
 
-from ...cube.runtime.arguments import DeviceArray
-from .fusers import Inner
+from ....cube.runtime.arguments import DeviceArray
+from ...fusion.fusers import Inner
 
 DONATES = {"adam_update": 2}
 """Primitive name -> the input its output may be written over (Adam's previous packed state; the kernel

@@ -1,7 +1,8 @@
 """Plan replay as CUDA graphs: a fusion plan run for the second time on the same inputs *at the same
 addresses* is captured as a CUDA graph, and its later runs there launch that graph.
 
-`Plan.run` asks `replays_for(inner)`, a `GraphReplays` where the runtime can capture graphs
+`Plan.run` asks its target's `plan_replays()` (`target.py`), which is `replays_for(inner)`: a
+`GraphReplays` where the runtime can capture graphs
 (`CudaRuntime.capture`); it decides per plan and per *key*: the external inputs' shapes, strides,
 dtypes and device addresses, every recorded op's params, and the plan's donation decision.
 
@@ -32,7 +33,7 @@ import weakref
 from collections import OrderedDict
 from typing import Any
 
-from ...settings import settings
+from ....settings import settings
 
 PER_PLAN = 64
 """Keys (input layouts and addresses) per plan that keep a captured graph: a plan shared by a model's

@@ -21,34 +21,23 @@ Example:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
-from ... import cube
-from ...cube import ir
-from ...cube.frontend import ArrayRef
-from ...kernels.common import empty
-from ...kernels.elementwise import (SCALAR, STRIDED, Program, compiled_kernel, input_params, line_reads,
+from .... import cube
+from ....cube import ir
+from ....cube.frontend import ArrayRef
+from ....kernels.common import empty
+from ....kernels.elementwise import (SCALAR, STRIDED, Program, compiled_kernel, input_params, line_reads,
                                          program_values, read_modes, reader, sources, uniform_loads)
-from ...kernels.elementwise import run_elementwise  # noqa: F401  (the fused elementwise kernels' runner)
-from ...kernels.layout import broadcast_layout, broadcast_strides, merge_dims, merged_operands, offset
-from ...kernels.reduce import (FEW_OUTPUTS, MAX_SPLITS, MAX_UNITS, PLANE_WIDTH, SPLIT_CHUNK, VEC, _KERNEL_OP,
+from ....kernels.elementwise import run_elementwise  # noqa: F401  (the fused elementwise kernels' runner)
+from ....kernels.layout import broadcast_layout, broadcast_strides, merge_dims, merged_operands, offset
+from ....kernels.reduce import (FEW_OUTPUTS, MAX_SPLITS, MAX_UNITS, PLANE_WIDTH, SPLIT_CHUNK, VEC, KERNEL_OP,
                                     SHORT_ROW, accumulator, block_reduce, column_launches, combine, identity,
                                     plane_combine, reduce as library_reduce)
-from ...cube.runtime.cpu import cpu_runtime
-from ...dtype import DType, i32
-
-
-@dataclass(frozen=True)
-class Reduction:
-    """A reduction reading value `value` of `program` (fuse-on-read)."""
-
-    program: Program
-    value: int
-    op: str            # sum, prod, amax, amin
-    dims: tuple        # reduced dims of the program's domain
-    dtype: DType       # output dtype
+from ....cube.runtime.cpu import cpu_runtime
+from ....dtype import DType, i32
+from ...fusion.fusers import Reduction
 
 
 def reduce_kernel(red: Reduction, acc: DType, rank: int, modes: tuple, units: int, line: bool,
@@ -60,7 +49,7 @@ def reduce_kernel(red: Reduction, acc: DType, rank: int, modes: tuple, units: in
     With `line`, the reduced positions of an output are the domain's (merged) last dim, so strided
     inputs are read at a per-cube base plus a step; otherwise through the full layout.
     """
-    op = _KERNEL_OP.get(red.op, red.op)
+    op = KERNEL_OP.get(red.op, red.op)
     lanes = lanes or units
     b = ir.Builder("fused_reduce")
     arrays = input_params(b, red.program)
@@ -134,7 +123,7 @@ def columns_kernel(red: Reduction, acc: DType, krank: int, rrank: int, modes: tu
     the C target). Without `guarded` every unit has an output (the C target's whole cubes: no per-unit branch
     around the loop, which then stays outside the vectorized unit loop)."""
     program = red.program
-    op = _KERNEL_OP.get(red.op, red.op)
+    op = KERNEL_OP.get(red.op, red.op)
     b = ir.Builder("fused_columns")
     arrays = input_params(b, program)
     out = b.array_param("out", acc)

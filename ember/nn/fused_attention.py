@@ -32,16 +32,16 @@ import math
 
 import numpy as np
 
-from ... import amp
-from ...autodiff.graph import creating_graph
-from ...kernels import attention as kernels
-from ...kernels.common import check_elements, check_float_dtypes
-from ...kernels.reduce import launch_target
-from ...dtype import DType, dtype_of, f32
-from ...errors import DTypeError, ShapeError
-from ...extension import backend_extension
-from ...tensor import Tensor
-from ...ops.constants import kept
+from .. import amp
+from ..autodiff.graph import creating_graph
+from ..kernels import attention as kernels
+from ..kernels.common import check_elements, check_float_dtypes
+from ..kernels.reduce import launch_target
+from ..dtype import DType, dtype_of, f32
+from ..errors import DTypeError, ShapeError
+from ..extension import backend_extension
+from ..tensor import Tensor
+from ..ops.constants import kept
 
 MAX_DIM = kernels.MAX_DIM
 
