@@ -101,13 +101,13 @@ def brief(value: object) -> str:
 _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _OP_PREFIX = re.compile(r"([A-Za-z_][\w.]*): ")
 _NAMESPACES = ("ember", "ember.nn.functional")  # modules whose public functions are ops
-_PACKAGES = ("ember.api", "ember.nn.ops")  # packages whose every module's public functions are ops
+_PACKAGES = ("ember.api", "ember.nn.functional")  # packages whose every module's public functions are ops
 
 
 def public_ops() -> dict[str, list[Callable]]:
-    """Every public op by name (one name can be several functions: `ember.nn.ops.rowwise.softmax` beside
+    """Every public op by name (one name can be several functions: `ember.api.rowwise.softmax` beside
     `ember.softmax`): the functions of `ember`, `ember.nn.functional` and each module of `ember.api` and
-    `ember.nn.ops` (what `Tensor` methods are made of), new ones included.
+    `ember.nn.functional` (what `Tensor` methods are made of), new ones included.
 
     Example:
         >>> ember.api.activation.softmax in public_ops()["softmax"]

@@ -221,7 +221,7 @@ def test_cuda_unavailable_message_names_the_extra_once(monkeypatch):
     """Without cuda-bindings the message gives the pip line once; without a driver it adds it once."""
     import sys
     from ember.cube.runtime.nvrtc import INSTALL
-    from ember.dispatch import available_devices
+    from ember.device import available_devices
     monkeypatch.setitem(sys.modules, "cuda.bindings", None)  # `from cuda.bindings import driver` fails
     monkeypatch.setattr(Device.cuda(0), "_backend", None)
     with pytest.raises(ember.DeviceUnavailableError) as info:

@@ -1,7 +1,7 @@
 """Every public op's errors name the op the user called, not the op inside it that found the mistake.
 
 The ops come from `ember.errors.public_ops()` (ember's namespace, `ember.nn.functional`, every module of
-`ember.api` and `ember.nn.ops`), so an op added later is covered without editing this file. Each op is
+`ember.api` and `ember.nn.functional`), so an op added later is covered without editing this file. Each op is
 called three ways from its signature: with a dim out of range (ops with a `dim`), with bool tensors
 (a dtype most float ops refuse) and with tensors of shapes that do not fit; any ember error it raises must
 start with the op's name.

@@ -212,8 +212,9 @@ def device_of(tensor: Any) -> tuple:
 
 
 def export_tensor(tensor: Any, *args: Any, **kwargs: Any) -> Any:
-    """`Tensor.__dlpack__`: host tensors through NumPy (`export`); a CUDA tensor shares its device memory,
-    after ember's stream has run everything queued before it (so any consumer stream sees the values)."""
+    """`Tensor.__dlpack__`: host tensors through NumPy (`export`); a dense CUDA tensor shares its device
+    memory (a strided view is copied dense first), after ember's stream has run everything queued before
+    it (so any consumer stream sees the values)."""
     if device_of(tensor)[0] != KDL_CUDA:
         return export(np.ascontiguousarray(tensor._device.backend.to_host(tensor._handle)), *args, **kwargs)
     from ..backend.fusion import Fusion  # lazy: import ember loads no backend
@@ -221,6 +222,8 @@ def export_tensor(tensor: Any, *args: Any, **kwargs: Any) -> Any:
     backend = plain._device.backend
     # the CudaArray: under fusion, its pending work run first; unfused, the handle is the array
     array = backend.data(plain._handle) if isinstance(backend, Fusion) else plain._handle
+    if not array.flags.c_contiguous:  # a view (transposed, flipped): consumers get a dense copy of it
+        array = array.copy()
     array.runtime.synchronize()
     return managed_capsule(array.ptr, array.shape, array.strides, array.dtype,
                            (KDL_CUDA, array.runtime.device_index), array)
