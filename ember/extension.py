@@ -12,11 +12,8 @@ inputs' runtime). The decorator registers a primitive beside it, with:
   says which values it reads (the others arrive as None).
 - `reference(*arrays, **params)` (optional): the op in NumPy, for devices without a cube target (else
   `DeviceError`) and as the tests' oracle.
-- A forward with a keyword-only `out=None` (not a param) may be handed an input to write its result
-  over, by the fusion decorator's donation (`ember/backend/cube/fused/donation.py`; `adam_update` does).
 
-The op is a fusion sync point unless `pure=True` (the forward only reads its inputs and returns a new
-array; every error comes from the rules at the call): then an inner step of the plan (docs/extension.md).
+The op is a fusion sync point unless `pure=True`; `out=` donation and the rest: docs/extension.md.
 
 Example:
     >>> @ember.backend_extension(shape=lambda x: x, reference=lambda x: np.maximum(x, 0),

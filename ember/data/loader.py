@@ -10,17 +10,10 @@ epoch too.
 Batches are built as NumPy data (in workers when `num_workers > 0`) and moved to `device`, when one
 is given, in the main process.
 
-Workers are started for each pass and stopped at its end. On Linux they are forked by default, as
-PyTorch's are: the dataset and batcher need not be picklable, and a script without the
-`if __name__ == "__main__":` guard runs its top level once. Elsewhere (and with
-`multiprocessing_context="spawn"` or `"forkserver"`) each worker is a fresh interpreter that receives the
-dataset and batcher pickled (module-level functions and classes, no lambdas) and imports the main script
-again: there an unguarded script's loop would start workers from inside its own workers, and the
-worker stops with a `WorkerError` that says to add the guard. Fork copies the process as it is; a
-dataset that runs ember ops on a device other than `Device.numpy()` inside workers needs "spawn" (an
-OpenMP pool or a CUDA context does not survive a fork; see `ember.data.workers`). A pass stops its
-workers when exhausted, on any error or Ctrl-C inside `next()`, on `close()`, when the iterator is
-garbage collected, and at interpreter exit.
+Workers are started for each pass ("fork" on Linux, else "spawn", which needs a picklable dataset
+and batcher and the `__main__` guard) and stopped when it is exhausted, on any error or Ctrl-C inside
+`next()`, on `close()`, on garbage collection and at interpreter exit (docs/training.md, "Data loader
+workers").
 
 Example:
     >>> from ember.data import InMemoryDataset

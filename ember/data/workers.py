@@ -11,12 +11,9 @@ traceback text) in messages of at most `_CHUNK` bytes, read against a deadline:
   the worker, its pid and its exit code or signal.
 - With `timeout` > 0, a batch late by more raises `WorkerError` naming worker, pid, batch and timeout.
 
-Workers start by the loader's method ("fork" on Linux by default, else "spawn"); with "spawn" and
-"forkserver" the dataset and batcher must be picklable, and a pool started while a worker is still
-importing the main script (a script without the `__main__` guard) raises `WorkerError` saying so. They
-are terminated and joined when the pool is closed, garbage collected, or at
-interpreter exit; they ignore SIGINT, and exit when the main process dies, even while stuck in
-`__getitem__` (how: docs/training.md, "Data loader workers").
+Workers start by the loader's method; they are terminated and joined when the pool is closed,
+garbage collected, or at interpreter exit; they ignore SIGINT, and exit when the main process dies,
+even while stuck in `__getitem__` (how, and the start methods: docs/training.md, "Data loader workers").
 
 Example:
     >>> from ember.data import InMemoryDataset, default_batcher

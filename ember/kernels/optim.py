@@ -4,11 +4,8 @@
 moments and writes, in one pass, a packed array of `param.shape[0] * rows` leading rows: the new
 parameter, the new first moment, the new second moment and (AMSGrad, `rows == 4`) the new running
 maximum of the second moment, each a contiguous block of `param.size` elements in the parameter's dtype.
-`moments` is the previous step's packed array: the kernel reads its rows 1.. (row 0 is not read); on
-the first step (`first=True`) the moments are zero and `moments` is not read at all (any tensor may
-stand in). Where the caller offers the previous packed array as `out=` (the fusion decorator does, for
-an array no one else can see any more: `ember/backend/cube/fused/donation.py`), the new one is written
-over it: each unit reads all of element i before it writes element i of each row.
+`moments` is the previous step's packed array (rows 1.. read; not read at all when `first=True`);
+an `out=` packed array is written over (docs/cube.md, "The kernel library").
 
 The hyperparameters are a runtime array `scalars` (`SCALARS` names its slots), so a training loop
 compiles one kernel per (dtypes, AMSGrad, first step), never one per step or learning rate. Per

@@ -8,16 +8,13 @@ flash-style cube kernels of `ember/kernels/attention.py`:
   that autodiff keeps for backward, never an L x S matrix.
 - `attention_grad_q`, `attention_grad_kv` (backward) take Q, K, V, the packed result and its gradient:
   P is recomputed from Q, K and the saved logsumexp, with delta = rowsum(dO * O) - (the logsumexp's own
-  gradient), so a loss that uses the returned logsumexp differentiates through it too. On
-  `MATERIALIZE_KINDS` devices, f32/f64 shapes within `MATERIALIZE_MIN_SCORES` and
-  `MATERIALIZE_MAX_BYTES` go through the L x S matrices instead (`_materialized_backward`, and the
-  forward by `kernels.attention_forward_scores`), still one primitive each.
+  gradient), so a loss that uses the returned logsumexp differentiates through it too. Small f32/f64
+  shapes may go through the L x S matrices instead (docs/cube.md, "Fused attention").
 
 Each has a NumPy reference (Device.numpy() runs it; the tests use it), which builds the matrix. Causal
 masking blocks key j for query i when j > i + offset (offset 0: PyTorch's top-left alignment; S - L: the
 bottom-right one of incremental decoding). A query that sees no key gets a zero output, a logsumexp of
--inf and zero gradients. Head widths E, Ev are at most `MAX_DIM` (256). Why the materialized route and
-where it pays: docs/cube.md, "Fused attention".
+-inf and zero gradients. Head widths E, Ev are at most `MAX_DIM` (256).
 
 Example:
     >>> q, k, v = ember.randn(2, 3, 5, 8), ember.randn(2, 3, 7, 8), ember.randn(2, 3, 7, 4)

@@ -11,18 +11,15 @@ An optimizer is built on a module. Its parameters are found by name; each belong
 
 With `master_weights=True`, a bf16/f16 parameter is updated through an f32 copy kept in its state
 (`state[name]["master"]`): the rule runs on the f32 master with the gradient in f32, and the parameter
-gets the master rounded to its dtype. Updates smaller than half a bf16 ulp then accumulate instead of
-rounding away. `state_dict` saves the masters (and the rule's f32 state) in f32.
+gets the master rounded to its dtype; `state_dict` saves the masters in f32.
 
 A subclass states its hyperparameters' defaults in `defaults` (not `lr`, the base learning rate
 `opt.lr`) and implements `update`, the rule for one parameter.
 
 A group may name a different optimizer class, `ParamGroup(prefix="emb.", optimizer=SGD, lr=0.1)`: its
 parameters go to a *delegate* of that class built on the same module with the group's options (others
-take that class's defaults, `lr` the base lr when the group gives none); one `step` updates both and
-`state_dict` holds both. A group with its own `lr` keeps its ratio to the base: setting `opt.lr = x`
-gives it `group_lr * x / initial_lr` (delegates alike), as PyTorch's multiplicative schedules do; an
-absolute floor such as cosine annealing's `eta_min` is scaled too (PyTorch applies it to every group).
+take that class's defaults); one `step` updates both and `state_dict` holds both. A group's own `lr`
+keeps its ratio to the base lr when `opt.lr` changes (docs/training.md).
 
 Example:
     >>> opt = AdamW(model, lr=1e-3, weight_decay=0.01, groups=[ParamGroup(prefix="head.", lr=1e-2)])
