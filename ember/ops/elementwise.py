@@ -439,24 +439,26 @@ def _div_kernel(a, b):
 
 
 @cube.function
+def _nan_wins(a, b, best):
+    """`best` of a and b, or the NaN among them (NumPy's maximum and minimum)."""
+    if a.dtype.is_float:
+        return cube.select(a != a, a, cube.select(b != b, b, best))
+    return best
+
+
+@cube.function
 def maximum_kernel(a, b):
     """NumPy's maximum of kernel values: NaN wins; `or` on bools."""
     if a.dtype == cube.bool_:
         return a or b
-    best = cube.max(a, b)
-    if a.dtype.is_float:
-        best = cube.select(a != a, a, cube.select(b != b, b, best))
-    return best
+    return _nan_wins(a, b, cube.max(a, b))
 
 
 @cube.function
 def _minimum_kernel(a, b):
     if a.dtype == cube.bool_:
         return a and b
-    best = cube.min(a, b)
-    if a.dtype.is_float:
-        best = cube.select(a != a, a, cube.select(b != b, b, best))
-    return best
+    return _nan_wins(a, b, cube.min(a, b))
 
 
 @cube.function
