@@ -1,12 +1,10 @@
 """`@ember.backend_extension`: a custom op from a cube kernel, with its shape rule and gradient.
 
-The decorated function is the op's forward on the cube target: the inputs' arrays in (positional
-parameters; keyword-only ones are hashable params), the output array out, launching `@cube.kernel`s in
-the kernel library's style (`ember.kernels.common.empty(shape, dtype, *inputs)` allocates on the
-inputs' runtime). The decorator registers a primitive beside it, with:
+The decorated function is the op's forward on the cube target: input arrays in (keyword-only
+parameters are hashable params), the output array out, launching `@cube.kernel`s. It registers a
+primitive with:
 
-- `shape(*input_shapes, **params) -> output shape`, run before anything is computed, on every device
-  (raises `ember.ShapeError`); `dtype` (optional) gives the output dtype, by default the first input's.
+- `shape(*input_shapes, **params) -> output shape`, checked on every device; `dtype` (optional).
 - `backward(grad, out, *inputs, **params) -> a gradient (tensor or None) per input`, with ember ops
   (without it a backward pass reaching the op raises); `saves` ("all", "inputs", "output", "none")
   says which values it reads (the others arrive as None).

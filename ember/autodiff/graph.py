@@ -5,25 +5,17 @@ another `Node` (a tracked tensor) or a `Const` (an input that needs no gradient)
 nodes in reverse topological order and calls each primitive's `vjp` rule with the cotangent of its
 output, accumulating the cotangents of its parents.
 
-Values a rule needs (the op's inputs or output) are read through `Node.primal()`. Without checkpointing a
-node keeps what its primitive's `saves` names (PyTorch's saved tensors): its output, strongly, when the
-rule reads it, and the inputs the rule reads (`Node.saved`); every other value is held through a weak
-reference, so it is freed (under fusion: never written) once the user drops it. With checkpointing,
-nodes of cheap primitives (`cost == "memory"`) keep only a weak reference and the others their output:
-if the user still holds a value it is reused, otherwise it is recomputed from the parents when a rule
-asks for it (up to the nearest held values). A recomputed value is cached on its node until the backward
-walk has passed that node, and under checkpointing a chain of cheap ops keeps every
-`MAX_RECOMPUTE_DEPTH`-th value, so long residual chains never recompute from their start.
+A node keeps only what its primitive's `saves` names (PyTorch's saved tensors), everything else
+through a weak reference, and releases it once its rule has run; released or dropped values are
+recomputed from the parents when a rule asks (checkpointing keeps still less). `create_graph=True`
+records the rules' own ops; `inputs=` stops the walk at given nodes; hooks see and may replace a
+node's total cotangent. The rules in full: docs/autodiff.md, "What the graph keeps".
 
-The backward walk releases what a node kept once the node's rule has run (`Node.release`), so the
-activations are freed during the walk, as PyTorch frees its saved tensors. The graph can still be walked
-again: a later walk recomputes the released values from the leaves and constants, which stay held.
-
-`backward(..., create_graph=True)` runs the rules on tensors of the autodiff device whose handles carry
-the nodes they read, so the rules' own ops are recorded and the cotangents are differentiable; such a
-walk releases nothing (its new graph reads the old one). `inputs=` stops the walk at the given nodes
-(leaves or intermediates) and walks only what leads to them. Hooks registered on a node
-(`Tensor.register_hook`) see its total cotangent before it is used, and may replace it.
+Example:
+    >>> ad = Device.numpy().autodiff()
+    >>> x = ember.tensor([1.0, 2.0], device=ad).require_grad()
+    >>> x.grad((x * x).sum().backward())
+    tensor([2., 4.], device=Device("numpy"))
 """
 
 from __future__ import annotations

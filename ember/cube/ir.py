@@ -1,26 +1,14 @@
 """The cube IR: a typed SSA form with structured control flow, shared by every target.
 
-A kernel is a list of statements. A statement is an `Instr`, a `For` loop or an `If`. Every `Instr`
-defines at most one `Value`, exactly once (SSA); a value's `Type` is a scalar dtype or a vector of
-`lanes` elements of one dtype. Control flow stays structured (no CFG, no phi nodes) because every
-target we render (C, CUDA C, WGSL) is itself structured. The one mutable thing is a `Local`: a typed
-variable written with `write` and read with `read`; the frontend creates one only when a Python name is
-reassigned across a loop or branch, so straight-line code remains pure SSA for the passes.
+A kernel is a list of statements: `Instr`, `For` or `If`. Every `Instr` defines at most one `Value`,
+once (SSA), typed as a scalar dtype or a vector of `lanes` elements. Control flow stays structured (no
+CFG, no phi) because every target is; the one mutable thing is a `Local`, made by the frontend only
+for a Python name reassigned across a loop or branch. Memory is reached through `Array`s (kernel
+parameters and `shared` buffers) at explicit element indices. Nothing here knows a target.
 
-Memory is reached through `Array`s: global buffers (kernel parameters) and `shared` buffers (one per
-cube). Loads and stores take an explicit element index; a vector load of N lanes reads N consecutive
-elements starting at that index.
-
-Nothing here knows about any target: no pointers, no C types, no thread ids beyond the abstract
-builtins (`unit_pos`, `cube_pos`, ...).
-
-Integer semantics, the same on every target (none of them has undefined cases): integers wrap at their
-width (`+ - *`, `neg`, `abs(MIN) == MIN`); `div` and `rem` truncate toward zero, `x div 0` and `x rem 0`
-are 0, `MIN div -1` is MIN and `MIN rem -1` is 0; `shl` by a negative count or one of at least the width
-gives 0, `shr` so gives 0 (unsigned) or the sign (-1 or 0); a float cast to an int follows
-`dtype.float_to_int` (NaN and out-of-range values defined). The one exception: arithmetic on positions
-(indices of loads, stores and atomics, loop bounds, and what they are computed from) must not overflow,
-divide by 0 nor shift past the width, so targets may render it as C's (see `targets/walker.data_values`).
+Integers wrap, divide and shift the same way on every target, with no undefined case, except
+arithmetic on positions (indices, loop bounds), which must not overflow: docs/cube.md,
+"Integer semantics".
 
 Example:
     >>> b = Builder("axpy")

@@ -9,12 +9,8 @@ An optimizer is built on a module. Its parameters are found by name; each belong
 3. computes each new value with tensor ops on the inner (non-autodiff) device, `update(...)` of the
    subclass, and writes it with `p.set(new)`.
 
-With `master_weights=True`, a bf16/f16 parameter is updated through an f32 copy kept in its state
-(`state[name]["master"]`): the rule runs on the f32 master with the gradient in f32, and the parameter
-gets the master rounded to its dtype; `state_dict` saves the masters in f32.
-
-A subclass states its hyperparameters' defaults in `defaults` (not `lr`, the base learning rate
-`opt.lr`) and implements `update`, the rule for one parameter.
+With `master_weights=True`, a bf16/f16 parameter is updated through an f32 master copy in its state.
+A subclass states its hyperparameters' `defaults` (not `lr`) and implements `update` for one parameter.
 
 A group may name a different optimizer class, `ParamGroup(prefix="emb.", optimizer=SGD, lr=0.1)`: its
 parameters go to a *delegate* of that class built on the same module with the group's options (others

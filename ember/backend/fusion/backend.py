@@ -10,10 +10,8 @@ whose handles nobody holds any more are never written. An op of the block that r
 runs makes its values raise when read, the error noting the op (`Failed`). The fused kernels compile
 and run through the inner backend's fusion hooks, `inner.fusion_target()` (`target.py`).
 
-Thread safety: one stream per device per thread, each behind its own lock. A thread's blocks are cut
-at its own sync points only, so what it computes (and which kernels run) does not depend on what other
-threads do at the same time. A value pending in another thread's stream is run by that stream's flush
-(under its lock) when this thread reads it or records an op on it; `sync` runs every thread's stream.
+Thread safety: one stream per device per thread, each behind its own lock, cut at its own sync points
+only; a value pending in another thread's stream is run by that stream's flush when read.
 
 `enabled` switches recording off at run time (each op then runs at once, handles stay `LazyHandle`s):
 `ember.debug.set_fusion(device, False)` is the public switch the test suite uses for "cpu-unfused".

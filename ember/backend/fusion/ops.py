@@ -2,12 +2,9 @@
 
 Recorded (run at the next sync point, not at the call):
 
-- elementwise ops, which fuse: the rows of the op table the inner backend's target generates code
-  for (`FusionTarget.elementwise_ops`: `ember.ops.elementwise.TABLE` on the Cube backend, given to
-  `settle` when a `Fusion` is made), `where` and `cast`; a fused op is computed by its row's cube
-  expression, as the unfused one is. Dtypes its
-  kernel does not compute (`Elementwise.lowers`: float-only binary ops on ints, shifts of bools) run
-  at once.
+- elementwise ops, which fuse: the op-table rows the inner target generates code for
+  (`FusionTarget.elementwise_ops`), `where` and `cast`, computed by the row's cube expression as
+  unfused; dtypes its kernel does not compute (`Elementwise.lowers`) run at once.
 - reductions that fuse on read: `sum`, `prod`, `amax` and `amin`.
 - inner steps, run through the inner backend with the params and shapes of the block being run:
   `INNER` (pure ops whose output shape follows from shapes and params and whose errors all come from

@@ -1,6 +1,6 @@
 """Constant folding: evaluate ops whose operands are all constants, and simplify the obvious.
 
-Arithmetic follows the kernel semantics every target shares (`ir.py`, "Integer semantics"): integer
+Arithmetic follows the kernel semantics every target shares (docs/cube.md, "Integer semantics"): integer
 division and remainder truncate toward zero and give 0 by 0, integers wrap at their width, shifts past
 the width give 0 or the sign, float to int casts follow `dtype.float_to_int`, f16/bf16 arithmetic
 happens in f32 (rounding only at casts). Beyond folding: `x + 0`, `x - 0`, `x * 1`, `x / 1`, int `x * 0`,

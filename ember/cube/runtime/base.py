@@ -7,17 +7,9 @@ copies them, and says what its kernels can hold (`dtypes`) and which errors mean
 fusion decorator use these members only; none of them asks a runtime what it has.
 
 `Runtime` is an abstract base class rather than a `typing.Protocol`: the optional parts
-(record/replay, graphs) have defaults here that say "not supported", so a new runtime writes only
-what it has. Abstract: `compile`, `compile_ir`, `launch`, `run`, `empty`, `to_device`, `write_zeros`,
-`synchronize`, `memory_stats`, `memory_cleanup`, and the class attributes `target` and `ARRAY` and
-the attributes `dtypes` and `adapter_name` (set by `__init__` or the class).
-
-Record/replay (`records_launches = True`): `record_launches()` yields the `Launch`es a block made
-(`launches.LaunchRecorder` implements it), `bind(launch, open_slots)` turns one into a replayable
-launch (or None), `address(a)` gives an array's data address (the fusion plans find their arrays in
-recorded launches by it) and `shares_memory(a, b)` says whether two of its arrays may overlap.
-Graphs (`graphs = True`, CUDA): `capture`, `over`, `memory_of`, `pool`, `lock`
-(`ember/backend/cube/fused/cuda_graphs.py`).
+(record/replay with `records_launches`, CUDA graphs with `graphs`) default to "not supported", so a new
+runtime writes only what it has. docs/cube.md, "The runtime protocol", lists every member and what
+each runtime gives.
 
 Example:
     >>> rt = cpu_runtime()

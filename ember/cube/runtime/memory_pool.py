@@ -1,23 +1,12 @@
 """The adaptive memory pool every cube runtime allocates through (CPU, CUDA and wgpu).
 
 A pool owns *pages* obtained from the device (`allocate(nbytes)` / `release(page)`) and hands out
-*slices* of them; live slices never move. Small allocations (up to `small_limit`) come from slab pages
-of one power-of-two size class (from 256 bytes), each handing out its lowest free chunk. Large ones come
-from pages managed first-fit with coalescing; a new large page is `max(request, target)` bytes, `target`
-four times the median of the last 64 large requests rounded up to 2 MiB (2 MiB to 256 MiB), or `[memory]
-page_size_mb`. A request above the target gets a *dedicated* page of its own size, which then serves
-only requests of at least half its size. Before a new page would take the reserved bytes past their
-peak, a large request takes room in any dedicated page, then empty dedicated pages and empty *stale*
-pages (ordinary pages under a quarter of the target) are given back. A page with nothing allocated for
-`free_after_s` seconds is given back at the next allocation; `cleanup()` gives back every empty page.
-`stats()` reports reserved and in-use bytes and their peaks.
-
-Inside `with pool.deferring():` a page the pool gives up leaves its books as usual but its device memory
-is released only when the block ends (a CUDA graph may still write it). While `trace` is a list the pool
-appends `(nbytes, slice)` for each slice it hands out and the slice for each one given back; the same
-sizes asked and given back in the same order from the same state get the same (page, offset), and
-`retake` takes a trace's slices at those places in one call where they are free
-(`ember/backend/cube/fused/cuda_graphs.py`). Why these rules, with figures: docs/cube.md, "The memory pool".
+*slices* of them; live slices never move. Small allocations come from slab pages of one power-of-two size class, large ones from pages
+managed first-fit with coalescing, sized from the recent requests; empty pages are given back by age,
+by `cleanup()`, or when a new page would take reserved memory past its peak. `deferring()` delays
+releases while a CUDA graph may still write them; `trace` and `retake` let a replay take the same
+slices again. `stats()` reports reserved and in-use bytes and their peaks. The rules and why:
+docs/cube.md, "The memory pool".
 
 Example:
     >>> pool = MemoryPool(allocate=lambda n: bytearray(n), release=lambda page: None)

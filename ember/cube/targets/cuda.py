@@ -1,30 +1,10 @@
 """The CUDA C target: render a kernel as one `extern "C" __global__` function, compiled by NVRTC.
 
-How the launch model maps onto a GPU (no phases as on the C target: the hardware runs units together):
-
-- a **cube** is a thread block, a **unit** a thread: `CUBE_POS_X` is `blockIdx.x`, `UNIT_POS_X` is
-  `threadIdx.x`, `CUBE_COUNT_X` is `gridDim.x`; linear forms are x-fastest, as on every target. The
-  cube shape is baked in (`NU`, `DX`, `DY`, `DZ`) like on the C target, so each CubeDim is its own
-  binary and `__launch_bounds__(NU)` tells the compiler how many registers it may use;
-- **shared memory** arrays are slices of one dynamic `extern __shared__` buffer, so a cube may use
-  more than the 48 KiB a static array is limited to (`shared_bytes` says how much to reserve);
-- `sync_units` is `__syncthreads()`; atomics are `atomicAdd`/`atomicMax`/`atomicMin` (a CAS loop for
-  float max/min);
-- a **plane** is a warp: `PLANE_DIM == 32`, plane reductions are `__shfl_xor_sync` butterflies (a
-  slower lane-by-lane loop when part of the warp is inactive: the last warp of a small cube, or units
-  that returned);
-- **f16/bf16** are stored as 16-bit words and computed in `float`, rounded on store and on casts,
-  as on the C target. The conversions are written here (PTX `cvt` for f16, bit arithmetic for bf16),
-  so NVRTC needs no header at all: the wheel of NVRTC ships none;
-- a **plane group** is a warpgroup (4 warps): `group_mma` is `wgmma.mma_async` reading both operands
-  from shared memory through matrix descriptors (128-byte swizzle), which only sm_90a has
-  (`uses_group_mma` tells the runtime to compile for it); arrays it reads are aligned to 1024 bytes,
-  and `copy_wait` then also fences the landed copies for the tensor cores' (async) proxy;
-- **vector** values (from the vectorize pass) are small structs of lanes; a vector load or store whose
-  address is aligned at run time is one wide memory access (`float4` and friends), else lane by lane.
-
-Math maps onto CUDA's accurate functions (`expf`, `erff`, `rsqrtf`, ...); `fast_math=True` swaps in
-the hardware approximations (`__expf`, `__logf`, `__sinf`, ...) for f32.
+A cube is a thread block, a unit a thread, a plane a warp, a plane group a warpgroup (`group_mma` is
+`wgmma.mma_async`, sm_90a only); shared memory is one dynamic `extern __shared__` buffer; f16/bf16 are
+16-bit words computed in `float`, converted by code written here (NVRTC needs no header). Math maps
+onto CUDA's accurate functions; `fast_math=True` swaps in the hardware approximations for f32. The
+whole mapping is in docs/cube.md, "The CUDA target".
 
 Example:
     >>> source = render(kernel_ir, CubeDim(256))

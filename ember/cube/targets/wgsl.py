@@ -1,33 +1,12 @@
 """The WGSL target: render a kernel as one `@compute` entry point for wgpu (Vulkan, Metal, DX12).
 
-How the launch model maps onto WebGPU:
-
-- a **cube** is a workgroup, a **unit** an invocation: `UNIT_POS_X` is `local_invocation_id.x`,
-  `CUBE_POS_X` is `workgroup_id.x`, `CUBE_COUNT_X` is `num_workgroups.x`; linear forms are x-fastest,
-  as on every target. The cube shape is `@workgroup_size(DX, DY, DZ)`, so each CubeDim is its own
-  pipeline;
-- **arrays** are storage buffers bound in parameter order (`@binding(i)` is the i-th array), all
-  read_write: one memory-pool page may hold several arguments of a launch. The last binding is a uniform "info" buffer of u32 words: for each
-  array its length (`len()`) and the element offset of its first element in the buffer (a strided view
-  with negative strides is uploaded as the span of memory under it), then each scalar parameter's
-  32-bit pattern (`info_layout` says where each word is);
-- **shared memory** is a `var<workgroup>` array, `sync_units` is `workgroupBarrier()`;
-- **atomics** need arrays declared `atomic<i32/u32>`: an array that any atomic touches is declared so,
-  and its plain loads and stores become `atomicLoad`/`atomicStore`. f32 arrays under atomics are
-  `atomic<u32>` holding the float's bits; float add/max/min are compare-exchange loops;
-- **planes** are subgroups when the device has the `subgroup` feature (`subgroupAdd`, ...) and the
-  cube is one-dimensional (naga has no subgroup ids in multi-dimensional workgroups). Otherwise a
-  plane is one unit (`PLANE_DIM == 1`, plane ops are the identity), as on the C target: kernels must
-  read `PLANE_DIM`, never assume a width. (A workgroup-memory emulation would need a barrier, which
-  is only valid where every unit of the cube reaches it; plane ops carry no such rule);
-- **types**: WGSL has f32, i32, u32 and bool (f16 with the `shader-f16` feature). f16 is stored as
-  `f16` and computed in f32, rounded on store and on casts, like the C and CUDA targets. f64, i64,
-  u64, i16, i8, u8, bf16 (and f16 without the feature) are refused with `WgslTargetError` naming the
-  dtype and the adapter. Bool arrays are stored as u32 words holding 0 or 1 (WGSL cannot store bools
-  in buffers): the runtime converts on upload and readback;
-- math that WGSL lacks (`erf`, `expm1`, `log1p`, `log10`, `mulhi`, C-like `pow` of negative bases),
-  or that Vulkan lets be very loose (`asin`, `acos`), is written here as small helper functions,
-  emitted only when a kernel uses them.
+A cube is a workgroup, a unit an invocation; arrays are read_write storage buffers bound in parameter
+order, then one uniform "info" buffer of u32 words (lengths, element offsets, scalar parameters:
+`info_layout`); planes are subgroups where the adapter has them and the cube is one-dimensional, else
+one unit. f16 needs `shader-f16`; f64, i64, u64, i16, i8, u8 and bf16 are refused with
+`WgslTargetError` naming the dtype and the adapter; bool arrays are u32 words. Math WGSL lacks is
+emitted as helper functions only when a kernel uses it. The whole mapping is in docs/cube.md,
+"The WGSL target".
 
 Example:
     >>> source = render(kernel_ir, CubeDim(256))

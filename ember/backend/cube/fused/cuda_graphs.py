@@ -1,10 +1,9 @@
 """Plan replay as CUDA graphs: a fusion plan run for the second time on the same inputs *at the same
 addresses* is captured as a CUDA graph, and its later runs there launch that graph.
 
-`Plan.run` asks its target's `plan_replays()` (`target.py`), which is `replays_for(inner)`: a
-`GraphReplays` where the runtime can capture graphs
-(`CudaRuntime.capture`); it decides per plan and per *key*: the external inputs' shapes, strides,
-dtypes and device addresses, every recorded op's params, and the plan's donation decision.
+`Plan.run` asks its target's `plan_replays()`, a `GraphReplays` where the runtime captures graphs; it
+decides per plan and per *key* (the externals' shapes, strides, dtypes and addresses, the ops' params,
+the plan's donation decision).
 
 - 1st run of a key: plain (`Plan.run(..., graphs=False)`), remembered.
 - 2nd run: captured with the pool's `trace` on, then launched; the graph pins only layout arrays.
@@ -12,10 +11,8 @@ dtypes and device addresses, every recorded op's params, and the plan's donation
   captured place, the graph is launched and its outputs wrapped over those slices (`runtime.over`).
   Otherwise everything is given back and the plan runs plainly (`mismatched`); the graph is dropped
   and the key counts as seen once.
-- A capture that fails, or a trace that gives back memory the run did not take or keeps memory it
-  neither returns nor outputs, runs the plan plainly and refuses that layout for good.
-- Bounds: `PER_PLAN` graphs per plan (LRU), `SEEN` keys remembered, captures within `SPARE` of
-  replays, retried after `RETRY` plain runs. An evicted plan drops its graphs. Thread safe.
+- A failed capture, or a trace that frees or keeps memory the run did not, refuses that layout.
+- Bounds: `PER_PLAN` graphs per plan (LRU), `SEEN` keys, `SPARE`, `RETRY`. Thread safe.
 
 Switch: `[cuda] graphs`, `EMBER_CUDA_GRAPHS=0`, or `replays_for(inner).enabled = False` at run time.
 Why and the details: docs/cuda.md, "Fusion plans as CUDA graphs".

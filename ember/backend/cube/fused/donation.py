@@ -14,11 +14,9 @@ each run, before any step runs. A donor is written over only when:
   the donor, its views (and on the CPU the host pool's buffer) are exactly those the block accounts
   for. A user who kept the old parameter, the old state or a `state_dict` of it gets a new array.
 
-A wrong count can only refuse, never donate wrongly. The decision is part of a step's replay layout
-and of a plan's graph key. The plan passes the donor to the Cube backend as `execute(..., over=donor)`, which
-hands it to the op's forward as `out=` (`ember.kernels.optim.adam_update` takes it).
-Devices without the fusion decorator never donate. A block that fails after it may have written over
-an input is not rerun op by op: its values raise. Why: docs/fusion.md, "Design notes".
+A wrong count can only refuse, never donate wrongly. The plan passes the donor as
+`execute(..., over=donor)`, which reaches the op's forward as `out=`. Devices without fusion never
+donate; a failed block that may have written over an input raises. Why: docs/fusion.md.
 
 Example:
     >>> donations = Donations.of(block, plan.steps, plan.refs)
