@@ -40,7 +40,7 @@ from ..cube.frontend import ArrayRef
 from ..cube.kernel import launch_runtime
 from ..cube.lang import Intrinsic
 from .common import asarray, check_elements, check_size, cube_dtype, empty, grid, result_type
-from .layout import broadcast_layout, merged_operands, offset
+from .layout import broadcast_layout, element_strides, merged_operands, offset, view
 
 UNITS = 256
 MIN_ROW = 64  # a domain whose last dim is at least this long runs line by line (see elementwise_kernel)
@@ -241,46 +241,79 @@ def run_elementwise(program: Program, shape: tuple, arrays: list, runtime=None, 
     is the one a launch on `arrays` runs on (`launch_runtime`). The outputs are allocated beside the
     inputs (`common.empty`): on a device runtime they are its arrays. With `alike`, once one input is
     read through its layout every input of more than one value is (a dense one too): fewer compiled
-    variants of the program (what a lone op, run for many operand layouts, wants).
+    variants of the program (what a lone op, run for many operand layouts, wants). How to launch is
+    worked out once per (program, shape, the inputs' shapes and strides, runtime) (`_Launch`): a lone
+    op's launch costs its host time once, not at every call.
     """
     runtime = runtime or launch_runtime(*arrays)
-    outs = [empty(shape, program.dtype(v).np, *arrays) for v in program.outputs]
-    size = math.prod(shape)
-    if size == 0:
+    key = (program, shape, alike, runtime, *[(a.shape, a.strides) for a in arrays])
+    launch = _LAUNCHES.get(key)
+    if launch is None:
+        if len(_LAUNCHES) >= MAX_LAUNCHES:
+            _LAUNCHES.clear()
+        launch = _LAUNCHES[key] = _Launch(program, shape, arrays, runtime, alike)
+    outs = [empty(shape, dtype, *arrays) for dtype in launch.out_dtypes]
+    if launch.compiled is None:  # nothing to compute
         return outs
-    modes = _flat_modes(shape, arrays)
-    if modes is not None:  # every input dense or one value: read flat (the common case, and cheaper)
-        merged, views = (size,), [_flat(a, 1 if m == SCALAR else size) for a, m in zip(arrays, modes)]
-        layout = np.asarray([size] + [int(m == DENSE) for m in modes], np.int32)
+    if launch.strides is None:
+        views = [_flat(a, n) for a, n in zip(arrays, launch.sizes)]
     else:
-        merged, views = merged_operands(shape, *arrays)
-        modes = read_modes(views, merged)
-        if alike and STRIDED in modes:
-            modes = tuple(SCALAR if m == SCALAR else STRIDED for m in modes)
-        layout = broadcast_layout(merged, *views)
-    rank = max(len(merged), 1)
-    target = runtime.target
-    lines = size // merged[-1]
-    walk = target in WALK_TARGETS and lines >= WALK_MIN_LINES
-    rows = rank > 1 and STRIDED in modes and merged[-1] >= MIN_ROW
-    walk = walk and rows
-    # line by line takes a cube row per line: more lines than a grid dimension holds (CUDA, WGSL: 65535)
-    # fold into a third dimension (`tall`)
-    tall = rows and not walk and lines > MAX_GRID
-    modes = line_modes(modes, views) if rows else modes
-    per = PER_UNIT.get(target, 1)
-    dim = cube.CubeDim(MIN_ROW if walk else UNITS)
-    compiled = compiled_kernel(("ew", program, rank, modes, rows, per, walk, tall),
-                                lambda: elementwise_kernel(program, rank, modes, rows, per, walk, tall), dim, runtime)
-    if walk:
-        count = cube.CubeCount(lines)
-    elif rows:
-        z = -(-lines // MAX_GRID)
-        count = cube.CubeCount(-(-merged[-1] // (UNITS * per)), -(-lines // z), z)
-    else:
-        count, _ = grid(-(-size // per), UNITS)
-    runtime.run(compiled, count, (*views, *(_flat(o, o.size) for o in outs), layout, size))
+        views = [view(a, launch.merged, st) for a, st in zip(arrays, launch.strides)]
+    runtime.run(launch.compiled, launch.count, (*views, *(_flat(o, launch.size) for o in outs), launch.layout, launch.size))
     return outs
+
+
+_LAUNCHES: dict = {}
+MAX_LAUNCHES = 4096  # launch set-ups kept (a model's lone ops need a few hundred); past it, start over
+
+
+class _Launch:
+    """How `run_elementwise` launches a program on inputs of given shapes and strides: the compiled
+    kernel, its cube count and layout argument, and how each input is viewed (flat: `sizes`; through
+    its merged layout: `merged` and `strides`)."""
+
+    __slots__ = ("out_dtypes", "size", "compiled", "count", "layout", "sizes", "merged", "strides")
+
+    def __init__(self, program: Program, shape: tuple, arrays: list, runtime, alike: bool) -> None:
+        self.out_dtypes = [program.dtype(v).np for v in program.outputs]
+        self.size = size = math.prod(shape)
+        self.compiled = self.strides = None
+        if size == 0:
+            return
+        modes = _flat_modes(shape, arrays)
+        if modes is not None:  # every input dense or one value: read flat (the common case, and cheaper)
+            merged, self.sizes = (size,), [1 if m == SCALAR else size for m in modes]
+            views = [_flat(a, n) for a, n in zip(arrays, self.sizes)]
+            self.layout = np.asarray([size] + [int(m == DENSE) for m in modes], np.int32)
+        else:
+            merged, views = merged_operands(shape, *arrays)
+            self.strides = [element_strides(v) for v in views]
+            modes = read_modes(views, merged)
+            if alike and STRIDED in modes:
+                modes = tuple(SCALAR if m == SCALAR else STRIDED for m in modes)
+            self.layout = broadcast_layout(merged, *views)
+        self.merged = merged
+        rank = max(len(merged), 1)
+        target = runtime.target
+        lines = size // merged[-1]
+        rows = rank > 1 and STRIDED in modes and merged[-1] >= MIN_ROW
+        walk = rows and target in WALK_TARGETS and lines >= WALK_MIN_LINES
+        # line by line takes a cube row per line: more lines than a grid dimension holds (CUDA, WGSL:
+        # 65535) fold into a third dimension (`tall`)
+        tall = rows and not walk and lines > MAX_GRID
+        modes = line_modes(modes, views) if rows else modes
+        per = PER_UNIT.get(target, 1)
+        dim = cube.CubeDim(MIN_ROW if walk else UNITS)
+        self.compiled = compiled_kernel(("ew", program, rank, modes, rows, per, walk, tall),
+                                        lambda: elementwise_kernel(program, rank, modes, rows, per, walk, tall),
+                                        dim, runtime)
+        if walk:
+            self.count = cube.CubeCount(lines)
+        elif rows:
+            z = -(-lines // MAX_GRID)
+            self.count = cube.CubeCount(-(-merged[-1] // (UNITS * per)), -(-lines // z), z)
+        else:
+            self.count, _ = grid(-(-size // per), UNITS)
 
 
 def _flat(a, n: int):

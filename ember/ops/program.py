@@ -27,6 +27,12 @@ class Program:
     steps: tuple
     outputs: tuple
 
+    def __post_init__(self) -> None:  # hashed at every launch (a kernel cache key): once is enough
+        object.__setattr__(self, "_hash", hash((self.inputs, self.steps, self.outputs)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
     def dtype(self, value: int) -> DType:
         return self.inputs[value] if value < len(self.inputs) else self.steps[value - len(self.inputs)][3]
 

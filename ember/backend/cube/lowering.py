@@ -76,16 +76,16 @@ def _elementwise(name: str) -> Callable:
     programs: dict = {}  # (input dtypes, params, output dtype) -> (the one-step program, widened)
 
     def run(out: Aval, *arrays: np.ndarray, **params) -> np.ndarray:
-        dtypes = tuple(cube_dtype(a.dtype) for a in arrays)
-        key = (dtypes, tuple(params.values()), out.dtype)
+        key = (*[a.dtype for a in arrays], *params.values(), out.dtype)
         found = programs.get(key)
         if found is None:
+            dtypes = tuple(cube_dtype(a.dtype) for a in arrays)
             if row is not None and not row.computes(dtypes[-1]):
                 raise Unlowered(f"{name} of {dtypes[-1].name}: its kernel does not compute that dtype")
             wide = name != "cast" and any(d in _WIDE for d in dtypes)
             ins = tuple(_WIDE.get(d, d) for d in dtypes) if wide else dtypes
             result = _WIDE.get(out.dtype, out.dtype) if wide else out.dtype
-            step = (name, key[1], tuple(range(len(arrays))), result)
+            step = (name, tuple(params.values()), tuple(range(len(arrays))), result)
             found = programs[key] = Program(ins, (step,), (len(arrays),)), wide
         program, wide = found
         if wide:
