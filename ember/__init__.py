@@ -55,6 +55,8 @@ from .api.dlpack import from_dlpack
 from .api.shape import meshgrid, cartesian_prod
 from .api.statistics import unique, unique_consecutive, bincount, histc, searchsorted, bucketize
 from .api.distance import cdist
+from .api.quantize import QTensor, quantize, dequantize, fake_quantize
+from .qscheme import qtype
 from . import debug  # noqa: E402  (ember.debug.explain, fusion_stats, set_fusion)
 from .extension import backend_extension
 from .api.checkpoint import checkpoint

@@ -64,6 +64,11 @@ class ConfigError(EmberError, ValueError):
     """A bad `ember.toml` key or value, or a bad `EMBER_*` variable; names the key and the file."""
 
 
+class QuantSchemeError(EmberError, ValueError):
+    """A quantization scheme that cannot be built, or that does not fit a tensor; names the scheme and,
+    where a tensor is involved, its shape."""
+
+
 class DomainError(EmberError, ValueError):
     """An argument outside the values an op is defined for (a distribution's scale <= 0, a probability
     above 1); the message names the op, the argument, the constraint and the values that break it."""

@@ -26,6 +26,7 @@ import itertools
 from collections import OrderedDict
 from typing import Any, Callable, Iterator, NamedTuple
 
+from ..api.quantize import QTensor, quantize
 from ..errors import DTypeError, ShapeError
 from ..tensor import Tensor, device_and_dtype
 from .param import Param, ParamGroup
@@ -147,11 +148,12 @@ class Module:
         return [p for _, p in self.named_parameters()]
 
     def named_buffers(self, prefix: str = "") -> Iterator[tuple[str, Tensor]]:
-        """(dotted name, tensor) of every buffer: tensors that are not parameters."""
+        """(dotted name, tensor) of every buffer: tensors that are not parameters, and quantized
+        tensors (`QTensor`, frozen quantized weights)."""
         for name, value in self._entries():
             if isinstance(value, Param):
                 continue
-            if isinstance(value, Tensor):
+            if isinstance(value, (Tensor, QTensor)):
                 yield prefix + name, value
             elif isinstance(value, Module):
                 yield from value.named_buffers(prefix + name + ".")
@@ -216,7 +218,7 @@ class Module:
     def _replace_buffers(self, fn: Callable[[Tensor], Tensor]) -> None:
         for module_name, module in self.named_modules():
             for name, value in list(vars(module).items()):
-                if isinstance(value, Tensor) and not isinstance(value, Param):
+                if isinstance(value, (Tensor, QTensor)) and not isinstance(value, Param):
                     setattr(module, name, fn(value))
                 elif isinstance(value, (list, tuple, dict)):
                     setattr(module, name, _map_container(value, fn))
@@ -359,7 +361,7 @@ def _prefixed(module: Module, name: str) -> Iterator[tuple[str, Module]]:
 
 
 def _flatten(name: str, value) -> Iterator[tuple[str, Any]]:
-    if isinstance(value, (Module, Tensor)):
+    if isinstance(value, (Module, Tensor, QTensor)):
         yield name, value
     elif isinstance(value, (list, tuple)):
         for i, item in enumerate(value):
@@ -388,9 +390,16 @@ def _rebuilt(value: tuple, items: list) -> tuple:
     return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
 
 
-def _as_tensor(value, like: Tensor) -> Tensor:
+def _as_tensor(value, like: Tensor | QTensor) -> Tensor | QTensor:
     from ..api.creation import from_numpy
     import numpy as np
+    if isinstance(like, QTensor):  # a quantized buffer takes a quantized value, or quantizes a float one
+        if not isinstance(value, QTensor):
+            value = value if isinstance(value, Tensor) else from_numpy(np.asarray(value), like.device.inner)
+            value = quantize(value, like.scheme)
+        return value.to(like.device)
+    if isinstance(value, QTensor):  # a quantized file loads into a float model dequantized
+        value = value.dequantize()
     if not isinstance(value, Tensor):
         value = from_numpy(np.asarray(value), like.device.inner)
     # A loaded value is data: a tensor with gradient history must not carry it into a buffer.

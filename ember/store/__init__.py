@@ -5,7 +5,9 @@ A *state* is `dict[str, numpy.ndarray]` (bf16 through `ml_dtypes.bfloat16`) and 
 bytes when reading, then its extension): `.ember` native, `.safetensors`, `.pt`/`.pth`/`.bin`
 PyTorch, and, for reading, the `.json` index of a sharded checkpoint. Loaded arrays are read-only
 views of the memory-mapped file unless `mmap=False`. `ember.store.remap` renames, selects, casts and
-transforms states to fit a model. `save_module` and `load_module` (`ember.store.module`) save a
+transforms states to fit a model. A state may hold quantized tensors (`QTensor`): native and safetensors
+files store their parts as entries `key:values`, `key:scales`, ... with the scheme in the metadata
+(`ember.store.quantized`), and `load` returns them joined. `save_module` and `load_module` (`ember.store.module`) save a
 `Module` and load a file into one, PyTorch state dicts included (`adapter="pytorch"`).
 
 Example:
@@ -28,6 +30,7 @@ from ..errors import StoreError
 from . import remap
 from .formats import EXTENSIONS, FORMAT_NAMES, detect_format
 from .native import load_native, save_native
+from .quantized import join as _join_quantized, split as _split_quantized
 from .safetensors import load_safetensors, save_safetensors
 from .sharded import load_sharded
 from .torch_pickle import load_torch
@@ -55,7 +58,11 @@ def save(path: str | os.PathLike, state: Mapping[str, np.ndarray], metadata: Map
         raise StoreError(f"{os.fspath(path)}: ember reads sharded checkpoints but writes single files")
     if fmt not in _SAVERS:
         raise StoreError(f"{os.fspath(path)}: unknown format {fmt!r}; expected one of {', '.join(FORMAT_NAMES)}")
-    _SAVERS[fmt](path, state, metadata)
+    state, quantized = _split_quantized(state)
+    if quantized and fmt == "torch":
+        raise StoreError(f"{os.fspath(path)}: quantized tensors ({', '.join(quantized)}) are saved in native "
+                         f"or safetensors files (PyTorch files hold no metadata for their schemes)")
+    _SAVERS[fmt](path, state, {**(metadata or {}), **quantized} if quantized else metadata)
 
 
 def load(path: str | os.PathLike, format: str | None = None, *, mmap: bool = True, key: str | None = None,
@@ -90,6 +97,7 @@ def load(path: str | os.PathLike, format: str | None = None, *, mmap: bool = Tru
         state, metadata = load_sharded(path, mmap=mmap)
     else:
         raise StoreError(f"{os.fspath(path)}: unknown format {fmt!r}; expected one of {', '.join(FORMAT_NAMES)}")
+    state, metadata = _join_quantized(path, state, metadata)
     if prefix is not None:
         state = remap.select(state, prefix=prefix, strip=True)
     if rename:

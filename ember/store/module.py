@@ -29,6 +29,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from .. import __version__
+from ..api.quantize import QTensor
 from ..dtype import DType
 from ..errors import ShapeError, StoreError
 from ..nn.attention import MultiHeadAttention
@@ -47,13 +48,15 @@ CLASS_KEY = "ember.module"
 
 
 def module_state(module: Module) -> State:
-    """Every parameter and buffer of `module` as a host array, by dotted name (`Module.state_dict`).
+    """Every parameter and buffer of `module` as a host array (a quantized weight as its `QTensor`), by
+    dotted name (`Module.state_dict`).
 
     Example:
         >>> module_state(Linear(2, 3))["weight"].shape
         (3, 2)
     """
-    return {name: np.asarray(tensor.numpy()) for name, tensor in module.state_dict().items()}
+    return {name: tensor if isinstance(tensor, QTensor) else np.asarray(tensor.numpy())
+            for name, tensor in module.state_dict().items()}
 
 
 def save_module(module: Module, path: str | os.PathLike, metadata: Mapping[str, str] | None = None,

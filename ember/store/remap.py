@@ -93,6 +93,9 @@ def cast(state: Mapping[str, np.ndarray], to: str | DType | Mapping[str | DType,
         table = {d.np: target for d in FLOATS}
     out: State = {}
     for key, array in state.items():
+        if not isinstance(array, np.ndarray):  # a quantized tensor keeps its scheme
+            out[key] = array
+            continue
         target = table.get(array.dtype.newbyteorder("="))
         out[key] = array if target is None or array.dtype == target else array.astype(target)
     return out

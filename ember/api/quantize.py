@@ -1,0 +1,340 @@
+"""Quantized tensors: `QTensor` (ordinary tensors + a scheme + the logical shape, QUANT_CONTRACT.md),
+`quantize`, `dequantize` and `fake_quantize`, composed of ember ops (reductions, round, clamp, where,
+casts, shifts and masks, a gather from the code table), so they run, fuse and differentiate on every
+device. They compute exactly what `ember.qscheme.reference` computes (docs/quantization.md): codes
+equal, dequantized values equal. Floating codes (fp8, fp4) are made without bit casts: a value's
+exponent comes from a binary search of exact power-of-two comparisons, its mantissa from `round`.
+
+Example:
+    >>> q = ember.randn(4, 64).quantize(ember.quant.int4(block=32))
+    >>> q.shape, q.nbytes, q.dequantize().dtype
+    ((4, 64), 160, f32)
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..dtype import f32, i32, u8, dtype_of
+from ..errors import QuantSchemeError
+from ..qscheme import DOUBLE_QUANT_BLOCK, QType, QuantScheme, qtype, reference
+from ..tensor import Tensor, from_host
+from .creation import zeros
+from .math import where
+from .shape import pad, stack
+
+__all__ = ["QTensor", "quantize", "dequantize", "fake_quantize"]
+
+
+class QTensor:
+    """A quantized tensor: `parts` (uint8 `values`, `scales`, and `zeros`, `scales2`, `offset` where the
+    scheme has them), its `scheme` and logical `shape`. Immutable; `to(device)` moves every part."""
+
+    __slots__ = ("scheme", "shape", "parts")
+
+    def __init__(self, scheme: QuantScheme, shape: tuple[int, ...], parts: dict[str, Tensor]) -> None:
+        shape = tuple(int(n) for n in shape)
+        scheme.check(shape)
+        expected = scheme.parts(shape)
+        if set(parts) != set(expected):
+            raise QuantSchemeError(f"{scheme}: a tensor of shape {shape} has parts {sorted(expected)}, "
+                                   f"got {sorted(parts)}")
+        for name, part in parts.items():
+            dtype = _part_dtype(scheme, name)
+            if tuple(part.shape) != expected[name] or part.dtype != dtype:
+                raise QuantSchemeError(f"{scheme}: part {name!r} of a tensor of shape {shape} must be "
+                                       f"{dtype} of shape {expected[name]}, got {part.dtype} of shape "
+                                       f"{tuple(part.shape)}")
+        self.scheme, self.shape, self.parts = scheme, shape, dict(parts)
+
+    @property
+    def dtype(self) -> QType:
+        return qtype(self.scheme)
+
+    @property
+    def device(self):
+        return self.parts["values"].device
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes its parts hold."""
+        return sum(p.numel * p.dtype.itemsize for p in self.parts.values())
+
+    def to(self, device) -> "QTensor":
+        """The same quantized tensor on `device` (a quantized tensor is not cast: dequantize it)."""
+        return QTensor(self.scheme, self.shape, {k: v.to(device) for k, v in self.parts.items()})
+
+    def detach(self) -> "QTensor":
+        return self
+
+    def dequantize(self, dtype=f32) -> Tensor:
+        """The values it stands for, as `dtype` (computed in f32)."""
+        return dequantize(self, dtype)
+
+    def float_scales(self) -> Tensor:
+        """The f32 scales (double quantization undone; UE8M0 exponents made powers of two)."""
+        return _float_scales(self)
+
+    def kernel_args(self) -> dict:
+        """What the quantized matmul takes for this tensor as its weight (QUANT_CONTRACT.md): values,
+        scales (UE8M0 kept, double quantization undone), zeros, code, block, k."""
+        rows, k = self.scheme.storage(self.shape)
+        scales = self.parts["scales"] if self.scheme.param == "ue8m0" else _float_scales(self)
+        return {"values": self.parts["values"], "scales": scales, "zeros": self.parts.get("zeros"),
+                "code": self.scheme.code, "block": self.scheme.block_for(k), "k": k}
+
+    def __repr__(self) -> str:
+        return (f"QTensor(shape={self.shape}, scheme={self.scheme}, device={self.device!r}, "
+                f"nbytes={self.nbytes})")
+
+
+def _part_dtype(scheme: QuantScheme, name: str):
+    if name == "scales" and (scheme.param == "ue8m0" or scheme.double_quant):
+        return u8
+    return {"values": u8, "zeros": u8, "scales2": f32, "offset": f32}.get(name) or scheme.scale_dtype
+
+
+_CONSTANTS: dict[tuple, Tensor] = {}
+
+
+def _constant(key: tuple, make, device) -> Tensor:
+    """A constant host table `make()` on `device`, uploaded once per (key, device)."""
+    hit = _CONSTANTS.get((key, device))
+    if hit is None:
+        hit = _CONSTANTS[(key, device)] = from_host(np.ascontiguousarray(make()), device)
+    return hit
+
+
+def _lookup(table: Tensor, codes: Tensor) -> Tensor:
+    """`table[codes]` for integer codes of any shape."""
+    return table.index_select(0, codes.reshape(-1)).reshape(codes.shape)
+
+
+# ---- layout ----------------------------------------------------------------------------------------
+
+def _to_storage(x: Tensor, scheme: QuantScheme) -> Tensor:
+    rows, k = scheme.storage(x.shape)
+    if scheme.level == "channel":
+        x = x.movedim(scheme.axis, 0)
+    return x.reshape(rows + (k,))
+
+
+def _from_storage(y: Tensor, scheme: QuantScheme, shape: tuple[int, ...]) -> Tensor:
+    if scheme.level != "channel":
+        return y.reshape(shape)
+    axis = scheme.axis % len(shape)
+    return y.reshape((shape[axis],) + shape[:axis] + shape[axis + 1:]).movedim(0, axis)
+
+
+def _blocks(xs: Tensor, block: int) -> Tensor:
+    """(..., K) -> (..., nb, block), padded with the value 0."""
+    k = xs.shape[-1]
+    nb = -(-k // block)
+    return pad(xs, (0, nb * block - k)).reshape(xs.shape[:-1] + (nb, block))
+
+
+def _pack(codes: Tensor, bits: int) -> Tensor:
+    """i32 codes (..., K) into uint8 bytes (..., ceil(K * bits / 8)), low bits first."""
+    per = 8 // bits
+    if per == 1:
+        return codes.cast(u8)
+    k = codes.shape[-1]
+    groups = pad(codes, (0, -(-k // per) * per - k)).reshape(codes.shape[:-1] + (-1, per))
+    byte = groups[..., 0]
+    for j in range(1, per):
+        byte = byte | (groups[..., j] << (bits * j))
+    return byte.cast(u8)
+
+
+def _unpack(values: Tensor, bits: int, k: int) -> Tensor:
+    """uint8 bytes (..., n) into i32 codes (..., k)."""
+    v = values.cast(i32)
+    per = 8 // bits
+    if per == 1:
+        return v
+    mask = 2 ** bits - 1
+    codes = stack([(v >> (bits * j)) & mask for j in range(per)], dim=-1)
+    return codes.reshape(values.shape[:-1] + (-1,))[..., :k]
+
+
+# ---- floating codes without bit casts ---------------------------------------------------------------
+
+def _exponent(a: Tensor, low: int, high: int) -> tuple[Tensor, Tensor, Tensor]:
+    """(e, r, 2^-e) for normal a > 0 with 2^low <= a < 2^(high + 1): e = floor(log2 a), r = a * 2^-e in
+    [1, 2). A binary search of exact comparisons and power-of-two products (no log2, no bit cast)."""
+    r, e, inv = a, a.zeros_like(), a.ones_like()
+    for s in _steps(high):
+        c = r >= 2.0 ** s
+        r, e, inv = where(c, r * 2.0 ** -s, r), where(c, e + s, e), where(c, inv * 2.0 ** -s, inv)
+    for s in _steps(-low):
+        c = r < 2.0 ** (1 - s)
+        r, e, inv = where(c, r * 2.0 ** s, r), where(c, e - s, e), where(c, inv * 2.0 ** s, inv)
+    return e, r, inv
+
+
+def _steps(span: int) -> list[int]:
+    """Powers of two, largest first, whose greedy sum reaches any of 0..span."""
+    return [2 ** j for j in reversed(range(max(span, 0).bit_length()))]
+
+
+def _float_codes(y: Tensor, value: str) -> Tensor:
+    """The OCP bit patterns (i32) of f32 `y` rounded to nearest even into the fp8/fp4 type `value`,
+    saturated to its largest finite; a zero encodes as +0."""
+    _, top, emin, mbits = reference.FLOAT_CODES[value]
+    emax = math.floor(math.log2(top))
+    a = y.abs().clamp(max=top)
+    e, r, _ = _exponent(a.clamp(min=2.0 ** emin), emin, emax)
+    r = where(a >= 2.0 ** emin, r, a * 2.0 ** -emin)
+    code = (r * 2.0 ** mbits).round() + (e - emin) * 2.0 ** mbits
+    sign = 8 if value == "fp4_e2m1" else 128
+    return where(y < 0, code + sign, code).cast(i32)
+
+
+# ---- quantize and dequantize -------------------------------------------------------------------------
+
+def quantize(x: Tensor, scheme: QuantScheme, scales: Tensor | float | None = None,
+             zeros_: Tensor | int | None = None) -> QTensor:
+    """`x` quantized with `scheme`. `scales` (and for affine schemes `zeros_`, in code units) fix the
+    scales instead of taking them from `x` (static activation quantization: per-tensor calibrated
+    ranges); otherwise they are the abs-max (affine: min/max) rule of the scheme."""
+    if not isinstance(scheme, QuantScheme):
+        raise TypeError(f"quantize: expected a QuantScheme (ember.quant.int8(), ...), got {type(scheme).__name__}")
+    if not x.dtype.is_float:
+        raise QuantSchemeError(f"{scheme}: quantize takes a float tensor, got {x.dtype} of shape {x.shape}")
+    shape = tuple(x.shape)
+    scheme.check(shape)
+    device = x.device.inner
+    x = x.detach().to(device).cast(f32)
+    expected = scheme.parts(shape)
+    if x.numel == 0:
+        return QTensor(scheme, shape, {n: zeros(s, dtype=_part_dtype(scheme, n), device=device)
+                                       for n, s in expected.items()})
+    xs = _to_storage(x, scheme)
+    k = xs.shape[-1]
+    blocks = _blocks(xs, scheme.block_for(k))
+    stat_shape = (1,) * blocks.ndim if scheme.level == "tensor" else blocks.shape[:-1] + (1,)
+    source = blocks.reshape(1, -1) if scheme.level == "tensor" else blocks
+
+    def stat(t: Tensor, fn: str) -> Tensor:
+        return getattr(t, fn)(-1, keepdim=True).reshape(stat_shape)
+
+    parts: dict[str, Tensor] = {}
+    if scheme.param == "ue8m0":
+        absmax = stat(source.abs(), "amax")
+        e, _, inv = _exponent(absmax.clamp(min=2.0 ** -125), -125, 127)
+        codes = _float_codes(blocks * (inv * 2.0 ** reference.MX_ELEMENT_EMAX), scheme.value)
+        parts["scales"] = (e + (127 - reference.MX_ELEMENT_EMAX)).cast(u8)
+    else:
+        if scales is not None:
+            scale = _given(scales, stat_shape, device)
+            lo = None if scheme.mode != "affine" else (
+                -_given(zeros_, stat_shape, device) * scale if zeros_ is not None else None)
+        elif scheme.mode == "affine":
+            lo, hi = stat(source, "amin").clamp(max=0), stat(source, "amax").clamp(min=0)
+            scale = (hi - lo) / float(scheme.qrange[1])
+        else:
+            top = {"nf4": 1.0}.get(scheme.value, reference.FLOAT_CODES.get(scheme.value, (0, scheme.qrange[1]))[1])
+            scale = stat(source.abs(), "amax") / float(top)
+        scale = scale.cast(scheme.scale_dtype).cast(f32)
+        inv = where(scale > 0, scale.reciprocal(), 0.0)
+        y = blocks * inv
+        if scheme.is_int:
+            qlo, qhi = scheme.qrange
+            zero = 0.0
+            if scheme.mode == "affine":
+                zero = (_given(zeros_, stat_shape, device) if zeros_ is not None else
+                        (-lo * inv).round().clamp(qlo, qhi))
+                parts["zeros"] = zero.cast(u8)
+            c = (y.round() + zero).clamp(qlo, qhi)
+            codes = where(c < 0, c + 2.0 ** scheme.bits, c).cast(i32)
+        elif scheme.value == "nf4":
+            mids = _constant(("nf4 midpoints",), lambda: reference.NF4_MIDPOINTS, device)
+            codes = (y.unsqueeze(-1) > mids).cast(i32).sum(-1)
+        else:
+            codes = _float_codes(y, scheme.value)
+        parts["scales"] = scale.cast(scheme.scale_dtype)
+    codes = codes.reshape(blocks.shape[:-2] + (-1,))[..., :k]
+    out = {"values": _pack(codes, scheme.bits)}
+    out.update({n: p.reshape(expected[n]) for n, p in parts.items()})
+    if scheme.double_quant:
+        out.update(_double_quantize(out["scales"]))
+    return QTensor(scheme, shape, out)
+
+
+def _given(value, shape: tuple[int, ...], device) -> Tensor:
+    """A fixed scale or zero point (a number or a tensor of one entry per scale) shaped `shape`."""
+    if not isinstance(value, Tensor):
+        return from_host(np.full(shape, value, np.float32), device)
+    return value.detach().to(device).cast(f32).reshape(shape)
+
+
+def _double_quantize(scales: Tensor) -> dict[str, Tensor]:
+    """NF4's second level: the scales less their midrange, int8 codes per block of 256."""
+    flat = scales.reshape(-1)
+    offset = ((flat.amax(0, keepdim=True) + flat.amin(0, keepdim=True)) * 0.5)
+    blocks = _blocks((flat - offset).reshape(1, -1), DOUBLE_QUANT_BLOCK)[0]
+    scale2 = blocks.abs().amax(-1, keepdim=True) / 127.0
+    c = (blocks * where(scale2 > 0, scale2.reciprocal(), 0.0)).round().clamp(-127, 127)
+    codes = where(c < 0, c + 256.0, c).cast(u8).reshape(-1)[:flat.numel]
+    return {"scales": codes.reshape(scales.shape), "scales2": scale2.reshape(-1), "offset": offset}
+
+
+def _float_scales(q: QTensor) -> Tensor:
+    scheme, scales = q.scheme, q.parts["scales"]
+    if scheme.param == "ue8m0":
+        return _lookup(_constant(("ue8m0",), reference.ue8m0_values, scales.device), scales.cast(i32))
+    if not scheme.double_quant:
+        return scales.cast(f32)
+    n = scales.numel
+    int8 = _constant(("int8",), lambda: reference.code_values(QuantScheme("int8")), scales.device)
+    codes = _lookup(int8, scales.cast(i32).reshape(-1))
+    per_code = q.parts["scales2"].reshape(-1, 1).expand(-1, DOUBLE_QUANT_BLOCK).reshape(-1)[:n]
+    return (codes * per_code + q.parts["offset"]).reshape(scales.shape)
+
+
+def dequantize(q: QTensor, dtype=f32) -> Tensor:
+    """The tensor `q` stands for, as `dtype` (computed in f32: `scale * (code_value - zero)`)."""
+    scheme, dtype = q.scheme, dtype_of(dtype)
+    if q.numel == 0:
+        return zeros(q.shape, dtype=dtype, device=q.device)
+    rows, k = scheme.storage(q.shape)
+    table = _constant((scheme.value, scheme.mode), lambda: reference.code_values(scheme), q.device)
+    values = _lookup(table, _unpack(q.parts["values"], scheme.bits, k))
+    scales = _float_scales(q)
+    zero = q.parts["zeros"].cast(f32) if "zeros" in q.parts else None
+    if scheme.level == "tensor":
+        out = scales * (values - zero) if zero is not None else scales * values
+    else:
+        block = scheme.block_for(k)
+        blocks = _blocks(values, block)
+        scale = scales.unsqueeze(-1)
+        out = scale * (blocks - zero.unsqueeze(-1)) if zero is not None else scale * blocks
+        out = out.reshape(rows + (-1,))[..., :k]
+    return _from_storage(out, scheme, q.shape).cast(dtype)
+
+
+def fake_quantize(x: Tensor, scheme: QuantScheme) -> Tensor:
+    """`dequantize(quantize(x))` in `x`'s dtype with a straight-through gradient (the identity), for
+    quantization-aware training."""
+    y = dequantize(quantize(x, scheme), x.dtype).to(x.device)
+    if not x.requires_grad:
+        return y
+    return y + (x - x.detach())
+
+
+def _tensor_quantize(self: Tensor, scheme: QuantScheme) -> QTensor:
+    """This tensor quantized with `scheme` (`ember.quantize`)."""
+    return quantize(self, scheme)
+
+
+METHODS = {"quantize": _tensor_quantize, "fake_quantize": fake_quantize}
