@@ -57,7 +57,8 @@ class QuantParts(NamedTuple):
 
 @functools.cache
 def _reader_class() -> type:
-    """gguf's reader, made to check each tensor's type, row size and extent before it maps it."""
+    """gguf's reader, made to check each read against the file's end, and each tensor's type, row size
+    and extent before it maps it."""
     try:
         import gguf
     except ImportError:
@@ -67,6 +68,13 @@ def _reader_class() -> type:
         def __init__(self, path: str | os.PathLike) -> None:
             self.path = os.fspath(path)  # for the messages of the checks the constructor runs
             super().__init__(path)
+
+        def _get(self, offset: int, dtype: Any, count: int = 1, override_order: Any = None) -> np.ndarray:
+            end = offset + np.dtype(dtype).itemsize * int(count)
+            if end > len(self.data):  # gguf would read short and fail later in NumPy
+                raise StoreError(f"{self.path}: truncated GGUF header: it needs bytes {offset}..{end} but "
+                                 f"the file has {len(self.data)}")
+            return super()._get(offset, dtype, count, override_order)
 
         def _build_tensors(self, start_offs: int, fields: list) -> None:
             for field in fields:
@@ -104,14 +112,15 @@ def _open(path: str | os.PathLike) -> Any:
     name = os.fspath(path)
     with open(path, "rb") as f:
         head = f.read(4)
-        size = os.fstat(f.fileno()).st_size
     if head != MAGIC:
         raise StoreError(f"{name}: not a GGUF file: it starts with {brief(head)}, not {MAGIC!r}")
     reader_class = _reader_class()
     try:
         reader = reader_class(path)
+    except StoreError:
+        raise
     except _READ_ERRORS as e:
-        raise StoreError(f"{name}: damaged or truncated GGUF header ({size} bytes): {e}") from None
+        raise StoreError(f"{name}: damaged GGUF header: {e}") from None
     if reader.byte_order != "I":
         raise StoreError(f"{name}: a big-endian GGUF file; ember reads little-endian ones")
     return reader
