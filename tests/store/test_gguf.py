@@ -226,3 +226,25 @@ def test_missing_package_names_the_extra(tmp_path, monkeypatch):
             read_gguf(tmp_path / "m.gguf")
     finally:
         ember_gguf._reader_class.cache_clear()
+
+
+def test_every_truncation_and_header_byte_edit_loads_or_raises_store_error(tmp_path):
+    rng = np.random.default_rng(3)
+    write(tmp_path / "m.gguf", {"a": ("Q4_0", random_blocks(rng, "Q4_0", (3, 32))), "b": ("F16", plain(rng, "F16", (5,)))},
+          {"tokenizer.ggml.tokens": ["x", "yz"], "llama.block_count": 2})
+    data = (tmp_path / "m.gguf").read_bytes()
+    whole, _ = read_gguf(tmp_path / "m.gguf", mmap=False)
+    header_end = data.find(b"b") + 40  # the tensor infos end soon after the last name
+    edits = []
+    for _ in range(300):
+        edit = bytearray(data)
+        edit[rng.integers(4, header_end)] = rng.integers(0, 256)
+        edits.append(bytes(edit))
+    for i, content in enumerate([data[:n] for n in range(len(data))] + edits):
+        (tmp_path / "d.gguf").write_bytes(content)
+        try:
+            state, _ = read_gguf(tmp_path / "d.gguf")
+        except StoreError:
+            continue
+        if i < len(data):  # a cut in the padding after the last tensor loses nothing
+            assert {k: v.tobytes() for k, v in state.items()} == {k: v.tobytes() for k, v in whole.items()}, i
