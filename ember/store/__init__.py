@@ -39,8 +39,8 @@ from .module import save_module, load_module, from_pytorch
 
 __all__ = [
     "save", "load", "save_native", "load_native", "save_safetensors", "load_safetensors", "save_torch",
-    "load_torch", "load_sharded", "read_gguf", "load_gguf", "remap", "EXTENSIONS", "FORMAT_NAMES", "save_module", "load_module",
-    "from_pytorch",
+    "load_torch", "load_sharded", "read_gguf", "load_gguf", "remap", "EXTENSIONS", "FORMAT_NAMES", "save_module",
+    "load_module", "from_pytorch",
 ]
 
 _SAVERS = {"native": save_native, "safetensors": save_safetensors, "torch": save_torch}

@@ -1,7 +1,8 @@
 """Which file format a path holds: by its first bytes, else by its extension.
 
-`.json` is the index of a sharded checkpoint (`model.safetensors.index.json`); `.gguf` (llama.cpp) is read only. Content wins over the name (a `.bin` that is really safetensors loads as safetensors); the extension
-decides only when the bytes say nothing, and chooses the format for files about to be written.
+`.json` is the index of a sharded checkpoint (`model.safetensors.index.json`); `.gguf` (llama.cpp) is
+read only. Content wins over the name (a `.bin` that is really safetensors loads as safetensors); the
+extension decides only when the bytes say nothing, and chooses the format for files about to be written.
 
 Example:
     >>> format_for_extension("model.safetensors")

@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..api.creation import from_numpy
-from ..dtype import DType, bf16
+from ..dtype import DType, dtype_of
 from ..errors import StoreError, brief
 from ..tensor import Tensor
 from . import ggml_blocks, remap
@@ -37,8 +37,9 @@ __all__ = ["read_gguf", "load_gguf", "QuantParts", "SUPPORTED", "MAGIC", "INSTAL
 
 MAGIC = b"GGUF"
 INSTALL = "pip install 'ember[gguf]'"
-_PLAIN = {"F32": np.float32, "F16": np.float16, "BF16": bf16.np, "F64": np.float64, "I8": np.int8,
-          "I16": np.int16, "I32": np.int32, "I64": np.int64}
+# ggml type -> ember dtype, for the types stored as plain elements
+_PLAIN = {"F32": "f32", "F16": "f16", "BF16": "bf16", "F64": "f64", "I8": "i8", "I16": "i16", "I32": "i32",
+          "I64": "i64"}
 SUPPORTED = (*_PLAIN, *ggml_blocks.BLOCKS)
 _RAW = {"Q8_0": "int8", "Q4_0": "int4"}  # ggml type -> the quantized-tensor code its parts hold
 # what a damaged header makes gguf's reader raise: short reads, bad enum values, undecodable names
@@ -138,7 +139,7 @@ def _array(tensor: Any, raw: bool) -> np.ndarray | QuantParts:
     """One tensor in PyTorch's layout: its dtype's array, f32 values, or (raw) its quantized parts."""
     kind, data = tensor.tensor_type.name, tensor.data
     if kind in _PLAIN:
-        return np.asarray(data).view(_PLAIN[kind])  # a plain view of the map (BF16 comes as bytes)
+        return np.asarray(data).view(dtype_of(_PLAIN[kind]).np)  # a plain view of the map (BF16 comes as bytes)
     if raw and kind in _RAW:
         values, scales = ggml_blocks.parts(data, kind)
         shape = tuple(reversed(tensor.shape.tolist()))

@@ -230,7 +230,8 @@ def test_missing_package_names_the_extra(tmp_path, monkeypatch):
 
 def test_every_truncation_and_header_byte_edit_loads_or_raises_store_error(tmp_path):
     rng = np.random.default_rng(3)
-    write(tmp_path / "m.gguf", {"a": ("Q4_0", random_blocks(rng, "Q4_0", (3, 32))), "b": ("F16", plain(rng, "F16", (5,)))},
+    write(tmp_path / "m.gguf",
+          {"a": ("Q4_0", random_blocks(rng, "Q4_0", (3, 32))), "b": ("F16", plain(rng, "F16", (5,)))},
           {"tokenizer.ggml.tokens": ["x", "yz"], "llama.block_count": 2})
     data = (tmp_path / "m.gguf").read_bytes()
     whole, _ = read_gguf(tmp_path / "m.gguf", mmap=False)
