@@ -3,7 +3,8 @@
 A *state* is `dict[str, numpy.ndarray]` (bf16 through `ml_dtypes.bfloat16`) and *metadata* is
 `dict[str, str]`. `save` and `load` pick the format from `format=`, else from the file (its first
 bytes when reading, then its extension): `.ember` native, `.safetensors`, `.pt`/`.pth`/`.bin`
-PyTorch, and, for reading, the `.json` index of a sharded checkpoint. Loaded arrays are read-only
+PyTorch, and, for reading, the `.json` index of a sharded checkpoint and `.gguf` (`ember.store.gguf`:
+quantized tensors dequantized, metadata values not str as JSON). Loaded arrays are read-only
 views of the memory-mapped file unless `mmap=False`. `ember.store.remap` renames, selects, casts and
 transforms states to fit a model. A state may hold quantized tensors (`QTensor`): native and safetensors
 files store their parts as entries `key:values`, `key:scales`, ... with the scheme in the metadata
@@ -19,6 +20,7 @@ Example:
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Mapping, Sequence
 
@@ -33,14 +35,15 @@ from .native import load_native, save_native
 from .quantized import join as _join_quantized, split as _split_quantized
 from .safetensors import load_safetensors, save_safetensors
 from .sharded import load_sharded
+from .gguf import load_gguf, read_gguf
 from .torch_pickle import load_torch
 from .torch_writer import save_torch
 from .module import save_module, load_module, from_pytorch
 
 __all__ = [
     "save", "load", "save_native", "load_native", "save_safetensors", "load_safetensors", "save_torch",
-    "load_torch", "load_sharded", "remap", "EXTENSIONS", "FORMAT_NAMES", "save_module", "load_module",
-    "from_pytorch",
+    "load_torch", "load_sharded", "read_gguf", "load_gguf", "remap", "EXTENSIONS", "FORMAT_NAMES", "save_module",
+    "load_module", "from_pytorch",
 ]
 
 _SAVERS = {"native": save_native, "safetensors": save_safetensors, "torch": save_torch}
@@ -56,6 +59,8 @@ def save(path: str | os.PathLike, state: Mapping[str, np.ndarray], metadata: Map
     fmt = format or detect_format(path, reading=False)
     if fmt == "sharded":
         raise StoreError(f"{os.fspath(path)}: ember reads sharded checkpoints but writes single files")
+    if fmt == "gguf":
+        raise StoreError(f"{os.fspath(path)}: ember reads GGUF files but does not write them")
     if fmt not in _SAVERS:
         raise StoreError(f"{os.fspath(path)}: unknown format {fmt!r}; expected one of {', '.join(FORMAT_NAMES)}")
     state, quantized = _split_quantized(state)
@@ -71,8 +76,8 @@ def load(path: str | os.PathLike, format: str | None = None, *, mmap: bool = Tru
     """Read `(state, metadata)` from `path`, then optionally narrow and adapt the state.
 
     Args:
-        format: "native", "safetensors", "torch" or "sharded" (an index `.json`); by default sniffed from
-            the file, then its extension.
+        format: "native", "safetensors", "torch", "sharded" (an index `.json`) or "gguf"; by default
+            sniffed from the file, then its extension.
         mmap: arrays are read-only views of the memory-mapped file (True) or of one in-memory copy.
         key: PyTorch files only: take this top-level entry of a checkpoint (e.g. "state_dict").
         prefix: keep only keys starting with it, and strip it (`remap.select(..., strip=True)`).
@@ -95,6 +100,9 @@ def load(path: str | os.PathLike, format: str | None = None, *, mmap: bool = Tru
         state, metadata = load_safetensors(path, mmap=mmap)
     elif fmt == "sharded":
         state, metadata = load_sharded(path, mmap=mmap)
+    elif fmt == "gguf":
+        state, values = read_gguf(path, mmap=mmap)
+        metadata = {k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()}
     else:
         raise StoreError(f"{os.fspath(path)}: unknown format {fmt!r}; expected one of {', '.join(FORMAT_NAMES)}")
     state, metadata = _join_quantized(path, state, metadata)

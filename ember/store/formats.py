@@ -1,7 +1,8 @@
 """Which file format a path holds: by its first bytes, else by its extension.
 
-`.json` is the index of a sharded checkpoint (`model.safetensors.index.json`). Content wins over the name (a `.bin` that is really safetensors loads as safetensors); the extension
-decides only when the bytes say nothing, and chooses the format for files about to be written.
+`.json` is the index of a sharded checkpoint (`model.safetensors.index.json`); `.gguf` (llama.cpp) is
+read only. Content wins over the name (a `.bin` that is really safetensors loads as safetensors); the
+extension decides only when the bytes say nothing, and chooses the format for files about to be written.
 
 Example:
     >>> format_for_extension("model.safetensors")
@@ -19,9 +20,9 @@ from ..errors import StoreError
 
 __all__ = ["EXTENSIONS", "FORMAT_NAMES", "format_for_extension", "sniff_format", "detect_format"]
 
-FORMAT_NAMES = ("native", "safetensors", "torch", "sharded")
+FORMAT_NAMES = ("native", "safetensors", "torch", "sharded", "gguf")
 EXTENSIONS = {".ember": "native", ".safetensors": "safetensors", ".pt": "torch", ".pth": "torch", ".bin": "torch",
-              ".json": "sharded"}
+              ".json": "sharded", ".gguf": "gguf"}
 
 
 def format_for_extension(path: str | os.PathLike) -> str | None:
@@ -41,6 +42,7 @@ def sniff_format(path: str | os.PathLike) -> str | None:
         >>> sniff_format("model.ember")
         'native'
     """
+    from .gguf import MAGIC as GGUF_MAGIC
     from .native import MAGIC
     from .torch_pickle import ZIP_MAGIC, is_legacy_stream
 
@@ -49,6 +51,8 @@ def sniff_format(path: str | os.PathLike) -> str | None:
         size = os.fstat(f.fileno()).st_size
     if head[:4] == MAGIC:
         return "native"
+    if head[:4] == GGUF_MAGIC:
+        return "gguf"
     # safetensors has no magic: a u64 header length that fits the file, then a JSON object. Tested
     # before torch's pickle check, which a header length like 0x0580 (bytes 80 05) would also pass;
     # neither torch container has "{" at byte 8.
