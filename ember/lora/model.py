@@ -34,11 +34,8 @@ def lora_layers(model: Module) -> Iterator[tuple[str, Module]]:
 
 
 def adapter_names(model: Module) -> list[str]:
-    """The names of the model's adapters, in the order they were added."""
-    names: dict[str, None] = {}
-    for _, module in lora_layers(model):
-        names.update(dict.fromkeys(layers.state_of(module).configs))
-    return list(names)
+    """The names of the model's adapters, sorted."""
+    return sorted({n for _, module in lora_layers(model) for n in layers.state_of(module).configs})
 
 
 def active_adapters(model: Module) -> list[str]:
