@@ -135,18 +135,18 @@ def test_named_adapters_switch_and_train_alone():
     base = run(model)[0]
     apply_lora(model, LoraConfig(rank=2, targets=["proj"], init="random"), name="one")
     one = run(model)[0]
-    apply_lora(model, LoraConfig(rank=3, targets=["proj", "emb"], init="random", bias="lora_only"), name="two")
+    apply_lora(model, LoraConfig(rank=3, targets=["proj", "conv"], init="random", bias="lora_only"), name="two")
     assert adapter_names(model) == ["one", "two"] and active_adapters(model) == ["two"]
     trainable = sorted(n for n, p in model.named_parameters() if not p.frozen)
-    assert trainable == ["emb.lora_embedding_A.two", "emb.lora_embedding_B.two", "proj.bias",
+    assert trainable == ["conv.bias", "conv.lora_A.two.weight", "conv.lora_B.two.weight", "proj.bias",
                          "proj.lora_A.two.weight", "proj.lora_B.two.weight"]
     two = run(model)[0]
     set_adapter(model, "one")
     np.testing.assert_array_equal(run(model)[0], one)
-    set_adapter(model, ["one", "two"])
+    set_adapter(model, ["one", "two"])  # both on proj: their updates add up (the head is linear)
     np.testing.assert_allclose(run(model)[0] - base, (one - base) + (two - base), atol=1e-5)
     delete_adapter(model, "two")
-    assert adapter_names(model) == ["one"] and "emb.lora_embedding_A.two" not in dict(model.named_parameters())
+    assert adapter_names(model) == ["one"] and "conv.lora_A.two.weight" not in dict(model.named_parameters())
     with pytest.raises(ValueError, match="no adapter"):
         set_adapter(model, "two")
     with pytest.raises(ValueError, match="select no layer"):
