@@ -16,7 +16,7 @@ from ember.lora import (LoraConfig, active_adapters, adapter_group, adapter_name
                         disable_adapters, load_adapter, merge_lora, save_adapter, set_adapter,
                         trainable_parameters, unmerge_lora)
 from ember.models import LlamaForCausalLM
-from ember.nn import Conv2d, Embedding, Linear, Module, ParamGroup
+from ember.nn import Conv2d, Embedding, LayerNorm, Linear, Module, ParamGroup
 from ember.nn.loss import cross_entropy
 from ember.optim import AdamW
 
@@ -151,8 +151,9 @@ def test_named_adapters_switch_and_train_alone():
         set_adapter(model, "two")
     with pytest.raises(ValueError, match="select no layer"):
         apply_lora(model, LoraConfig(targets=["nothing"]), name="three")
-    with pytest.raises(TypeError, match="Net"):
-        apply_lora(Net(), LoraConfig(targets=r"emb|head|"))
+    model.norm = LayerNorm(5)
+    with pytest.raises(TypeError, match="target norm is a LayerNorm"):
+        apply_lora(model, LoraConfig(targets=["norm"]), name="three")
 
 
 def test_frozen_parameters_get_no_gradient_and_no_optimizer_state():
