@@ -22,15 +22,42 @@ import numpy as np
 
 from ..api.creation import from_numpy
 from ..autodiff.grad_mode import no_grad
+from ..nn.attention import KVCache
 from ..nn.module import Module
 from ..tensor import Tensor
+from .hf import Tokenizer, load_tokenizer
 
 
 class CausalLM(Module):
-    """Base of the decoder-only language models: `generate` over `forward` and `new_cache`."""
+    """Base of the decoder-only language models: the head (`lm_head`, or None when tied to the token
+    embedding), the KV cache, the tokenizer and `generate`. A subclass names its `parts()`."""
 
-    def new_cache(self) -> list:
-        raise NotImplementedError(f"{type(self).__name__} defines no new_cache()")
+    lm_head: Module | None = None
+    _tokenizer: Tokenizer | None = None
+
+    def parts(self) -> tuple[Module, list, Module]:
+        """(the decoder: ids and cache to states, its blocks, the token embedding)."""
+        raise NotImplementedError(f"{type(self).__name__} defines no parts()")
+
+    @property
+    def tokenizer(self) -> Tokenizer | None:
+        """The checkpoint's `tokenizer.json` as a `Tokenizer` (None if it shipped none)."""
+        return self._tokenizer
+
+    def new_cache(self) -> list[KVCache]:
+        """One empty `KVCache` per block."""
+        return [KVCache() for _ in self.parts()[1]]
+
+    def forward(self, input_ids: Tensor, cache: list[KVCache] | None = None) -> Tensor:
+        decoder, _, embedding = self.parts()
+        x = decoder(input_ids, cache)
+        return self.lm_head(x) if self.lm_head is not None else x @ embedding.weight.T
+
+    def loaded(self, state: dict, path) -> "CausalLM":
+        """This model with `state` loaded (strictly) and the folder's tokenizer, in eval mode."""
+        self.load_state_dict(state)
+        self._tokenizer = load_tokenizer(path)
+        return self.eval()
 
     def generate(self, input_ids, max_new_tokens: int = 20, temperature: float = 0.0, top_k: int | None = None,
                  top_p: float | None = None, stop_tokens: Sequence[int] = (), seed: int | None = None,

@@ -31,7 +31,7 @@ from ..nn.module import Module
 from ..nn.norm import LayerNorm
 from ..tensor import Tensor
 from .generate import CausalLM
-from .hf import load_tokenizer, load_weights, read_config
+from .hf import load_weights, read_config
 from .llama import causal_attention
 
 _CONV1D = re.compile(r"\.(c_attn|c_proj|c_fc)\.weight$")
@@ -157,7 +157,6 @@ class GPT2LMHeadModel(CausalLM):
         self.transformer = GPT2Model(config, device, dtype)
         self.lm_head = None if config.tie_word_embeddings else \
             Linear(config.n_embd, config.vocab_size, False, device, dtype)
-        self._tokenizer = None
 
     @classmethod
     def from_dir(cls, path: str | os.PathLike, device=None, dtype=None) -> "GPT2LMHeadModel":
@@ -169,18 +168,7 @@ class GPT2LMHeadModel(CausalLM):
             if key.endswith((".attn.bias", ".attn.masked_bias")) or (key == "lm_head.weight" and model.lm_head is None):
                 continue  # transformers' causal-mask buffers; a tied head saved anyway
             state[key] = np.ascontiguousarray(value.T) if _CONV1D.search(key) else value
-        model.load_state_dict(state)
-        model._tokenizer = load_tokenizer(path)
-        return model.eval()
+        return model.loaded(state, path)
 
-    @property
-    def tokenizer(self):
-        """The checkpoint's `tokenizer.json` as an `ember.models.hf.Tokenizer` (None if it shipped none)."""
-        return self._tokenizer
-
-    def new_cache(self) -> list[KVCache]:
-        return [KVCache() for _ in self.transformer.h]
-
-    def forward(self, input_ids: Tensor, cache: list[KVCache] | None = None) -> Tensor:
-        x = self.transformer(input_ids, cache)
-        return self.lm_head(x) if self.lm_head is not None else x @ self.transformer.wte.weight.T
+    def parts(self):
+        return self.transformer, self.transformer.h, self.transformer.wte

@@ -29,7 +29,7 @@ from ..nn.norm import RMSNorm
 from ..nn.positional import rotate_pairs
 from ..tensor import Tensor
 from .generate import CausalLM
-from .hf import load_tokenizer, load_weights, read_config
+from .hf import load_weights, read_config
 from .rope import RopeAngles
 
 
@@ -189,7 +189,6 @@ class LlamaForCausalLM(CausalLM):
         self.model = LlamaModel(config, device, dtype)
         self.lm_head = None if config.tie_word_embeddings else \
             Linear(config.hidden_size, config.vocab_size, False, device, dtype)
-        self._tokenizer = None
 
     @classmethod
     def from_dir(cls, path: str | os.PathLike, device=None, dtype=None) -> "LlamaForCausalLM":
@@ -198,18 +197,7 @@ class LlamaForCausalLM(CausalLM):
         state = load_weights(path)
         if model.lm_head is None:
             state.pop("lm_head.weight", None)  # a tied head saved anyway
-        model.load_state_dict({k: v for k, v in state.items() if not k.endswith("rotary_emb.inv_freq")})
-        model._tokenizer = load_tokenizer(path)
-        return model.eval()
+        return model.loaded({k: v for k, v in state.items() if not k.endswith("rotary_emb.inv_freq")}, path)
 
-    @property
-    def tokenizer(self):
-        """The checkpoint's `tokenizer.json` as an `ember.models.hf.Tokenizer` (None if it shipped none)."""
-        return self._tokenizer
-
-    def new_cache(self) -> list[KVCache]:
-        return [KVCache() for _ in self.model.layers]
-
-    def forward(self, input_ids: Tensor, cache: list[KVCache] | None = None) -> Tensor:
-        x = self.model(input_ids, cache)
-        return self.lm_head(x) if self.lm_head is not None else x @ self.model.embed_tokens.weight.T
+    def parts(self):
+        return self.model, self.model.layers, self.model.embed_tokens
