@@ -30,17 +30,17 @@ from typing import Sequence
 
 import numpy as np
 
-from .. import store
 from ..api.creation import arange, from_numpy, zeros
 from ..api.shape import cat
 from ..config import Config
-from ..errors import ConfigError, ShapeError, StoreError
+from ..errors import ConfigError, ShapeError
 from ..nn.dropout import dropout
 from ..nn.embedding import Embedding
 from ..nn.module import Module
 from ..nn.norm import LayerNorm
 from ..nn.transformer import TransformerEncoder
 from ..tensor import Tensor
+from .hf import load_weights
 from .wordpiece import WordPieceTokenizer
 
 
@@ -167,19 +167,13 @@ _HF_RENAMES = [
 
 
 def load_hf_state(path: str | os.PathLike) -> dict[str, np.ndarray]:
-    """A HuggingFace BERT checkpoint (`model.safetensors` or `pytorch_model.bin`, or a directory holding
-    one) as a state for `BertModel.load_state_dict` (names mapped as in the module docs).
+    """A HuggingFace BERT checkpoint (a weights file or a folder holding one: `hf.checkpoint_file`) as a
+    state for `BertModel.load_state_dict` (names mapped as in the module docs).
 
     Example:
         >>> model.load_state_dict(load_hf_state("all-MiniLM-L6-v2/"))
     """
-    path = Path(path)
-    if path.is_dir():
-        found = [path / n for n in ("model.safetensors", "pytorch_model.bin") if (path / n).is_file()]
-        if not found:
-            raise StoreError(f"{path}: no model.safetensors or pytorch_model.bin in this directory")
-        path = found[0]
-    state, _ = store.load(path, rename=_HF_RENAMES)
+    state = load_weights(path, rename=_HF_RENAMES)
     return {k: v for k, v in state.items()
             if k.startswith(("embeddings.", "encoder.")) and k != "embeddings.position_ids"}
 

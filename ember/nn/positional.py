@@ -108,16 +108,26 @@ class RotaryEncoding(Module):
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
         if x.ndim < 2 or x.shape[-1] != self.dim:
             raise ShapeError("RotaryEncoding", f"input must be (..., length, {self.dim}), got {x.shape}")
-        angles = _angles(x.shape[-2], offset, self.dim, self.base)
-        cos = from_numpy(np.cos(angles).astype(x.dtype.np), x.device.inner)
-        sin = from_numpy(np.sin(angles).astype(x.dtype.np), x.device.inner)
-        if self.interleaved:
-            pairs = x.reshape(x.shape[:-1] + (self.dim // 2, 2))
-            x1, x2 = pairs[..., 0], pairs[..., 1]
-            rotated = stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
-            return rotated.reshape(x.shape)
-        x1, x2 = x.chunk(2, dim=-1)
-        return cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+        return rotate_pairs(x, _angles(x.shape[-2], offset, self.dim, self.base), self.interleaved)
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}, interleaved={self.interleaved}"
+
+
+def rotate_pairs(x: Tensor, angles: np.ndarray, interleaved: bool = False, scale: float = 1.0) -> Tensor:
+    """Rotate the feature pairs of x (..., L, dim) by host `angles` (L, dim/2), RoPE's rotation; `scale`
+    multiplies cos and sin (HF's `attention_scaling` of YaRN-style variants).
+
+    Example:
+        >>> rotate_pairs(ember.ones(1, 2, 4), np.zeros((2, 2))).tolist()[0][0]
+        [1.0, 1.0, 1.0, 1.0]
+    """
+    cos = from_numpy((np.cos(angles) * scale).astype(x.dtype.np), x.device.inner)
+    sin = from_numpy((np.sin(angles) * scale).astype(x.dtype.np), x.device.inner)
+    if interleaved:
+        pairs = x.reshape(x.shape[:-1] + (x.shape[-1] // 2, 2))
+        x1, x2 = pairs[..., 0], pairs[..., 1]
+        rotated = stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+        return rotated.reshape(x.shape)
+    x1, x2 = x.chunk(2, dim=-1)
+    return cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)

@@ -69,7 +69,7 @@ def test_load_hf_state_renames_and_drops_extras_and_keeps_layouts(tmp_path):
 
 
 def test_missing_checkpoint_and_bad_config_are_named(tmp_path):
-    with pytest.raises(ember.errors.StoreError, match="no model.safetensors or pytorch_model.bin"):
+    with pytest.raises(ember.errors.StoreError, match="none of model.safetensors, model.safetensors.index.json, pytorch_model.bin"):
         load_hf_state(tmp_path)
     (tmp_path / "config.json").write_text('{"model_type": "roberta"}')
     with pytest.raises(ember.errors.ConfigError, match="not 'bert'"):
