@@ -145,16 +145,18 @@ def expand(p, f, defaults: dict) -> list:
     names.update({formal: actual for formal, actual in zip(f.output, p.output) if actual})
     attrs = {**defaults, **{a.name: a for a in p.attribute}}
 
+    internal = set(f.input) | set(f.output) | {n for q in f.node for n in q.output}
+
     def rename(n: str) -> str:
         return "" if n == "" else names.get(n, prefix + n)
 
-    out = []
-    for q in f.node:
+    def node(q, local: set[str]):
         r = onnx.NodeProto()
         r.CopyFrom(q)
         del r.input[:], r.output[:], r.attribute[:]
-        r.input.extend(rename(n) for n in q.input)
-        r.output.extend(rename(n) for n in q.output)
+        ref = lambda n: n if n in local or n not in internal else rename(n)  # noqa: E731
+        r.input.extend(ref(n) for n in q.input)
+        r.output.extend(n if local else rename(n) for n in q.output)
         for a in q.attribute:
             if a.ref_attr_name:
                 if a.ref_attr_name in attrs:
@@ -162,10 +164,21 @@ def expand(p, f, defaults: dict) -> list:
                     b.CopyFrom(attrs[a.ref_attr_name])
                     b.name = a.name
                     r.attribute.append(b)
+            elif a.type == onnx.AttributeProto.GRAPH:
+                b = onnx.AttributeProto()
+                b.CopyFrom(a)
+                inner = {i.name for i in a.g.input} | {t.name for t in a.g.initializer}
+                inner |= {n for s in a.g.node for n in s.output}
+                del b.g.node[:]
+                b.g.node.extend(node(s, (local or set()) | inner) for s in a.g.node)
+                for o in b.g.output:
+                    o.name = ref(o.name) if o.name not in inner else o.name
+                r.attribute.append(b)
             else:
                 r.attribute.append(a)
-        out.append(r)
-    return out
+        return r
+
+    return [node(q, set()) for q in f.node]
 
 
 def _unsupported(call: Call, *inputs):

@@ -16,7 +16,6 @@ from ...api import shape as S
 from ...api.creation import tensor
 from ...dtype import bool_
 from .registry import op
-from .shape import split_sizes
 
 
 @op("If")
@@ -143,7 +142,8 @@ def split_to_sequence(call, x, split=None):
         return parts if call.attr("keepdims", 1) else [p.squeeze(axis) for p in parts]
     sizes = call.ints(split)
     if call.host(split).ndim == 0:
-        sizes = split_sizes(call, n, [sizes[0]] * (n // sizes[0]) + ([n % sizes[0]] if n % sizes[0] else []), 0)
+        size = sizes[0]
+        sizes = [size] * (n // size) + ([n % size] if n % size else [])
     return list(S.split(x, sizes, axis))
 
 

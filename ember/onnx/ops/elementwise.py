@@ -62,8 +62,6 @@ def pow_(call, x, y):
 def mod(call, a, b):
     if call.attr("fmod", 0):
         return M.fmod(a, b)
-    if a.dtype.is_float:
-        call.unsupported("fmod=0 on floats (ONNX requires fmod=1 for floating-point inputs)")
     return M.remainder(a, b)
 
 

@@ -108,7 +108,7 @@ def conv_transpose(call, x, w, b=None):
     if shape is not None or auto in ("SAME_UPPER", "SAME_LOWER"):
         shape = shape[-nd:] if shape is not None else [n * s for n, s in zip(x.shape[2:], strides)]
         totals = [f + e - o for f, e, o in zip(full, extra, shape)]
-        upper = auto != "SAME_LOWER"
+        upper = auto == "SAME_UPPER"
         begins = [t // 2 if upper else t - t // 2 for t in totals]
         ends = [t - bg for t, bg in zip(totals, begins)]
     else:
@@ -140,7 +140,7 @@ def max_pool(call, x):
     if begins != ends or any(2 * p > k for p, k in zip(begins, kernel)):
         if call.wants(1):
             call.unsupported("the Indices output with asymmetric pads")
-        lowest = -math.inf if x.dtype.is_float else float(np.iinfo(x.dtype.numpy).min)
+        lowest = -math.inf if x.dtype.is_float else float(np.iinfo(x.dtype.np).min)
         x, padding = S.pad(x, _torch_pad(begins, ends), value=lowest), [0] * nd
     if not x.dtype.is_float:
         return max_pool(call, x.cast(f32)).cast(x.dtype) if not call.wants(1) else call.unsupported("integer Indices")
@@ -295,3 +295,46 @@ def mean_variance_normalization(call, x):
     mean = R.mean(x, dims, True)
     std = M.sqrt(R.mean((x - mean) ** 2, dims, True))
     return (x - mean) / (std + 1e-9)
+
+
+@op("NegativeLogLikelihoodLoss")
+def nll_loss(call, x, target, weight=None):
+    ignore = call.attr("ignore_index")
+    target = target.cast(i64)
+    keep = None
+    if ignore is not None:
+        keep = target != ignore
+        target = M.where(keep, target, target * 0)
+    picked = -R.gather(x, 1, target.unsqueeze(1)).squeeze(1)
+    w = None
+    if weight is not None:
+        w = weight[target]
+    if keep is not None:
+        w = keep.cast(x.dtype) if w is None else M.where(keep, w, w * 0)
+    loss = picked if w is None else picked * w
+    reduction = call.attr("reduction", "mean")
+    if reduction == "none":
+        return loss
+    if reduction == "sum":
+        return R.sum(loss)
+    return R.sum(loss) / (R.sum(w) if w is not None else loss.numel)
+
+
+@op("GridSample")
+def grid_sample(call, x, grid):
+    mode = {"linear": "bilinear", "bilinear": "bilinear", "nearest": "nearest", "cubic": "bicubic",
+            "bicubic": "bicubic"}.get(call.attr("mode", "linear" if call.opset >= 20 else "bilinear"))
+    padding = call.attr("padding_mode", "zeros")
+    if mode is None:
+        call.unsupported(f"mode {call.attr('mode')!r}")
+    return F.grid_sample(x, grid, mode=mode, padding_mode=padding, align_corners=bool(call.attr("align_corners", 0)))
+
+
+@op("Col2Im")
+def col2im(call, x, image_shape, block_shape):
+    nd = len(call.ints(block_shape))
+    pads = call.attr("pads", [0] * 2 * nd)
+    if pads[:nd] != pads[nd:]:
+        call.unsupported("asymmetric pads")
+    return F.fold(x, call.ints(image_shape), call.ints(block_shape), dilation=call.attr("dilations", [1] * nd),
+                  padding=pads[:nd], stride=call.attr("strides", [1] * nd))

@@ -38,7 +38,7 @@ def _broadcast(call, v, x, axis: int):
 
 
 def _saturate(y, dt):
-    info = np.iinfo(dt.numpy)
+    info = np.iinfo(dt.np)
     return M.clamp(y, min=float(info.min), max=float(info.max)).cast(dt)
 
 

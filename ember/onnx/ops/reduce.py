@@ -58,7 +58,9 @@ def _reduce(call, x, axes=None):
     dims = sorted({a % x.ndim for a in axes}) if x.ndim else []
     if any(x.shape[d] == 0 for d in dims):
         shape = [1 if d in dims else n for d, n in enumerate(x.shape) if keep or d not in dims]
-        if not x.dtype.is_float:
+        if x.dtype.name == "bool":
+            identity = {math.inf: True, -math.inf: False}.get(identity, identity)
+        elif not x.dtype.is_float:
             identity = {math.inf: 2 ** 31 - 1, -math.inf: -2 ** 31}.get(identity, identity)
         return full(tuple(shape), identity, dtype=x.dtype, device=x.device)
     if not dims:
@@ -78,7 +80,7 @@ def _cumulative(call, x, axis, fn, identity):
     if call.attr("exclusive", 0):
         pad = [0, 0] * (x.ndim - 1 - axis) + [1, 0]
         x = S.narrow(S.pad(x, pad, value=identity), axis, 0, x.shape[axis])
-    y = fn(x, axis)
+    y = fn(x, axis).cast(x.dtype)
     return S.flip(y, axis) if call.attr("reverse", 0) else y
 
 

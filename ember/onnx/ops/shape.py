@@ -43,7 +43,8 @@ def _reshape(x, target):
 
 @op("Flatten")
 def flatten(call, x):
-    axis = call.attr("axis", 1) % (x.ndim + 1) if x.ndim else 0
+    axis = call.attr("axis", 1)
+    axis = axis + x.ndim if axis < 0 else axis
     return _reshape(x, [math.prod(x.shape[:axis]), math.prod(x.shape[axis:])])
 
 
@@ -268,7 +269,8 @@ def depth_to_space(call, x):
 def space_to_depth(call, x):
     b = call.attr("blocksize")
     n, c, h, w = x.shape
-    y = S.permute(x.reshape(n, c, h // b, b, w // b, b), 0, 3, 5, 1, 2, 4)
+    order = (0, 1, 3, 5, 2, 4) if call.attr("mode", "DCR") == "CRD" else (0, 3, 5, 1, 2, 4)
+    y = S.permute(x.reshape(n, c, h // b, b, w // b, b), *order)
     return y.reshape(n, c * b * b, h // b, w // b)
 
 
@@ -305,8 +307,9 @@ def center_crop_pad(call, x, shape):
 
 @op("Dropout")
 def dropout(call, x, ratio=None, training=None):
-    if training is not None and bool(call.host(training).item()):
-        call.unsupported("training_mode=True (an imported graph runs Dropout as inference)")
+    rate = float(call.host(ratio).item()) if ratio is not None else call.attr("ratio", 0.5)
+    if training is not None and bool(call.host(training).item()) and rate != 0:
+        call.unsupported("training_mode=True with a non-zero ratio (an imported graph runs Dropout as inference)")
     if call.opset < 7 and call.attr("is_test", 0) == 0:
         call.unsupported("is_test=0")
     if call.wants(1):
