@@ -133,7 +133,7 @@ def _initializer(t, device: Device, base_dir: str | None) -> Tensor:
                                    f"initializer of element type {proto.type_name(t.data_type)}, which ember does not hold")
     try:
         array = proto.to_array(t, base_dir)
-    except (OSError, ValueError) as e:
+    except Exception as e:  # OSError, or onnx's ValidationError for a missing external-data file
         raise OnnxError(f"load: initializer {t.name!r}: cannot read its data ({e})") from e
     value = tensor(array, device=device)
     return Param(value) if value.dtype.is_float else value

@@ -110,13 +110,14 @@ def slice_(call, x, starts=None, ends=None, axes=None, steps=None):
     for a, start, end, step in zip(axes, starts, ends, steps):
         if step == 0:
             call.unsupported("a step of 0 (ONNX requires non-zero steps)")
-        index[a] = slice(*slice(start, end, step).indices(x.shape[a]))
-    if all(s == slice(None) for s in index):
+        index[a] = slice(start, end, step)
+    index = [_python_slice(s, n) for s, n in zip(index, x.shape)]
+    if all(s == slice(0, n, 1) for s, n in zip(index, x.shape)):
         return x
     sizes = [len(range(*s.indices(n))) if isinstance(s, slice) else n for s, n in zip(index, x.shape)]
     if 0 in sizes:
         return api.creation.zeros(*sizes, dtype=x.dtype, device=x.device)
-    return x[tuple(_python_slice(s, n) for s, n in zip(index, x.shape))]
+    return x[tuple(index)]
 
 
 def _python_slice(s: slice, n: int) -> slice:
