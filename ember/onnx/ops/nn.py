@@ -10,6 +10,7 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -159,13 +160,40 @@ def _sum_pool(call, x, kernel, strides, begins, ends, fill: float):
     return P.avg_pool(x, kernel, strides, 0, bool(call.attr("ceil_mode", 0)), True, 1, nd=nd)
 
 
+def _dilated_sum_pool(call, x, kernel, strides, dilations, begins, ends):
+    """Window sums with dilations: a sum of strided slices, one per kernel offset (ONNX's output
+    size, the ceil-mode window that would start past the input dropped)."""
+    ceil = bool(call.attr("ceil_mode", 0))
+    x = S.pad(x, _torch_pad(begins, ends))
+    outs, extra = [], []
+    for n, k, s, d, e in zip(x.shape[2:], kernel, strides, dilations, ends):
+        span = (k - 1) * d + 1
+        out = (-(-(n - span) // s) if ceil else (n - span) // s) + 1
+        if ceil and (out - 1) * s >= n - e:  # the last window would start in the end padding
+            out -= 1
+        outs.append(out)
+        extra.append(max(0, (out - 1) * s + span - n))
+    x = S.pad(x, _torch_pad([0] * len(kernel), extra))
+    total = None
+    for offset in itertools.product(*[range(k) for k in kernel]):
+        index = (slice(None), slice(None)) + tuple(
+            slice(o * d, o * d + (m - 1) * s + 1, s) for o, d, m, s in zip(offset, dilations, outs, strides))
+        part = x[index]
+        total = part if total is None else total + part
+    return total
+
+
 @op("AveragePool")
 def average_pool(call, x):
     kernel, nd, strides, dilations, begins, ends = _pool_args(call, x)
-    if any(d != 1 for d in dilations):
-        call.unsupported("dilations other than 1 (ember's avg_pool has none)")
-    total = _sum_pool(call, x, kernel, strides, begins, ends, 0.0)
     mask = ones(*x.shape[1:], dtype=x.dtype, device=x.device).unsqueeze(0)
+    if any(d != 1 for d in dilations) or call.attr("ceil_mode", 0):
+        include = call.attr("count_include_pad", 0)
+        inner = S.pad(mask, _torch_pad(begins, ends), value=float(include))
+        total = _dilated_sum_pool(call, x, kernel, strides, dilations, begins, ends)
+        count = _dilated_sum_pool(call, inner, kernel, strides, dilations, [0] * nd, [0] * nd)
+        return total / count
+    total = _sum_pool(call, x, kernel, strides, begins, ends, 0.0)
     mask = S.pad(mask, _torch_pad(begins, ends), value=float(call.attr("count_include_pad", 0)))
     count = P.avg_pool(mask, kernel, strides, 0, bool(call.attr("ceil_mode", 0)), True, 1, nd=nd)
     return total / count
@@ -174,9 +202,9 @@ def average_pool(call, x):
 @op("LpPool")
 def lp_pool(call, x):
     kernel, nd, strides, dilations, begins, ends = _pool_args(call, x)
-    if any(d != 1 for d in dilations):
-        call.unsupported("dilations other than 1")
     p = call.attr("p", 2)
+    if any(d != 1 for d in dilations) or call.attr("ceil_mode", 0):
+        return _dilated_sum_pool(call, M.abs(x) ** p, kernel, strides, dilations, begins, ends) ** (1.0 / p)
     return _sum_pool(call, M.abs(x) ** p, kernel, strides, begins, ends, 0.0) ** (1.0 / p)
 
 
