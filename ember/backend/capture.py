@@ -186,8 +186,8 @@ class Capture(Decorator):
         return self._add(Record("constant", (), {}, aval, model_line(), False, kept), self.inner.from_host(kept))
 
     def to_host(self, handle: Captured) -> np.ndarray:
-        if handle.live:
-            read = host_read()
+        read = host_read() if handle.live else None
+        if read is not None and read != "repr()":  # printing a traced value changes nothing in the graph
             raise ExportError(f"{read} of a traced tensor at {model_line()}: the value depends on the model's "
                               f"inputs, so Python code branching or computing on it (data-dependent control flow) "
                               f"cannot be recorded in the graph; compute it with tensor ops (ember.where, masks) "

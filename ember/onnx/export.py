@@ -88,11 +88,19 @@ def _axes(dynamic_axes, names: list[str], ranks: list[int], kind: str) -> dict[i
 
 
 def _resized(arrays: list[np.ndarray], dynamic: dict[int, dict[int, str]]) -> list[np.ndarray]:
-    """The example inputs with each dynamic axis one longer (the same new size for axes of one name)."""
+    """The example inputs with each dynamic axis longer, axes of one name alike; two names never share
+    both their sizes (an `arange` over one is then told from one over the other)."""
     sizes: dict[str, int] = {}
     for k, axes in dynamic.items():
         for axis, label in axes.items():
-            sizes[label] = max(sizes.get(label, 0), arrays[k].shape[axis] + 1)
+            sizes[label] = max(sizes.get(label, 0), arrays[k].shape[axis])
+    taken = set()
+    for label, n in sizes.items():
+        new = n + 1
+        while (n, new) in taken:
+            new += 1
+        taken.add((n, new))
+        sizes[label] = new
     out = []
     for k, array in enumerate(arrays):
         for axis, label in dynamic.get(k, {}).items():
@@ -150,17 +158,17 @@ def export(module: Module, example_inputs, path: str | os.PathLike, dynamic_axes
         if stray:
             raise ValueError(f"export: dynamic_axes names {stray}, which are neither inputs {input_names} nor "
                              f"outputs {output_names}")
-        ranges, other = {}, [first.records[i].aval.shape for i in first.outputs]
+        other = [first.records[i].aval.shape for i in first.outputs]
         if dynamic_in:
             second = trace(module, _resized(arrays, dynamic_in), dynamic_in)
             try:
-                ranges = verify(first, second)
+                verify(first, second)
                 other = [second.records[i].aval.shape for i in second.outputs]
             finally:
                 second.values.close()
         dynamic_out = _axes(dynamic_axes, output_names, [len(first.records[i].aval.shape) for i in first.outputs],
                             "output")
-        model = build(onnx, first, ranges, other, opset, input_names, output_names, dynamic_in, dynamic_out)
+        model = build(onnx, first, other, opset, input_names, output_names, dynamic_in, dynamic_out)
     finally:
         first.values.close()
     path = Path(path)

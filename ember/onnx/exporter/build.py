@@ -2,12 +2,12 @@
 
 Each record the outputs need becomes one of: a graph input; an initializer named after the module's
 state_dict key (parameters and buffers); a folded initializer (values computed from constants alone,
-with no size of a dynamic axis in them); a `Range` (positions over a dynamic axis); the nodes of a
+with no size of a dynamic axis in them); the nodes of a
 recognised pattern (`patterns.py`: Gemm, LayerNormalization, Softmax, Gelu); one ONNX RNN/LSTM/GRU
 op for a recurrent layer's call (`recurrent.py`); or the nodes of its primitive (`ops.py`).
 
 Example:
-    >>> model = build(onnx, first, ranges, other_shapes, 17, ["x"], ["y"], {0: {0: "batch"}}, {})
+    >>> model = build(onnx, first, other_shapes, 17, ["x"], ["y"], {0: {0: "batch"}}, {})
 """
 
 from __future__ import annotations
@@ -37,21 +37,19 @@ def _needed(t: Trace, region_of: dict) -> list[int]:
     return sorted(needed)
 
 
-def _kinds(t: Trace, order: list[int], ranges: dict, region_of: dict) -> dict[int, str]:
-    """"input", "named", "fold", "range" or "node" for each needed id."""
+def _kinds(t: Trace, order: list[int], region_of: dict) -> dict[int, str]:
+    """"input", "named", "fold" or "node" for each needed id."""
     kinds: dict[int, str] = {}
     named_below: dict[int, bool] = {}
     dynamic: dict[int, bool] = {}
     for i in order:
         rec = t.records[i]
         named_below[i] = i in t.names or any(named_below.get(j, False) for j in rec.inputs)
-        dynamic[i] = i in ranges or is_symbolic(rec.params) or any(dynamic.get(j, False) for j in rec.inputs)
+        dynamic[i] = is_symbolic(rec.params) or any(dynamic.get(j, False) for j in rec.inputs)
         if rec.prim == "input":
             kinds[i] = "input"
         elif i in t.names:
             kinds[i] = "named"
-        elif i in ranges:
-            kinds[i] = "range"
         elif i in region_of or rec.live or named_below[i] or dynamic[i]:
             kinds[i] = "node"
         else:
@@ -76,27 +74,14 @@ def _dims(shape: tuple, other: tuple, axis_names: dict[tuple[int, int], str], de
     return dims
 
 
-def _range(b: Builder, t: Trace, i: int, length: SymInt, out: str) -> None:
-    values = t.records[i].array
-    start, step = values[0], values[1] - values[0]
-    count = b.node("Range", [b.const(np.array(0, np.int64)), b.scalar_size(length), b.const(np.array(1, np.int64))])
-    dtype = t.records[i].aval.dtype
-    value = b.node("Cast", [count], to=b.type_of(dtype)) if dtype.name != "i64" else count
-    if step != 1:
-        value = b.node("Mul", [value, b.scalar(step, dtype)])
-    if start != 0:
-        value = b.node("Add", [value, b.scalar(start, dtype)])
-    b.node("Identity", [value], out)
-
-
-def build(onnx, t: Trace, ranges: dict, other_shapes: list[tuple], opset: int, input_names: list[str],
+def build(onnx, t: Trace, other_shapes: list[tuple], opset: int, input_names: list[str],
           output_names: list[str], dynamic_in: dict[int, dict[int, str]],
           dynamic_out: dict[int, dict[int, str]]) -> Any:
     """The ONNX model of trace `t` (see the module docs); `other_shapes` are the outputs' shapes in the
     trace at other sizes of the dynamic axes."""
     region_of = {o: r for r in t.regions for o in r.outputs}
     order = _needed(t, region_of)
-    kinds = _kinds(t, order, ranges, region_of)
+    kinds = _kinds(t, order, region_of)
     b = Builder(onnx, opset, input_names)
     names: dict[int, str] = {}
     for k, i in enumerate(t.inputs):
@@ -119,8 +104,6 @@ def build(onnx, t: Trace, ranges: dict, other_shapes: list[tuple], opset: int, i
         rec, kind = t.records[i], kinds[i]
         if kind in ("named", "fold"):
             b.const(t.values.value(i), names[i])
-        elif kind == "range":
-            _range(b, t, i, ranges[i], names[i])
         elif kind == "node" and i in region_of:
             region = region_of[i]
             if id(region) not in done_regions:

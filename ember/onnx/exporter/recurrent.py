@@ -50,7 +50,8 @@ def emit_region(b: Builder, t: Trace, region: Region, names: dict[int, str]) -> 
     module = region.module
     kind = type(module) if type(module) in _OP else next(k for k in _OP if isinstance(module, k))
     hidden, directions = module.hidden_size, len(module.layers[0])
-    rows = b.const(np.concatenate([np.arange(g * hidden, (g + 1) * hidden) for g in _GATE_ORDER[kind]]))
+    order = np.concatenate([np.arange(g * hidden, (g + 1) * hidden) for g in _GATE_ORDER[kind]])
+    rows, bias_rows = b.const(order), b.const(np.concatenate([order, order + len(order)]))
     x = names[region.x]
     unbatched = len(t.records[region.x].aval.shape) == 2
     one, zero = b.const(np.array([1], np.int64)), b.const(np.array([0], np.int64))
@@ -73,7 +74,7 @@ def emit_region(b: Builder, t: Trace, region: Region, names: dict[int, str]) -> 
         bias = ""
         if cells[0].bias_ih is not None:
             per = [b.node("Concat", [_name(c.bias_ih, names), _name(c.bias_hh, names)], axis=0) for c in cells]
-            bias = _stacked(b, per, b.const(np.concatenate([rows, rows + len(_GATE_ORDER[kind]) * hidden])))
+            bias = _stacked(b, per, bias_rows)
         span = [b.const(np.array([layer * directions], np.int64)),
                 b.const(np.array([(layer + 1) * directions], np.int64)), zero]
         initial = [b.node("Slice", [s, *span]) for s in states]

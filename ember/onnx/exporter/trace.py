@@ -158,29 +158,14 @@ def _outside(t: Trace) -> list[int]:
     return [i for i in range(len(t.records)) if i not in inside]
 
 
-def arange_length(first: np.ndarray, second: np.ndarray, a: Trace, b: Trace) -> SymInt | None:
-    """The size of a dynamic axis when a 1-D constant is `start + step * i` in both traces with that
-    axis' sizes as lengths (positions from `arange(x.shape[1])`), else None."""
-    if first.ndim != 1 or second.ndim != 1 or len(first) < 2 or len(second) < 2 or first[0] != second[0]:
-        return None
-    step = first[1] - first[0]
-    if not all(np.array_equal(v, first[0] + step * np.arange(len(v), dtype=v.dtype)) for v in (first, second)):
-        return None
-    for (i, axis), n in a.dims.items():
-        size = a.records[a.inputs[i]].aval.shape[axis]
-        if isinstance(size, SymInt) and n == len(first) and b.dims[(i, axis)] == len(second):
-            return size
-    return None
-
-
 def _branching(where: str) -> ExportError:
     return ExportError(f"export: the ops the model runs depend on the size of a dynamic axis (at {where}): Python "
                        f"code that loops or branches on a size cannot be exported with that axis dynamic")
 
 
-def verify(a: Trace, b: Trace) -> dict[int, SymInt]:
+def verify(a: Trace, b: Trace) -> None:
     """Check that trace `b` (made at other sizes of the dynamic axes) is trace `a`'s size formulas at its
-    sizes; returns {record id: length} of the constants of `a` that are ranges over a dynamic axis."""
+    sizes."""
     outside_a, outside_b = _outside(a), _outside(b)
     if len(outside_a) != len(outside_b) or len(a.regions) != len(b.regions):
         first = next((a.records[i] for i, j in zip(outside_a, outside_b) if a.records[i].prim != b.records[j].prim),
@@ -188,24 +173,19 @@ def verify(a: Trace, b: Trace) -> dict[int, SymInt]:
         raise _branching(first.where)
     same = dict(zip(outside_b, outside_a))
     region_outputs = {i for r in a.regions for i in r.outputs}
-    ranges: dict[int, SymInt] = {}
     for i, j in zip(outside_a, outside_b):
         x, y = a.records[i], b.records[j]
+        if i in region_outputs:  # made inside a recurrent call, which is exported whole
+            continue
         if x.prim != y.prim or x.inputs != tuple(same.get(k, -1) for k in y.inputs):
             raise _branching(x.where)
-        if i in region_outputs:
-            continue
         if x.prim == "constant" and not np.array_equal(x.array, y.array, equal_nan=x.array.dtype.kind == "f"):
-            length = None if i in a.names else arange_length(x.array, y.array, a, b)
-            if length is None:
-                raise ExportError(f"export: a constant made at {x.where} depends on the size of a dynamic axis (it "
-                                  f"differs between traces at different sizes): made on the host from a size, it "
-                                  f"would be baked into the graph; compute it with tensor ops from the input instead")
-            ranges[i] = length
-        elif not _sizes_agree(x.params, y.params, b.dims):
+            raise ExportError(f"export: a constant made at {x.where} depends on the size of a dynamic axis (it "
+                              f"differs between traces at different sizes): made on the host from a size, it "
+                              f"would be baked into the graph; compute it with tensor ops from the input instead")
+        if not _sizes_agree(x.params, y.params, b.dims):
             raise ExportError(f"export: the {x.prim} at {x.where} has sizes {concrete(x.params)} that change with a "
                               f"dynamic axis without following the input's shape (a size read from a host value, "
                               f"or passed through an op that drops size formulas), so the axis cannot be dynamic")
-    return ranges
 
 
