@@ -78,6 +78,11 @@ class DomainError(EmberError, ValueError):
         self.op = op
 
 
+class ExportError(EmberError, RuntimeError):
+    """A model that cannot be exported as traced (ONNX export): a host read of a traced value, an op
+    with no ONNX form, or a size baked into the graph; names the op and the line of the model's code."""
+
+
 _BRIEF = reprlib.Repr()
 _BRIEF.maxlevel, _BRIEF.maxstring, _BRIEF.maxlong, _BRIEF.maxother = 3, 60, 40, 60
 

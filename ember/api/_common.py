@@ -62,6 +62,17 @@ def promote(*operands, float_only: bool = False) -> tuple[Tensor, ...]:
     return tuple(to_tensor_like(x, like, dtype) for x in plain)
 
 
+def as_size(n) -> int:
+    """`n` as a size: an int as it is (a traced size keeps its formula: `ember.backend.capture.SymInt`),
+    anything else through `operator.index` (NumPy integers; TypeError for floats).
+
+    Example:
+        >>> as_size(np.int64(3))
+        3
+    """
+    return n if isinstance(n, int) and not isinstance(n, bool) else operator.index(n)
+
+
 def shape_arg(shape, op: str) -> tuple[int, ...]:
     """Accept `f(2, 3)`, `f((2, 3))` and `f([2, 3])` alike; `ShapeError` naming `op` for a size that is
     not an integer or is negative.
@@ -73,7 +84,7 @@ def shape_arg(shape, op: str) -> tuple[int, ...]:
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = tuple(shape[0])
     try:
-        out = tuple(operator.index(n) for n in shape)
+        out = tuple(as_size(n) for n in shape)
     except TypeError:
         raise ShapeError(op, f"sizes must be integers, got shape {tuple(shape)}") from None
     if min(out, default=0) < 0:

@@ -143,6 +143,11 @@ def arange(start, end=None, step=1, dtype=None, device=None) -> Tensor:
     if dtype is None:
         dtype = i64 if all(isinstance(v, int) for v in (start, end, step)) else default_float()
     dtype = dtype_of(dtype)
+    if any(isinstance(v, int) and type(v) is not int and not isinstance(v, bool) for v in (start, end, step)):
+        # a traced size (ONNX export, `ember.backend.capture.SymInt`): device ops whose size keeps its formula
+        count = max(0, -((start - end) // step))
+        ramp = full((count,), step, dtype=dtype, device=device).cumsum(0)
+        return ramp + (start - step) if start != step else ramp
     count = max(0, math.ceil((end - start) / step))
     check_size("arange", (count,), dtype)
     values = start + np.arange(count, dtype=np.float64 if dtype.is_float else np.int64) * step

@@ -33,7 +33,7 @@ def reshape(x: Tensor, *shape) -> Tensor:
     """
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = shape[0]
-    shape = tuple(map(int, shape))
+    shape = tuple(n if isinstance(n, int) else int(n) for n in shape)  # a traced size keeps its formula
     if shape.count(-1) > 1:
         raise ShapeError("reshape", f"only one size may be -1, got {shape}")
     if -1 in shape:
@@ -137,7 +137,8 @@ def expand(x: Tensor, *shape) -> Tensor:
     lead = len(shape) - x.ndim
     if lead < 0:
         raise ShapeError("expand", f"cannot expand {x.shape} to fewer dims {tuple(shape)}")
-    shape = tuple(x.shape[i - lead] if n == -1 and i >= lead else int(n) for i, n in enumerate(shape))
+    shape = tuple(x.shape[i - lead] if n == -1 and i >= lead else n if isinstance(n, int) else int(n)
+                  for i, n in enumerate(shape))
     if shape == x.shape:
         return x
     return apply("expand", x, shape=shape)

@@ -19,7 +19,7 @@ import math
 import numpy as np
 
 from .. import amp
-from ..api.creation import from_numpy
+from ..api.creation import arange, from_numpy
 from ..api.shape import cat
 from ..errors import DTypeError, ShapeError
 from ..extension import cube_target
@@ -46,6 +46,10 @@ def causal_mask(queries: int, keys: int, offset: int = 0, device=None) -> Tensor
         >>> causal_mask(2, 3, offset=1).tolist()
         [[False, False, True], [False, False, False]]
     """
+    if type(queries) is not int or type(keys) is not int:
+        # traced sizes (ONNX export): compared positions, so the mask follows the sizes of the graph
+        rows = arange(queries, device=device).unsqueeze(1)
+        return arange(keys, device=device).unsqueeze(0) > (rows + offset if offset else rows)
     blocked = np.triu(np.ones((queries, keys), dtype=bool), k=1 + offset)
     return from_numpy(blocked, device)
 
