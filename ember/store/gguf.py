@@ -27,7 +27,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from .. import qscheme
 from ..api.creation import from_numpy
+from ..api.quantize import QTensor
 from ..dtype import DType, dtype_of
 from ..errors import StoreError, brief
 from ..tensor import Tensor
@@ -169,18 +171,32 @@ def read_gguf(path: str | os.PathLike, *, raw: bool = False, mmap: bool = True
     return state, metadata
 
 
-def load_gguf(path: str | os.PathLike, device: Any = None, dtype: str | DType | None = None) -> dict[str, Tensor]:
+def load_gguf(path: str | os.PathLike, device: Any = None, dtype: str | DType | None = None,
+              quantized: bool = False) -> dict[str, Tensor | QTensor]:
     """The tensors of a GGUF file on `device`, dequantized; float ones cast to `dtype` if given.
 
     Without `dtype`, quantized tensors are f32 (ggml's own result) and the others keep their type.
+    With `quantized=True`, Q8_0 and Q4_0 tensors stay quantized, as `QTensor`s of `int8(block=32)` and
+    `int4(block=32)` with f16 scales, whose `dequantize()` gives ggml's values exactly; Q4_K and Q6_K
+    are still dequantized.
 
     Example:
         >>> load_gguf("model.gguf", dtype="f16")["blk.0.attn_q.weight"].shape
         (64, 64)
+        >>> load_gguf("model.gguf", quantized=True)["blk.0.ffn_up.weight"].dtype
+        qint4(block=32, f16 scales)
     """
-    state, _ = read_gguf(path)
+    state, _ = read_gguf(path, raw=quantized)
+    plain = {key: value for key, value in state.items() if not isinstance(value, QuantParts)}
     if dtype is not None:
-        state = remap.cast(state, dtype)
-    # views of the read-only map are copied: the NumPy and CPU devices would share their memory
-    return {key: from_numpy(array if array.flags.writeable else np.array(array), device)
-            for key, array in state.items()}
+        plain = remap.cast(plain, dtype)
+    out: dict[str, Tensor | QTensor] = {}
+    for key, value in state.items():  # the file's order
+        if isinstance(value, QuantParts):
+            scheme = (qscheme.int8 if value.code == "int8" else qscheme.int4)(block=value.block, scale_dtype="f16")
+            out[key] = QTensor(scheme, value.shape, {"values": from_numpy(np.array(value.values), device),
+                                                     "scales": from_numpy(np.array(value.scales), device)})
+        else:  # views of the read-only map are copied: the NumPy and CPU devices would share their memory
+            array = plain[key]
+            out[key] = from_numpy(array if array.flags.writeable else np.array(array), device)
+    return out

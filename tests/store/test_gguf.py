@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as T
 
+import ember
 from ember import store
 from ember.errors import StoreError
 from ember.store import gguf as ember_gguf
@@ -132,6 +133,25 @@ def test_raw_parts_rebuild_the_reference_values(model):
         assert got.scales.shape == (*want.shape[:-1], want.shape[-1] // 32), name
         scales = np.repeat(got.scales.astype(np.float32), 32, axis=-1)
         assert same_bits(scales * unpack_codes(got), want), name
+
+
+@pytest.mark.parametrize("device", ["numpy", "cpu"])
+def test_quantized_load_keeps_q8_0_and_q4_0_as_qtensors(model, device):
+    """`quantized=True`: Q8_0 and Q4_0 come as QTensors (int8 / int4, block 32, f16 scales) whose
+    dequantization on the device is the reference's, bit for bit; the rest load as without it."""
+    path, tensors, _ = model
+    got = load_gguf(path, device=device, quantized=True)
+    assert list(got) == list(tensors)
+    for name, (kind, array) in tensors.items():
+        want = expected(kind, array)
+        if kind in ("Q8_0", "Q4_0"):
+            q = got[name]
+            assert isinstance(q, ember.QTensor) and q.shape == want.shape, name
+            assert q.scheme == (ember.quant.int8 if kind == "Q8_0" else ember.quant.int4)(block=32, scale_dtype="f16")
+            assert q.nbytes == want.size * (1 if kind == "Q8_0" else 0.5) + want.size // 32 * 2, name
+            assert same_bits(q.dequantize().numpy(), want), name
+        else:
+            assert isinstance(got[name], ember.Tensor), name
 
 
 def test_metadata_and_the_store_front_door(model):
