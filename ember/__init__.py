@@ -26,6 +26,7 @@ from .errors import EmberError, ShapeError, DTypeError, DeviceError, DeviceUnava
 from .device import Device
 from .tensor import Tensor
 from .random import seed
+from .random import seed as manual_seed  # PyTorch's name
 from .autodiff.grad_mode import no_grad, grad_enabled
 from .autodiff.gradients import Gradients
 from .config import Config

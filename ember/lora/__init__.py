@@ -1,5 +1,5 @@
 """LoRA (Hu et al. 2021): train low-rank updates `W + (alpha / r) B A` of a frozen model's layers, with
-adapters saved and loaded in PEFT's file format (docs/lora.md).
+adapters saved and loaded in PEFT's file format; QLoRA over a quantized base (docs/lora.md).
 
 Example:
     >>> from ember.lora import LoraConfig, apply_lora, save_adapter, trainable_parameters
@@ -15,10 +15,11 @@ from .model import (
     disable_adapters, enable_adapters, lora_layers, merge_lora, set_adapter, trainable_parameters, unmerge_lora,
 )
 from .peft_files import adapter_state, load_adapter, read_adapter_config, save_adapter
+from .qlora import apply_qlora
 
 __all__ = [
     "LoraConfig", "TrainableReport", "active_adapters", "adapter_config", "adapter_group", "adapter_names",
-    "apply_lora", "delete_adapter", "disable_adapters", "enable_adapters", "lora_layers", "merge_lora",
+    "apply_lora", "apply_qlora", "delete_adapter", "disable_adapters", "enable_adapters", "lora_layers", "merge_lora",
     "set_adapter", "trainable_parameters", "unmerge_lora", "adapter_state", "load_adapter",
     "read_adapter_config", "save_adapter",
 ]

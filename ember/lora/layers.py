@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from ..api.quantize import QTensor
 from ..dtype import DType
 from ..errors import ShapeError
 from ..nn import init
@@ -82,7 +83,7 @@ def attach(module: Module, name: str, config: LoraConfig, where: str = "", devic
         raise ValueError(f"apply_lora: {where} already has an adapter named {name!r}")
     weight = getattr(module, "weight", None)
     if device is None:
-        device = weight.device if isinstance(weight, Tensor) else None
+        device = weight.device if isinstance(weight, (Tensor, QTensor)) else None
     if dtype is None and isinstance(weight, Tensor) and weight.dtype.is_float:
         dtype = weight.dtype
     r = config.rank

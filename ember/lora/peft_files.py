@@ -21,6 +21,7 @@ import numpy as np
 
 from ..api.creation import from_numpy
 from ..atomic import write_atomic
+from ..dtype import DType
 from ..errors import ShapeError, StoreError
 from ..nn.module import Module
 from ..nn.param import ParamGroup
@@ -101,9 +102,10 @@ def read_adapter_config(directory: str | os.PathLike) -> LoraConfig:
         raise StoreError(f"{path}: {e}") from None
 
 
-def load_adapter(model: Module, directory: str | os.PathLike, name: str = "default") -> Module:
-    """Apply the adapter saved in `directory` to `model` as adapter `name` (active, as `apply_lora`) and
-    load its weights. A key the model lacks, a key the file lacks, or a shape that differs (another
+def load_adapter(model: Module, directory: str | os.PathLike, name: str = "default",
+                 dtype: DType | str | None = None) -> Module:
+    """Apply the adapter saved in `directory` to `model` as adapter `name` (active, as `apply_lora`, in
+    `dtype`: over a quantized base, QLoRA's compute dtype) and load its weights. A key the model lacks, a key the file lacks, or a shape that differs (another
     rank, another base model) raises naming the key and the shapes, and leaves the model without it."""
     directory = Path(directory)
     config = read_adapter_config(directory)
@@ -113,7 +115,7 @@ def load_adapter(model: Module, directory: str | os.PathLike, name: str = "defau
     state, _ = load_safetensors(where, mmap=False)
     frozen = {id(p): p.frozen for p in model.parameters()}
     active = active_adapters(model)
-    apply_lora(model, config, name)
+    apply_lora(model, config, name, dtype=dtype)
     try:
         expected = adapter_state(model, name)
         missing = [f"{k} {tuple(p.shape)}" for k, p in expected.items() if k not in state]
