@@ -41,6 +41,8 @@ GEMV_MAX_M = 16
 GEMV_UNITS = {"cpu": 16, "wgsl": 64, "cuda": 256}
 """Units per cube of `qmv_kernel`: one vector of f32 on the C target, a cube per column on WGSL, 8
 planes (8 columns) on CUDA."""
+GEMV_VEC = 4
+"""Rounds of `span` bytes `qmv_kernel` takes a trip (loads in flight; the C target's vector loop runs longer)."""
 TILE_ROWS, TILE_UNITS, PANEL = 8, 64, 32
 """`qmm_kernel`'s and `qmm_t_kernel`'s tile: rows x units outputs a cube, k in panels of PANEL."""
 INT_TILE, INT_SPAN, INT_DEPTH = 4, 16, 4
@@ -99,32 +101,37 @@ def qmv_kernel(x: cube.Array, values: cube.Array[cube.u8], scales: cube.Array, z
                k: cube.i32, kb: cube.i32, bpb: cube.i32, nblocks: cube.i32, srow: cube.i32,
                rows: cube.Comptime[int], bits: cube.Comptime[int], kind: cube.Comptime[str],
                ue8m0: cube.Comptime[bool], affine: cube.Comptime[bool], units: cube.Comptime[int],
-               span: cube.Comptime[int], lanes: cube.Comptime[int]):
+               span: cube.Comptime[int], lanes: cube.Comptime[int], vec: cube.Comptime[int]):
     """out (m, n) = x (m, k) @ W.T, `span` units per weight row (see the module docstring)."""
     col = cube.CUBE_POS_X * (units // span) + (cube.UNIT_POS // span if units > span else 0)
     lane = cube.UNIT_POS % span if units > span else cube.UNIT_POS
     if units > span:  # several columns a cube (planes): the last cube's extra planes skip (no barrier below)
         if col < n:
             qmv_column(x, values, scales, zeros, lut, slut, out, m, n, k, kb, bpb, nblocks, srow, col, lane,
-                       rows, bits, kind, ue8m0, affine, span, lanes)
+                       rows, bits, kind, ue8m0, affine, span, lanes, vec)
     else:
         qmv_column(x, values, scales, zeros, lut, slut, out, m, n, k, kb, bpb, nblocks, srow, col, lane,
-                   rows, bits, kind, ue8m0, affine, span, lanes)
+                   rows, bits, kind, ue8m0, affine, span, lanes, vec)
 
 
 @cube.function
 def qmv_column(x, values, scales, zeros, lut, slut, out, m, n, k, kb, bpb, nblocks, srow, col, lane, rows, bits,
-               kind, ue8m0, affine, span, lanes):
+               kind, ue8m0, affine, span, lanes, vec):
     """Output column `col` of every x row, its weight row walked by `span` lanes."""
     acc = tuple(cube.f32(0) for _ in range(rows))
     w_at = col * kb
     for b in range(nblocks):
         p0 = b * bpb
         p1 = cube.min(kb, p0 + bpb)
+        wide = p0 + (p1 - p0) // (span * vec) * (span * vec)
         main = p0 + (p1 - p0) // span * span
         part = tuple(cube.f32(0) for _ in range(rows))
         xs = tuple(cube.f32(0) for _ in range(rows))
-        for p in range(p0, main, span):  # whole rounds, unguarded: a vector of units on the C target
+        for p in range(p0, wide, span * vec):  # `vec` whole rounds a trip, unguarded: vectors of units on C
+            for j in cube.unroll(range(vec)):
+                part, xs = gemv_byte(x, values, lut, w_at, p + j * span + lane, k, m, part, xs, rows, bits, kind,
+                                     affine)
+        for p in range(wide, main, span):
             part, xs = gemv_byte(x, values, lut, w_at, p + lane, k, m, part, xs, rows, bits, kind, affine)
         for p in range(main + lane, p1, span):
             part, xs = gemv_byte(x, values, lut, w_at, p, k, m, part, xs, rows, bits, kind, affine)
@@ -315,7 +322,7 @@ def quant_matmul(x, values, scales, zeros, *, code: str, block: int, k: int, n: 
         rows = 1 << (m - 1).bit_length()
         count = cube.CubeCount(-(-n // (units // span)))
         runtime.launch(qmv_kernel, count, cube.CubeDim(units), args + (m, n, k, kb, bpb, -(-kb // bpb), srow),
-                       dict(rows=rows, units=units, span=span, lanes=lanes, **flags))
+                       dict(rows=rows, units=units, span=span, lanes=lanes, vec=GEMV_VEC, **flags))
     else:
         rows, units = TILE_ROWS, _floor2(min(TILE_UNITS, n))
         kc = _panel(block, k)
