@@ -6,8 +6,8 @@ reads the packed bytes once and widens them in registers or shared memory, accum
 
 - `qmv_kernel`, x @ W.T for few rows of x (decoding, M <= `GEMV_MAX_M`): `span` units walk one weight
   row's bytes together (consecutive bytes across units: one vector on the C target, coalesced across
-  a plane on CUDA), every x row at once; a block's partial dot products are scaled once per block,
-  s * (sum x c - z sum x); the units' sums then meet in a plane op or a tree in shared memory.
+  a plane on CUDA), every x row at once; the units' sums then meet in a plane op or a tree in shared
+  memory. The blocks' size is comptime (a shift, and one scale load a round when a block spans it).
 - `qmm_kernel`, x @ W.T for more rows: a cube of `units` units owns `units` columns and `rows` rows of
   the output; per step it widens a (units x kc) panel of W into shared memory (each unit reading bytes
   of a row in turn), then every unit multiplies its column of the panel into `rows` accumulators.
@@ -61,6 +61,8 @@ def field(byte, shift, bits):
 @cube.function
 def code_value(f, bits, kind, lut):
     """The f32 value of bit pattern `f`: two's complement, unsigned, or the code's table."""
+    if kind == SIGNED and bits == 8:
+        return cube.f32(cube.cast(f, cube.i8))  # a sign extension (vpmovsxbd on the C target)
     if kind == SIGNED:
         return cube.f32(f - ((f >> (bits - 1)) << bits))
     if kind == UNSIGNED:
@@ -77,71 +79,72 @@ def scale_at(scales, slut, i, ue8m0):
 
 
 @cube.function
-def gemv_byte(x, values, lut, w_at, p, k, m, part, xs, rows, bits, kind, affine):
-    """(part, xs) after byte p of the weight row at w_at: part[r] += x[r, i] * code(i) over its codes,
-    xs[r] += x[r, i] (affine codes subtract z * xs per block)."""
+def gemv_byte(x, values, scales, zeros, lut, slut, w_at, s_at, p, lane, k, m, acc, rows, bits, kind, ue8m0, affine,
+              bpb, span, ragged):
+    """acc[r] += x[r, i] * W[col, i] over the codes of byte p + lane of the weight row at w_at (its scales
+    from s_at). `bpb`: bytes per scale block (0: one block a row); a round's units share a block when
+    bpb is a multiple of `span` (the scale is then one load, not one a unit). `ragged`: the row's last
+    byte holds codes past k."""
     per = 8 // bits
-    byte = values[w_at + p]
+    at_p = p + lane
+    byte = values[w_at + at_p]
+    b = 0 if bpb == 0 else (p // bpb if bpb % span == 0 else at_p // bpb)
+    late = bpb == 0 and not affine  # one scale a row, no zero: applied once, after the sum
+    s = scale_at(scales, slut, s_at + b, ue8m0)
+    z = cube.f32(zeros[s_at + b]) if affine else cube.f32(0)
     for i in cube.unroll(range(per)):
-        kk = p * per + i
+        kk = at_p * per + i
         c = code_value(field(byte, i * bits, bits), bits, kind, lut)
-        at = cube.min(kk, k - 1) if per > 1 else kk
-        xv = tuple(cube.f32(x[cube.min(r, m - 1) * k + at]) for r in range(rows))
-        if per > 1:  # the last byte of a row may hold codes past k
-            xv = tuple(cube.select(kk < k, xv[r], cube.f32(0)) for r in range(rows))
-        part = tuple(part[r] + xv[r] * c for r in range(rows))
-        if affine:
-            xs = tuple(xs[r] + xv[r] for r in range(rows))
-    return part, xs
+        w = c if late else s * (c - z) if affine else s * c
+        at = cube.min(kk, k - 1) if ragged else kk
+        if ragged:  # codes past k weigh nothing (an affine code 0 is not a zero weight)
+            w = cube.select(kk < k, w, cube.f32(0))
+        acc = tuple(acc[r] + cube.f32(x[cube.min(r, m - 1) * k + at]) * w for r in range(rows))
+    return acc
 
 
 @cube.kernel
 def qmv_kernel(x: cube.Array, values: cube.Array[cube.u8], scales: cube.Array, zeros: cube.Array[cube.u8],
                lut: cube.Array[cube.f32], slut: cube.Array[cube.f32], out: cube.Array, m: cube.i32, n: cube.i32,
-               k: cube.i32, kb: cube.i32, bpb: cube.i32, nblocks: cube.i32, srow: cube.i32,
-               rows: cube.Comptime[int], bits: cube.Comptime[int], kind: cube.Comptime[str],
-               ue8m0: cube.Comptime[bool], affine: cube.Comptime[bool], units: cube.Comptime[int],
+               k: cube.i32, kb: cube.i32, srow: cube.i32, rows: cube.Comptime[int], bits: cube.Comptime[int],
+               kind: cube.Comptime[str], ue8m0: cube.Comptime[bool], affine: cube.Comptime[bool],
+               bpb: cube.Comptime[int], ragged: cube.Comptime[bool], units: cube.Comptime[int],
                span: cube.Comptime[int], lanes: cube.Comptime[int], vec: cube.Comptime[int]):
     """out (m, n) = x (m, k) @ W.T, `span` units per weight row (see the module docstring)."""
     col = cube.CUBE_POS_X * (units // span) + (cube.UNIT_POS // span if units > span else 0)
     lane = cube.UNIT_POS % span if units > span else cube.UNIT_POS
     if units > span:  # several columns a cube (planes): the last cube's extra planes skip (no barrier below)
         if col < n:
-            qmv_column(x, values, scales, zeros, lut, slut, out, m, n, k, kb, bpb, nblocks, srow, col, lane,
-                       rows, bits, kind, ue8m0, affine, span, lanes, vec)
+            qmv_column(x, values, scales, zeros, lut, slut, out, m, n, k, kb, srow, col, lane, rows, bits, kind,
+                       ue8m0, affine, bpb, ragged, span, lanes, vec)
     else:
-        qmv_column(x, values, scales, zeros, lut, slut, out, m, n, k, kb, bpb, nblocks, srow, col, lane,
-                   rows, bits, kind, ue8m0, affine, span, lanes, vec)
+        qmv_column(x, values, scales, zeros, lut, slut, out, m, n, k, kb, srow, col, lane, rows, bits, kind, ue8m0,
+                   affine, bpb, ragged, span, lanes, vec)
 
 
 @cube.function
-def qmv_column(x, values, scales, zeros, lut, slut, out, m, n, k, kb, bpb, nblocks, srow, col, lane, rows, bits,
-               kind, ue8m0, affine, span, lanes, vec):
-    """Output column `col` of every x row, its weight row walked by `span` lanes."""
+def qmv_column(x, values, scales, zeros, lut, slut, out, m, n, k, kb, srow, col, lane, rows, bits, kind, ue8m0,
+               affine, bpb, ragged, span, lanes, vec):
+    """Output column `col` of every x row, its weight row walked by `span` lanes in rounds of `span` bytes."""
     acc = tuple(cube.f32(0) for _ in range(rows))
     w_at = col * kb
-    for b in range(nblocks):
-        p0 = b * bpb
-        p1 = cube.min(kb, p0 + bpb)
-        wide = p0 + (p1 - p0) // (span * vec) * (span * vec)
-        main = p0 + (p1 - p0) // span * span
-        part = tuple(cube.f32(0) for _ in range(rows))
-        xs = tuple(cube.f32(0) for _ in range(rows))
-        for p in range(p0, wide, span * vec):  # `vec` whole rounds a trip, unguarded: vectors of units on C
-            for j in cube.unroll(range(vec)):
-                part, xs = gemv_byte(x, values, lut, w_at, p + j * span + lane, k, m, part, xs, rows, bits, kind,
-                                     affine)
-        for p in range(wide, main, span):
-            part, xs = gemv_byte(x, values, lut, w_at, p + lane, k, m, part, xs, rows, bits, kind, affine)
-        for p in range(main + lane, p1, span):
-            part, xs = gemv_byte(x, values, lut, w_at, p, k, m, part, xs, rows, bits, kind, affine)
-        s = scale_at(scales, slut, col * srow + b, ue8m0)
-        if affine:
-            z = cube.f32(zeros[col * srow + b])
-            acc = tuple(acc[r] + s * (part[r] - z * xs[r]) for r in range(rows))
-        else:
-            acc = tuple(acc[r] + s * part[r] for r in range(rows))
+    s_at = col * srow
+    wide = kb // (span * vec) * (span * vec)
+    main = kb // span * span
+    for p in range(0, wide, span * vec):  # `vec` whole rounds a trip, unguarded: vectors of units on C
+        for j in cube.unroll(range(vec)):
+            acc = gemv_byte(x, values, scales, zeros, lut, slut, w_at, s_at, p + j * span, lane, k, m, acc, rows,
+                            bits, kind, ue8m0, affine, bpb, span, ragged)
+    for p in range(wide, main, span):
+        acc = gemv_byte(x, values, scales, zeros, lut, slut, w_at, s_at, p, lane, k, m, acc, rows, bits, kind,
+                        ue8m0, affine, bpb, span, ragged)
+    for p in range(main + lane, kb, span):
+        acc = gemv_byte(x, values, scales, zeros, lut, slut, w_at, s_at, p, 0, k, m, acc, rows, bits, kind, ue8m0,
+                        affine, bpb, 1, ragged)
     total = tuple(units_combine("sum", acc[r], span, lanes, cube.f32) for r in range(rows))
+    if bpb == 0 and not affine:  # `gemv_byte` left the row's one scale out
+        s = scale_at(scales, slut, s_at, ue8m0)
+        total = tuple(s * total[r] for r in range(rows))
     if lane == 0:
         for r in cube.unroll(range(rows)):
             if r < m:
@@ -318,11 +321,12 @@ def quant_matmul(x, values, scales, zeros, *, code: str, block: int, k: int, n: 
         lanes = PLANE_WIDTH.get(target, 1)
         span = lanes if lanes > 1 else units
         per = 8 // bits
-        bpb = kb if block >= k else block // per
         rows = 1 << (m - 1).bit_length()
         count = cube.CubeCount(-(-n // (units // span)))
-        runtime.launch(qmv_kernel, count, cube.CubeDim(units), args + (m, n, k, kb, bpb, -(-kb // bpb), srow),
-                       dict(rows=rows, units=units, span=span, lanes=lanes, vec=GEMV_VEC, **flags))
+        runtime.launch(qmv_kernel, count, cube.CubeDim(units), args + (m, n, k, kb, srow),
+                       dict(rows=rows, bits=bits, kind=kind, ue8m0=ue8m0, affine=affine,
+                            bpb=0 if block >= k else block // per, ragged=k % per != 0, units=units, span=span,
+                            lanes=lanes, vec=GEMV_VEC))
     else:
         rows, units = TILE_ROWS, _floor2(min(TILE_UNITS, n))
         kc = _panel(block, k)
