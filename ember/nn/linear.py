@@ -1,10 +1,11 @@
-"""`Linear`, `Bilinear` and `Identity`."""
+"""`Linear`, `Bilinear` and `Identity`; `linear`, and `quant_linear` / `int_linear` for quantized weights."""
 
 from __future__ import annotations
 
 import math
 
 from .. import amp
+from ..api._common import apply
 from ..errors import ShapeError
 from ..tensor import Tensor
 from . import init
@@ -22,6 +23,34 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """
     y = x @ weight.T
     return y + bias if bias is not None else y
+
+
+def quant_linear(x: Tensor, values: Tensor, scales: Tensor, zeros: Tensor | None = None, *, code: str, block: int,
+                 in_features: int, out_features: int, bias: Tensor | None = None) -> Tensor:
+    """`x @ W^T + bias` for a quantized weight W (out_features, in_features) given by its parts: `values`
+    (uint8 codes packed along in_features), `scales` (per block of `block` codes, or (1,)) and, for the
+    affine codes, `zeros` (docs/quant-kernels.md). The weight is never dequantized in full; the result
+    has x's dtype (f32, f16 or bf16), accumulated in f32; the gradient flows to x (and bias) only.
+
+    Example:
+        >>> values = ember.tensor([[0x21]], dtype=ember.uint8); scales = ember.tensor([1.0])
+        >>> quant_linear(ember.ones(1, 2), values, scales, code="int4", block=2, in_features=2, out_features=1).tolist()
+        [[3.0]]
+    """
+    parts = (values, scales) if zeros is None else (values, scales, zeros)
+    y = apply("quant_matmul", x, *parts, code=code, block=int(block), k=int(in_features), n=int(out_features),
+              transpose=False)
+    return y + bias if bias is not None else y
+
+
+def int_linear(x: Tensor, weight: Tensor) -> Tensor:
+    """`x @ weight^T` of int8 tensors x (..., in) and weight (out, in), exact in int32 (no gradient).
+
+    Example:
+        >>> int_linear(ember.full((1, 3), -128, dtype=ember.int8), ember.full((2, 3), -128, dtype=ember.int8)).tolist()
+        [[49152, 49152]]
+    """
+    return apply("int_matmul", x, weight)
 
 
 class Linear(Module):

@@ -33,6 +33,7 @@ from ...kernels.elementwise import Program, run_elementwise
 from ...kernels.layout import grouped
 from ...kernels.matmul import tuned_matmul
 from ...kernels.pool import max_pool2d_grad
+from ...kernels import quant_matmul as quant
 from ...kernels.sort import MAX_ROW
 from ...cube.runtime.arguments import DeviceArray
 from ...dtype import bf16, f16, f32, i8, i16, i32, u8
@@ -145,6 +146,13 @@ def _argsort(out: Aval, x: np.ndarray, *, dim, descending) -> np.ndarray:
 
 
 # ---- matmul, indexing ------------------------------------------------------------------------------
+
+def _quant_matmul(out: Aval, x, values, scales, zeros=None, *, code, block, k, n, transpose):
+    why = quant.supports(block, k, transpose)
+    if why:
+        raise Unlowered(why)
+    return quant.quant_matmul(x, values, scales, zeros, code=code, block=block, k=k, n=n, transpose=transpose)
+
 
 def _gather(out: Aval, x, index, *, dim):
     return lib.gather(x, index, dim)
@@ -311,6 +319,8 @@ TABLE: dict[str, Lowering] = {
     "cumextreme_index": Lowering(_cumextreme_index),
     "argsort": Lowering(_argsort),
     "matmul": Lowering(lambda out, a, b: tuned_matmul(a, b)),
+    "quant_matmul": Lowering(_quant_matmul),
+    "int_matmul": Lowering(lambda out, a, b: quant.int_matmul(a, b)),
     "gather": Lowering(_gather),
     "scatter": Lowering(_scatter),
     "index_select": Lowering(_index_select),

@@ -8,8 +8,8 @@ Recorded (run at the next sync point, not at the call):
 - reductions that fuse on read: `sum`, `prod`, `amax` and `amin`.
 - inner steps, run through the inner backend with the params and shapes of the block being run:
   `INNER` (pure ops whose output shape follows from shapes and params and whose errors all come from
-  the shape rule at the call: movement, `matmul`, convolutions, pools, `unfold`/`fold`, scans,
-  `argmax`/`argmin`, `argsort`); index ops whose index is host data, or a pending view or `where` of
+  the shape rule at the call: movement, `matmul` (and `quant_matmul`, `int_matmul`), convolutions,
+  pools, `unfold`/`fold`, scans, `argmax`/`argmin`, `argsort`); index ops whose index is host data, or a pending view or `where` of
   it, with every value in range (`index_bounds`, `index_in_range`, checked at the call); custom ops
   declared pure (`backend_extension(..., pure=True)` calls `record_inner`).
 
@@ -39,7 +39,8 @@ _OTHER = frozenset(("where", "cast"))  # elementwise primitives outside the op t
 INNER = frozenset(("reshape", "permute", "expand", "slice", "flip", "cat", "pad", "slice_assign", "matmul",
                    "conv", "conv_transpose", "conv_weight_grad", "max_pool", "max_pool_indices",
                    "max_pool_grad", "avg_pool",
-                   "unfold", "fold", "cumsum", "cumprod", "cumextreme_index", "argmax", "argmin", "argsort"))
+                   "unfold", "fold", "cumsum", "cumprod", "cumextreme_index", "argmax", "argmin", "argsort",
+                   "quant_matmul", "int_matmul"))
 """Primitives recorded as `Inner` steps (see the module docstring for why these and not the others)."""
 INDEX_OPS = frozenset(("gather", "index_select", "embedding", "scatter", "index_add"))
 """Ops recorded as `Inner` steps when their index is host data in range (`index_in_range`)."""
@@ -54,7 +55,7 @@ matmul on CUDA, one cuBLAS call or tensor-core kernel once tuned, likewise; a re
 movement op that makes a view of a device array replays as that view (the Cube target's
 `ViewReplay`). A run that is none of these (a matmul on the CPU's BLAS, one that copies an operand
 first, a view of a NumPy array) is simply not captured."""
-STARTS_BLOCK = frozenset(("matmul", "conv", "conv_transpose", "conv_weight_grad"))
+STARTS_BLOCK = frozenset(("matmul", "quant_matmul", "int_matmul", "conv", "conv_transpose", "conv_weight_grad"))
 """`INNER` ops before which the stream is cut (see the module docstring)."""
 
 

@@ -11,7 +11,7 @@ Example:
 
 from __future__ import annotations
 
-from . import creation, elementwise, indexing, movement, nn, reduce
+from . import creation, elementwise, indexing, movement, nn, quant, reduce
 
 
 def _merge(*families: dict) -> dict:
@@ -24,7 +24,7 @@ def _merge(*families: dict) -> dict:
     return table
 
 
-TABLE = _merge(elementwise.ROWS, reduce.ROWS, movement.ROWS, indexing.ROWS, nn.ROWS, creation.ROWS)
+TABLE = _merge(elementwise.ROWS, reduce.ROWS, movement.ROWS, indexing.ROWS, nn.ROWS, quant.ROWS, creation.ROWS)
 CREATION = frozenset(creation.ROWS)
 """Rows that make a tensor from params alone; they are given the torch device."""
 MISSING = frozenset({"uniform", "normal", "randint"})

@@ -1,8 +1,8 @@
 """`ember.nn.functional`: every nn function, for use without a `Module` (PyTorch's `torch.nn.functional`).
 
 This package is the one place to find them: activations (defined in `ember.api.activation`), losses,
-distances, normalizations, dropout, pixel shuffle, attention and `linear` (defined beside their
-layers in `ember/nn`; the fused attention op behind `scaled_dot_product_attention` is
+distances, normalizations, dropout, pixel shuffle, attention, `linear` and the quantized `quant_linear`
+and `int_linear` (defined beside their layers in `ember/nn`; the fused attention op behind `scaled_dot_product_attention` is
 `ember/nn/fused_attention.py`), and the module ops defined here, composed from the primitives in
 `ember/ops`:
 
@@ -37,4 +37,4 @@ from ..norm import group_norm, instance_norm, layer_norm, normalize, rms_norm  #
 from ..dropout import dropout  # noqa: F401
 from ..shuffle import pixel_shuffle, pixel_unshuffle  # noqa: F401
 from ..attention import scaled_dot_product_attention  # noqa: F401
-from ..linear import linear  # noqa: F401
+from ..linear import int_linear, linear, quant_linear  # noqa: F401

@@ -1,0 +1,365 @@
+"""Products with a packed quantized weight, dequantized in the loop, and int8 x int8 -> int32.
+
+The weight W (n, k) is stored as `ember/ops/quant_matmul.py` says: `values` uint8 (n, kb), codes packed
+along k, `scales` (n, nblocks) or (1,), `zeros` for the affine codes. No kernel makes W in full: each
+reads the packed bytes once and widens them in registers or shared memory, accumulating in f32.
+
+- `qmv_kernel`, x @ W.T for few rows of x (decoding, M <= `GEMV_MAX_M`): `span` units walk one weight
+  row's bytes together (consecutive bytes across units: one vector on the C target, coalesced across
+  a plane on CUDA), every x row at once; the units' sums then meet in a plane op or a tree in shared
+  memory. The blocks' size is comptime (a shift, and one scale load a round when a block spans it).
+- `qmm_kernel`, x @ W.T for more rows: a cube of `units` units owns `units` columns and `rows` rows of
+  the output; per step it widens a (units x kc) panel of W into shared memory (each unit reading bytes
+  of a row in turn), then every unit multiplies its column of the panel into `rows` accumulators.
+- `qmm_t_kernel`, g @ W (the input gradient): unit u owns output column u, whose codes sit at one byte
+  and shift of every weight row, so it reads them directly (consecutive units: consecutive bytes).
+- `int_matmul_kernel`: `span` units walk k for an R x C tile of outputs (int8 rows of a and b read as
+  vectors across units, i32 accumulators), then combine.
+
+Integer codes are decoded with shifts; nf4, fp4 and fp8 through the code's 16- or 256-entry f32 table
+(`ember.ops.quant_matmul.code_table`, made from bitsandbytes' values and ml_dtypes' casts), and UE8M0
+scales through a 256-entry table, both kept on the device once per runtime.
+
+Example:
+    >>> w = np.array([[0x21]], np.uint8); s = np.array([1.0], np.float32)
+    >>> quant_matmul(np.ones((1, 2), np.float32), w, s, None, code="int4", block=2, k=2, n=1)
+    array([[3.]], dtype=float32)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import cube
+from ..cube.kernel import launch_runtime
+from ..ops.quant_matmul import CODES, SIGNED, UNSIGNED, code_table, packed_width, ue8m0_table
+from .common import contiguous, empty, zeros
+from .reduce import PLANE_WIDTH, units_combine
+
+GEMV_MAX_M = 16
+"""x rows up to which the forward runs `qmv_kernel` (bandwidth-bound decoding), above `qmm_kernel`."""
+GEMV_UNITS = {"cpu": 16, "wgsl": 64, "cuda": 256}
+"""Units per cube of `qmv_kernel`: one vector of f32 on the C target, a cube per column on WGSL, 8
+planes (8 columns) on CUDA."""
+GEMV_VEC = 4
+"""Rounds of `span` bytes `qmv_kernel` takes a trip (loads in flight; the C target's vector loop runs longer)."""
+TILE_ROWS, TILE_UNITS, PANEL = 8, 64, 32
+"""`qmm_kernel`'s and `qmm_t_kernel`'s tile: rows x units outputs a cube, k in panels of PANEL."""
+INT_TILE, INT_SPAN, INT_DEPTH = 4, 16, 4
+"""`int_matmul_kernel`: INT_TILE x INT_TILE outputs a cube, INT_SPAN units along k, INT_DEPTH rounds per trip."""
+
+
+@cube.function
+def field(byte, shift, bits):
+    """The `bits`-bit field at `shift` of a byte, as i32."""
+    v = cube.i32(byte)
+    if bits == 8:
+        return v
+    return (v >> shift) & ((1 << bits) - 1)
+
+
+@cube.function
+def code_value(f, bits, kind, lut):
+    """The f32 value of bit pattern `f`: two's complement, unsigned, or the code's table."""
+    if kind == SIGNED and bits == 8:
+        return cube.f32(cube.cast(f, cube.i8))  # a sign extension (vpmovsxbd on the C target)
+    if kind == SIGNED:
+        return cube.f32(f - ((f >> (bits - 1)) << bits))
+    if kind == UNSIGNED:
+        return cube.f32(f)
+    return lut[f]
+
+
+@cube.function
+def scale_at(scales, slut, i, ue8m0):
+    """Scale i as f32 (a UE8M0 byte through its table)."""
+    if ue8m0:
+        return slut[cube.i32(scales[i])]
+    return cube.f32(scales[i])
+
+
+@cube.function
+def gemv_byte(x, values, scales, zeros, lut, slut, w_at, s_at, p, lane, k, m, acc, rows, bits, kind, ue8m0, affine,
+              bpb, span, ragged):
+    """acc[r] += x[r, i] * W[col, i] over the codes of byte p + lane of the weight row at w_at (its scales
+    from s_at). `bpb`: bytes per scale block (0: one block a row); a round's units share a block when
+    bpb is a multiple of `span` (the scale is then one load, not one a unit). `ragged`: the row's last
+    byte holds codes past k."""
+    per = 8 // bits
+    at_p = p + lane
+    byte = values[w_at + at_p]
+    b = 0 if bpb == 0 else (p // bpb if bpb % span == 0 else at_p // bpb)
+    late = bpb == 0 and not affine  # one scale a row, no zero: applied once, after the sum
+    s = scale_at(scales, slut, s_at + b, ue8m0)
+    z = cube.f32(zeros[s_at + b]) if affine else cube.f32(0)
+    for i in cube.unroll(range(per)):
+        kk = at_p * per + i
+        c = code_value(field(byte, i * bits, bits), bits, kind, lut)
+        w = c if late else s * (c - z) if affine else s * c
+        at = cube.min(kk, k - 1) if ragged else kk
+        if ragged:  # codes past k weigh nothing (an affine code 0 is not a zero weight)
+            w = cube.select(kk < k, w, cube.f32(0))
+        acc = tuple(acc[r] + cube.f32(x[cube.min(r, m - 1) * k + at]) * w for r in range(rows))
+    return acc
+
+
+@cube.kernel
+def qmv_kernel(x: cube.Array, values: cube.Array[cube.u8], scales: cube.Array, zeros: cube.Array[cube.u8],
+               lut: cube.Array[cube.f32], slut: cube.Array[cube.f32], out: cube.Array, m: cube.i32, n: cube.i32,
+               k: cube.i32, kb: cube.i32, srow: cube.i32, rows: cube.Comptime[int], bits: cube.Comptime[int],
+               kind: cube.Comptime[str], ue8m0: cube.Comptime[bool], affine: cube.Comptime[bool],
+               bpb: cube.Comptime[int], ragged: cube.Comptime[bool], units: cube.Comptime[int],
+               span: cube.Comptime[int], lanes: cube.Comptime[int], vec: cube.Comptime[int]):
+    """out (m, n) = x (m, k) @ W.T, `span` units per weight row (see the module docstring)."""
+    col = cube.CUBE_POS_X * (units // span) + (cube.UNIT_POS // span if units > span else 0)
+    lane = cube.UNIT_POS % span if units > span else cube.UNIT_POS
+    if units > span:  # several columns a cube (planes): the last cube's extra planes skip (no barrier below)
+        if col < n:
+            qmv_column(x, values, scales, zeros, lut, slut, out, m, n, k, kb, srow, col, lane, rows, bits, kind,
+                       ue8m0, affine, bpb, ragged, span, lanes, vec)
+    else:
+        qmv_column(x, values, scales, zeros, lut, slut, out, m, n, k, kb, srow, col, lane, rows, bits, kind, ue8m0,
+                   affine, bpb, ragged, span, lanes, vec)
+
+
+@cube.function
+def qmv_column(x, values, scales, zeros, lut, slut, out, m, n, k, kb, srow, col, lane, rows, bits, kind, ue8m0,
+               affine, bpb, ragged, span, lanes, vec):
+    """Output column `col` of every x row, its weight row walked by `span` lanes in rounds of `span` bytes."""
+    acc = tuple(cube.f32(0) for _ in range(rows))
+    w_at = col * kb
+    s_at = col * srow
+    wide = kb // (span * vec) * (span * vec)
+    main = kb // span * span
+    for p in range(0, wide, span * vec):  # `vec` whole rounds a trip, unguarded: vectors of units on C
+        for j in cube.unroll(range(vec)):
+            acc = gemv_byte(x, values, scales, zeros, lut, slut, w_at, s_at, p + j * span, lane, k, m, acc, rows,
+                            bits, kind, ue8m0, affine, bpb, span, ragged)
+    for p in range(wide, main, span):
+        acc = gemv_byte(x, values, scales, zeros, lut, slut, w_at, s_at, p, lane, k, m, acc, rows, bits, kind,
+                        ue8m0, affine, bpb, span, ragged)
+    for p in range(main + lane, kb, span):
+        acc = gemv_byte(x, values, scales, zeros, lut, slut, w_at, s_at, p, 0, k, m, acc, rows, bits, kind, ue8m0,
+                        affine, bpb, 1, ragged)
+    total = tuple(units_combine("sum", acc[r], span, lanes, cube.f32) for r in range(rows))
+    if bpb == 0 and not affine:  # `gemv_byte` left the row's one scale out
+        s = scale_at(scales, slut, s_at, ue8m0)
+        total = tuple(s * total[r] for r in range(rows))
+    if lane == 0:
+        for r in cube.unroll(range(rows)):
+            if r < m:
+                out[r * n + col] = out.dtype(total[r])
+
+
+@cube.kernel
+def qmm_kernel(x: cube.Array, values: cube.Array[cube.u8], scales: cube.Array, zeros: cube.Array[cube.u8],
+               lut: cube.Array[cube.f32], slut: cube.Array[cube.f32], out: cube.Array, m: cube.i32, n: cube.i32,
+               k: cube.i32, kb: cube.i32, block: cube.i32, srow: cube.i32, rows: cube.Comptime[int],
+               units: cube.Comptime[int], kc: cube.Comptime[int], bits: cube.Comptime[int],
+               kind: cube.Comptime[str], ue8m0: cube.Comptime[bool], affine: cube.Comptime[bool]):
+    """out (m, n) = x (m, k) @ W.T by tiles of rows x units, W widened a (units x kc) panel at a time into
+    shared memory; a panel lies in one scale block (the host picks kc so). Tiles at the far edges are
+    shifted back to end there (m >= rows, n >= units): they overlap and write equal values twice."""
+    per = 8 // bits
+    kcb = kc // per
+    u = cube.UNIT_POS_X
+    m0 = cube.min(cube.CUBE_POS_X * rows, m - rows)
+    j0 = cube.min(cube.CUBE_POS_Y * units, n - units)
+    panel = cube.shared(cube.f32, kc * units)
+    acc = tuple(cube.f32(0) for _ in range(rows))
+    for k0 in range(0, k, kc):
+        b = k0 // block
+        for t in cube.unroll(range(kcb)):  # the panel's units x kcb bytes, consecutive units on one row's bytes
+            idx = t * units + u
+            jj = idx // kcb
+            pb = idx % kcb
+            row = j0 + jj
+            byte = values[row * kb + cube.min(k0 // per + pb, kb - 1)]
+            s = scale_at(scales, slut, row * srow + b, ue8m0)
+            z = cube.f32(zeros[row * srow + b]) if affine else cube.f32(0)
+            for i in cube.unroll(range(per)):
+                w = s * (code_value(field(byte, i * bits, bits), bits, kind, lut) - z)
+                panel[(pb * per + i) * units + jj] = cube.select(k0 + pb * per + i < k, w, cube.f32(0))
+        cube.sync_units()
+        for kk in cube.unroll(range(kc)):
+            wv = panel[kk * units + u]
+            at = cube.min(k0 + kk, k - 1)  # past k the panel holds zeros
+            acc = tuple(acc[r] + cube.f32(x[(m0 + r) * k + at]) * wv for r in range(rows))
+        cube.sync_units()
+    for r in cube.unroll(range(rows)):
+        out[(m0 + r) * n + j0 + u] = out.dtype(acc[r])
+
+
+@cube.kernel
+def qmm_t_kernel(g: cube.Array, values: cube.Array[cube.u8], scales: cube.Array, zeros: cube.Array[cube.u8],
+                 lut: cube.Array[cube.f32], slut: cube.Array[cube.f32], out: cube.Array, m: cube.i32, n: cube.i32,
+                 k: cube.i32, kb: cube.i32, block: cube.i32, srow: cube.i32, rows: cube.Comptime[int],
+                 units: cube.Comptime[int], bits: cube.Comptime[int], kind: cube.Comptime[str],
+                 ue8m0: cube.Comptime[bool], affine: cube.Comptime[bool]):
+    """out (m, k) = g (m, n) @ W by tiles of rows x units (edge tiles shifted back as in `qmm_kernel`)."""
+    per = 8 // bits
+    m0 = cube.min(cube.CUBE_POS_X * rows, m - rows)
+    col = cube.min(cube.CUBE_POS_Y * units, k - units) + cube.UNIT_POS_X
+    p = col // per
+    shift = (col % per) * bits
+    b = col // block
+    acc = tuple(cube.f32(0) for _ in range(rows))
+    for j in range(n):
+        s = scale_at(scales, slut, j * srow + b, ue8m0)
+        c = code_value(field(values[j * kb + p], shift, bits), bits, kind, lut)
+        w = s * (c - cube.f32(zeros[j * srow + b])) if affine else s * c
+        acc = tuple(acc[r] + cube.f32(g[(m0 + r) * n + j]) * w for r in range(rows))
+    for r in cube.unroll(range(rows)):
+        out[(m0 + r) * k + col] = out.dtype(acc[r])
+
+
+@cube.function
+def int_round(a, b, acc, i0, j0, kk, k, R, C):
+    """acc[r * C + c] += a[i0 + r, kk] * b[j0 + c, kk] in i32."""
+    av = tuple(cube.i32(a[(i0 + r) * k + kk]) for r in range(R))
+    bv = tuple(cube.i32(b[(j0 + c) * k + kk]) for c in range(C))
+    return tuple(acc[r * C + c] + av[r] * bv[c] for r in range(R) for c in range(C))
+
+
+@cube.kernel
+def int_matmul_kernel(a: cube.Array[cube.i8], b: cube.Array[cube.i8], out: cube.Array[cube.i32], m: cube.i32,
+                      n: cube.i32, k: cube.i32, R: cube.Comptime[int], C: cube.Comptime[int],
+                      span: cube.Comptime[int], lanes: cube.Comptime[int], depth: cube.Comptime[int]):
+    """out (m, n) = a (m, k) @ b (n, k).T in i32: an R x C tile a cube, its `span` units along k (edge
+    tiles shifted back: m >= R, n >= C)."""
+    lane = cube.UNIT_POS
+    i0 = cube.min(cube.CUBE_POS_X * R, m - R)
+    j0 = cube.min(cube.CUBE_POS_Y * C, n - C)
+    acc = tuple(cube.i32(0) for _ in range(R * C))
+    step = span * depth
+    main = k // step * step
+    for k0 in range(0, main, step):
+        for d in cube.unroll(range(depth)):
+            acc = int_round(a, b, acc, i0, j0, k0 + d * span + lane, k, R, C)
+    for kk in range(main + lane, k, span):
+        acc = int_round(a, b, acc, i0, j0, kk, k, R, C)
+    total = tuple(units_combine("sum", acc[t], span, lanes, cube.i32) for t in range(R * C))
+    if lane == 0:
+        for t in cube.unroll(range(R * C)):
+            out[(i0 + t // C) * n + j0 + t % C] = total[t]
+
+
+# ---- host functions --------------------------------------------------------------------------------
+
+_tables: dict = {}
+
+
+def _table(runtime, name: str, host: np.ndarray):
+    """`host` (a code's or UE8M0's table) on `runtime`, copied there once."""
+    key = (id(runtime), name)
+    found = _tables.get(key)
+    if found is None or found[0] is not runtime:
+        found = _tables[key] = (runtime, runtime.to_device(np.array(host)))
+    return found[1]
+
+
+def _floor2(v: int) -> int:
+    return 1 << (max(1, v).bit_length() - 1)
+
+
+def _panel(block: int, k: int) -> int:
+    """`qmm_kernel`'s panel depth: the largest of 32, 16, 8 that lies in one scale block (0: none)."""
+    if block >= k:
+        return PANEL
+    return next((kc for kc in (PANEL, 16, 8) if block % kc == 0), 0)
+
+
+def supports(block: int, k: int, transpose: bool) -> str:
+    """"" when the kernels compute this layout, else why not (the caller runs the reference instead):
+    the forward kernels walk k in steps that lie in one scale block, so blocks are multiples of 8 codes
+    (or one block a row).
+
+    Example:
+        >>> supports(12, 48, False)
+        'blocks of 12 codes: the forward kernels take multiples of 8 (or one block a row)'
+    """
+    if not transpose and _panel(block, k) == 0:
+        return f"blocks of {block} codes: the forward kernels take multiples of 8 (or one block a row)"
+    return ""
+
+
+def quant_matmul(x, values, scales, zeros, *, code: str, block: int, k: int, n: int, transpose: bool = False):
+    """x @ W.T (or g @ W with `transpose`) for the quantized weight W (n, k): x (..., k) (or (..., n)) of
+    f32/f16/bf16, the result (..., n) (or (..., k)) of x's dtype. Shapes are the primitive's (checked
+    by its shape rule); `supports` must hold."""
+    bits, kind = CODES[code]
+    inner, outer = (n, k) if transpose else (k, n)
+    lead = tuple(x.shape[:-1])
+    m = int(np.prod(lead, dtype=np.int64))
+    if m == 0 or outer == 0 or inner == 0:
+        return zeros_like_out(lead + (outer,), x)
+    x2 = contiguous(x).reshape(m, inner)
+    runtime = launch_runtime(x2, values, scales)
+    lut = _table(runtime, code, code_table(code))
+    slut = _table(runtime, "ue8m0", ue8m0_table())
+    affine = zeros is not None
+    zarr = zeros if affine else _table(runtime, "none", np.zeros(1, np.uint8))
+    ue8m0 = scales.dtype == np.uint8
+    kb = packed_width(code, k)
+    per_tensor = len(scales.shape) == 1
+    block = k if per_tensor else block  # one scale: every code is in block 0
+    nblocks = -(-k // block)
+    srow = 0 if per_tensor else nblocks
+    out = empty((m, outer), x.dtype, x2)
+    values, scales = contiguous(values), contiguous(scales)
+    zarr = contiguous(zarr)
+    args = (x2, values, scales, zarr, lut, slut, out)
+    flags = dict(bits=bits, kind=kind, ue8m0=ue8m0, affine=affine)
+    if transpose:
+        rows, units = _floor2(min(TILE_ROWS, m)), _floor2(min(TILE_UNITS, k))
+        count = cube.CubeCount(-(-m // rows), -(-k // units))
+        runtime.launch(qmm_t_kernel, count, cube.CubeDim(units), args + (m, n, k, kb, block, srow),
+                       dict(rows=rows, units=units, **flags))
+    elif m <= GEMV_MAX_M:
+        target = runtime.target
+        units = GEMV_UNITS.get(target, 64)
+        lanes = PLANE_WIDTH.get(target, 1)
+        span = lanes if lanes > 1 else units
+        per = 8 // bits
+        rows = 1 << (m - 1).bit_length()
+        count = cube.CubeCount(-(-n // (units // span)))
+        runtime.launch(qmv_kernel, count, cube.CubeDim(units), args + (m, n, k, kb, srow),
+                       dict(rows=rows, bits=bits, kind=kind, ue8m0=ue8m0, affine=affine,
+                            bpb=0 if block >= k else block // per, ragged=k % per != 0, units=units, span=span,
+                            lanes=lanes, vec=GEMV_VEC))
+    else:
+        rows, units = TILE_ROWS, _floor2(min(TILE_UNITS, n))
+        kc = _panel(block, k)
+        count = cube.CubeCount(-(-m // rows), -(-n // units))
+        runtime.launch(qmm_kernel, count, cube.CubeDim(units), args + (m, n, k, kb, block, srow),
+                       dict(rows=rows, units=units, kc=kc, **flags))
+    return out.reshape(lead + (outer,))
+
+
+def zeros_like_out(shape: tuple, x):
+    """A zero result of `shape` beside x (an empty product)."""
+    return zeros(shape, x.dtype, x)
+
+
+def int_matmul(a, b):
+    """a (..., k) int8 @ b (n, k).T int8 -> (..., n) int32, exact (wrapping past 2^31 as int32 does).
+
+    Example:
+        >>> int_matmul(np.full((1, 3), -128, np.int8), np.full((2, 3), -128, np.int8))
+        array([[49152, 49152]], dtype=int32)
+    """
+    lead = tuple(a.shape[:-1])
+    k, n = a.shape[-1], b.shape[0]
+    m = int(np.prod(lead, dtype=np.int64))
+    if m == 0 or n == 0 or k == 0:
+        return zeros(lead + (n,), np.int32, a, b)
+    a2, b2 = contiguous(a).reshape(m, k), contiguous(b)
+    runtime = launch_runtime(a2, b2)
+    lanes = PLANE_WIDTH.get(runtime.target, 1)
+    span = lanes if lanes > 1 else INT_SPAN
+    R, C = _floor2(min(INT_TILE, m)), _floor2(min(INT_TILE, n))
+    out = empty((m, n), np.int32, a2)
+    runtime.launch(int_matmul_kernel, cube.CubeCount(-(-m // R), -(-n // C)), cube.CubeDim(span),
+                   (a2, b2, out, m, n, k), dict(R=R, C=C, span=span, lanes=lanes, depth=INT_DEPTH))
+    return out.reshape(lead + (n,))
+
