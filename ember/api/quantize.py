@@ -1,4 +1,4 @@
-"""Quantized tensors: `QTensor` (ordinary tensors + a scheme + the logical shape, QUANT_CONTRACT.md),
+"""Quantized tensors: `QTensor` (ordinary tensors + a scheme + the logical shape, docs/quantization.md),
 `quantize`, `dequantize` and `fake_quantize`, composed of ember ops (reductions, round, clamp, where,
 casts, shifts and masks, a gather from the code table), so they run, fuse and differentiate on every
 device. They compute exactly what `ember.qscheme.reference` computes (docs/quantization.md): codes
@@ -86,8 +86,9 @@ class QTensor:
         return _float_scales(self)
 
     def kernel_args(self) -> dict:
-        """What the quantized matmul takes for this tensor as its weight (QUANT_CONTRACT.md): values,
-        scales (UE8M0 kept, double quantization undone), zeros, code, block, k."""
+        """What the quantized matmul takes for this tensor as its weight: values, scales (UE8M0 kept,
+        double quantization undone), zeros, code, block, k (docs/quantization.md, "How the parts are
+        stored")."""
         rows, k = self.scheme.storage(self.shape)
         scales = self.parts["scales"] if self.scheme.param == "ue8m0" else _float_scales(self)
         return {"values": self.parts["values"], "scales": scales, "zeros": self.parts.get("zeros"),

@@ -1,7 +1,7 @@
 """`quant_matmul` (a product with a packed, quantized weight) and `int_matmul` (int8 x int8 -> int32).
 
 `quant_matmul(x, values, scales[, zeros], code, block, k, n, transpose)`: the weight W (n, k) in
-PyTorch's Linear layout is stored as QUANT_CONTRACT.md says (docs/quant-kernels.md): `values` uint8,
+PyTorch's Linear layout is stored as docs/quantization.md, "How the parts are stored", says: `values` uint8,
 codes packed along k (one, two or four a byte by `code`), `scales` (n, ceil(k / block)) or (1,) (per
 tensor) of f32/f16/bf16, or uint8 UE8M0 (2^(e - 127)); `zeros` uint8 like `scales`, for the affine
 codes (uint8, uint4, uint2) only. W[j, i] = scale[j, i // block] * (code_value(j, i) - zero[j, i // block]).

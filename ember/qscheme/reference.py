@@ -1,5 +1,5 @@
 """NumPy references of quantization: `quantize(x, scheme) -> parts` and `dequantize(parts, scheme, shape)`,
-exact for every value type, and the packing of codes into bytes (QUANT_CONTRACT.md). They are the test
+exact for every value type, and the packing of codes into bytes (docs/quantization.md, "How the parts are stored"). They are the test
 oracle of ember's on-device compositions (`ember/api/quantize.py`) and written independently of them:
 fp8 and fp4 codes come from `ml_dtypes`' round-to-nearest-even casts (values saturated to the format's
 largest finite), NF4 codes are the nearest entry of bitsandbytes' codebook, the MX shared exponent is

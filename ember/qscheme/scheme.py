@@ -3,7 +3,7 @@
 
 Names follow Burn's `QuantScheme` (`value`, `level`, `param`, `mode`, `store`) and the OCP Microscaling
 spec (fp4 e2m1 with UE8M0 scales in blocks of 32). A scheme is a frozen value; `check(shape)` says
-whether it fits a tensor, and the layout methods give the shapes of the stored parts (QUANT_CONTRACT.md,
+whether it fits a tensor, and the layout methods give the shapes of the stored parts (docs/quantization.md,
 docs/quantization.md): codes along the last axis (per channel: the channel axis first, the rest
 flattened), `scales` of one entry per block, per-tensor `scales` of shape (1,).
 
@@ -93,7 +93,8 @@ class QuantScheme:
 
     @property
     def code(self) -> str:
-        """The code name the quantized matmul takes (QUANT_CONTRACT.md): "int4", "uint4", "nf4", ..."""
+        """The code name the quantized matmul takes: "int4", "uint4", "nf4", ... (docs/quantization.md,
+        "How the parts are stored")."""
         return ("u" + self.value) if self.mode == "affine" else self.value
 
     @property

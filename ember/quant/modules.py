@@ -15,10 +15,11 @@ from __future__ import annotations
 
 from ..api.creation import tensor
 from ..api.quantize import QTensor, fake_quantize, quantize
+from ..dtype import bf16, f16, f32
 from ..errors import QuantSchemeError
 from ..nn.embedding import Embedding
 from ..nn.functional.embedding import embedding
-from ..nn.linear import Linear, linear
+from ..nn.linear import Linear, linear, quant_linear
 from ..nn.module import Module
 from ..nn.param import Param
 from ..qscheme import QuantScheme
@@ -26,11 +27,15 @@ from ..tensor import Tensor
 
 
 def quantized_linear(x: Tensor, weight: QTensor, bias: Tensor | None = None) -> Tensor:
-    """`x @ dequantize(weight)^T + bias` for a weight (out, in) quantized along `in`.
-
-    The one call of the quantized matmul: dequantize then F.linear until quant_matmul is merged.
-    """
-    return linear(x, weight.dequantize(x.dtype), bias)
+    """`x @ dequantize(weight)^T + bias` for a weight (out, in) quantized along `in`, by the quantized
+    matmul (`F.quant_linear`: the packed weight is never dequantized in full, and its input gradient,
+    which QLoRA trains through, neither). An f64 input, which the kernels do not take, is multiplied
+    by the dequantized weight."""
+    if x.dtype not in (f32, f16, bf16):
+        return linear(x, weight.dequantize(x.dtype), bias)
+    args = weight.kernel_args()
+    return quant_linear(x, args["values"], args["scales"], args["zeros"], code=args["code"], block=args["block"],
+                        in_features=args["k"], out_features=weight.shape[0], bias=bias)
 
 
 class QuantLinear(Module):
