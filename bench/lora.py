@@ -5,6 +5,8 @@ same batch of token ids."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from .frameworks import Frameworks
@@ -84,3 +86,98 @@ def lora_finetune_step(fw: Frameworks, settings: Settings) -> list[Row]:
 
 
 BENCHMARKS = {"lora_finetune_step": lora_finetune_step}
+
+
+# A Llama-family decoder at three sizes: the smoke test's, the default (CPU-sized) and --large, about
+# 1.1B parameters (TinyLlama's shape), the size issue #31 measures on the H200.
+LLAMA_SIZES = {
+    "tiny": dict(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=1, num_attention_heads=4,
+                 num_key_value_heads=2, seq=8, batch=1),
+    "default": dict(vocab_size=4096, hidden_size=256, intermediate_size=688, num_hidden_layers=4,
+                    num_attention_heads=8, num_key_value_heads=4, seq=128, batch=2),
+    "large": dict(vocab_size=32000, hidden_size=2048, intermediate_size=5632, num_hidden_layers=22,
+                  num_attention_heads=32, num_key_value_heads=4, seq=1024, batch=1),
+}
+LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+LLAMA_RANK = 16
+
+
+def llama_finetune_step(fw: Frameworks, settings: Settings) -> list[Row]:
+    """One causal-LM step (forward, cross entropy, backward, AdamW) of a random-init Llama: every weight
+    trained (full), rank-16 LoRA on every linear layer, and QLoRA (NF4 base with double quantization,
+    bf16 adapters) in ember, against transformers' LlamaForCausalLM and peft on the same device. The base
+    is bf16 on a GPU and f32 on the CPU (whose bf16 matmuls are slow in both frameworks). Each ember row
+    notes its device's peak memory in use where the device has a pool."""
+    size = dict(LLAMA_SIZES["tiny" if settings.tiny else "large" if settings.large else "default"])
+    seq, batch = size.pop("seq"), size.pop("batch")
+    dtype = "bf16" if fw.device.kind == "cuda" else "f32"
+    ids = np.random.default_rng(0).integers(0, size["vocab_size"], (batch, seq + 1)).astype(np.int64)
+
+    def ember_setup(mode: str):
+        def setup():
+            import ember
+            from ember.lora import LoraConfig, apply_lora, apply_qlora
+            from ember.models import LlamaConfig, LlamaForCausalLM
+            from ember.nn.loss import cross_entropy
+            from ember.optim import AdamW
+            device = fw.device.autodiff()
+            model = LlamaForCausalLM(LlamaConfig(**size, max_position_embeddings=seq), device, dtype).train()
+            config = LoraConfig(rank=LLAMA_RANK, alpha=2 * LLAMA_RANK, targets=LINEAR)
+            if mode == "lora":
+                apply_lora(model, config)
+            elif mode == "qlora":
+                model = apply_qlora(model, config, compute_dtype=dtype)
+            optimizer = AdamW(model, lr=LR, master_weights=dtype != "f32" and mode == "full")
+            x = ember.tensor(ids[:, :-1], device=device)
+            y = ember.tensor(ids[:, 1:].reshape(-1), device=device)
+
+            def step():
+                logits = model(x).reshape(-1, size["vocab_size"]).to(ember.f32)
+                optimizer.step(cross_entropy(logits, y).backward())
+            return step
+        return setup
+
+    def torch_setup(mode: str):
+        def setup():
+            torch = fw.modules["torch"]
+            import peft
+            import transformers
+            config = transformers.LlamaConfig(**size, max_position_embeddings=seq, attn_implementation="sdpa")
+            model = transformers.LlamaForCausalLM(config).to(fw.torch_device, getattr(torch, {"bf16": "bfloat16", "f32": "float32"}[dtype]))
+            if mode == "lora":
+                model = peft.get_peft_model(model, peft.LoraConfig(r=LLAMA_RANK, lora_alpha=2 * LLAMA_RANK,
+                                                                   target_modules=LINEAR))
+            model.train()
+            optimizer = torch_adamw(torch, [p for p in model.parameters() if p.requires_grad], lr=LR)
+            x, y = fw.array("torch", ids[:, :-1]), fw.array("torch", ids[:, 1:].reshape(-1))
+
+            def step() -> None:
+                optimizer.zero_grad(set_to_none=True)
+                logits = model(input_ids=x).logits.reshape(-1, size["vocab_size"]).float()
+                torch.nn.functional.cross_entropy(logits, y).backward()
+                optimizer.step()
+            return step
+        return setup
+
+    params = size["num_hidden_layers"] * (4 * size["hidden_size"] ** 2 + 3 * size["hidden_size"] * size["intermediate_size"])
+    case = (f"Llama {size['num_hidden_layers']}x{size['hidden_size']} (~{params / 1e6:.0f}M in its layers), "
+            f"{dtype} base, batch {batch}, seq {seq}, AdamW")
+    pooled = fw.device.kind != "numpy"
+    rows = []
+    for mode in ("full", "lora", "qlora"):
+        if pooled:
+            fw.device.memory_stats(reset_peaks=True)
+        impls = {f"ember {mode}": ember_setup(mode), "numpy": "NumPy has no autodiff",
+                 "tinygrad": "tinygrad has no LoRA or Llama import",
+                 f"torch {mode}": ("peft's QLoRA needs bitsandbytes, which ember's peers do not install"
+                                   if mode == "qlora" else torch_setup(mode))}
+        rows += fw.compare("llama_finetune_step", f"{case}, {mode}", impls, settings,
+                           notes={f"torch {mode}": "transformers LlamaForCausalLM (SDPA) + peft, torch eager"})
+        if pooled:  # the pool's peak over this mode's set-up and steps (the torch peer's own memory aside)
+            peak = f"peak in use {fw.device.memory_stats().peak_in_use / 2**20:.0f} MiB"
+            rows = [dataclasses.replace(r, note="; ".join(n for n in (r.note, peak) if n))
+                    if r.impl == f"ember {mode}" and r.median_us is not None else r for r in rows]
+    return rows
+
+
+BENCHMARKS["llama_finetune_step"] = llama_finetune_step

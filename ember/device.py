@@ -195,15 +195,17 @@ class Device:
         """Wait for all work queued on this device."""
         self.backend.sync()
 
-    def memory_stats(self):
+    def memory_stats(self, reset_peaks: bool = False):
         """Bytes of this device's memory pool: reserved from the device, in use by tensors, and their
-        peaks (a `MemoryStats`). The NumPy device has no pool: it raises `DeviceError`.
+        peaks (a `MemoryStats`); with `reset_peaks` the peaks then restart from the current bytes (torch's
+        `reset_peak_memory_stats`), so the next call's peaks are those of what ran in between. The NumPy
+        device has no pool: it raises `DeviceError`.
 
         Example:
-            >>> Device.cpu().memory_stats().in_use >= 0
+            >>> Device.cpu().memory_stats(reset_peaks=True).in_use >= 0
             True
         """
-        return self._pooled("memory_stats")()
+        return self._pooled("memory_stats")(reset_peaks)
 
     def memory_cleanup(self) -> int:
         """Give the empty pages of this device's memory pool back; returns the bytes released.

@@ -214,12 +214,12 @@ def quantize(x: Tensor, scheme: QuantScheme, scales: Tensor | float | None = Non
         raise QuantSchemeError(f"{scheme}: quantize takes a float tensor, got {x.dtype} of shape {x.shape}")
     shape = tuple(x.shape)
     scheme.check(shape)
-    device = x.device.inner
+    home, device = x.device, x.device.inner  # computed untracked; the parts live where x does
     x = x.detach().to(device).cast(f32)
     expected = scheme.parts(shape)
     if x.numel == 0:
         return QTensor(scheme, shape, {n: zeros(s, dtype=_part_dtype(scheme, n), device=device)
-                                       for n, s in expected.items()})
+                                       for n, s in expected.items()}).to(home)
     xs = _to_storage(x, scheme)
     k = xs.shape[-1]
     blocks = _blocks(xs, scheme.block_for(k))
@@ -269,7 +269,7 @@ def quantize(x: Tensor, scheme: QuantScheme, scales: Tensor | float | None = Non
     out.update({n: p.reshape(expected[n]) for n, p in parts.items()})
     if scheme.double_quant:
         out.update(_double_quantize(out["scales"]))
-    return QTensor(scheme, shape, out)
+    return QTensor(scheme, shape, out).to(home)
 
 
 def _given(value, shape: tuple[int, ...], device) -> Tensor:

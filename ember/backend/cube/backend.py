@@ -123,9 +123,9 @@ class CubeBackend(Backend):
     def sync(self) -> None:
         self.runtime.synchronize()
 
-    def memory_stats(self) -> MemoryStats:
+    def memory_stats(self, reset_peaks: bool = False) -> MemoryStats:
         """Reserved and in-use bytes of the pool this backend's arrays come from, and their peaks."""
-        return self.runtime.memory_stats()
+        return self.runtime.memory_stats(reset_peaks)
 
     def memory_cleanup(self) -> int:
         """Give the pool's empty pages back (to the device, or to the host allocator); bytes released."""

@@ -98,8 +98,9 @@ class Runtime(ABC):
         """Wait for everything queued so far."""
 
     @abstractmethod
-    def memory_stats(self) -> MemoryStats:
-        """Reserved and in-use bytes of the pool its arrays come from, and their peaks."""
+    def memory_stats(self, reset_peaks: bool = False) -> MemoryStats:
+        """Reserved and in-use bytes of the pool its arrays come from, and their peaks (`reset_peaks`:
+        then restarted from the current bytes)."""
 
     @abstractmethod
     def memory_cleanup(self) -> int:

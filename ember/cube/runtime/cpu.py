@@ -553,9 +553,9 @@ class CpuRuntime(LaunchRecorder, Runtime):
     def synchronize(self) -> None:
         """Nothing to wait for: launches run on the calling thread."""
 
-    def memory_stats(self) -> MemoryStats:
+    def memory_stats(self, reset_peaks: bool = False) -> MemoryStats:
         """The host pool's reserved and in-use bytes and their peaks (the library's outputs)."""
-        return host_pool().stats()
+        return host_pool().stats(reset_peaks)
 
     def memory_cleanup(self) -> int:
         """Give the host pool's empty pages back to the allocator; the bytes released."""

@@ -502,9 +502,9 @@ class CudaRuntime(Specializing, LaunchRecorder, Runtime):
             check(self.driver, self.driver.cuMemcpyDtoDAsync(dst.ptr, src.ptr, src.nbytes, self.stream),
                   "cuMemcpyDtoDAsync")
 
-    def memory_stats(self) -> MemoryStats:
+    def memory_stats(self, reset_peaks: bool = False) -> MemoryStats:
         """The pool's reserved and in-use bytes and their peaks."""
-        return self.pool.stats()
+        return self.pool.stats(reset_peaks)
 
     def memory_cleanup(self) -> int:
         """Give every empty pool page back to the device (cuMemFree); returns the bytes released."""

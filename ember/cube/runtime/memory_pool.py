@@ -332,13 +332,17 @@ class MemoryPool:
             for buffer in pages:
                 self._release(buffer)
 
-    def stats(self) -> MemoryStats:
-        """Reserved and in-use bytes, their peaks, and the page and slice counts."""
+    def stats(self, reset_peaks: bool = False) -> MemoryStats:
+        """Reserved and in-use bytes, their peaks, and the page and slice counts; with `reset_peaks`, the
+        peaks then start again from the current bytes (as torch's `reset_peak_memory_stats`)."""
         with self._lock:
             self._drain()
             pages = len(self._large) + sum(len(p) for p in self._slabs.values())
-            return MemoryStats(self._reserved, self._in_use, self._peak_reserved, self._peak_in_use,
-                               pages, self._slices)
+            stats = MemoryStats(self._reserved, self._in_use, self._peak_reserved, self._peak_in_use,
+                                pages, self._slices)
+            if reset_peaks:
+                self._peak_reserved, self._peak_in_use = self._reserved, self._in_use
+            return stats
 
     # ---- internals -------------------------------------------------------------------------------
     def _target(self) -> int:

@@ -334,10 +334,10 @@ class WgpuRuntime(Specializing, Runtime):
         stop = -(-(offset + nbytes) // 4) * 4
         return bytes(self.queue.read_buffer(buffer, start, stop - start))[offset - start:offset - start + nbytes]
 
-    def memory_stats(self) -> MemoryStats:
+    def memory_stats(self, reset_peaks: bool = False) -> MemoryStats:
         """The pool's reserved and in-use bytes and their peaks (after submitting what is recorded)."""
         self.flush()
-        return self.pool.stats()
+        return self.pool.stats(reset_peaks)
 
     def memory_cleanup(self) -> int:
         """Give every empty pool page back to the device; returns the bytes released."""
