@@ -3,7 +3,8 @@
 #
 #   scripts/gpu_check.sh                     # from anywhere; runs ember from this checkout (PYTHONPATH)
 #   OUT=/some/dir scripts/gpu_check.sh       # results there (default ./gpu-results)
-#   STEPS="tests bench" scripts/gpu_check.sh # a subset of: env tests library conformance fusion trajectories torch bench
+#   STEPS="tests bench" scripts/gpu_check.sh # a subset of: env tests library conformance fusion trajectories torch
+#                                            # features bench featbench
 #   BENCH_CASES="gpt plan_replay" ...          # bench.gpu cases (default: all)
 #   CUDA_TESTS="tests/cube/test_cuda_graphs.py" ... # the tests step's files (default: tests/cube/test_cuda_*.py,
 #                                                   # tests/backend/test_device_moves.py, tests/nn/test_rowwise.py)
@@ -25,6 +26,13 @@
 #                optimizer on the model families against Device.numpy(), and resumes in a fresh process;
 #   torch        the conformance and trajectory suites on Device.torch("cuda:0") (ember's primitives run by
 #                torch's CUDA ops, `-k torch-cuda`; tests/conftest.py lists it when torch.cuda.is_available());
+#   features     the tests of the later capabilities on Device.cuda(0) (`-k "cuda and not torch-cuda"`):
+#                quantized matmul and QTensor (tests/ops/test_quant_matmul.py, tests/quant), DLPack sharing
+#                with torch and autocast (tests/test_dlpack.py, tests/train/test_autocast.py, the
+#                conformance host_interop cases); FEATURE_TESTS overrides the list;
+#   featbench    python -m bench on Device("cuda") with torch as the peer: the quantized matmul at issue
+#                #30's shapes ((M, 4096) x (4096, 14336), M = 1, 16, 4096) and the ~1.1B Llama fine-tuning
+#                step, full / LoRA / QLoRA against peft (bench-features.json, for --report);
 #   bench        python -m bench.gpu: matmul bf16 8192^3, custom GELU vs copy, softmax, layer_norm, host
 #                time of tiny ops and of a replayed 100-op plan, transformer_encoder and GPT training steps
 #                against torch eager and torch.compile on the same card (gpu-bench.json, and a table at the
@@ -39,7 +47,7 @@ RESULTS="${OUT:-./gpu-results}"
 mkdir -p "$RESULTS"
 RESULTS="$(cd "$RESULTS" && pwd)"
 PY="${PYTHON:-python3}"
-STEPS="${STEPS:-env tests library conformance fusion trajectories torch bench}"
+STEPS="${STEPS:-env tests library conformance fusion trajectories torch features bench featbench}"
 BENCH_CASES="${BENCH_CASES:-}"
 JOBS="${JOBS:-8}"
 # A fresh kernel and autotune cache: every kernel is compiled, and every choice timed, by this run.
@@ -136,6 +144,14 @@ if has torch; then
   done
 fi
 
+if has features; then
+  echo "== later capabilities on Device.cuda(0)"
+  "$PY" -m pytest -q -p no:cacheprovider ${FEATURE_TESTS:-tests/ops/test_quant_matmul.py tests/quant tests/test_dlpack.py \
+    tests/train/test_autocast.py tests/conformance/test_creation.py} -k "cuda and not torch-cuda" \
+    --junitxml="$RESULTS/junit-features.xml" > "$RESULTS/features.log" 2>&1 || failed+=("features")
+  tail -n 3 "$RESULTS/features.log"
+fi
+
 if has bench; then
   echo "== benchmarks (bench.gpu)"
   "$PY" -m bench.gpu $BENCH_CASES --json "$RESULTS/gpu-bench.json" --results "$RESULTS/bench-cuda.json" \
@@ -143,10 +159,18 @@ if has bench; then
   sed -n '/^| case/,$p' "$RESULTS/bench.log"
 fi
 
+if has featbench; then
+  echo "== benchmarks of the later capabilities (python -m bench --device cuda)"
+  EMBER_BENCH_QUANT=1x4096x14336,16x4096x14336,4096x4096x14336 "$PY" -m bench quant_matmul llama_finetune_step \
+    --device cuda --peers torch --large --json "$RESULTS/bench-features.json" > "$RESULTS/featbench.log" 2>&1 \
+    || failed+=("featbench")
+  sed -n '/^| bench/,$p' "$RESULTS/featbench.log"
+fi
+
 {
   echo "gpu_check $(date -u +%FT%TZ) steps: $STEPS"
   for log in "$RESULTS"/tests.log "$RESULTS"/library.log "$RESULTS"/conformance-*.log "$RESULTS"/fusion.log \
-             "$RESULTS"/trajectories-*.log "$RESULTS"/torch-*.log; do
+             "$RESULTS"/trajectories-*.log "$RESULTS"/torch-*.log "$RESULTS"/features.log; do
     [ -f "$log" ] && echo "$(basename "$log"): $(grep -E '(passed|failed|error)' "$log" | tail -n 1)"
   done
   [ -f "$RESULTS/bench.log" ] && sed -n '/^| case/,$p' "$RESULTS/bench.log"
