@@ -50,6 +50,24 @@ def test_in_use_rises_with_live_tensors_and_falls_when_they_die(make, rows):
     assert device.memory_stats().in_use == after.in_use  # cleanup never touches live memory
 
 
+@pytest.mark.parametrize("make", POOLED)
+def test_reset_peaks_restarts_them_from_the_current_bytes(make):
+    device = make()
+    big = ember.ones(4096, 257, device=device) * 3.0  # 4 MiB, more than anything live after it dies
+    device.sync()
+    del big
+    gc.collect()
+    seen = device.memory_stats(reset_peaks=True)
+    assert seen.peak_in_use >= 4096 * 257 * 4  # the call reports the old peaks
+    now = device.memory_stats()
+    assert now.peak_in_use == now.in_use and now.peak_reserved == now.reserved  # nothing ran since
+    small = ember.ones(7, 5, device=device) * 2.0
+    device.sync()
+    later = device.memory_stats()
+    assert now.in_use < later.peak_in_use < seen.peak_in_use, "the peak is not that of what ran since"
+    del small
+
+
 def test_autodiff_variants_share_the_pool_of_their_device():
     device = ember.Device.cpu()
     assert device.autodiff().memory_stats().reserved == device.memory_stats().reserved
