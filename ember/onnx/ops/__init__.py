@@ -6,7 +6,7 @@ Example:
 """
 
 from . import (activation, control, elementwise, index, nn, quant, reduce, resize, rnn, shape,  # noqa: F401
-               ml, strings, training)  # (they fill OPS)
+               detection, linalg, ml, signal, strings, training)  # (they fill OPS)
 from .registry import FAMILY, OPS, Call, op
 
 __all__ = ["OPS", "FAMILY", "Call", "op"]
