@@ -27,13 +27,14 @@ class Node:
     """A node read once: op function, decoded attributes, input and output names, opset."""
 
     __slots__ = ("op_type", "domain", "name", "inputs", "outputs", "attrs", "opset", "fn", "cache",
-                 "out_types", "narrow")
+                 "in_types", "out_types", "narrow")
 
     def __init__(self, p, opset: int, fn, parse_graph, types: Mapping) -> None:
         self.op_type, self.domain, self.name = p.op_type, _domain(p.domain), p.name
         self.inputs, self.outputs = list(p.input), list(p.output)
         self.attrs = {a.name: proto.attribute(a, parse_graph) for a in p.attribute}
         self.opset, self.fn, self.cache = opset, fn, {}
+        self.in_types = [elem_code(types.get(n)) for n in self.inputs]
         self.out_types = [elem_code(types.get(n)) for n in self.outputs]
         # outputs of emulated element types, brought back into their holder and range after the node
         self.narrow = [(i, c) for i, c in enumerate(self.out_types) if c in values.HOLDERS]

@@ -152,6 +152,14 @@ def cast(call, x):
     return convert(call, x, call.attr("to"))
 
 
+@op("BitCast")
+def bit_cast(call, x):
+    """The bits of `x` read as type `to` (same width): reinterpreted on the host, as ember has no
+    bit cast (a copy through the host on other devices)."""
+    a = values.to_output(x, call.node.in_types[0])  # an emulated type in its own width again
+    return values.to_value(call.host(a).view(values.np_dtype(call.attr("to"))), call.device)
+
+
 @op("CastLike")
 def cast_like(call, x, like):
     code = call.out_type(0)
