@@ -87,13 +87,17 @@ def encode(x: Tensor, code: int, saturate: bool = True, round_mode: str = "up") 
     from ..api.creation import tensor
     onnx = require_onnx()
     a, dt = x.numpy().astype(np.float32) if x.dtype.is_float else x.numpy(), np_dtype(code)
-    if code in _FLOAT8 and saturate:
-        y = onnx.numpy_helper.saturate_cast(a, dt)
-    elif code == 24:
-        y = onnx.numpy_helper.to_float8e8m0(a, saturate, round_mode).astype(dt)
-    else:
-        y = a.astype(dt)
+    with np.errstate(invalid="ignore"):  # NaN to a narrow int is what the cast makes of it
+        y = _encoded(onnx, a, dt, code, saturate, round_mode)
     return tensor(y.astype(holder(code).np), device=x.device)
+
+
+def _encoded(onnx, a: np.ndarray, dt, code: int, saturate: bool, round_mode: str) -> np.ndarray:
+    if code in _FLOAT8 and saturate:
+        return onnx.numpy_helper.saturate_cast(a, dt)
+    if code == 24:
+        return onnx.numpy_helper.to_float8e8m0(a, saturate, round_mode).astype(dt)
+    return a.astype(dt)
 
 
 def to_output(value, code: int | None):

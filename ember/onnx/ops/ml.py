@@ -1,6 +1,5 @@
 """ai.onnx.ml ops: LabelEncoder (a host lookup: its keys may be strings), ArrayFeatureExtractor and
-Binarizer (ember ops on the device), TreeEnsemble (the trees walked on the host: their output is a
-function of comparisons, nothing to differentiate).
+Binarizer (ember ops on the device).
 
 Example:
     >>> OPS[("ai.onnx.ml", "Binarizer")](call, x)   # threshold from the node
