@@ -16,8 +16,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from ..device import Device
 from ..nn.module import Module
 from ..nn.param import Param
