@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from . import proto
+from . import proto, values
 from .errors import OnnxError, require_onnx
 from .ops import OPS, Call
 
@@ -26,13 +26,18 @@ _fresh = itertools.count()
 class Node:
     """A node read once: op function, decoded attributes, input and output names, opset."""
 
-    __slots__ = ("op_type", "domain", "name", "inputs", "outputs", "attrs", "opset", "fn", "cache")
+    __slots__ = ("op_type", "domain", "name", "inputs", "outputs", "attrs", "opset", "fn", "cache",
+                 "in_types", "out_types", "narrow")
 
-    def __init__(self, p, opset: int, fn, parse_graph) -> None:
+    def __init__(self, p, opset: int, fn, parse_graph, types: Mapping) -> None:
         self.op_type, self.domain, self.name = p.op_type, _domain(p.domain), p.name
         self.inputs, self.outputs = list(p.input), list(p.output)
         self.attrs = {a.name: proto.attribute(a, parse_graph) for a in p.attribute}
         self.opset, self.fn, self.cache = opset, fn, {}
+        self.in_types = [elem_code(types.get(n)) for n in self.inputs]
+        self.out_types = [elem_code(types.get(n)) for n in self.outputs]
+        # outputs of emulated element types, brought back into their holder and range after the node
+        self.narrow = [(i, c) for i, c in enumerate(self.out_types) if c in values.HOLDERS]
 
 
 class Graph:
@@ -56,6 +61,11 @@ class Graph:
             out = node.fn(Call(node, device, env), *args)
             if not isinstance(out, tuple):
                 out = (out,)
+            if node.narrow:
+                out = list(out)
+                for i, code in node.narrow:
+                    if i < len(out):
+                        out[i] = values.narrow(out[i], code)
             for name, value in zip(node.outputs, out):
                 if name:
                     env[name] = value
@@ -63,8 +73,18 @@ class Graph:
 
 
 def _constant(device, value):
-    from ..api.creation import tensor
-    return tensor(value, device=device)
+    return values.to_value(value, device)
+
+
+def elem_code(t) -> int | None:
+    """The ONNX element type of a TypeProto (of a tensor, or a sequence or optional of tensors)."""
+    while t is not None:
+        kind = t.WhichOneof("value")
+        if kind in ("tensor_type", "sparse_tensor_type"):
+            return getattr(t, kind).elem_type or None
+        t = t.sequence_type.elem_type if kind == "sequence_type" else (
+            t.optional_type.elem_type if kind == "optional_type" else None)
+    return None
 
 
 def _domain(d: str) -> str:
@@ -100,7 +120,7 @@ class Parser:
                 return
             fn = _unsupported
         sub = lambda g: self.graph(g, opsets)  # noqa: E731  (subgraphs keep the model's opsets)
-        nodes.append(Node(p, opset, fn, sub))
+        nodes.append(Node(p, opset, fn, sub, self.types))
 
     def _function(self, p, domain: str, opset: int | None):
         """(FunctionProto, its opsets) for a model-local function or an ONNX op defined by one."""

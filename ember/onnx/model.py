@@ -16,15 +16,13 @@ import os
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from ..device import Device
 from ..nn.module import Module
 from ..nn.param import Param
 from ..tensor import Tensor
-from . import proto
+from . import proto, values
 from .errors import OnnxError, UnsupportedOnnxError, require_onnx
-from .graph import Parser, _domain, value_types
+from .graph import Parser, _domain, elem_code, value_types
 
 
 class OnnxModel(Module):
@@ -32,10 +30,11 @@ class OnnxModel(Module):
     takes and returns dicts by name. Float initializers are in `initializers` as Params."""
 
     def __init__(self, graph, initializers: dict[str, Tensor], input_names: list[str],
-                 output_names: list[str], device: Device) -> None:
+                 output_names: list[str], device: Device, output_types: list | None = None) -> None:
         self.initializers = initializers
         self._graph, self._device = graph, device
         self.input_names, self.output_names = input_names, output_names
+        self._output_types = output_types or [None] * len(output_names)
 
     @property
     def device(self) -> Device:
@@ -68,24 +67,21 @@ class OnnxModel(Module):
             raise OnnxError(f"OnnxModel.run: missing input(s) {', '.join(missing)}")
         named = dict(self.initializers)
         named.update({name: _value(v, device, name) for name, v in feeds.items()})
-        return self._graph.run([], device, named=named)
+        outputs = self._graph.run([], device, named=named)
+        return [values.to_output(v, code) for v, code in zip(outputs, self._output_types)]
 
 
 def _value(v, device: Device, name: str):
-    """An input as ember values: arrays and numbers become tensors, lists sequences, None stays."""
+    """An input as graph values: arrays and numbers become tensors (of their holder dtype where ember
+    emulates the type), strings host arrays, lists sequences, None stays."""
     if v is None or isinstance(v, Tensor):
         return v
     if isinstance(v, (list, tuple)):
         return [_value(item, device, name) for item in v]
-    from ..api.creation import tensor
-    a = np.asarray(v)
-    if proto.dtype_of(_onnx_code(a.dtype)) is None:
-        raise UnsupportedOnnxError("<input>", None, name, f"input of dtype {a.dtype}, which ember does not hold")
-    return tensor(a, device=device)
-
-
-def _onnx_code(dt) -> int:
-    return require_onnx().helper.np_dtype_to_tensor_dtype(np.dtype(dt))
+    try:
+        return values.to_value(v, device)
+    except ValueError as e:
+        raise UnsupportedOnnxError("<input>", None, name, f"an input of {e}") from None
 
 
 def load(model, device: Device | str | None = None) -> OnnxModel:
@@ -123,17 +119,19 @@ def _module(m, device: Device, base_dir: str | None) -> OnnxModel:
     for t in m.graph.initializer:
         initializers[t.name] = _initializer(t, device, base_dir)
     inputs = [i.name for i in m.graph.input if i.name not in initializers]
-    return OnnxModel(graph, initializers, inputs, graph.outputs, device)
+    types = [elem_code(o.type) for o in m.graph.output]
+    return OnnxModel(graph, initializers, inputs, graph.outputs, device, types)
 
 
-def _initializer(t, device: Device, base_dir: str | None) -> Tensor:
-    from ..api.creation import tensor
-    if proto.dtype_of(t.data_type) is None:
+def _initializer(t, device: Device, base_dir: str | None):
+    if values.holder(t.data_type) is None and t.data_type != values.STRING:
         raise UnsupportedOnnxError("<initializer>", None, t.name,
-                                   f"initializer of element type {proto.type_name(t.data_type)}, which ember does not hold")
+                                   f"initializer of element type {proto.type_name(t.data_type)}, which ember "
+                                   "neither holds nor emulates")
     try:
         array = proto.to_array(t, base_dir)
     except Exception as e:  # OSError, or onnx's ValidationError for a missing external-data file
         raise OnnxError(f"load: initializer {t.name!r}: cannot read its data ({e})") from e
-    value = tensor(array, device=device)
-    return Param(value) if value.dtype.is_float else value
+    value = values.to_value(array, device)
+    # only held float types train: an emulated float8 decoded to f32 is a buffer
+    return Param(value) if proto.dtype_of(t.data_type) is not None and value.dtype.is_float else value

@@ -1,7 +1,7 @@
 """Reading ONNX protobufs into ember's terms: element types, tensors, attributes, value types.
 
-`DTYPES` maps ONNX element types onto ember dtypes; an element type ember does not hold (uint16/32/64,
-float8, int4, string, complex) is refused by name where a value of it would be made.
+`DTYPES` maps ONNX element types onto ember dtypes; those ember does not hold (uint16/32/64, float8,
+int4, strings) are emulated by `values.py`, complex ones refused by name where a value would be made.
 
 Example:
     >>> to_array(tensor_proto).dtype

@@ -5,7 +5,8 @@ Example:
     True
 """
 
-from . import activation, control, elementwise, index, nn, quant, reduce, resize, rnn, shape  # noqa: F401  (they fill OPS)
+from . import (activation, control, elementwise, index, nn, quant, reduce, resize, rnn, shape,  # noqa: F401
+               detection, linalg, ml, signal, strings, training)  # (they fill OPS)
 from .registry import FAMILY, OPS, Call, op
 
 __all__ = ["OPS", "FAMILY", "Call", "op"]

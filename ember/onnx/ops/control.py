@@ -59,7 +59,7 @@ def loop(call, trips=None, cond=None, *carried):
 @op("Scan")
 def scan(call, *inputs):
     if call.opset < 9:
-        call.unsupported("Scan before opset 9 (its batch axis and sequence_lens input)")
+        return _scan8(call, *inputs)
     body = call.graph("body")
     m = call.attr("num_scan_inputs")
     state, xs = list(inputs[:len(inputs) - m]), list(inputs[len(inputs) - m:])
@@ -84,6 +84,33 @@ def scan(call, *inputs):
         y = S.stack(acc[::-1] if d else acc, 0)
         results.append(S.movedim(y, 0, a % y.ndim))
     return tuple(state) + tuple(results)
+
+
+def _scan8(call, lengths, *inputs):
+    """Scan before opset 9: every input has a leading batch axis, each batch item its own scan of
+    `lengths[b]` steps (all of them without `lengths`) along axis 1."""
+    body = call.graph("body")
+    m = call.attr("num_scan_inputs")
+    n_state = len(inputs) - m
+    dirs = call.attr("directions", [0] * m)
+    batch = inputs[0].shape[0]
+    lens = call.ints(lengths) if lengths is not None else [inputs[n_state].shape[1]] * batch
+    finals, scans = [], []
+    for b in range(batch):
+        state = [v[b] for v in inputs[:n_state]]
+        xs = [S.flip(S.narrow(x[b], 0, 0, lens[b]), 0) if d else S.narrow(x[b], 0, 0, lens[b])
+              for x, d in zip(inputs[n_state:], dirs)]
+        outs: list[list] = []
+        for t in range(lens[b]):
+            out = body(*state, *[x[t] for x in xs])
+            state = out[:n_state]
+            outs = outs or [[] for _ in out[n_state:]]
+            for acc, v in zip(outs, out[n_state:]):
+                acc.append(v)
+        finals.append(state)
+        scans.append([S.stack(acc, 0) for acc in outs])
+    return tuple(S.stack([f[i] for f in finals], 0) for i in range(n_state)) + tuple(
+        S.stack([s[i] for s in scans], 0) for i in range(len(scans[0])))
 
 
 @op("SequenceEmpty")

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
+
 from ...api import math as M
+from .. import values
 from ..proto import dtype_of, type_name
 from .registry import op
 
@@ -23,7 +26,7 @@ _UNARY = {
     "Round": M.round, "IsNaN": M.isnan, "Not": M.logical_not, "BitwiseNot": M.bitwise_not,
 }
 _BINARY = {
-    "Add": M.add, "Sub": M.sub, "Mul": M.mul, "Equal": M.eq, "Less": M.lt, "Greater": M.gt,
+    "Add": M.add, "Sub": M.sub, "Mul": M.mul, "Less": M.lt, "Greater": M.gt,
     "LessOrEqual": M.le, "GreaterOrEqual": M.ge, "And": M.logical_and, "Or": M.logical_or,
     "Xor": M.logical_xor, "BitwiseAnd": M.bitwise_and, "BitwiseOr": M.bitwise_or,
     "BitwiseXor": M.bitwise_xor,
@@ -42,6 +45,13 @@ for _name, _fn in _UNARY.items():
     op(_name)(_unary(_fn))
 for _name, _fn in _BINARY.items():
     op(_name)(_binary(_fn))
+
+
+@op("Equal")
+def equal(call, a, b):
+    if values.is_host(a) or values.is_host(b):  # strings
+        return call.const(np.asarray(call.host(a) == call.host(b), bool))
+    return M.eq(a, b)
 
 
 @op("Div")
@@ -122,21 +132,38 @@ def clip(call, x, lo=None, hi=None):
     return x
 
 
-def _target(call, code: int):
-    d = dtype_of(code)
+def convert(call, x, code: int):
+    """`x` as ONNX type `code`: a held type by ember's cast, an emulated one in its holder (rounded
+    to the narrow format on the host, `values.encode`), strings on the host."""
+    if code == values.STRING:
+        return call.host(x).astype(np.str_).astype(object)
+    if values.is_host(x):
+        return call.const(x.astype(values.np_dtype(code)))
+    d = values.holder(code)
     if d is None:
-        call.unsupported(f"cast to {type_name(code)}, which ember does not hold")
-    return d
+        call.unsupported(f"cast to {type_name(code)}, which ember neither holds nor emulates")
+    if code in values.MASKS or code in (12, 13) or dtype_of(code) is not None:
+        return x.cast(d)
+    return values.encode(x, code, bool(call.attr("saturate", 1)), call.attr("round_mode", "up"))
 
 
 @op("Cast")
 def cast(call, x):
-    return x.cast(_target(call, call.attr("to")))
+    return convert(call, x, call.attr("to"))
+
+
+@op("BitCast")
+def bit_cast(call, x):
+    """The bits of `x` read as type `to` (same width): reinterpreted on the host, as ember has no
+    bit cast (a copy through the host on other devices)."""
+    a = values.to_output(x, call.node.in_types[0])  # an emulated type in its own width again
+    return values.to_value(call.host(a).view(values.np_dtype(call.attr("to"))), call.device)
 
 
 @op("CastLike")
 def cast_like(call, x, like):
-    return x.cast(like.dtype)
+    code = call.out_type(0)
+    return convert(call, x, code) if code is not None else x.cast(like.dtype)
 
 
 @op("Identity")

@@ -172,3 +172,18 @@ def unique(call, x):
         first, counts, inverse = first[order], counts[order], rank[inverse.reshape(-1)]
     as_i64 = lambda v: call.const(np.asarray(v, np.int64).reshape(-1))  # noqa: E731
     return call.const(values), as_i64(first), as_i64(inverse), as_i64(counts)
+
+
+@op("TensorScatter")
+def tensor_scatter(call, cache, update, write_indices=None):
+    """`update` written into `cache` along `axis` from each batch item's write index (wrapping round
+    the axis in mode "circular"): one scatter on the device."""
+    axis = call.attr("axis", -2) % cache.ndim
+    b, steps, size = cache.shape[0], update.shape[axis], cache.shape[axis]
+    start = write_indices.cast(i64) if write_indices is not None else arange(b, device=cache.device) * 0
+    shape = [1] * update.ndim
+    shape[axis] = steps
+    where = start.reshape(b, *[1] * (update.ndim - 1)) + arange(steps, device=cache.device).reshape(*shape)
+    if call.attr("mode", "linear") == "circular":
+        where = where % size
+    return scatter(cache, axis, S.broadcast_to(where, update.shape), update)

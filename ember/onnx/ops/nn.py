@@ -19,6 +19,7 @@ from ...api import math as M
 from ...api import reduce as R
 from ...api import shape as S
 from ...api.creation import ones
+from ...api.index import index_add
 from ...api.linalg import einsum, matmul
 from ...dtype import f32, i64
 from ...nn import functional as F
@@ -51,7 +52,31 @@ def gemm(call, a, b, c=None):
 
 @op("Einsum")
 def einsum_(call, *xs):
-    return einsum(call.attr("equation").replace(" ", ""), *xs)
+    eq = call.attr("equation").replace(" ", "")
+    lhs, arrow, rhs = eq.partition("->")
+    terms = lhs.split(",")
+    if not arrow:  # the implicit output: the ellipsis, then the labels used once, sorted
+        labels = lhs.replace("...", "").replace(",", "")
+        rhs = ("..." if "..." in lhs else "") + "".join(sorted(c for c in set(labels) if labels.count(c) == 1))
+    pairs = [_diagonals(t, x) for t, x in zip(terms, xs)]
+    return einsum(",".join(t for t, _ in pairs) + "->" + rhs, *[x for _, x in pairs])
+
+
+def _diagonals(term: str, x):
+    """(term, x) with each label repeated in `term` reduced to one, x taken on that diagonal."""
+    head, ell, tail = term.partition("...")
+    labels = list(head) + ["."] * (x.ndim - len(head) - len(tail)) + list(tail) if ell else list(term)
+    while True:
+        repeated = [c for c in labels if c != "." and labels.count(c) > 1]
+        if not repeated:
+            break
+        i, j = [k for k, c in enumerate(labels) if c == repeated[0]][:2]
+        n = x.shape[i]
+        x = S.movedim(x, (i, j), (-2, -1))
+        x = x.reshape(*x.shape[:-2], n * n)[..., ::n + 1]
+        labels = [c for k, c in enumerate(labels) if k not in (i, j)] + [repeated[0]]
+    text = "".join(labels)
+    return (text.replace("." * text.count("."), "...") if "." in text else text), x
 
 
 def _spatial(call, x, kernel, strides, dilations):
@@ -134,8 +159,6 @@ def _pool_args(call, x):
 @op("MaxPool")
 def max_pool(call, x):
     kernel, nd, strides, dilations, begins, ends = _pool_args(call, x)
-    if call.attr("storage_order", 0):
-        call.unsupported("storage_order=1 (column-major indices)")
     ceil = bool(call.attr("ceil_mode", 0))
     padding = begins
     if begins != ends or any(2 * p > k for p, k in zip(begins, kernel)):
@@ -151,7 +174,23 @@ def max_pool(call, x):
     plane = math.prod(x.shape[2:])
     n, c = x.shape[:2]
     base = (np.arange(n * c, dtype=np.int64) * plane).reshape(n, c, *[1] * nd)
-    return y, index.cast(i64) + call.const(base)
+    index = index.cast(i64)
+    if call.attr("storage_order", 0):  # column-major positions within the plane
+        index = _column_major(index, x.shape[2:])
+    return y, index + call.const(base)
+
+
+def _column_major(index, sizes):
+    """Row-major flat positions `index` into dims `sizes` as column-major ones."""
+    digits, rest = [], index
+    for size in reversed(sizes):
+        digits.append(rest % size)
+        rest = rest // size
+    out, stride = None, 1
+    for d, size in zip(reversed(digits), sizes):  # the first dim varies fastest column-major
+        out = d * stride if out is None else out + d * stride
+        stride *= size
+    return out
 
 
 def _sum_pool(call, x, kernel, strides, begins, ends, fill: float):
@@ -160,11 +199,11 @@ def _sum_pool(call, x, kernel, strides, begins, ends, fill: float):
     return P.avg_pool(x, kernel, strides, 0, bool(call.attr("ceil_mode", 0)), True, 1, nd=nd)
 
 
-def _dilated_sum_pool(call, x, kernel, strides, dilations, begins, ends):
+def _dilated_sum_pool(call, x, kernel, strides, dilations, begins, ends, fill: float = 0.0):
     """Window sums with dilations: a sum of strided slices, one per kernel offset (ONNX's output
-    size, the ceil-mode window that would start past the input dropped)."""
+    size, the ceil-mode window that would start past the input dropped), pads of value `fill`."""
     ceil = bool(call.attr("ceil_mode", 0))
-    x = S.pad(x, _torch_pad(begins, ends))
+    x = S.pad(x, _torch_pad(begins, ends), value=fill)
     outs, extra = [], []
     for n, k, s, d, e in zip(x.shape[2:], kernel, strides, dilations, ends):
         span = (k - 1) * d + 1
@@ -188,10 +227,9 @@ def average_pool(call, x):
     kernel, nd, strides, dilations, begins, ends = _pool_args(call, x)
     mask = ones(*x.shape[1:], dtype=x.dtype, device=x.device).unsqueeze(0)
     if any(d != 1 for d in dilations) or call.attr("ceil_mode", 0):
-        include = call.attr("count_include_pad", 0)
-        inner = S.pad(mask, _torch_pad(begins, ends), value=float(include))
+        include = float(call.attr("count_include_pad", 0))
         total = _dilated_sum_pool(call, x, kernel, strides, dilations, begins, ends)
-        count = _dilated_sum_pool(call, inner, kernel, strides, dilations, [0] * nd, [0] * nd)
+        count = _dilated_sum_pool(call, mask, kernel, strides, dilations, begins, ends, include)
         return total / count
     total = _sum_pool(call, x, kernel, strides, begins, ends, 0.0)
     mask = S.pad(mask, _torch_pad(begins, ends), value=float(call.attr("count_include_pad", 0)))
@@ -304,7 +342,7 @@ def rms_norm(call, x, scale):
 def lp_normalization(call, x):
     axis, p = call.attr("axis", -1), call.attr("p", 2)
     norm = R.sum(M.abs(x), axis, True) if p == 1 else M.sqrt(R.sum(x * x, axis, True))
-    return x / norm
+    return M.where(norm == 0, x * 0, x / norm)  # a zero norm gives zeros, as ONNX says
 
 
 @op("LRN")
@@ -352,17 +390,90 @@ def nll_loss(call, x, target, weight=None):
 def grid_sample(call, x, grid):
     mode = {"linear": "bilinear", "bilinear": "bilinear", "nearest": "nearest", "cubic": "bicubic",
             "bicubic": "bicubic"}.get(call.attr("mode", "linear" if call.opset >= 20 else "bilinear"))
-    padding = call.attr("padding_mode", "zeros")
+    padding, align = call.attr("padding_mode", "zeros"), bool(call.attr("align_corners", 0))
     if mode is None:
         call.unsupported(f"mode {call.attr('mode')!r}")
-    return F.grid_sample(x, grid, mode=mode, padding_mode=padding, align_corners=bool(call.attr("align_corners", 0)))
+    if mode == "bicubic":
+        return _cubic_sample(x, grid, padding, align)
+    return F.grid_sample(x, grid, mode=mode, padding_mode=padding, align_corners=align)
+
+
+_A = -0.75  # the cubic convolution's coefficient (ONNX's, PyTorch's)
+
+
+def _cubic_weights(t):
+    """The weights of taps floor(c) - 1 .. floor(c) + 2 at fraction t."""
+    def near(d):
+        return ((_A + 2) * d - (_A + 3)) * d * d + 1
+
+    def far(d):
+        return ((_A * d - 5 * _A) * d + 8 * _A) * d - 4 * _A
+    return [far(t + 1), near(t), near(1 - t), far(2 - t)]
+
+
+def _reflect(c, low: float, high: float):
+    """`c` reflected into [low, high] about its ends, as often as it takes."""
+    span = high - low
+    if span <= 0:
+        return c * 0 + low
+    distance = M.abs(c - low)
+    flips = M.floor(distance / span)
+    extra = distance - flips * span
+    even = (flips - M.floor(flips / 2) * 2) == 0
+    return M.where(even, low + extra, high - extra)
+
+
+def _cubic_sample(x, grid, padding: str, align: bool):
+    """GridSample mode "cubic" as ONNX defines it: 4 taps per spatial dim, each read with the padding
+    mode, of the source coordinate (clamped or reflected first when it lies past the borders)."""
+    n, c, *sizes = x.shape
+    nd, points = len(sizes), math.prod(grid.shape[1:-1])
+    strides = [math.prod(sizes[d + 1:]) for d in range(nd)]
+    taps_per_dim = []
+    for d, size in enumerate(sizes):
+        g = grid[..., nd - 1 - d].reshape(n, 1, points)
+        coord = (g + 1) / 2 * (size - 1) if align else ((g + 1) * size - 1) / 2
+        low, high = (0.0, size - 1.0) if align else (-0.5, size - 0.5)
+        outside = (coord < low) | (coord > high)
+        if padding == "border":
+            coord = M.where(outside, M.clamp(coord, min=0.0, max=size - 1.0), coord)
+        elif padding == "reflection":
+            coord = _reflect(coord, low, high)
+        base = M.floor(coord)
+        taps = []
+        for k, w in zip(range(-1, 3), _cubic_weights(coord - base)):
+            i = base + k
+            if padding == "zeros":
+                w = w * ((i >= 0) & (i <= size - 1)).cast(x.dtype)
+            elif padding == "reflection":
+                i = M.trunc(_reflect(i, low, high))
+            taps.append((M.clamp(i, min=0.0, max=size - 1.0).cast(i64) * strides[d], w))
+        taps_per_dim.append(taps)
+    flat = x.reshape(n, c, math.prod(sizes))
+    out = None
+    for corner in itertools.product(*taps_per_dim):
+        index, weight = corner[0]
+        for i, w in corner[1:]:
+            index, weight = index + i, weight * w
+        term = R.gather(flat, 2, S.broadcast_to(index, (n, c, points))) * weight
+        out = term if out is None else out + term
+    return out.reshape(n, c, *grid.shape[1:-1])
 
 
 @op("Col2Im")
 def col2im(call, x, image_shape, block_shape):
-    nd = len(call.ints(block_shape))
+    """Blocks summed into the image: one index_add of every (kernel offset, block) at its place."""
+    image, block = call.ints(image_shape), call.ints(block_shape)
+    nd = len(block)
     pads = call.attr("pads", [0] * 2 * nd)
-    if pads[:nd] != pads[nd:]:
-        call.unsupported("asymmetric pads")
-    return F.fold(x, call.ints(image_shape), call.ints(block_shape), dilation=call.attr("dilations", [1] * nd),
-                  padding=pads[:nd], stride=call.attr("strides", [1] * nd))
+    strides, dilations = call.attr("strides", [1] * nd), call.attr("dilations", [1] * nd)
+    padded = [i + b + e for i, b, e in zip(image, pads[:nd], pads[nd:])]
+    blocks = [(p - d * (k - 1) - 1) // s + 1 for p, k, s, d in zip(padded, block, strides, dilations)]
+    grids = np.meshgrid(*[np.arange(k) for k in block], *[np.arange(b) for b in blocks], indexing="ij")
+    position = [grids[nd + i] * strides[i] + grids[i] * dilations[i] for i in range(nd)]
+    flat = np.ravel_multi_index(position, padded).reshape(-1)
+    n, c = x.shape[0], x.shape[1] // math.prod(block)
+    out = index_add(x.new_zeros((n, c, math.prod(padded))), 2, call.const(flat),
+                    x.reshape(n, c, flat.size))
+    out = out.reshape(n, c, *padded)
+    return out[(slice(None), slice(None)) + tuple(slice(b, b + i) for b, i in zip(pads[:nd], image))]

@@ -18,7 +18,8 @@ from ...api import reduce as R
 from ...api.index import index_select
 from ...api.linalg import matmul
 from ...dtype import f32, f64, i32, u8
-from ..proto import dtype_of, type_name
+from .. import values
+from ..proto import ONNX_OF, dtype_of, type_name
 from .nn import conv
 from .registry import op
 
@@ -37,33 +38,49 @@ def _broadcast(call, v, x, axis: int):
     return index_select(v, axis, idx)
 
 
-def _saturate(y, dt):
-    info = np.iinfo(dt.np)
-    return M.clamp(y, min=float(info.min), max=float(info.max)).cast(dt)
+def _saturate(y, dt, code: int | None = None):
+    """`y` rounded values clamped to the range of ONNX type `code` (default: of ember dtype `dt`)."""
+    info = np.iinfo(dt.np) if code is None else _int_range(code)
+    return M.clamp(y, min=float(info.min), max=float(info.max)).cast(dt if code is None else values.holder(code))
+
+
+def _int_range(code: int):
+    import ml_dtypes
+    return ml_dtypes.iinfo(values.np_dtype(code))
+
+
+def _output_code(call, zero_point) -> int:
+    code = call.out_type(0) or call.attr("output_dtype", 0)
+    if not code:
+        code = ONNX_OF.get(zero_point.dtype) if zero_point is not None else 2  # uint8 by default
+    return code
 
 
 @op("QuantizeLinear")
 def quantize_linear(call, x, scale, zero_point=None):
     axis = call.attr("axis", 1)
-    code = call.attr("output_dtype", 0)
-    dt = zero_point.dtype if zero_point is not None else (dtype_of(code) if code else u8)
-    if dt is None or dt.is_float or dt.name == "bool":
-        call.unsupported(f"quantizing to {type_name(code) if code else dt} (ember holds int8 and uint8)")
+    code = _output_code(call, zero_point)
+    dt = values.holder(code)
+    if dt is None or dt.name == "bool":
+        call.unsupported(f"quantizing to {type_name(code)}")
     wide = x.cast(f32) if x.dtype.itemsize < 4 else x
-    y = M.round(wide / _broadcast(call, scale, x, axis).cast(wide.dtype))
+    y = wide / _broadcast(call, scale, x, axis).cast(wide.dtype)
+    if dt.is_float:  # float8 (no zero point) or float4 (zero point added): rounded by the format
+        if zero_point is not None and code == 23:
+            y = y + _broadcast(call, zero_point, x, axis).cast(wide.dtype)
+        return values.encode(y, code, bool(call.attr("saturate", 1)))
+    y = M.round(y)
     if zero_point is not None:
         y = y + _broadcast(call, zero_point, x, axis).cast(wide.dtype)
-    return _saturate(y, dt)
+    return _saturate(y, dt, code)
 
 
 @op("DequantizeLinear")
 def dequantize_linear(call, x, scale, zero_point=None):
     axis = call.attr("axis", 1)
-    if x.dtype.is_float:
-        call.unsupported(f"dequantizing {x.dtype} (float8 types are not held by ember)")
-    y = x.cast(i32)
+    y = x.cast(f32 if x.dtype.is_float else i32)
     if zero_point is not None:
-        y = y - _broadcast(call, zero_point, x, axis).cast(i32)
+        y = y - _broadcast(call, zero_point, x, axis).cast(y.dtype)
     out = call.attr("output_dtype", 0)
     dt = dtype_of(out) if out else scale.dtype
     return (y.cast(f32) * _broadcast(call, scale, x, axis).cast(f32)).cast(dt)

@@ -55,6 +55,11 @@ class Call:
         """Whether output `i` is named (so computed)."""
         return i < len(self.node.outputs) and self.node.outputs[i] != ""
 
+    def out_type(self, i: int = 0) -> int | None:
+        """The ONNX element type of output `i` where shape inference knows it (else None)."""
+        types = self.node.out_types
+        return types[i] if i < len(types) else None
+
     def attr(self, name: str, default: Any = None) -> Any:
         return self.node.attrs.get(name, default)
 

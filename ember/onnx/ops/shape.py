@@ -15,7 +15,8 @@ import numpy as np
 
 from ... import api
 from ...api import shape as S
-from ...api.creation import arange, full
+from ...api import math as M
+from ...api.creation import arange, full, rand
 from ...api.index import index_select
 from ..proto import dtype_of, type_name
 from .registry import op
@@ -309,10 +310,19 @@ def center_crop_pad(call, x, shape):
 @op("Dropout")
 def dropout(call, x, ratio=None, training=None):
     rate = float(call.host(ratio).item()) if ratio is not None else call.attr("ratio", 0.5)
-    if training is not None and bool(call.host(training).item()) and rate != 0:
-        call.unsupported("training_mode=True with a non-zero ratio (an imported graph runs Dropout as inference)")
     if call.opset < 7 and call.attr("is_test", 0) == 0:
         call.unsupported("is_test=0")
-    if call.wants(1):
-        return x, full(x.shape, True, device=call.device)
-    return x
+    if training is None or not bool(call.host(training).item()) or rate == 0:
+        return (x, full(x.shape, True, device=call.device)) if call.wants(1) else x
+    keep = _keep_mask(call, x.shape, rate)
+    y = M.where(keep, x * (1 / (1 - rate)), x * 0)
+    return (y, keep) if call.wants(1) else y
+
+
+def _keep_mask(call, shape, rate: float):
+    """Dropout's kept positions: with a `seed`, drawn on the host by NumPy's RandomState(seed) (the
+    generator of ONNX's reference, so seeded graphs reproduce it); without, by ember's generator."""
+    seed = call.attr("seed")
+    if seed is None:
+        return rand(*shape, device=call.device) >= rate
+    return call.const(np.random.RandomState(int(seed)).uniform(0, 1.0, shape) >= rate)
