@@ -237,14 +237,15 @@ _WIRE = {"float16": np.float32, "bfloat16": np.float32, "bool": np.uint8}
 
 
 def _host(tensor: Tensor) -> np.ndarray:
-    return np.ascontiguousarray(tensor.detach().numpy())
+    array = tensor.detach().numpy()
+    return array if array.flags.c_contiguous else array.copy(order="C")  # (ascontiguousarray makes 0-d 1-d)
 
 
 def _reduce_buffer(tensor: Tensor) -> tuple[np.ndarray, np.ndarray]:
     """The tensor on the host, and the buffer it is reduced in."""
     array = _host(tensor)
     wire = _WIRE.get(array.dtype.name)
-    return array, (np.ascontiguousarray(array.astype(wire)) if wire is not None else array)
+    return array, (array.astype(wire, order="C") if wire is not None else array)
 
 
 def _wire_op(op: str) -> str:
@@ -256,4 +257,4 @@ def _bytes(array: np.ndarray) -> np.ndarray:
 
 
 def _tensor(array: np.ndarray, like: Tensor) -> Tensor:
-    return from_numpy(array, device=like.device)
+    return from_numpy(np.asarray(array), device=like.device)  # (0-d arithmetic gives NumPy scalars)
