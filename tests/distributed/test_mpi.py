@@ -17,6 +17,8 @@ import pytest
 from ember.distributed import SingleProcess
 from tests.distributed.problem import fit
 
+pytestmark = pytest.mark.slow  # each case starts 2 to 4 interpreters under mpirun
+
 ROOT = Path(__file__).resolve().parents[2]
 RANKS = str(Path(__file__).with_name("ranks.py"))
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
