@@ -3,6 +3,7 @@
     ember info            version, devices and their backends, settings in force, optional extras
     ember info --json     the same as JSON
     ember --version
+    ember launch --nproc N [--nnodes M --node-rank R --master ADDR:PORT] script.py args...
 
 Example:
     >>> main(["info"])  # doctest: +SKIP
@@ -140,6 +141,17 @@ def build_parser() -> argparse.ArgumentParser:
                                       description="Show the version, the devices found and their backends, "
                                                   "the settings in force and which optional extras are installed.")
     info_parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    launch = commands.add_parser("launch", help="run a script as the ranks of a distributed job",
+                                 description="Start --nproc ranks of `python script args` on this node "
+                                             "(torchrun's variables; docs/distributed.md).")
+    launch.add_argument("--nproc", type=int, default=1, help="ranks on this node")
+    launch.add_argument("--nnodes", type=int, default=1, help="nodes in the job")
+    launch.add_argument("--node-rank", type=int, default=0, help="this node's index")
+    launch.add_argument("--master", default="127.0.0.1:29500", help="ADDR:PORT of rank 0 (the rendezvous)")
+    launch.add_argument("--via", default="auto", choices=("auto", "mpirun", "spawn"),
+                        help="start ranks with mpirun (MPI backend) or as plain processes (NCCL)")
+    launch.add_argument("script", help="the Python script each rank runs")
+    launch.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
     return parser
 
 
@@ -154,6 +166,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
+    if args.command == "launch":
+        from .distributed.launch import launch
+        from .errors import DistributedError
+        try:
+            return launch(args.script, args.args, args.nproc, args.nnodes, args.node_rank, args.master, args.via)
+        except DistributedError as e:
+            print(e, file=sys.stderr)
+            return 2
     data = info()
     try:
         print(json.dumps(data, indent=2) if args.json else format_info(data))

@@ -56,6 +56,11 @@ class DeviceUnavailableError(DeviceError):
     """A device whose backend cannot run here; the message says what is missing and how to install it."""
 
 
+class DistributedError(EmberError, RuntimeError):
+    """A process group that cannot start or a collective that cannot run: names the backend, the rank
+    and what is missing (a launcher's variables, an extra to install, tensors that do not match)."""
+
+
 class StoreError(EmberError, ValueError):
     """A model file that is truncated, corrupt or of the wrong kind; names the file and the problem."""
 

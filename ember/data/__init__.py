@@ -15,11 +15,11 @@ from .batcher import Batcher, default_batcher, to_device
 from .dataset import Dataset, InMemoryDataset, SequenceDataset
 from .errors import DataError, WorkerError
 from .loader import DataLoader
-from .sampler import RandomSampler, Sampler, SequentialSampler, SubsetRandomSampler, WeightedRandomSampler
+from .sampler import DistributedSampler, RandomSampler, Sampler, SequentialSampler, SubsetRandomSampler, WeightedRandomSampler
 from .sqlite import SqliteDataset, SqliteDatasetWriter
 
 __all__ = [
-    "Batcher", "DataError", "DataLoader", "Dataset", "InMemoryDataset", "RandomSampler", "Sampler",
+    "Batcher", "DataError", "DataLoader", "Dataset", "DistributedSampler", "InMemoryDataset", "RandomSampler", "Sampler",
     "SequenceDataset", "SequentialSampler", "SqliteDataset", "SqliteDatasetWriter", "SubsetRandomSampler",
     "WeightedRandomSampler", "WorkerError", "default_batcher", "to_device",
 ]

@@ -103,6 +103,53 @@ class WeightedRandomSampler(Sampler):
         return rng.choice(len(self.weights), size=self.num_samples, replace=self.replacement, p=self.weights)
 
 
+class DistributedSampler(Sampler):
+    """Rank `rank`'s shard of `dataset` out of `num_replicas` (PyTorch's `DistributedSampler`).
+
+    Every rank orders the indices alike (a permutation drawn from the loader's `(seed, epoch)`, the
+    same on every rank whose loader has the same seed; `loader.set_epoch(e)` reshuffles, as the
+    `Learner` does each epoch), then takes every `num_replicas`-th index from `rank`. The order is made
+    to divide evenly: by repeating its first indices (the default, each rank gets ceil(n / replicas)) or,
+    with `drop_last`, by leaving out its last ones (floor(n / replicas) each). Shards are disjoint
+    except for the repeats, and together cover the dataset. `num_replicas` and `rank` default to the
+    current `ember.distributed` group's.
+
+    Example:
+        >>> s = DistributedSampler(range(5), num_replicas=2, rank=1, shuffle=False)
+        >>> s.indices(np.random.default_rng(0)).tolist()
+        [1, 3, 0]
+    """
+
+    def __init__(self, dataset: Sized, num_replicas: int | None = None, rank: int | None = None,
+                 shuffle: bool = True, drop_last: bool = False) -> None:
+        if num_replicas is None or rank is None:
+            from .. import distributed  # lazy: the group exists only in a distributed job
+            num_replicas = distributed.world_size() if num_replicas is None else num_replicas
+            rank = distributed.rank() if rank is None else rank
+        if not isinstance(num_replicas, int) or isinstance(num_replicas, bool) or num_replicas < 1:
+            raise ValueError(f"DistributedSampler: num_replicas must be an integer >= 1, got {num_replicas!r}")
+        if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < num_replicas:
+            raise ValueError(f"DistributedSampler: rank must be in 0..{num_replicas - 1}, got {rank!r}")
+        n = len(dataset)
+        if drop_last and n < num_replicas:
+            raise ValueError(f"DistributedSampler: drop_last with {n} items over {num_replicas} replicas leaves "
+                             f"every rank empty")
+        self.dataset, self.num_replicas, self.rank = dataset, num_replicas, rank
+        self.shuffle, self.drop_last = shuffle, drop_last
+        self.num_samples = n // num_replicas if drop_last else -(-n // num_replicas)
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def indices(self, rng: np.random.Generator) -> np.ndarray:
+        n = len(self.dataset)
+        order = rng.permutation(n) if self.shuffle else np.arange(n)
+        total = self.num_samples * self.num_replicas
+        if total > n:  # repeat from the start (several times when n < replicas)
+            order = np.resize(order, total) if n else order
+        return order[:total][self.rank::self.num_replicas]
+
+
 def _count(op: str, n: object) -> int:
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ValueError(f"{op}: num_samples must be a positive integer, got {n!r}")

@@ -10,20 +10,23 @@ Example:
 
 from .callbacks import Callback
 from .checkpoint import Checkpointer, find_checkpoint, load_checkpoint
+from .ddp import DataParallel, broadcast_parameters
 from .dashboard import Display, EpochView, PlainLog, RichDashboard, make_display, sparkline
 from .early_stopping import EarlyStopping
 from .learner import Learner
 from .metrics import AUROC, Accuracy, FBeta, Loss, Metric, Observation, Perplexity, Precision, Recall, TopKAccuracy
+from .multi_device import MultiDevice
 from .monitors import CpuUsage, DeviceMemory, ItemsPerSecond, LearningRate, MemoryUsage
 from .run_dir import RunDirectory
 from .run_state import FitResult, RunState
 from .step import StepOutput
 from .tracker import MetricTracker
+from .zero import ZeroRedundancyOptimizer
 
 __all__ = [
-    "AUROC", "Accuracy", "Callback", "Checkpointer", "CpuUsage", "DeviceMemory", "Display", "EarlyStopping",
+    "AUROC", "Accuracy", "Callback", "Checkpointer", "CpuUsage", "DataParallel", "DeviceMemory", "Display", "EarlyStopping",
     "EpochView", "FBeta", "FitResult", "ItemsPerSecond", "Learner", "LearningRate", "Loss", "MemoryUsage",
-    "Metric", "MetricTracker", "Observation", "Perplexity", "PlainLog", "Precision", "Recall", "RichDashboard",
-    "RunDirectory", "RunState", "StepOutput", "TopKAccuracy", "find_checkpoint", "load_checkpoint", "make_display",
+    "Metric", "MetricTracker", "MultiDevice", "Observation", "Perplexity", "PlainLog", "Precision", "Recall", "RichDashboard",
+    "RunDirectory", "RunState", "StepOutput", "TopKAccuracy", "ZeroRedundancyOptimizer", "broadcast_parameters", "find_checkpoint", "load_checkpoint", "make_display",
     "sparkline",
 ]

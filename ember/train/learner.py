@@ -14,6 +14,12 @@ RNG streams, data order and metric states of the newest checkpoint and continues
 device (NumPy) the final weights equal an uninterrupted run's bit for bit. Ctrl-C stops after the
 current optimizer step and saves a checkpoint; a second Ctrl-C interrupts at once.
 
+`strategy="ddp"` trains data-parallel over the ranks of `ember.distributed` (`DataParallel`; with
+`zero=True` the optimizer state is sharded, `ZeroRedundancyOptimizer`): inner accumulation steps run
+without a collective, metrics are merged over the ranks, rank 0 writes the run directory, and a run
+resumes from an epoch's end on any number of ranks. `strategy="multi_device"` trains on `devices` from
+threads of this process (`MultiDevice`). docs/distributed.md.
+
 Example:
     >>> learner = Learner(model, AdamW(model, lr=1e-3), loss=cross_entropy,
     ...                   metrics=[Accuracy()], run_dir="runs/mnist")
@@ -24,6 +30,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import itertools
 import time
@@ -47,6 +54,7 @@ from .step import Clock, StepOutput, checked, detached, move_to, observe
 from .tracker import MetricTracker
 
 SPLITS = ("train", "valid")
+STRATEGIES = (None, "ddp", "multi_device")
 PRECISIONS = ("f32", "bf16", "f16")
 StepFn = Callable[[Module, Any], StepOutput]
 
@@ -87,6 +95,11 @@ class Learner:
             in that dtype; "f16" adds dynamic loss scaling (`grad_scaler`, a `GradScaler()` by default;
             its scale is not saved in checkpoints).
         grad_scaler: the `GradScaler` for precision="f16".
+        strategy: None (one device), "ddp" (data-parallel over the `ember.distributed` group: `group`, by
+            default `ember.distributed.init()`) or "multi_device" (threads over `devices`).
+        devices: the devices of strategy="multi_device", the first one the main device.
+        zero: with strategy="ddp", shard the optimizer state over the ranks (ZeRO-1).
+        group: the process group of strategy="ddp".
 
     Example:
         >>> Learner(model, SGD(model, lr=0.1), loss=mse_loss, display="none").fit(loader, epochs=2)
@@ -100,7 +113,8 @@ class Learner:
                  early_stopping: EarlyStopping | None = None, display: str | Display = "auto",
                  config: Any = None, callbacks: Iterable[Callback] = (), scheduler_interval: str = "step",
                  window: int = 20, plots: bool = True, precision: str = "f32",
-                 grad_scaler: GradScaler | None = None) -> None:
+                 grad_scaler: GradScaler | None = None, strategy: str | None = None,
+                 devices: Sequence[Any] | None = None, zero: bool = False, group: Any = None) -> None:
         if not isinstance(model, Module):
             raise TypeError(f"Learner needs an ember.nn.Module, got {type(model).__name__}")
         if loss is None and train_step is None and type(self).train_step is Learner.train_step:
@@ -121,15 +135,47 @@ class Learner:
                 raise TypeError(f"metrics must be ember.train Metrics, got {type(m).__name__}")
             if m.name in RECORD_KEYS:
                 raise ValueError(f"metric name {m.name!r} is reserved for the metric files ({RECORD_KEYS})")
+        if strategy not in STRATEGIES:
+            raise ValueError(f"Learner strategy must be one of {STRATEGIES}, got {strategy!r}")
+        if (devices is not None) != (strategy == "multi_device"):
+            raise ValueError("Learner devices= goes with strategy='multi_device' (and that strategy needs it)")
+        if zero and strategy != "ddp":
+            raise ValueError("Learner zero=True shards the optimizer over ranks: it needs strategy='ddp'")
+        if zero and (clip_norm is not None or precision == "f16"):
+            raise ValueError("Learner zero=True: clip_norm and precision='f16' read every gradient before the "
+                             "step, which ZeRO-1 reduces inside it; use strategy='ddp' without zero")
+        if strategy == "multi_device" and (precision != "f32" or type(self).train_step is not Learner.train_step):
+            raise ValueError("Learner strategy='multi_device' runs precision='f32' steps given by loss= or "
+                             "train_step=fn(model, batch) (not a subclass's train_step: it runs on each device)")
         self.model, self.optimizer, self.scheduler, self.loss = model, optimizer, scheduler, loss
         self._train_fn, self._valid_fn = train_step, valid_step
+        if strategy == "multi_device":
+            device = devices[0] if devices else device
         self.device = Device(device).inner if device is not None else _device_of(model)
         self.model.to(self.device.autodiff())
+        self.strategy, self.zero, self.group = strategy, zero, None
+        self.parallel = self.multi = None
+        if strategy == "ddp":
+            from .. import distributed
+            self.group = group if group is not None else distributed.init()
+            from .ddp import DataParallel
+            self.parallel = DataParallel(model, self.group)
+            if zero:
+                from .zero import ZeroRedundancyOptimizer
+                self.optimizer = ZeroRedundancyOptimizer(optimizer, self.group)
+        elif strategy == "multi_device":
+            from .multi_device import MultiDevice
+            self.multi = MultiDevice(model, devices)
+        self._writes = self.group is None or self.group.rank == 0  # who writes the run directory
+        if not self._writes:
+            display = "none"
         metrics = list(metrics) if any(m.name == "loss" for m in metrics) else [Loss(), *metrics]
         self.trackers = {split: MetricTracker([copy.deepcopy(m) for m in metrics if split in m.splits], window)
                          for split in SPLITS}
-        self.run_dir = RunDirectory(run_dir) if run_dir is not None else None
+        self.run_dir = RunDirectory(run_dir) if run_dir is not None and self._writes else None
+        self._run_dir_path = run_dir
         self.checkpointer = Checkpointer(self.run_dir.checkpoints, keep_last) if self.run_dir else None
+        self._checkpoints = run_dir is not None  # every rank takes part in a save (ZeRO gathers)
         self.grad_accumulation, self.clip_norm = grad_accumulation, clip_norm
         self.best_metric, self.checkpoint_every = best_metric, checkpoint_every
         self.early_stopping, self.config, self.callbacks = early_stopping, config, list(callbacks)
@@ -150,10 +196,14 @@ class Learner:
 
         Default: `inputs, targets = batch; outputs = model(inputs)`, `loss(outputs, targets)`.
         """
+        return self._step_with(self.model, batch)
+
+    def _step_with(self, model: Module, batch: Any) -> StepOutput:
+        """The default training step on `model` (a device's copy under strategy="multi_device")."""
         if self._train_fn is not None:
-            return self._train_fn(self.model, batch)
+            return self._train_fn(model, batch)
         inputs, targets = _pair(batch)
-        outputs = self.model(inputs)
+        outputs = model(inputs)
         return StepOutput(self.loss(outputs, targets), outputs, targets)
 
     def valid_step(self, batch: Any) -> StepOutput:
@@ -214,7 +264,7 @@ class Learner:
             for tracker in self.trackers.values():
                 tracker.reset()
             run.rng = ember_random.get_state()  # what a stop before the first step saves
-        if self.run_dir is not None and self.config is not None:
+        if self.run_dir is not None and self.config is not None:  # rank 0 only
             self.run_dir.write_config(self.config)
         self._started = time.perf_counter()
         last_checkpoint = None
@@ -268,7 +318,11 @@ class Learner:
         batches = _seek(loader, run.epoch, run.position)
         self.model.train()
         accumulator = None
-        if self.grad_accumulation > 1:
+        carried = self.parallel is not None and not self.zero  # DataParallel sums a window itself
+        if carried and self.grad_accumulation > 1 and total is None:
+            raise ValueError("Learner strategy='ddp' with grad_accumulation needs a train loader with a length "
+                             "(every rank must know where a window ends)")
+        if self.grad_accumulation > 1 and not carried:
             from ..optim import GradientAccumulator
             accumulator = GradientAccumulator()
         pending = []
@@ -277,11 +331,15 @@ class Learner:
         for batch in batches:
             index += 1
             size = self.grad_accumulation if total is None else min(self.grad_accumulation, total - window_start)
-            with self._autocast():
-                out = checked(self.train_step(move_to(batch, self.train_device)))
             lr = self.optimizer.lr
-            loss = out.loss / size if size > 1 else out.loss
-            grads = (self.grad_scaler.scale(loss) if self.grad_scaler is not None else loss).backward()
+            if self.multi is not None:
+                grads, out = self.multi.step(self._step_with, batch, loss_scale=1 / size)
+            else:
+                with self._autocast():
+                    out = checked(self.train_step(move_to(batch, self.train_device)))
+                loss = out.loss / size if size > 1 else out.loss
+                loss = self.grad_scaler.scale(loss) if self.grad_scaler is not None else loss
+                grads = self._backward(loss, last=index - window_start >= size)
             # Read on the host after the optimizer step (_after_step): a read here would cut the
             # recorded stream between forward and backward and cost a lazy device one more flush.
             pending.append((detached(out), *clock.lap(), lr))
@@ -297,6 +355,19 @@ class Learner:
         if pending:  # a loader without a length ended inside a window
             self._optimizer_step(accumulator.grads())
             self._after_step(run, index, total, pending, display)
+
+    def _backward(self, loss: Any, last: bool) -> Any:
+        """loss.backward(); under strategy="ddp" reduced over the ranks at the window's `last` batch."""
+        if self.parallel is None or self.zero:
+            return loss.backward()
+        with contextlib.nullcontext() if last else self.parallel.no_sync():
+            return self.parallel.backward(loss)
+
+    def _epoch_values(self, tracker: MetricTracker) -> dict[str, float | None]:
+        """The tracker's epoch values; under strategy="ddp" of the states merged over every rank."""
+        if self.group is None or self.group.size == 1:
+            return tracker.epoch()
+        return tracker.epoch_over(self.group.all_gather_object(tracker.state_dict()["epoch"]))
 
     def _autocast(self) -> autocast:
         """The autocast the steps run under (a disabled one at precision="f32")."""
@@ -352,11 +423,11 @@ class Learner:
         finally:
             self.model.to(self.train_device)
             self.model.train()
-        return tracker.epoch()
+        return self._epoch_values(tracker)
 
     def _end_epoch(self, run: RunState, valid_loader: Iterable | None, display: Display, epochs: int,
                    seconds: float) -> str | None:
-        values = {"train": self.trackers["train"].epoch()}
+        values = {"train": self._epoch_values(self.trackers["train"])}
         if valid_loader is not None:
             values["valid"] = self._validate(valid_loader, display, run.epoch + 1)
         run.epoch, run.position = run.epoch + 1, 0
@@ -416,10 +487,11 @@ class Learner:
         return run.seconds + time.perf_counter() - self._started
 
     def _save(self, run: RunState, best: dict | None = None) -> str | None:
-        if self.checkpointer is None:
+        if not self._checkpoints:
             return None
         seconds = self._elapsed(run)
         training = {
+            "world_size": self.group.size if self.group is not None else 1,
             **run.tree(seconds),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict() if hasattr(self.scheduler, "state_dict") else None,
@@ -427,11 +499,19 @@ class Learner:
             "early_stopping": self.early_stopping.state_dict() if self.early_stopping else None,
             "data_seed": self._data_seed,
         }
-        path = self.checkpointer.save(checkpoint_name(run.epoch, run.step), self.model.state_dict(), training, best)
-        return str(path)
+        path = None
+        if self.checkpointer is not None:  # rank 0
+            path = str(self.checkpointer.save(checkpoint_name(run.epoch, run.step), self.model.state_dict(),
+                                              training, best))
+        return self.group.broadcast_object(path) if self.group is not None else path
 
     def _restore(self, path: Any, run: RunState) -> None:
         model_state, tree = load_checkpoint(path)
+        saved_world, world = tree.get("world_size", 1), self.group.size if self.group is not None else 1
+        if saved_world != world and tree["position"] != 0:
+            raise ValueError(f"{path} was saved mid-epoch (after {tree['position']} batches) on {saved_world} "
+                             f"rank(s); this run has {world}: resume from an epoch's end, where batches do "
+                             f"not depend on the number of ranks")
         if tree["data_seed"] != self._data_seed:
             raise ValueError(f"{path} was saved with a train loader of seed {tree['data_seed']}, this one has "
                              f"seed {self._data_seed}: the batch order would differ")

@@ -54,6 +54,17 @@ class MetricTracker:
         """Each metric's value over the epoch so far (None before any batch)."""
         return {m.name: _value(m, self._epoch[m.name]) for m in self.metrics}
 
+    def epoch_over(self, states: Sequence[dict[str, Any]]) -> dict[str, float | None]:
+        """Each metric's value over several trackers' epoch states merged in order (`state_dict()["epoch"]`
+        of each rank of a data-parallel run)."""
+        values = {}
+        for m in self.metrics:
+            merged = None
+            for s in states:
+                merged = m.merge(merged, s[m.name])
+            values[m.name] = _value(m, merged)
+        return values
+
     def running(self) -> dict[str, float | None]:
         """Each metric's value over the last `window` batches."""
         values = {}
