@@ -72,7 +72,7 @@ def _lu_shape(a):
 def _lu_reference(a):
     lu = np.array(a, copy=True)
     *batch, m, n = lu.shape
-    flat = lu.reshape(-1, m, n)
+    flat = lu.reshape(int(np.prod(batch, dtype=np.int64)), m, n)
     piv = np.zeros((flat.shape[0], min(m, n)), np.int32)
     info = np.zeros(flat.shape[0], np.int32)
     for b, x in enumerate(flat):
@@ -124,8 +124,9 @@ def _perm_kernel(piv: cube.Array[cube.i32], perm: cube.Array[cube.i32], count: c
 
 def _perm_reference(piv, *, n):
     *batch, k = piv.shape
-    perm = np.tile(np.arange(n, dtype=np.int32), (int(np.prod(batch, dtype=np.int64)), 1))
-    for row, p in zip(perm, piv.reshape(-1, k)):
+    count = int(np.prod(batch, dtype=np.int64))
+    perm = np.tile(np.arange(n, dtype=np.int32), (count, 1))
+    for row, p in zip(perm, piv.reshape(count, k)):
         for i in range(k):
             row[[i, p[i] - 1]] = row[[p[i] - 1, i]]
     return perm.reshape(tuple(batch) + (n,))
@@ -170,10 +171,14 @@ def _tri_reference(a, b, *, upper, unit):
         t = t.copy()
         idx = np.arange(a.shape[-1])
         t[..., idx, idx] = 1
-    if a.shape[-1] == 0 or b.size == 0:
-        return np.zeros(b.shape, b.dtype)
-    with np.errstate(all="ignore"):
-        return np.linalg.solve(t, b).astype(b.dtype)
+    x = np.array(b, copy=True)
+    n = a.shape[-1]
+    with np.errstate(all="ignore"):  # a zero on the diagonal gives infinities, as the kernel does
+        for step in range(n):
+            i = step if not upper else n - 1 - step
+            done = slice(0, i) if not upper else slice(i + 1, n)
+            x[..., i, :] = (b[..., i, :] - (t[..., i:i + 1, done] @ x[..., done, :])[..., 0, :]) / t[..., i, i:i + 1]
+    return x
 
 
 def _tri_backward(g, x, a, b, *, upper, unit):
@@ -194,7 +199,7 @@ def solve_triangular_op(a, b, *, upper, unit):
 # ---- Cholesky ------------------------------------------------------------------------------------------
 def _chol_reference(a):
     *batch, n, _ = a.shape
-    flat = np.tril(a).reshape(-1, n, n).copy()
+    flat = np.tril(a).reshape(int(np.prod(batch, dtype=np.int64)), n, n).copy()
     info = np.zeros(flat.shape[0], np.int32)
     for b, x in enumerate(flat):
         for k in range(n):
@@ -249,9 +254,8 @@ def _qr_backward(grads, outs, a, *, complete):
         raise EmberError("linalg.qr: the gradient of mode='complete' needs m <= n, as in torch")
     if m >= n:
         return (_qr_square_backward(q, r, gq, gr),)
-    x_r, y = r[..., :m], r[..., m:]
-    gy = gr[..., m:]
-    gx = _qr_square_backward(q, x_r, gq + y @ mT(gy), gr[..., :m])
+    gy = gr[..., m:]  # A = [X | Y] = Q [R_X | R_Y]: Y = Q R_Y
+    gx = _qr_square_backward(q, r[..., :m], gq + a[..., m:] @ mT(gy), gr[..., :m])
     from ..api.shape import cat
     return (cat([gx, q @ gy], -1),)
 
