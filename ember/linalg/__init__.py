@@ -10,8 +10,8 @@ torch's info codes instead. Half precision is refused by the factorizations (as 
 complex matrices are not supported. See docs/linalg.md.
 
 Example:
-    >>> a = ember.tensor([[4.0, 1.0], [1.0, 3.0]])
-    >>> ember.linalg.solve(a, ember.tensor([1.0, 2.0])).tolist()
+    >>> a = ember.tensor([[4.0, 1.0], [1.0, 3.0]], dtype=ember.f64)
+    >>> ember.linalg.solve(a, ember.tensor([1.0, 2.0], dtype=ember.f64)).tolist()
     [0.09090909090909091, 0.6363636363636364]
 """
 
