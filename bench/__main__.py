@@ -13,7 +13,7 @@ import shlex
 import sys
 import time
 
-from . import (autodiff, checkpointing, elementwise, fusion, imports, lora, matmul, overhead, quant, reduce, spatial,
+from . import (autodiff, checkpointing, elementwise, fusion, imports, linalg, lora, matmul, overhead, quant, reduce,
                store, training, transfer)
 from .frameworks import PEERS, Frameworks
 from .harness import Settings, machine, markdown, write_json
@@ -21,7 +21,7 @@ from .report import ReportError, write_report
 
 # name -> run(frameworks, settings) -> rows; in the order they run and print.
 BENCHMARKS = {name: run for module in (elementwise, reduce, matmul, quant, spatial, training, lora, autodiff,
-                                       overhead, transfer, store, checkpointing, fusion, imports)
+                                       overhead, transfer, store, checkpointing, fusion, imports, linalg)
               for name, run in module.BENCHMARKS.items()}
 RESULTS, OUT = "bench/results", "bench/RESULTS.md"  # --report's defaults, from the repository root
 

@@ -49,7 +49,7 @@ from .api.shape import (
 from .api.index import (
     s, slice_assign, scatter, scatter_add, index_select, index_add, masked_select, take, one_hot, nonzero,
 )
-from .api.linalg import matmul, outer, einsum
+from .api.linalg import matmul, outer, einsum, trace
 from .api.index import scatter_reduce, index_put, index_put_
 from .api.creation import randperm, multinomial
 from .api.dlpack import from_dlpack

@@ -11,6 +11,9 @@ primitive with:
 - `reference(*arrays, **params)` (optional): the op in NumPy, for devices without a cube target (else
   `DeviceError`) and as the tests' oracle.
 
+`outputs=N` (N > 1): the forward returns N arrays, `shape`/`dtype` a tuple each, the call a tuple of
+tensors, and `backward(grads, outs, *inputs)` gets tuples (integer outputs: no gradient).
+
 The op is a fusion sync point unless `pure=True`; `out=` donation and the rest: docs/extension.md.
 
 Example:
@@ -28,6 +31,7 @@ Example:
 from __future__ import annotations
 
 import inspect
+import math
 from typing import Any, Callable, NamedTuple
 
 import numpy as np
@@ -37,6 +41,16 @@ from .errors import DeviceError, EmberError
 from .ops.primitive import Aval, Primitive, VjpContext, registry, saves_all, saves_inputs, saves_none, saves_output
 from .tensor import Tensor, bind
 
+
+
+class Packing(NamedTuple):
+    """Several outputs in one carrier: the primitive's value is a flat array of the first output's dtype
+    holding the outputs one after another; an integer output is carried as floats (exact while its
+    values stay within the carrier's integers: 2**24 for f32, 2**53 for f64) and converted back."""
+
+    carrier: DType
+    size: int
+    parts: tuple  # (start, shape, dtype) per output
 
 
 class Saves(NamedTuple):
@@ -76,7 +90,7 @@ class Extension:
 
     def __init__(self, forward: Callable, *, name: str, shape: Callable, dtype: Callable | None,
                  backward: Callable | None, reference: Callable | None, saves: str = "all",
-                 pure: bool = False) -> None:
+                 pure: bool = False, outputs: int = 1) -> None:
         if saves not in SAVES:
             raise ValueError(f"backend_extension: saves must be one of {sorted(SAVES)}, got {saves!r}")
         self.name = name
@@ -85,6 +99,9 @@ class Extension:
         self.dtype = dtype
         self.backward = backward
         self.reference = reference
+        if not isinstance(outputs, int) or outputs < 1:
+            raise ValueError(f"backend_extension {name}: outputs must be a positive int, got {outputs!r}")
+        self.outputs = outputs
         self.arity, self.param_names, writes_over = _signature(name, forward)
         self.__name__ = forward.__name__
         self.__doc__ = forward.__doc__
@@ -95,6 +112,7 @@ class Extension:
         self.saves = SAVES[saves]
         self.pure = bool(pure)
         self._inferred: dict[tuple, Aval] = {}  # (input avals, params) -> output aval (see `_infer`)
+        self._packings: dict[tuple, Packing] = {}  # the same keys -> where several outputs sit
         _register_lowering(name, self._run, writes_over)
         if self.pure:
             from .backend.fusion.ops import record_inner
@@ -123,7 +141,43 @@ class Extension:
             raise DeviceError(f"{self.name}: {device!r} has no cube target and the op has no NumPy "
                               f"reference; run it on a device with a cube target (Device.cpu()) or "
                               f"pass reference= to @ember.backend_extension")
-        return bind(self.primitive, inputs, params)
+        out = bind(self.primitive, inputs, params)
+        if self.outputs == 1:
+            return out
+        return self._unpack(out, tuple((i.shape, i.dtype) for i in inputs), params)
+
+    # ---- several outputs: one carrier array -------------------------------------------------------
+    def _layout(self, avals: tuple, params: dict) -> Packing:
+        """Where each output sits in the carrier (see `Packing`)."""
+        key = (avals, tuple(params.items()))
+        known = self._packings.get(key)
+        if known is None:
+            self._infer(*avals, **params)
+            known = self._packings[key]
+        return known
+
+    def _unpack(self, carrier: Tensor, avals: tuple, params: dict) -> tuple:
+        """The outputs as tensors: views of the carrier, integer ones converted to their dtype."""
+        packing = self._layout(tuple(Aval(s, d) for s, d in avals), params)
+        outs = []
+        for (start, shape, dtype) in packing.parts:
+            part = carrier[start:start + math.prod(shape)].reshape(shape)
+            outs.append(part if dtype is packing.carrier else part.to(dtype))
+        return tuple(outs)
+
+    def _pack(self, results, packing: Packing, like_empty: Callable):
+        """One carrier array holding `results` one after another (`like_empty(n)` allocates it)."""
+        from .kernels.common import assign
+        if not isinstance(results, (tuple, list)) or len(results) != self.outputs:
+            raise EmberError(f"{self.name}: its forward must return {self.outputs} arrays, got {type(results).__name__}")
+        carrier = like_empty(packing.size)
+        for i, (r, (start, shape, dtype)) in enumerate(zip(results, packing.parts)):
+            if tuple(r.shape) != shape or np.dtype(r.dtype) != dtype.np:
+                raise EmberError(f"{self.name}: output {i} of its forward is {tuple(r.shape)} {np.dtype(r.dtype)}, "
+                                 f"but its shape rule says {shape} {dtype}")
+            if r.size:
+                assign(carrier[start:start + r.size].reshape(shape), r)
+        return carrier
 
     # ---- the primitive's rules -----------------------------------------------------------------------
     def _infer(self, *avals: Aval, **params) -> Aval:
@@ -137,34 +191,72 @@ class Extension:
             return known
         if len(self._inferred) >= 1024:
             self._inferred.clear()
+            self._packings.clear()
         out = self._inferred[key] = self._rules(avals, params)
         return out
 
     def _rules(self, avals: tuple, params: dict) -> Aval:
+        if self.outputs > 1:
+            return self._packed_rules(avals, params)
         shape = self.shape(*(a.shape for a in avals), **params)
+        dtype = self.dtype(*(a.dtype for a in avals), **params) if self.dtype else avals[0].dtype
+        return Aval(self._checked_shape(shape), self._checked_dtype(dtype))
+
+    def _packed_rules(self, avals: tuple, params: dict) -> Aval:
+        shapes = self.shape(*(a.shape for a in avals), **params)
+        dtypes = self.dtype(*(a.dtype for a in avals), **params) if self.dtype else (avals[0].dtype,) * self.outputs
+        if not isinstance(shapes, (tuple, list)) or len(shapes) != self.outputs:
+            raise EmberError(f"{self.name}: its shape rule must return {self.outputs} shapes, got {shapes!r}")
+        if not isinstance(dtypes, (tuple, list)) or len(dtypes) != self.outputs:
+            raise EmberError(f"{self.name}: its dtype rule must return {self.outputs} dtypes, got {dtypes!r}")
+        shapes = [self._checked_shape(s) for s in shapes]
+        dtypes = [self._checked_dtype(d) for d in dtypes]
+        carrier = dtypes[0]
+        parts, start = [], 0
+        for shape, dtype in zip(shapes, dtypes):
+            if dtype is not carrier and (dtype.is_float or not carrier.is_float):
+                raise EmberError(f"{self.name}: several outputs share the first one's dtype ({carrier}), except "
+                                 f"integer ones carried in it; output of dtype {dtype} cannot be")
+            parts.append((start, shape, dtype))
+            start += math.prod(shape)
+        self._packings[(avals, tuple(params.items()))] = Packing(carrier, start, tuple(parts))
+        return Aval((start,), carrier)
+
+    def _checked_shape(self, shape) -> tuple:
         try:
             shape = tuple(int(n) for n in shape)
         except TypeError:
             raise EmberError(f"{self.name}: its shape rule must return a tuple of ints, got {shape!r}") from None
         if any(n < 0 for n in shape):
             raise EmberError(f"{self.name}: its shape rule gave a negative size, {shape}")
-        dtype = self.dtype(*(a.dtype for a in avals), **params) if self.dtype else avals[0].dtype
+        return shape
+
+    def _checked_dtype(self, dtype) -> DType:
         if not isinstance(dtype, DType):
             raise EmberError(f"{self.name}: its dtype rule must return an ember DType, got {dtype!r}")
-        return Aval(shape, dtype)
+        return dtype
 
     def _run(self, aval: Aval, *arrays: np.ndarray, over=None, **params) -> np.ndarray:
         """The forward on a cube target, checked against the shape rule; `over` (an input the result may
         be written over) goes to the forward as `out=`."""
         result = self.forward(*arrays, **params) if over is None else self.forward(*arrays, out=over, **params)
+        if self.outputs > 1:
+            from .kernels.common import empty
+            packing = self._layout(tuple(Aval(a.shape, dtype_of(a.dtype)) for a in arrays), params)
+            result = self._pack(result, packing, lambda n: empty((n,), aval.dtype.np, *arrays))
         return self._checked(result, aval, "forward")
 
     def _reference(self, *arrays: np.ndarray, **params) -> np.ndarray:
         if self.reference is None:
             raise DeviceError(f"{self.name}: its cube kernel cannot run here and the op has no NumPy "
                               f"reference (pass reference= to @ember.backend_extension)")
-        out = self._infer(*(Aval(a.shape, dtype_of(a.dtype)) for a in arrays), **params)
-        return self._checked(np.asarray(self.reference(*arrays, **params)), out, "reference")
+        avals = tuple(Aval(a.shape, dtype_of(a.dtype)) for a in arrays)
+        out = self._infer(*avals, **params)
+        result = self.reference(*arrays, **params)
+        if self.outputs > 1:
+            result = self._pack([np.asarray(r) for r in result], self._layout(avals, params),
+                                lambda n: np.empty((n,), out.dtype.np))
+        return self._checked(np.asarray(result), out, "reference")
 
     def _checked(self, result, out: Aval, which: str):
         if tuple(result.shape) != out.shape or np.dtype(result.dtype) != out.dtype.np:
@@ -177,6 +269,12 @@ class Extension:
             raise EmberError(f"{self.name}: has no gradient; pass backward= to @ember.backend_extension")
         inputs = ctx.inputs if self.saves.inputs else (None,) * len(ctx.input_avals)
         output = ctx.output if self.saves.output else None
+        if self.outputs > 1:
+            avals = tuple((tuple(s), d) for s, d in ctx.input_avals)
+            packing = self._layout(tuple(Aval(s, d) for s, d in avals), ctx.params)
+            g = tuple(gi if d.is_float else None for gi, (_, _, d) in zip(self._unpack(g, avals, ctx.params),
+                                                                            packing.parts))
+            output = None if output is None else self._unpack(output, avals, ctx.params)
         grads = self.backward(g, output, *inputs, **ctx.params)
         grads = tuple(grads) if isinstance(grads, (tuple, list)) else (grads,)
         if len(grads) != len(inputs):
@@ -214,7 +312,7 @@ def _register_lowering(name: str, run: Callable, writes_over: bool) -> None:
 
 def backend_extension(fn: Callable | None = None, *, shape: Callable, backward: Callable | None = None,
                       reference: Callable | None = None, dtype: Callable | None = None,
-                      name: str | None = None, saves: str = "all", pure: bool = False):
+                      name: str | None = None, saves: str = "all", pure: bool = False, outputs: int = 1):
     """Decorator: a custom op from a forward that launches cube kernels (see the module docstring).
 
     Example:
@@ -227,5 +325,5 @@ def backend_extension(fn: Callable | None = None, *, shape: Callable, backward: 
     """
     def make(forward: Callable) -> Extension:
         return Extension(forward, name=name or forward.__name__, shape=shape, dtype=dtype, backward=backward,
-                         reference=reference, saves=saves, pure=pure)
+                         reference=reference, saves=saves, pure=pure, outputs=outputs)
     return make if fn is None else make(fn)

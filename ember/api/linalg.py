@@ -130,4 +130,16 @@ def _contract(la: str, a: Tensor, lb: str, b: Tensor, keep: set) -> tuple[str, T
     return "".join(batch + left + right), out
 
 
-METHODS = {"matmul": matmul, "__matmul__": matmul, "__rmatmul__": lambda a, b: matmul(b, a)}
+def trace(x: Tensor) -> Tensor:
+    """The sum of the main diagonal of a 2-D tensor (torch.trace).
+
+    Example:
+        >>> ember.trace(ember.tensor([[1.0, 2.0], [3.0, 4.0]])).item()
+        5.0
+    """
+    if x.ndim != 2:
+        raise ShapeError("trace", f"needs a 2-D tensor, got shape {x.shape}")
+    return x.diagonal(0, 0, 1).sum(-1)
+
+
+METHODS = {"trace": trace, "matmul": matmul, "__matmul__": matmul, "__rmatmul__": lambda a, b: matmul(b, a)}
