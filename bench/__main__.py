@@ -14,7 +14,7 @@ import sys
 import time
 
 from . import (autodiff, checkpointing, elementwise, fusion, imports, linalg, lora, matmul, overhead, quant, reduce,
-               store, training, transfer)
+               spatial, store, training, transfer)
 from .frameworks import PEERS, Frameworks
 from .harness import Settings, machine, markdown, write_json
 from .report import ReportError, write_report
