@@ -128,7 +128,7 @@ def _module(m, device: Device, base_dir: str | None) -> OnnxModel:
 
 def _initializer(t, device: Device, base_dir: str | None) -> Tensor:
     from ..api.creation import tensor
-    if proto.dtype_of(t.data_type) is None:
+    if proto.dtype_of(t.data_type) is None and t.data_type not in proto.WIDENED:
         raise UnsupportedOnnxError("<initializer>", None, t.name,
                                    f"initializer of element type {proto.type_name(t.data_type)}, which ember does not hold")
     try:
