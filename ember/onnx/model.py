@@ -35,6 +35,8 @@ class OnnxModel(Module):
                  output_names: list[str], device: Device) -> None:
         self.initializers = initializers
         self._graph, self._device = graph, device
+        # integer initializers (shapes, indices) on the host, where the graph's shape computations run
+        self._host = {name: v.to(Device.numpy()) for name, v in initializers.items() if not v.dtype.is_float}
         self.input_names, self.output_names = input_names, output_names
 
     @property
@@ -68,7 +70,9 @@ class OnnxModel(Module):
             raise OnnxError(f"OnnxModel.run: missing input(s) {', '.join(missing)}")
         named = dict(self.initializers)
         named.update({name: _value(v, device, name) for name, v in feeds.items()})
-        return self._graph.run([], device, named=named)
+        if self._host is None or any(n in self._host for n in feeds):  # a fed initializer is no constant
+            return self._graph.run([], device, named=named)
+        return self._graph.run([], device, named=named, host=self._host)
 
 
 def _value(v, device: Device, name: str):
