@@ -170,7 +170,7 @@ class LlamaModel(Module):
         if input_ids.ndim != 2:
             raise ShapeError("LlamaModel", f"input_ids must be (batch, length), got {input_ids.shape}")
         offset = len(cache[0]) if cache else 0
-        angles = self._rope.angles(offset, input_ids.shape[1])
+        angles = self._rope.angles(offset, input_ids.shape[1], input_ids.device.inner)
         x = self.embed_tokens(input_ids)
         for i, layer in enumerate(self.layers):
             x = layer(x, angles, self._rope.scaling, cache[i] if cache is not None else None)

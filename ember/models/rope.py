@@ -19,7 +19,10 @@ import math
 
 import numpy as np
 
+from ..api.creation import arange, from_numpy
+from ..dtype import f32
 from ..errors import ConfigError
+from ..tensor import Tensor
 
 ROPE_TYPES = ("default", "linear", "dynamic", "llama3")
 
@@ -69,7 +72,12 @@ class RopeAngles:
         base = self.base * ((factor * seq / self.max_positions) - (factor - 1)) ** (self.dim / (self.dim - 2))
         return self._inverse_frequencies(base)
 
-    def angles(self, offset: int, length: int) -> np.ndarray:
-        """(length, head_dim/2) f32 angles of positions offset .. offset + length - 1."""
+    def angles(self, offset: int, length: int, device=None) -> np.ndarray | Tensor:
+        """(length, head_dim/2) f32 angles of positions offset .. offset + length - 1: on the host, or as
+        a tensor on `device` when the length is a traced size (ONNX export), so they follow it."""
+        if type(offset) is not int or type(length) is not int:
+            positions = arange(offset, offset + length, dtype=f32, device=device)
+            inverse = from_numpy(self.inverse_frequencies(int(offset + length)), device)
+            return positions.unsqueeze(1) * inverse.unsqueeze(0)
         positions = np.arange(offset, offset + length).astype(np.float32)
         return np.outer(positions, self.inverse_frequencies(offset + length)).astype(np.float32)

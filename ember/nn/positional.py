@@ -114,16 +114,23 @@ class RotaryEncoding(Module):
         return f"dim={self.dim}, interleaved={self.interleaved}"
 
 
-def rotate_pairs(x: Tensor, angles: np.ndarray, interleaved: bool = False, scale: float = 1.0) -> Tensor:
-    """Rotate the feature pairs of x (..., L, dim) by host `angles` (L, dim/2), RoPE's rotation; `scale`
-    multiplies cos and sin (HF's `attention_scaling` of YaRN-style variants).
+def rotate_pairs(x: Tensor, angles: np.ndarray | Tensor, interleaved: bool = False, scale: float = 1.0) -> Tensor:
+    """Rotate the feature pairs of x (..., L, dim) by `angles` (L, dim/2), RoPE's rotation; `scale`
+    multiplies cos and sin (HF's `attention_scaling` of YaRN-style variants). Host angles are the usual
+    case; a tensor of angles (a traced length, in ONNX export) takes its cos and sin with tensor ops.
 
     Example:
         >>> rotate_pairs(ember.ones(1, 2, 4), np.zeros((2, 2))).tolist()[0][0]
         [1.0, 1.0, 1.0, 1.0]
     """
-    cos = from_numpy((np.cos(angles) * scale).astype(x.dtype.np), x.device.inner)
-    sin = from_numpy((np.sin(angles) * scale).astype(x.dtype.np), x.device.inner)
+    if isinstance(angles, Tensor):
+        cos, sin = angles.cos(), angles.sin()
+        if scale != 1.0:
+            cos, sin = cos * scale, sin * scale
+        cos, sin = cos.cast(x.dtype), sin.cast(x.dtype)
+    else:
+        cos = from_numpy((np.cos(angles) * scale).astype(x.dtype.np), x.device.inner)
+        sin = from_numpy((np.sin(angles) * scale).astype(x.dtype.np), x.device.inner)
     if interleaved:
         pairs = x.reshape(x.shape[:-1] + (x.shape[-1] // 2, 2))
         x1, x2 = pairs[..., 0], pairs[..., 1]

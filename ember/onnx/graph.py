@@ -40,25 +40,84 @@ class Node:
         self.narrow = [(i, c) for i, c in enumerate(self.out_types) if c in values.HOLDERS]
 
 
+# Ops computed on the host (Device.numpy()) when every input is a host value: shape arithmetic, whose
+# results Reshape, Slice, Expand... then read without waiting for the device. Shape and Size make host
+# values from any input (they read its shape only); Constant from none.
+HOST_OPS = frozenset({
+    "Abs", "Add", "And", "Cast", "Ceil", "Concat", "ConstantOfShape", "CumSum", "Div", "Equal", "Expand",
+    "Flatten", "Floor", "Gather", "GatherElements", "Greater", "GreaterOrEqual", "Identity", "Less",
+    "LessOrEqual", "Max", "Min", "Mod", "Mul", "Neg", "Not", "Or", "Range", "ReduceMax", "ReduceMin",
+    "ReduceProd", "ReduceSum", "Reshape", "Slice", "Sqrt", "Squeeze", "Sub", "Tile", "Transpose", "Trilu",
+    "Unsqueeze", "Where"})
+_SHAPE_READS = frozenset({"Shape", "Size"})
+
+
+class Plan:
+    """How one graph runs given the names of its host values (see `Graph.run`): per node whether it runs
+    on the host, and which host values are constant (computed once, uploaded once per device)."""
+
+    def __init__(self, nodes: list[Node], host_names: frozenset[str]) -> None:
+        host, const = set(host_names), set(host_names)
+        self.on_host: list[bool] = []
+        for node in nodes:
+            ins = [n for n in node.inputs if n]
+            if node.domain == "" and node.op_type in _SHAPE_READS:
+                here, fixed = True, all(n in const for n in ins)
+            elif node.domain == "" and (node.op_type in HOST_OPS or node.op_type == "Constant"):
+                here = all(n in host for n in ins)
+                fixed = here and all(n in const for n in ins)
+            else:
+                here = fixed = False
+            self.on_host.append(here)
+            outs = [n for n in node.outputs if n]
+            if here:
+                host.update(outs)
+            if fixed:
+                const.update(outs)
+        self.host, self.const = frozenset(host), frozenset(const)
+
+
 class Graph:
     """Nodes, input and output names, and the graph's own constants (initializers of a subgraph)."""
 
     def __init__(self, nodes: list[Node], inputs: list[str], outputs: list[str],
                  constants: dict[str, np.ndarray]) -> None:
         self.nodes, self.inputs, self.outputs, self.constants = nodes, inputs, outputs, constants
+        self._plans: dict[frozenset, Plan] = {}
+        self._fixed: dict[str, Any] = {}  # constant host values, computed at the first run
+        self._uploaded: dict[tuple[str, Any], Any] = {}  # (name, device) -> a constant host value there
 
     def run(self, inputs, device, outer: Mapping[str, Any] | None = None,
-            named: Mapping[str, Any] | None = None) -> list:
-        """The outputs for `inputs` (positional, matched to the graph's inputs) or `named` values."""
+            named: Mapping[str, Any] | None = None, host: Mapping[str, Any] | None = None) -> list:
+        """The outputs for `inputs` (positional, matched to the graph's inputs) or `named` values.
+
+        `host` names values on `Device.numpy()` that never change between runs (integer initializers).
+        Shape computations whose inputs are all host values run on the host (`HOST_OPS`), so reading
+        them (a Reshape's shape) does not wait for the device; those made from constants alone run
+        once, and reach the device once."""
         env = ChainMap({}, outer) if outer is not None else ChainMap({})
         for name, value in self.constants.items():
             env[name] = _constant(device, value)
         if named:
             env.update(named)
         env.update(zip(self.inputs, inputs))
-        for node in self.nodes:
-            args = [env[n] if n else None for n in node.inputs]
-            out = node.fn(Call(node, device, env), *args)
+        host = dict(host or {})
+        env.update(host)
+        key = frozenset(host)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plans[key] = Plan(self.nodes, key)
+        cpu = _host_device()
+        for node, on_host in zip(self.nodes, plan.on_host):
+            if on_host and node.outputs and all(n in self._fixed for n in node.outputs if n):
+                env.update({n: self._fixed[n] for n in node.outputs if n})
+                continue
+            if on_host or node.op_type in _SHAPE_READS:
+                args = [env[n] if n else None for n in node.inputs]
+            else:
+                args = [self._to_device(n, env[n], device, plan) if n in plan.host else env[n] if n else None
+                        for n in node.inputs]
+            out = node.fn(Call(node, cpu if on_host else device, env), *args)
             if not isinstance(out, tuple):
                 out = (out,)
             if node.narrow:
@@ -69,7 +128,25 @@ class Graph:
             for name, value in zip(node.outputs, out):
                 if name:
                     env[name] = value
-        return [env[n] for n in self.outputs]
+                    if on_host and name in plan.const and name not in host:
+                        self._fixed[name] = value
+        return [self._to_device(n, env[n], device, plan) if n in plan.host else env[n] for n in self.outputs]
+
+    def _to_device(self, name: str, value, device, plan: Plan):
+        """Host value `name` on `device` (uploaded once if it is constant)."""
+        if value is None or device == _host_device():
+            return value
+        if name not in plan.const:
+            return _constant(device, value.numpy())
+        found = self._uploaded.get((name, device))
+        if found is None:
+            found = self._uploaded[(name, device)] = _constant(device, value.numpy())
+        return found
+
+
+def _host_device():
+    from ..device import Device
+    return Device.numpy()
 
 
 def _constant(device, value):

@@ -33,6 +33,9 @@ class OnnxModel(Module):
                  output_names: list[str], device: Device, output_types: list | None = None) -> None:
         self.initializers = initializers
         self._graph, self._device = graph, device
+        # integer initializers (shapes, indices) on the host, where the graph's shape computations run
+        self._host = {name: v.to(Device.numpy()) for name, v in initializers.items()
+                      if isinstance(v, Tensor) and not v.dtype.is_float}
         self.input_names, self.output_names = input_names, output_names
         self._output_types = output_types or [None] * len(output_names)
 
@@ -67,7 +70,10 @@ class OnnxModel(Module):
             raise OnnxError(f"OnnxModel.run: missing input(s) {', '.join(missing)}")
         named = dict(self.initializers)
         named.update({name: _value(v, device, name) for name, v in feeds.items()})
-        outputs = self._graph.run([], device, named=named)
+        if self._host is None or any(n in self._host for n in feeds):  # a fed initializer is no constant
+            outputs = self._graph.run([], device, named=named)
+        else:
+            outputs = self._graph.run([], device, named=named, host=self._host)
         return [values.to_output(v, code) for v, code in zip(outputs, self._output_types)]
 
 

@@ -66,7 +66,8 @@ primitive("expand", infer=_expand_infer, saves=saves_none,
 
 
 def _slice_shape(shape, ranges):
-    return tuple(len(range(a, b, s)) for a, b, s in ranges) + tuple(shape[len(ranges):])
+    # `b - a` for unit steps keeps the formula of a traced size (ONNX export's SymInt); len(range) would not
+    return tuple(max(b - a, 0) if s == 1 else len(range(a, b, s)) for a, b, s in ranges) + tuple(shape[len(ranges):])
 
 
 def _slice_infer(x: Aval, *, ranges: tuple[tuple[int, int, int], ...]) -> Aval:

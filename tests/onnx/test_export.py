@@ -1,9 +1,12 @@
-"""ember.onnx.export: every model family ember ships, run by onnxruntime (the oracle) against ember's own
-outputs at the traced shapes and at other sizes of the dynamic axes; the checker and shape inference;
-the errors that name the model's line."""
+"""ember.onnx.export: every model family ember ships (MLP, CNN, RNN/LSTM/GRU, transformer encoder and
+decoder, BERT/MiniLM, Llama, GPT-2, quantized weights as DequantizeLinear), run by onnxruntime (the
+oracle) against ember's own outputs at the traced shapes and at other sizes of the dynamic axes, and
+loaded back by ember.onnx.load (the round trip); the checker and shape inference; the errors that name
+the model's line."""
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import sys
 
@@ -14,7 +17,10 @@ import ember
 import ember.onnx
 from ember import nn
 from ember.errors import ExportError
+from ember import quant
 from ember.models.bert import BertConfig, BertModel, SentenceBert
+from ember.models.gpt2 import GPT2Config, GPT2LMHeadModel
+from ember.models.llama import LlamaConfig, LlamaForCausalLM
 from ember.nn import functional as F
 
 onnx = pytest.importorskip("onnx", reason="export needs the onnx package (pip install 'ember[onnx]')")
@@ -24,7 +30,11 @@ RNG = np.random.default_rng(0)
 
 
 def run(path, feeds: dict) -> list[np.ndarray]:
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    options = ort.SessionOptions()
+    # onnxruntime rewrites DequantizeLinear + MatMul into MatMulNBits, which by default quantizes the
+    # activations to int8 (accuracy level 4); level 0 keeps them float, as the graph says.
+    options.add_session_config_entry("session.qdq_matmulnbits_accuracy_level", "0")
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     return session.run(None, feeds)
 
 
@@ -36,19 +46,23 @@ def flat(value) -> list[np.ndarray]:
 
 def check(model, path, examples: list[np.ndarray], names: list[str], dynamic: dict | None = None,
           others: list[list[np.ndarray]] = (), opset: int | None = None, atol: float = 1e-5) -> "onnx.ModelProto":
-    """Export `model` on `examples`, then compare onnxruntime with ember on the examples and `others`."""
+    """Export `model` on `examples`, then compare onnxruntime with ember on the examples and `others`, and
+    the file loaded back by `ember.onnx.load` (the round trip) with ember on the same inputs."""
     ember.onnx.export(model, tuple(ember.tensor(a) for a in examples), path, dynamic_axes=dynamic, opset=opset,
                       input_names=names)
     proto = onnx.load(str(path))
     onnx.checker.check_model(proto, full_check=True)
     onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=True)
+    loaded = ember.onnx.load(path, device=ember.Device.numpy())
     for arrays in [examples, *others]:
         want = flat(model(*(ember.tensor(a) for a in arrays)))
         got = run(path, dict(zip(names, arrays)))
-        assert len(got) == len(want)
-        for g, w in zip(got, want):
-            assert g.shape == w.shape
+        again = [t.numpy() for t in loaded(*arrays)]
+        assert len(got) == len(want) == len(again)
+        for g, a, w in zip(got, again, want):
+            assert g.shape == a.shape == w.shape
             np.testing.assert_allclose(g, w, rtol=1e-5, atol=atol)
+            np.testing.assert_allclose(a, w, rtol=1e-5, atol=atol)
     return proto
 
 
@@ -179,6 +193,70 @@ def test_minilm_sentence_embeddings(tmp_path):
     axes = {0: "batch", 1: "seq"}
     check(model, tmp_path / "minilm.onnx", bert_inputs(2, 7)[:2], ["input_ids", "attention_mask"],
           {"input_ids": axes, "attention_mask": axes}, [bert_inputs(3, 12)[:2]])
+
+
+LLAMA = LlamaConfig(vocab_size=37, hidden_size=12, intermediate_size=20, num_hidden_layers=2, num_attention_heads=6,
+                    num_key_value_heads=2, max_position_embeddings=32)
+GPT2 = GPT2Config(vocab_size=37, n_positions=24, n_embd=12, n_layer=2, n_head=3, resid_pdrop=0.0, embd_pdrop=0.0,
+                  attn_pdrop=0.0)
+IDS_AXES = {"input_ids": {0: "batch", 1: "seq"}}
+
+
+def ids(batch: int, length: int, vocab: int = 37) -> list[np.ndarray]:
+    return [RNG.integers(0, vocab, (batch, length))]
+
+
+@pytest.mark.parametrize("config", [LLAMA, dataclasses.replace(LLAMA, tie_word_embeddings=True, num_key_value_heads=6,
+                                                         rope_scaling={"rope_type": "linear", "factor": 2.0})],
+                         ids=["gqa", "tied-linear-rope"])
+def test_llama_dynamic_batch_and_sequence(tmp_path, config):
+    model = LlamaForCausalLM(config).eval()
+    proto = check(model, tmp_path / "llama.onnx", ids(2, 5), ["input_ids"], IDS_AXES, [ids(3, 9), ids(1, 2)])
+    assert {"Cos", "Sin", "CumSum"} <= set(ops(proto))  # the rotary angles follow the sequence
+
+
+def test_gpt2_dynamic_batch_and_sequence(tmp_path):
+    model = GPT2LMHeadModel(GPT2).eval()
+    proto = check(model, tmp_path / "gpt2.onnx", ids(2, 5), ["input_ids"], IDS_AXES, [ids(3, 11), ids(1, 1)])
+    assert "Gelu" in ops(proto) and "LayerNormalization" in ops(proto)
+
+
+QUANT_SCHEMES = [(quant.int8(), 13), (quant.int8(axis=0), 13), (quant.int8(axis=1, affine=True), 13),
+                 (quant.int8(block=4), 21), (quant.int8(block=5, affine=True), 21), (quant.int4(), 21),
+                 (quant.int4(axis=0, affine=True), 21), (quant.int4(block=6), 21),
+                 (quant.int4(block=4, affine=True), 21)]
+
+
+class QuantMLP(nn.Module):
+    def __init__(self, scheme):
+        self.fc1 = quant.QuantLinear.from_linear(nn.Linear(10, 7), scheme)
+        self.fc2 = quant.QuantLinear.from_linear(nn.Linear(7, 3, bias=False), scheme)
+
+    def forward(self, x):
+        return self.fc2(F.relu(self.fc1(x)))
+
+
+@pytest.mark.parametrize("scheme,opset", QUANT_SCHEMES, ids=[str(s) for s, _ in QUANT_SCHEMES])
+def test_quantized_weights_are_dequantize_linear(tmp_path, scheme, opset):
+    model = QuantMLP(scheme)
+    for shape in ((4, 10), (2, 3, 10)):  # Gemm, then MatMul
+        proto = check(model, tmp_path / "q.onnx", [randn(*shape)], ["x"], {"x": {0: "batch"}},
+                      [[randn(5, *shape[1:])]], opset=opset)
+        assert ops(proto).count("DequantizeLinear") == 2 and ("Gemm" in ops(proto)) == (len(shape) == 2)
+        codes = {t.name: t.data_type for t in proto.graph.initializer if t.name.endswith(".quantized")}
+        code = {8: "INT8", 4: "INT4"}[scheme.bits]
+        want = getattr(onnx.TensorProto, ("U" if scheme.mode == "affine" else "") + code)
+        assert codes == {"fc1.weight.quantized": want, "fc2.weight.quantized": want}
+        assert not any(":" in t.name for t in proto.graph.initializer)  # no float copy, no packed parts
+
+
+def test_quantized_llama_and_the_opset_it_needs(tmp_path):
+    model = quant.quantize_weights(LlamaForCausalLM(LLAMA).eval(), quant.int4(block=4), modules=r"proj$")
+    with pytest.raises(ExportError, match=r"int4\(block=4.* weight 'model.layers.0.self_attn.q_proj.weight' is a "
+                                          r"DequantizeLinear from opset 21"):
+        ember.onnx.export(model, ember.tensor(ids(1, 3)[0]), tmp_path / "q.onnx", opset=20)
+    proto = check(model, tmp_path / "q.onnx", ids(2, 4), ["input_ids"], IDS_AXES, [ids(1, 7)], opset=21)
+    assert ops(proto).count("DequantizeLinear") == 2 * 7
 
 
 class Branching(nn.Module):

@@ -74,17 +74,6 @@ def test_cnn_with_batchnorm_matches_onnxruntime(name, make):
         np.testing.assert_allclose(y.numpy(), ort_run(data, {"x": x})[0], atol=1e-4, rtol=1e-4)
 
 
-def test_lstm_matches_onnxruntime():
-    torch.manual_seed(1)
-    lstm = torch.nn.LSTM(5, 6, num_layers=2, bidirectional=True)
-    x = torch.randn(4, 3, 5)
-    data = export(lstm, (x,), ["x"], {"x": {0: "seq", 1: "batch"}}, outputs=("y", "h", "c"))
-    model = load(data, device=ember.Device.numpy())
-    xs = np.random.default_rng(0).standard_normal((5, 2, 5), dtype=np.float32)
-    for got, want in zip(model(xs), ort_run(data, {"x": xs})):
-        np.testing.assert_allclose(got.numpy(), want, atol=1e-4, rtol=1e-4)
-
-
 def test_transformer_encoder_layer_matches_onnxruntime():
     torch.manual_seed(2)
     layer = torch.nn.TransformerEncoderLayer(12, 3, dim_feedforward=20, dropout=0.0, batch_first=True)

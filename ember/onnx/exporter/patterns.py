@@ -4,7 +4,8 @@
 - `Softmax(x, axis)`: `exp(x - amax(x)) / sum(exp(x - amax(x)))` over one dim;
 - `LayerNormalization(x, w, b, axis, epsilon)` (opset >= 17): `(x - mean) * rsqrt(var + eps) * w + b`
   over the trailing dims, the affine part optional;
-- `Gelu(approximate="tanh")` (opset >= 20): `x * 0.5 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))`.
+- `Gelu(approximate="tanh")` (opset >= 20): `x * 0.5 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))`;
+- `DequantizeLinear` of a quantized weight's codes for its dequantization (`quantized.py`).
 
 A composition is taken only where its inner values are used by nothing else. Others (MatMul + Add for
 a batched Linear, attention as MatMul / Softmax / MatMul) are their primitives' ops.
@@ -21,6 +22,7 @@ from typing import Callable
 
 import numpy as np
 
+from .quantized import find_dequantized
 from .recurrent import region_inputs
 from .trace import Trace
 
@@ -211,6 +213,9 @@ def find_patterns(t: Trace, order: list[int], kinds: dict, region_of: dict, opse
     """({root id: emit(builder, names)}, ids absorbed into a pattern) over the needed nodes."""
     g = _Graph(t, order, kinds, region_of)
     patterns = {}
+    for root, (emit, inner) in find_dequantized(t, order, kinds, g.users, opset).items():
+        patterns[root] = emit
+        g.absorbed |= inner
     for root in reversed(order):
         if kinds[root] != "node" or root in g.absorbed or root in region_of:
             continue

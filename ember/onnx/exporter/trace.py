@@ -3,8 +3,9 @@
 `trace(module, arrays, dynamic)` runs a copy of `module` (the copy's parameters on a `CaptureDevice`,
 the original untouched) on graph inputs holding `arrays`, with the sizes of the `dynamic` axes as
 `SymInt`s, and returns a `Trace`: the records, the ids of the inputs and outputs, the state_dict name
-of each parameter's record, and a `Region` for each call of a recurrent layer (exported as one ONNX
-RNN/LSTM/GRU op, whose sequence length may vary). `verify(first, second)` compares two traces made at
+of each parameter's record (`key:part` for a `QTensor`'s parts), the `QTensor`s by key, and a
+`Region` for each call of a recurrent layer (exported as one ONNX RNN/LSTM/GRU op, whose sequence
+length may vary). `verify(first, second)` compares two traces made at
 different sizes of the dynamic axes: a size or a constant that changed without being a formula of the
 graph's sizes was baked into the trace, and raises `ExportError` naming the model's line.
 
@@ -20,6 +21,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ...api.quantize import QTensor
 from ...backend.capture import Capture, Record, SymInt, concrete
 from ...device import Device
 from ...dtype import dtype_of
@@ -71,6 +73,7 @@ class Trace(NamedTuple):
     names: dict[int, str]
     regions: list[Region]
     dims: dict[tuple[int, int], int]
+    qtensors: dict[str, QTensor]
 
 
 def _ids(value) -> list[int]:
@@ -113,8 +116,14 @@ def trace(module: Module, arrays: list[np.ndarray], dynamic: dict[int, dict[int,
     device = CaptureDevice(capture)
     model = module.copy().to(device)
     names: dict[int, str] = {}
+    qtensors: dict[str, QTensor] = {}
     for name, value in model.state_dict().items():
-        names.setdefault(value._handle.id, name)
+        if isinstance(value, QTensor):
+            qtensors[name] = value
+            for part, tensor in value.parts.items():
+                names.setdefault(tensor._handle.id, f"{name}:{part}")
+        else:
+            names.setdefault(value._handle.id, name)
     regions: list[Region] = []
     _watch_recurrent(model, capture, regions)
     inputs, dims = [], {}
@@ -125,7 +134,7 @@ def trace(module: Module, arrays: list[np.ndarray], dynamic: dict[int, dict[int,
         aval = Aval(shape, dtype_of(array.dtype))
         inputs.append(Tensor._make(device, capture.input(array, aval), aval))
     outputs = _ids(model(*inputs))
-    return Trace(capture.records, capture, [t._handle.id for t in inputs], outputs, names, regions, dims)
+    return Trace(capture.records, capture, [t._handle.id for t in inputs], outputs, names, regions, dims, qtensors)
 
 
 def evaluate(expr, dims: dict[tuple[int, int], int]) -> int:
