@@ -36,6 +36,7 @@ from ...ops.primitive import Aval, Primitive
 from ...settings import settings
 from ..base import Backend
 from ..fusion.blocks import Block
+from ..fusion.ops import handle_bounds, index_bounds
 from ..fusion.stream import LazyHandle, Stream
 from .protocol import CHUNK, PROTOCOL, decode, encode, parse_ticket
 from .transport import connect
@@ -64,10 +65,11 @@ def graph_params(prim: Primitive, params: dict) -> tuple:
 class RemoteRef:
     """A tensor held by the server, by its id; dropping the last reference frees it there."""
 
-    __slots__ = ("id", "frees", "nbytes", "__weakref__")
+    __slots__ = ("id", "frees", "bounds", "__weakref__")
 
-    def __init__(self, id: int, frees: collections.deque, nbytes: int) -> None:
-        self.id, self.frees, self.nbytes = id, frees, nbytes
+    def __init__(self, id: int, frees: collections.deque, bounds: tuple | None = None) -> None:
+        self.id, self.frees, self.bounds = id, frees, bounds
+        """`bounds`: (min, max) of integer data uploaded from the host (`index_bounds` reads it)."""
 
     def __del__(self) -> None:
         self.frees.append(self.id)
@@ -115,7 +117,7 @@ class RemoteBackend(Backend):
             self._refuse("a tensor", dtype)
         data = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
         with self.lock:
-            ref = RemoteRef(next(self._ids), self.frees, data.size)
+            ref = RemoteRef(next(self._ids), self.frees, index_bounds(array) if array.dtype.kind in "iu" else None)
             chunks = [data[i:i + CHUNK].data for i in range(0, data.size, CHUNK)]
             self.channel.send(encode({"t": "put", "id": ref.id, "dt": dtype.name, "sh": array.shape}), *chunks)
             self.counts["puts"] += 1
@@ -134,6 +136,9 @@ class RemoteBackend(Backend):
             self.counts["gets"] += 1
             self.counts["bytes_down"] += out.size
         return out.view(dtype.np).reshape(shape)
+
+    def value_bounds(self, handle: LazyHandle) -> tuple[int, int] | None:
+        return handle_bounds(handle) or None  # host data's, so class targets are checked without a read
 
     def sync(self) -> None:
         with self.lock:
@@ -173,7 +178,7 @@ class RemoteBackend(Backend):
                     dynamic.append((rec.index, {k: v for k, v in rec.params.items() if k in DYNAMIC}))
                 handle = rec.out() if is_live else None
                 if handle is not None:
-                    ref = RemoteRef(next(self._ids), self.frees, 0)
+                    ref = RemoteRef(next(self._ids), self.frees)
                     outputs.append(ref.id)
                     handle.value, handle.record = ref, None
                 elif is_live:  # released since `take`: the server still writes it, and frees it at once
