@@ -79,10 +79,8 @@ class RemoteBackend(Backend):
     """A connection to one `ember serve` server (see the module docstring)."""
 
     def __init__(self, ticket: str) -> None:
-        from ... import __version__
         fields = parse_ticket(ticket)
-        self.channel, ready, self._keep = connect(fields, {
-            "t": "init", "v": PROTOCOL, "cred": fields.get("cred"), "ember": __version__})
+        self.channel, ready, self._keep = connect(fields, {"t": "init", "v": PROTOCOL, "cred": fields.get("cred")})
         if ready.get("v") != PROTOCOL:
             raise RemoteError(f"the ember server speaks remote protocol {ready.get('v')}, this client {PROTOCOL}")
         self.server_device: str = ready["device"]
