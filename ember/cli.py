@@ -2,6 +2,9 @@
 
     ember info            version, devices and their backends, settings in force, optional extras
     ember info --json     the same as JSON
+    ember serve --device cpu [--allow NODE_ID ...] [--token-file F] [--max-memory GiB] [--relay off]
+                          serve a device to `Device.remote(ticket)` clients; prints the ticket
+    ember id              this machine's client node id (what a server's --allow lists)
     ember --version
     ember launch --nproc N [--nnodes M --node-rank R --master ADDR:PORT] script.py args...
 
@@ -33,6 +36,8 @@ EXTRAS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("cuda-bindings", ("cuda-bindings", "cuda-python"), "cuda"),
     ("wgpu", ("wgpu",), "wgpu"),
     ("psutil", ("psutil",), "psutil"),
+    ("iroh", ("iroh",), "iroh"),
+    ("msgpack", ("msgpack",), "msgpack"),
 )
 
 
@@ -152,7 +157,44 @@ def build_parser() -> argparse.ArgumentParser:
                         help="start ranks with mpirun (MPI backend) or as plain processes (NCCL)")
     launch.add_argument("script", help="the Python script each rank runs")
     launch.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
+    serve_parser = commands.add_parser("serve", help="serve a device to remote clients (docs/remote.md)",
+                                       description="Serve an ember device to Device.remote(ticket) clients over "
+                                                   "iroh; prints the ticket and runs until stopped.")
+    serve_parser.add_argument("--device", default="cpu", help="the device served: cpu, cuda:0, numpy, ...")
+    serve_parser.add_argument("--allow", nargs="*", default=[], metavar="NODE_ID",
+                              help="client node ids admitted (`ember id` prints one); with no --token-file, "
+                                   "only these are admitted")
+    serve_parser.add_argument("--token-file", help="a file holding the credential the ticket carries "
+                                                   "(default: a fresh one per run)")
+    serve_parser.add_argument("--max-memory", type=float, metavar="GiB", help="device memory quota per client")
+    serve_parser.add_argument("--relay", choices=("on", "off"), default="off", help="use iroh's relays")
+    serve_parser.add_argument("--transport", choices=("tcp", "iroh"), default="tcp",
+                              help="tcp: frames on a TCP stream keyed over iroh (fast, not encrypted); "
+                                   "iroh: everything on QUIC (encrypted)")
+    serve_parser.add_argument("--host", default="127.0.0.1", help="the address to listen on (0.0.0.0: all)")
+    serve_parser.add_argument("--log", default="info", choices=("debug", "info", "warning"), help="log level")
+    commands.add_parser("id", help="this machine's client node id", description="Print this machine's client "
+                        "node id (EMBER_REMOTE_KEY, else ~/.config/ember/remote.key), for a server's --allow.")
     return parser
+
+
+def serve(args: argparse.Namespace) -> int:
+    """`ember serve`: logs to stderr, the ticket to stdout."""
+    import logging
+
+    from .device import Device
+    from .remote import serve as run
+    logging.basicConfig(level=args.log.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    credential = None
+    if args.token_file:
+        with open(args.token_file, "rb") as f:
+            credential = f.read().strip()
+        if len(credential) < 16:
+            raise SystemExit(f"ember serve: the credential in {args.token_file} must have at least 16 bytes")
+    max_memory = None if args.max_memory is None else int(args.max_memory * (1 << 30))
+    run(Device(args.device), allow=args.allow, credential=credential, max_memory=max_memory,
+        transport=args.transport, relay=args.relay == "on", host=args.host)
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -174,6 +216,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         except DistributedError as e:
             print(e, file=sys.stderr)
             return 2
+    if args.command == "serve":
+        return serve(args)
+    if args.command == "id":
+        from .backend.remote.transport import client_key, node_id
+        print(node_id(client_key()))
+        return 0
     data = info()
     try:
         print(json.dumps(data, indent=2) if args.json else format_info(data))

@@ -7,6 +7,7 @@
 | `Device.cuda(i)`    | Fusion(Cube(cuda)) on GPU i: CUDA C compiled by NVRTC (`cuda` extra)   |
 | `Device.wgpu(i)`    | Fusion(Cube(wgpu)) on adapter i: WGSL run through wgpu (`wgpu` extra)  |
 | `Device.torch(spec)`| torch ops on the torch device `spec` ("cpu", "cuda:0", "mps", "xpu") |
+| `Device.remote(t)`  | ops run by the `ember serve` server of ticket `t` (`remote` extra)     |
 
 `device.autodiff()` is the same device with gradient tracking on: tensors made on it are recorded by the
 autodiff decorator. Devices are interned values: `Device("cuda:1") is Device.cuda(1)`. Constructing a
@@ -15,7 +16,7 @@ device never fails for a known kind; using one whose backend cannot run here rai
 named on a machine without a GPU): `Device.cpu()` needs a C compiler with OpenMP, and without one
 `Device.default()` is `Device.numpy()`; `Device.cuda(i)` needs the `cuda` extra, a driver and a GPU;
 `Device.wgpu(i)` needs the `wgpu` extra and an adapter; `Device.torch(spec)` needs PyTorch with that
-device.
+device; `Device.remote(ticket)` connects on first use and raises `RemoteError` if refused.
 
 Example:
     >>> Device("cpu").autodiff()
@@ -35,10 +36,11 @@ from .dispatch import build_backend
 from .errors import DeviceError, DeviceUnavailableError
 from .random import stream_of
 
-KINDS = ("numpy", "cpu", "cuda", "wgpu", "torch")
+KINDS = ("numpy", "cpu", "cuda", "wgpu", "torch", "remote")
 _INDEXED = ("cuda", "wgpu")
 _TORCH = "torch:"  # a torch device's kind is "torch:" and torch's device type: "torch:cuda", "torch:cpu"
 _UNINDEXED_TORCH = ("cpu", "mps")  # torch device types shown without an index
+_TICKETS: list[str] = []  # a remote device's index is its ticket's position here
 
 
 class Device:
@@ -110,6 +112,32 @@ class Device:
         """
         kind, index = _parse_torch(spec)
         return cls._get(kind, index, False, None)
+
+    @classmethod
+    def remote(cls, ticket: str) -> "Device":
+        """The device served by `ember serve` whose ticket is `ticket` (docs/remote.md): ops run there on
+        the server's own stack, the tape of `.autodiff()` stays here. It connects on first use (iroh
+        QUIC; the `remote` extra) and raises `RemoteError` with the server's reason when refused.
+
+        Example:
+            >>> Device.remote(ticket).autodiff()          # doctest: +SKIP
+            Device.remote("emberxyz...").autodiff()
+        """
+        if not isinstance(ticket, str) or not ticket.strip():
+            raise DeviceError(f"Device.remote: expected a ticket printed by `ember serve`, got {ticket!r}")
+        ticket = ticket.strip()
+        with cls._lock:
+            if ticket not in _TICKETS:
+                _TICKETS.append(ticket)
+            index = _TICKETS.index(ticket)
+        return cls._get("remote", index, False, None)
+
+    @property
+    def ticket(self) -> str:
+        """The ticket of a `Device.remote(ticket)` device."""
+        if self.kind != "remote":
+            raise DeviceError(f"{self!r} is not a remote device: it has no ticket")
+        return _TICKETS[self.index]
 
     @classmethod
     def default(cls) -> "Device":
@@ -230,6 +258,9 @@ class Device:
     def __repr__(self) -> str:
         if self.kind.startswith(_TORCH):
             text = f'Device.torch("{self.torch_spec}")'
+        elif self.kind == "remote":
+            ticket = self.ticket  # shortened: a ticket is ~200 characters
+            text = f'Device.remote("{ticket[:13]}...{ticket[-6:]}")'
         else:
             name = self.kind if self.kind not in _INDEXED else f"{self.kind}:{self.index}"
             text = f'Device("{name}")'
@@ -238,7 +269,14 @@ class Device:
         return text
 
     def __reduce__(self):
+        if self.kind == "remote":  # the ticket, not its index here
+            return (_remote, (self.ticket, self.is_autodiff, self.checkpointing))
         return (Device._get, (self.kind, self.index, self.is_autodiff, self.checkpointing))
+
+
+def _remote(ticket: str, autodiff: bool, checkpointing: str | None) -> Device:
+    device = Device.remote(ticket)
+    return device.autodiff(checkpointing) if autodiff else device
 
 
 def available_devices() -> list[Device]:
@@ -285,6 +323,8 @@ def _parse(spec: str) -> tuple[str, int]:
     kind, _, index = spec.strip().lower().partition(":")
     if kind == "torch":
         return _parse_torch(index or "cpu")
+    if kind == "remote":
+        return kind, Device.remote(spec.strip()[len("remote:"):]).index
     if kind not in KINDS:
         raise DeviceError(f"unknown device {spec!r}; known kinds: {', '.join(KINDS)} "
                           f"(e.g. 'cpu', 'numpy', 'cuda:0', 'wgpu:0', 'torch:cuda:0')")

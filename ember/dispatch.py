@@ -12,6 +12,8 @@
                                           GPU; plain Cube(cuda) when [fusion] enabled is false)
     torch:spec       -> TorchBackend on torch's device `spec` (no fusion; DeviceUnavailableError without torch or
                                           that device)
+    remote:ticket    -> RemoteBackend connected to the `ember serve` server of the ticket (which runs its
+                                          own stack; DeviceUnavailableError without the `remote` extra)
 
 A tensor op reaches the stack through `ember.tensor.bind`. The backends are imported when a device
 first needs one: `import ember` loads no backend, and the GPU ones need optional extras.
@@ -47,6 +49,9 @@ def build_backend(device: Device):
     if device.kind.startswith("torch:"):
         from .backend.torch import torch_backend
         return torch_backend(device)
+    if device.kind == "remote":
+        from .backend.remote import remote_backend
+        return remote_backend(device)
     return _fused(_cube_cuda(device))  # cuda, the one kind left
 
 

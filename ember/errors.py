@@ -180,3 +180,12 @@ def user_op(op: str, message: str) -> tuple[str, str]:
     if called is None or called == op:
         return op, message
     return called, f"{message} (in {op}, inside {called})" if op else message
+
+
+class RemoteError(DeviceError):
+    """A remote device (`Device.remote`) refused the connection, or an op failed on its server: the message
+    names the server's op and its own error."""
+
+
+class ProtocolError(RemoteError):
+    """A message of the remote protocol was malformed, too large, or not allowed at that point."""

@@ -49,6 +49,10 @@ if os.environ.get("EMBER_TEST_TORCH", "1") != "0":
     DEVICES.append(("torch-cpu", lambda: ember.Device.torch("cpu")))
     if _torch_cuda_here():
         DEVICES.append(("torch-cuda", lambda: ember.Device.torch("cuda:0")))
+if os.environ.get("EMBER_TEST_REMOTE"):
+    # Device.remote to an `ember serve` server whose ticket this names: tests/remote/test_conformance.py
+    # starts a cpu server and runs a named subset of the conformance suite here with -k remote.
+    DEVICES.append(("remote", lambda: ember.Device.remote(os.environ["EMBER_TEST_REMOTE"])))
 # Entries that run with `ember.debug.set_fusion(device, False)` for the test, so the suite checks
 # the fused and the unfused Cube backends alike.
 UNFUSED = {"cpu-unfused", "wgpu-unfused"}
