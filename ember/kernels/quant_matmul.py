@@ -13,8 +13,9 @@ reads the packed bytes once and widens them in registers or shared memory, accum
   of a row in turn), then every unit multiplies its column of the panel into `rows` accumulators.
 - `qmm_t_kernel`, g @ W (the input gradient): unit u owns output column u, whose codes sit at one byte
   and shift of every weight row, so it reads them directly (consecutive units: consecutive bytes).
-- `int_matmul_kernel`: `span` units walk k for an R x C tile of outputs (int8 rows of a and b read as
-  vectors across units, i32 accumulators), then combine.
+- `int_matmul_kernel`: `span` units walk k for an R x C tile of outputs (`mad8` into i32 accumulators),
+  then combine; on the C target one unit a tile, whose k loop gcc turns into VNNI dot products of
+  a + 128 (u8) by b, less 128 * b's row sums.
 
 Integer codes are decoded with shifts; nf4, fp4 and fp8 through the code's 16- or 256-entry f32 table
 (`ember.ops.quant_matmul.code_table`, made from bitsandbytes' values and ml_dtypes' casts), and UE8M0
@@ -43,6 +44,12 @@ GEMV_UNITS = {"cpu": 16, "wgsl": 64, "cuda": 256}
 planes (8 columns) on CUDA."""
 GEMV_VEC = 4
 """Rounds of `span` bytes `qmv_kernel` takes a trip (loads in flight; the C target's vector loop runs longer)."""
+GEMV_CPU_WIDE = (64, 2)
+"""(units, rounds a trip) of `qmv_kernel` on the C target where a round's bytes share one scale (one block
+a row, or blocks of a multiple of 64 bytes): 64 u8 lanes are one 512-bit vector, which gcc widens to four
+f32 vectors (with 16 units it picks 16-byte vectors throughout, four times the instructions); int8 per
+channel (1, 4096) x (4096, 4096): 1.5 ms against 2.4. Other blocks keep 16 units (a round of 64 would load
+a scale per unit, a gather)."""
 TILE_ROWS, TILE_UNITS, PANEL = 8, 64, 32
 """`qmm_kernel`'s and `qmm_t_kernel`'s tile: rows x units outputs a cube, k in panels of PANEL."""
 INT_TILE, INT_SPAN, INT_DEPTH = 4, 16, 4
@@ -330,16 +337,18 @@ def quant_matmul(x, values, scales, zeros, *, code: str, block: int, k: int, n: 
                        dict(rows=rows, units=units, **flags))
     elif m <= GEMV_MAX_M:
         target = runtime.target
-        units = GEMV_UNITS.get(target, 64)
+        per = 8 // bits
+        bpb = 0 if block >= k else block // per
+        units, vec = GEMV_UNITS.get(target, 64), GEMV_VEC
+        if target == "cpu" and bpb % GEMV_CPU_WIDE[0] == 0:
+            units, vec = GEMV_CPU_WIDE
         lanes = PLANE_WIDTH.get(target, 1)
         span = lanes if lanes > 1 else units
-        per = 8 // bits
         rows = 1 << (m - 1).bit_length()
         count = cube.CubeCount(-(-n // (units // span)))
         runtime.launch(qmv_kernel, count, cube.CubeDim(units), args + (m, n, k, kb, srow),
                        dict(rows=rows, bits=bits, kind=kind, ue8m0=ue8m0, affine=affine,
-                            bpb=0 if block >= k else block // per, ragged=k % per != 0, units=units, span=span,
-                            lanes=lanes, vec=GEMV_VEC))
+                            bpb=bpb, ragged=k % per != 0, units=units, span=span, lanes=lanes, vec=vec))
     else:
         rows, units = TILE_ROWS, _floor2(min(TILE_UNITS, n))
         kc = _panel(block, k)
