@@ -213,7 +213,7 @@ GROUP_INPUTS = ("f16", "bf16")
 SWIZZLE_ROW_BYTES, SWIZZLE_BLOCK_BYTES = 128, 1024
 
 # Ops without side effects: CSE may merge them and DCE may delete them when unused.
-PURE = frozenset(("const", "cast", "select", "builtin", "len", "mulhi", "extract", "splat", "pack",
+PURE = frozenset(("const", "cast", "select", "builtin", "len", "mulhi", "mad8", "extract", "splat", "pack",
                   "read") + UNARY_FLOAT + UNARY_NUMERIC + UNARY_LOGIC + UNARY_BITS + ARITH + BITS
                  + COMPARE)
 # Ops whose result differs between the units of a cube even when their operands do not.
@@ -331,6 +331,11 @@ def result_type(op: str, args: tuple, attr=None) -> Type:
         if types[0] != types[1] or types[0].dtype is not u32:
             raise IRError(f"mulhi needs two u32, got {types[0]} and {types[1]}")
         return types[0]
+    if op == "mad8":
+        acc, a, b = types
+        if acc.dtype is not i32 or any(t.dtype.name not in ("i8", "u8") or t.lanes != acc.lanes for t in (a, b)):
+            raise IRError(f"mad8 needs (i32, 8-bit int, 8-bit int), got ({acc}, {a}, {b})")
+        return acc
     if op in PLANE:
         return types[0]
     raise IRError(f"no type rule for {op}")
@@ -403,6 +408,10 @@ class Builder:
 
     def mulhi(self, a: Value, b: Value) -> Value:
         return self.emit("mulhi", (a, b), result_type("mulhi", (a, b)))
+
+    def mad8(self, acc: Value, a: Value, b: Value) -> Value:
+        """acc + i32(a) * i32(b) for 8-bit integers a and b (wrapping): a byte dot product's step."""
+        return self.emit("mad8", (acc, a, b), result_type("mad8", (acc, a, b)))
 
     def builtin(self, name: str) -> Value:
         if name not in BUILTINS:

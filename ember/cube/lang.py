@@ -111,7 +111,7 @@ INTRINSIC_NAMES = (
     "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan",
     "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "floor", "ceil",
     "round", "trunc", "reciprocal", "abs", "min", "max", "pow", "atan2", "select", "where",
-    "cast", "mulhi",
+    "cast", "mulhi", "mad8",
     # memory and synchronisation
     "shared", "sync_units", "atomic_add", "atomic_max", "atomic_min",
     # plane (warp / subgroup) collectives

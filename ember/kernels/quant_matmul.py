@@ -13,8 +13,9 @@ reads the packed bytes once and widens them in registers or shared memory, accum
   of a row in turn), then every unit multiplies its column of the panel into `rows` accumulators.
 - `qmm_t_kernel`, g @ W (the input gradient): unit u owns output column u, whose codes sit at one byte
   and shift of every weight row, so it reads them directly (consecutive units: consecutive bytes).
-- `int_matmul_kernel`: `span` units walk k for an R x C tile of outputs (int8 rows of a and b read as
-  vectors across units, i32 accumulators), then combine.
+- `int_matmul_kernel`: `span` units walk k for an R x C tile of outputs (`mad8` into i32 accumulators),
+  then combine; on the C target one unit a tile, whose k loop gcc turns into VNNI dot products of
+  a + 128 (u8) by b, less 128 * b's row sums.
 
 Integer codes are decoded with shifts; nf4, fp4 and fp8 through the code's 16- or 256-entry f32 table
 (`ember.ops.quant_matmul.code_table`, made from bitsandbytes' values and ml_dtypes' casts), and UE8M0
@@ -43,10 +44,21 @@ GEMV_UNITS = {"cpu": 16, "wgsl": 64, "cuda": 256}
 planes (8 columns) on CUDA."""
 GEMV_VEC = 4
 """Rounds of `span` bytes `qmv_kernel` takes a trip (loads in flight; the C target's vector loop runs longer)."""
+GEMV_CPU_WIDE = (64, 2)
+"""(units, rounds a trip) of `qmv_kernel` on the C target where a round's bytes share one scale (one block
+a row, or blocks of a multiple of 64 bytes): 64 u8 lanes are one 512-bit vector, which gcc widens to four
+f32 vectors (with 16 units it picks 16-byte vectors throughout, four times the instructions); int8 per
+channel (1, 4096) x (4096, 4096): 1.5 ms against 2.4. Other blocks keep 16 units (a round of 64 would load
+a scale per unit, a gather)."""
 TILE_ROWS, TILE_UNITS, PANEL = 8, 64, 32
 """`qmm_kernel`'s and `qmm_t_kernel`'s tile: rows x units outputs a cube, k in panels of PANEL."""
 INT_TILE, INT_SPAN, INT_DEPTH = 4, 16, 4
-"""`int_matmul_kernel`: INT_TILE x INT_TILE outputs a cube, INT_SPAN units along k, INT_DEPTH rounds per trip."""
+"""`int_matmul_kernel` on the GPU targets: INT_TILE x INT_TILE outputs a cube, INT_SPAN units along k (a
+plane on CUDA), INT_DEPTH rounds per trip."""
+INT_CPU_TILE = (4, 4)
+"""`int_matmul_kernel` on the C target: one unit a cube, R x C outputs (16 dot-product accumulators in
+vector registers; 4 x 8 measured alike, 8 x 2 and 16 x 1 slower, k in chunks of 256 slower: each
+chunk ends in 16 horizontal sums)."""
 
 
 @cube.function
@@ -214,19 +226,24 @@ def qmm_t_kernel(g: cube.Array, values: cube.Array[cube.u8], scales: cube.Array,
 
 
 @cube.function
-def int_round(a, b, acc, i0, j0, kk, k, R, C):
-    """acc[r * C + c] += a[i0 + r, kk] * b[j0 + c, kk] in i32."""
-    av = tuple(cube.i32(a[(i0 + r) * k + kk]) for r in range(R))
-    bv = tuple(cube.i32(b[(j0 + c) * k + kk]) for c in range(C))
-    return tuple(acc[r * C + c] + av[r] * bv[c] for r in range(R) for c in range(C))
+def int_round(a, b, acc, i0, j0, kk, k, R, C, offset):
+    """acc[r * C + c] += a[i0 + r, kk] * b[j0 + c, kk] (`mad8`); with `offset`, a's byte is taken as the u8
+    a + 128 (u8 x i8 is what VNNI multiplies)."""
+    av = tuple(cube.cast(a[(i0 + r) * k + kk], cube.u8) ^ cube.u8(128) if offset else a[(i0 + r) * k + kk]
+               for r in range(R))
+    bv = tuple(b[(j0 + c) * k + kk] for c in range(C))
+    return tuple(cube.mad8(acc[r * C + c], av[r], bv[c]) for r in range(R) for c in range(C))
 
 
 @cube.kernel
-def int_matmul_kernel(a: cube.Array[cube.i8], b: cube.Array[cube.i8], out: cube.Array[cube.i32], m: cube.i32,
-                      n: cube.i32, k: cube.i32, R: cube.Comptime[int], C: cube.Comptime[int],
-                      span: cube.Comptime[int], lanes: cube.Comptime[int], depth: cube.Comptime[int]):
+def int_matmul_kernel(a: cube.Array[cube.i8], b: cube.Array[cube.i8], bsums: cube.Array[cube.i32],
+                      out: cube.Array[cube.i32], m: cube.i32, n: cube.i32, k: cube.i32, R: cube.Comptime[int],
+                      C: cube.Comptime[int], span: cube.Comptime[int], lanes: cube.Comptime[int],
+                      depth: cube.Comptime[int], offset: cube.Comptime[bool]):
     """out (m, n) = a (m, k) @ b (n, k).T in i32: an R x C tile a cube, its `span` units along k (edge
-    tiles shifted back: m >= R, n >= C)."""
+    tiles shifted back: m >= R, n >= C). With one unit (the C target) the k loop is a plain loop of byte
+    products gcc vectorizes as dot products; with `offset` they are (a + 128) . b (VNNI multiplies u8 by
+    i8), less 128 * bsums[j] (b's row sums, from a launch with a = -127 and bsums = 0)."""
     lane = cube.UNIT_POS
     i0 = cube.min(cube.CUBE_POS_X * R, m - R)
     j0 = cube.min(cube.CUBE_POS_Y * C, n - C)
@@ -235,13 +252,16 @@ def int_matmul_kernel(a: cube.Array[cube.i8], b: cube.Array[cube.i8], out: cube.
     main = k // step * step
     for k0 in range(0, main, step):
         for d in cube.unroll(range(depth)):
-            acc = int_round(a, b, acc, i0, j0, k0 + d * span + lane, k, R, C)
+            acc = int_round(a, b, acc, i0, j0, k0 + d * span + lane, k, R, C, offset)
     for kk in range(main + lane, k, span):
-        acc = int_round(a, b, acc, i0, j0, kk, k, R, C)
-    total = tuple(units_combine("sum", acc[t], span, lanes, cube.i32) for t in range(R * C))
+        acc = int_round(a, b, acc, i0, j0, kk, k, R, C, offset)
+    if span > 1:
+        acc = tuple(units_combine("sum", acc[t], span, lanes, cube.i32) for t in range(R * C))
+    if offset:
+        acc = tuple(acc[t] - bsums[j0 + t % C] * 128 for t in range(R * C))
     if lane == 0:
         for t in cube.unroll(range(R * C)):
-            out[(i0 + t // C) * n + j0 + t % C] = total[t]
+            out[(i0 + t // C) * n + j0 + t % C] = acc[t]
 
 
 # ---- host functions --------------------------------------------------------------------------------
@@ -317,16 +337,18 @@ def quant_matmul(x, values, scales, zeros, *, code: str, block: int, k: int, n: 
                        dict(rows=rows, units=units, **flags))
     elif m <= GEMV_MAX_M:
         target = runtime.target
-        units = GEMV_UNITS.get(target, 64)
+        per = 8 // bits
+        bpb = 0 if block >= k else block // per
+        units, vec = GEMV_UNITS.get(target, 64), GEMV_VEC
+        if target == "cpu" and bpb % GEMV_CPU_WIDE[0] == 0:
+            units, vec = GEMV_CPU_WIDE
         lanes = PLANE_WIDTH.get(target, 1)
         span = lanes if lanes > 1 else units
-        per = 8 // bits
         rows = 1 << (m - 1).bit_length()
         count = cube.CubeCount(-(-n // (units // span)))
         runtime.launch(qmv_kernel, count, cube.CubeDim(units), args + (m, n, k, kb, srow),
                        dict(rows=rows, bits=bits, kind=kind, ue8m0=ue8m0, affine=affine,
-                            bpb=0 if block >= k else block // per, ragged=k % per != 0, units=units, span=span,
-                            lanes=lanes, vec=GEMV_VEC))
+                            bpb=bpb, ragged=k % per != 0, units=units, span=span, lanes=lanes, vec=vec))
     else:
         rows, units = TILE_ROWS, _floor2(min(TILE_UNITS, n))
         kc = _panel(block, k)
@@ -334,6 +356,16 @@ def quant_matmul(x, values, scales, zeros, *, code: str, block: int, k: int, n: 
         runtime.launch(qmm_kernel, count, cube.CubeDim(units), args + (m, n, k, kb, block, srow),
                        dict(rows=rows, units=units, kc=kc, **flags))
     return out.reshape(lead + (outer,))
+
+
+def _int_launch(runtime, a, b, bsums, tile: tuple, span: int, lanes: int, depth: int, offset: bool):
+    """One `int_matmul_kernel` launch: a (m, k) @ b (n, k).T in tiles of at most `tile`."""
+    (m, k), n = a.shape, b.shape[0]
+    R, C = _floor2(min(tile[0], m)), _floor2(min(tile[1], n))
+    out = empty((m, n), np.int32, a)
+    runtime.launch(int_matmul_kernel, cube.CubeCount(-(-m // R), -(-n // C)), cube.CubeDim(span),
+                   (a, b, bsums, out, m, n, k), dict(R=R, C=C, span=span, lanes=lanes, depth=depth, offset=offset))
+    return out
 
 
 def zeros_like_out(shape: tuple, x):
@@ -355,11 +387,14 @@ def int_matmul(a, b):
         return zeros(lead + (n,), np.int32, a, b)
     a2, b2 = contiguous(a).reshape(m, k), contiguous(b)
     runtime = launch_runtime(a2, b2)
-    lanes = PLANE_WIDTH.get(runtime.target, 1)
-    span = lanes if lanes > 1 else INT_SPAN
-    R, C = _floor2(min(INT_TILE, m)), _floor2(min(INT_TILE, n))
-    out = empty((m, n), np.int32, a2)
-    runtime.launch(int_matmul_kernel, cube.CubeCount(-(-m // R), -(-n // C)), cube.CubeDim(span),
-                   (a2, b2, out, m, n, k), dict(R=R, C=C, span=span, lanes=lanes, depth=INT_DEPTH))
+    if runtime.target != "cpu":
+        lanes = PLANE_WIDTH.get(runtime.target, 1)
+        span = lanes if lanes > 1 else INT_SPAN
+        out = _int_launch(runtime, a2, b2, zeros((1,), np.int32, a2), (INT_TILE, INT_TILE), span, lanes, INT_DEPTH,
+                          False)
+    else:  # u8 x i8 dot products: b's row sums first (a row of -127, offset to 1), then the product
+        sums = _int_launch(runtime, np.full((1, k), -127, np.int8), b2, np.zeros(n, np.int32), INT_CPU_TILE, 1, 1,
+                           1, True)
+        out = _int_launch(runtime, a2, b2, sums.reshape(n), INT_CPU_TILE, 1, 1, 1, True)
     return out.reshape(lead + (n,))
 

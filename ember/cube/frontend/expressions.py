@@ -313,6 +313,11 @@ class Expressions:
         if name == "mulhi":
             x, y = self.coerce(args[0], args[1], node)
             return b.mulhi(x, y)
+        if name == "mad8":
+            acc, x, y = args
+            if not (isinstance(x, Value) and isinstance(y, Value)):
+                raise self.src.error(node, "cube.mad8(acc, a, b) takes 8-bit integer values a and b (loaded or cast)")
+            return b.mad8(acc if isinstance(acc, Value) else self.convert(acc, ir.i32), x, y)
         if name == "shared":
             dtype, size = args
             return ArrayRef(b.shared(dtype, size))

@@ -62,6 +62,8 @@ def evaluate(op: str, values: list, types: list, result: ir.Type, attr=None):
             return values[1] if values[0] else values[2]
         if op == "mulhi":
             return (values[0] * values[1]) >> 32
+        if op == "mad8":
+            return _wrap(values[0] + values[1] * values[2], result.dtype)
         if not src.is_float and src is not ir.bool_ and op in ("div", "rem", "shl", "shr"):
             a, b = values
             if op in ("div", "rem"):

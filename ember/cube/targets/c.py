@@ -4,7 +4,8 @@ How the launch model maps onto a CPU:
 
 - **Cubes** are the iterations of an OpenMP `parallel for`; each core takes a share of the cubes.
 - **Units** of a cube run as an inner loop `for (u = 0; u < NU; ++u)` marked `omp simd`, so gcc
-  vectorizes across units (unit u in lane u). The cube shape is baked in (`NU`, `DX`, `DY`, `DZ`
+  vectorizes across units (unit u in lane u); a cube of one unit has no `omp simd`, so gcc vectorizes
+  the uniform loop around it instead (a reduction, `mad8` dot products). The cube shape is baked in (`NU`, `DX`, `DY`, `DZ`
   constants), which makes each CubeDim its own compiled kernel.
 - **Phases** (`phases.py`). The body is cut into phases at barriers (`sync_units`). Each phase is its own unit loop,
   so every unit finishes phase k before any starts phase k+1: that *is* the barrier. Loops and
@@ -39,7 +40,7 @@ ENTRY = "ember_kernel"
 PARALLEL_MIN = 32768
 """Elements in a launch's largest array below which its cubes run on the calling thread: the initial value
 of each library's `ember_parallel_min`, which the CPU runtime sets for the machine (`runtime/cpu.py`)."""
-VERSION = "c-13"  # bump when the rendering changes, so cached binaries are rebuilt
+VERSION = "c-14"  # bump when the rendering changes, so cached binaries are rebuilt
 
 PRELUDE = r"""#include <stdint.h>
 #include <string.h>
@@ -238,7 +239,7 @@ class Renderer(CFamily, Walker):
         self.current = phase
         special = any(isinstance(s, Instr) and (s.op in ir.ATOMIC or s.op == "return")
                       for s in ir.walk(phase.stmts))
-        if not special:
+        if not special and self.dim.total > 1:  # one unit: the loop it sits in vectorizes instead
             self.emit("#pragma omp simd", depth)
         self.emit("for (int32_t u = 0; u < NU; ++u) {", depth)
         if self.has_return:
@@ -274,6 +275,12 @@ class Renderer(CFamily, Walker):
         self.emit(f"const {self.ctype(s.result.type)} v{s.result.id} = {self.expr(s, a)};", depth)
         if s.result in self.crossing:
             self.emit(f"v{s.result.id}_u[u] = v{s.result.id};", depth)
+
+    def mad8(self, a: list) -> str:
+        """C's signed add, so that gcc matches its dot-product pattern (VNNI `vpdpbusd` for u8 x i8 sums in a
+        loop it vectorizes); gcc's vector and scalar code wrap at 32 bits, as the op does (an i32 sum of
+        8-bit products leaves range only past 2^16 of them)."""
+        return f"({a[0]} + (int32_t){a[1]} * (int32_t){a[2]})"
 
     def zero(self, t: ir.Type) -> str:
         return "0" if t.lanes == 1 else f"({self.ctype(t)}){{0}}"

@@ -119,6 +119,10 @@ class CFamily:
     def mulhi(self, a: list) -> str:
         return f"((uint32_t)(((uint64_t){a[0]} * (uint64_t){a[1]}) >> 32))"
 
+    def mad8(self, a: list) -> str:
+        """acc + a * b, the product of two 8-bit ints (exact in int), added wrapping."""
+        return f"((int32_t)((uint32_t){a[0]} + (uint32_t)((int32_t){a[1]} * (int32_t){a[2]})))"
+
     def bitwise_not(self, x: str, out) -> str:
         return f"(~{x})"
 
@@ -146,6 +150,8 @@ class CFamily:
             return f"({a[0]} ? {a[1]} : {a[2]})"
         if op == "mulhi":
             return self.mulhi(a)
+        if op == "mad8":
+            return self.mad8(a)
         if op == "splat":
             return a[0]
         if op == "neg":

@@ -410,6 +410,8 @@ class Renderer(Walker):
             return f"select({a[1]}, {a[0]}, {a[0]} > {a[1]})"
         if op == "select":
             return f"select({a[2]}, {a[1]}, {a[0]})"
+        if op == "mad8":  # 8-bit values live in 32-bit words; i32 arithmetic wraps
+            return f"({a[0]} + i32({a[1]}) * i32({a[2]}))"
         if op == "neg":
             return f"({literal(0, src)} - {a[0]})" if src.name in ("u8", "u32", "u64") else f"(-{a[0]})"  # no -u32
         if op == "not":
