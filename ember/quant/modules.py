@@ -29,9 +29,11 @@ from ..tensor import Tensor
 def quantized_linear(x: Tensor, weight: QTensor, bias: Tensor | None = None) -> Tensor:
     """`x @ dequantize(weight)^T + bias` for a weight (out, in) quantized along `in`, by the quantized
     matmul (`F.quant_linear`: the packed weight is never dequantized in full, and its input gradient,
-    which QLoRA trains through, neither). An f64 input, which the kernels do not take, is multiplied
-    by the dequantized weight."""
-    if x.dtype not in (f32, f16, bf16):
+    which QLoRA trains through, neither). An f64 input, which the kernels do not take, and a weight with
+    per-channel scales along `in` (stored in (in, out) order, not the kernels' layout) are multiplied by
+    the dequantized weight."""
+    scheme = weight.scheme
+    if x.dtype not in (f32, f16, bf16) or (scheme.level == "channel" and scheme.axis % weight.ndim != 0):
         return linear(x, weight.dequantize(x.dtype), bias)
     args = weight.kernel_args()
     return quant_linear(x, args["values"], args["scales"], args["zeros"], code=args["code"], block=args["block"],

@@ -19,8 +19,11 @@ def _model():
     return nn.Sequential(nn.Embedding(13, 40, padding_idx=0), nn.Linear(40, 27), nn.Linear(27, 5, bias=False))
 
 
-def test_quant_linear_and_embedding_match_torch_on_the_dequantized_weights(device, rng):
-    model = quant.quantize_weights(_model().to(device), quant.int4(block=16))
+@pytest.mark.parametrize("scheme", [quant.int4(block=16), quant.int8(axis=1, affine=True)], ids=str)
+def test_quant_linear_and_embedding_match_torch_on_the_dequantized_weights(device, rng, scheme):
+    """Per block along `in` (the quantized matmul's layout) and per channel along `in` (stored (in, out):
+    the dequantizing path)."""
+    model = quant.quantize_weights(_model().to(device), scheme)
     emb, lin = model[0], model[1]
     ids = rng.integers(0, 13, size=(3, 7))
     x = rng.standard_normal((4, 3, 40)).astype(np.float32)

@@ -103,7 +103,8 @@ def build(onnx, t: Trace, other_shapes: list[tuple], opset: int, input_names: li
     for i in order:
         rec, kind = t.records[i], kinds[i]
         if kind in ("named", "fold"):
-            b.const(t.values.value(i), names[i])
+            if i not in absorbed:  # a quantized weight's parts, absorbed into its DequantizeLinear
+                b.const(t.values.value(i), names[i])
         elif kind == "node" and i in region_of:
             region = region_of[i]
             if id(region) not in done_regions:

@@ -5,7 +5,8 @@
 - `LayerNormalization(x, w, b, axis, epsilon)` (opset >= 17): `(x - mean) * rsqrt(var + eps) * w + b`
   over the trailing dims, the affine part optional;
 - `Gelu(approximate="tanh")` (opset >= 20): `x * 0.5 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))`;
-- `DequantizeLinear` of a quantized weight's codes for its dequantization (`quantized.py`).
+- `DequantizeLinear` of a quantized weight's codes for its dequantization, and with `MatMul` for
+  `quant_matmul` (`quantized.py`).
 
 A composition is taken only where its inner values are used by nothing else. Others (MatMul + Add for
 a batched Linear, attention as MatMul / Softmax / MatMul) are their primitives' ops.
@@ -22,7 +23,7 @@ from typing import Callable
 
 import numpy as np
 
-from .quantized import find_dequantized
+from .quantized import find_dequantized, find_quant_matmuls
 from .recurrent import region_inputs
 from .trace import Trace
 
@@ -213,9 +214,10 @@ def find_patterns(t: Trace, order: list[int], kinds: dict, region_of: dict, opse
     """({root id: emit(builder, names)}, ids absorbed into a pattern) over the needed nodes."""
     g = _Graph(t, order, kinds, region_of)
     patterns = {}
-    for root, (emit, inner) in find_dequantized(t, order, kinds, g.users, opset).items():
-        patterns[root] = emit
-        g.absorbed |= inner
+    for find in (find_dequantized, find_quant_matmuls):
+        for root, (emit, inner) in find(t, order, kinds, g.users, opset).items():
+            patterns[root] = emit
+            g.absorbed |= inner
     for root in reversed(order):
         if kinds[root] != "node" or root in g.absorbed or root in region_of:
             continue

@@ -1,8 +1,10 @@
 """Quantized weights (`QTensor`s: `QuantLinear`'s) as ONNX `DequantizeLinear` of their integer codes.
 
-ember dequantizes a weight with ordinary ops (unpack, code table, scale); exported as they are, those
-ops would be a float copy's worth of graph. Instead the trace's value equal to `q.dequantize()` (found
-by its value among the records made from `q`'s parts alone) becomes one `DequantizeLinear` of
+A `QuantLinear` multiplies through the `quant_matmul` primitive, whose record reads the weight's parts:
+it becomes a `DequantizeLinear` of the weight and a `MatMul` (`find_quant_matmuls`). Where ember
+dequantizes a weight with ordinary ops (unpack, code table, scale), exported as they are those ops
+would be a float copy's worth of graph: the trace's value equal to `q.dequantize()` (found by its value
+among the records made from `q`'s parts alone) becomes one `DequantizeLinear` of
 initializers `<key>.quantized` (int8 / uint8, int4 / uint4 codes in the weight's layout), `<key>.scale`
 and, for affine schemes, `<key>.zero_point`; the matmul after it is then `Gemm` or `MatMul` as for a
 float weight. Per tensor and per channel int8 need opset 13; blocks (`block_size`) and 4-bit codes
@@ -10,6 +12,7 @@ opset 21. Other schemes (int2, fp8, NF4, MXFP4, double quantization) keep the co
 
 Example:
     >>> dequantized = find_dequantized(trace, order, kinds, users, opset)   # {root id: (emit, inner ids)}
+    >>> products = find_quant_matmuls(trace, order, kinds, users, opset)
 """
 
 from __future__ import annotations
@@ -149,3 +152,54 @@ def _ancestors(t: Trace, root: int, kinds: dict, part_ids: set[int]) -> set[int]
 def _private(inner: set[int], root: int, users: dict) -> bool:
     allowed = inner | {root}
     return all(u in allowed for i in inner for u in users.get(i, ()))
+
+
+def find_quant_matmuls(t: Trace, order: list[int], kinds: dict, users: dict, opset: int) -> dict:
+    """{root id: (emit(builder, names), absorbed ids)} for each `quant_matmul` record whose weight is a
+    `QTensor` of `t.qtensors` with an ONNX form: `Gemm(x, DequantizeLinear(W), transB=1)` for a 2-D x,
+    else `MatMul(x, Transpose(DequantizeLinear(W)))` (the input gradient's `transpose=True`:
+    `MatMul(g, DequantizeLinear(W))`). The records between the parts
+    and the product (scales made f32) and the parts themselves are absorbed where nothing else uses them."""
+    owners = {}
+    for key, q in t.qtensors.items():
+        owners.update({p._handle.id: (key, q) for p in q.parts.values()})
+    found: dict = {}
+    emitters: dict[str, Callable] = {}
+    for root in order:
+        rec = t.records[root]
+        if kinds.get(root) != "node" or rec.prim != "quant_matmul" or rec.inputs[1] not in owners:
+            continue
+        key, q = owners[rec.inputs[1]]
+        if not onnx_form(q, key, opset):
+            continue
+        emit = emitters.setdefault(key, emitter(q, key))
+        part_ids = {p._handle.id for p in q.parts.values()}
+        between = set()
+        for i in rec.inputs[2:]:
+            between |= _ancestors(t, i, kinds, part_ids) or set()
+            if kinds.get(i) == "node":
+                between.add(i)
+        absorbed = {i for i in between | part_ids if all(u in between | {root} for u in users.get(i, ()))}
+        gemm = not rec.params["transpose"] and len(t.records[rec.inputs[0]].aval.shape) == 2
+        bias, out = None, root
+        if gemm and len(users.get(root, ())) == 1:  # Linear's `y + bias`: Gemm's C
+            (user,) = users[root]
+            add = t.records[user]
+            other = [i for i in add.inputs if i != root]
+            if (add.prim == "add" and len(other) == 1 and kinds.get(other[0]) == "named"
+                    and tuple(t.records[other[0]].aval.shape) == (rec.params["n"],)):
+                bias, out = other[0], user
+                absorbed.add(root)
+        dtype = rec.aval.dtype
+
+        def product(b, n, rec=rec, emit=emit, dtype=dtype, gemm=gemm, bias=bias, out=out):
+            weight, x = f"{n[out]}.weight", n[rec.inputs[0]]
+            emit(b, weight, dtype)
+            if rec.params["transpose"]:
+                b.node("MatMul", [x, weight], n[out])
+            elif gemm:
+                b.node("Gemm", [x, weight] + ([n[bias]] if bias is not None else []), n[out], transB=1)
+            else:
+                b.node("MatMul", [x, b.node("Transpose", [weight], perm=[1, 0])], n[out])
+        found[out] = product, absorbed
+    return found
