@@ -38,7 +38,7 @@ def sum(x: Tensor, dim=None, keepdim: bool = False, dtype=None) -> Tensor:  # no
     """The sum over `dim`. Example: `x.sum(dim=(0, 1), keepdim=True)`."""
     if dtype is not None:
         x = x.cast(dtype)
-    elif not x.dtype.is_float:
+    elif not x.dtype.is_inexact:
         x = x.cast(i64)
     return apply("sum", x, dims=_dims("sum", x, dim), keepdim=keepdim)
 
@@ -48,7 +48,7 @@ def prod(x: Tensor, dim=None, keepdim: bool = False, dtype=None) -> Tensor:
     """The product over `dim`."""
     if dtype is not None:
         x = x.cast(dtype)
-    elif not x.dtype.is_float:
+    elif not x.dtype.is_inexact:
         x = x.cast(i64)
     return apply("prod", x, dims=_dims("prod", x, dim), keepdim=keepdim)
 
@@ -61,7 +61,7 @@ def _half(x: Tensor) -> bool:
 
 def mean(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
     """The mean over `dim` (NaN over empty dims, like PyTorch)."""
-    if not x.dtype.is_float:
+    if not x.dtype.is_inexact:
         x = x.cast(default_float())
     if _half(x):
         return mean(x.cast("f32"), dim, keepdim).cast(x.dtype)
