@@ -103,6 +103,9 @@ ALL = (f64, f32, f16, bf16, i64, i32, i16, i8, u8, bool_, c64, c128)
 FLOATS = (f64, f32, f16, bf16)
 INTS = (i64, i32, i16, i8, u8)
 COMPLEXES = (c64, c128)
+_C32 = DType("complex32", COMPLEX, 4, True, np.complex64)
+"""torch's complex32, a step of promotion only (f16 with a complex scalar): no tensor holds it."""
+_COMPLEX_BY_PART = {2: _C32, 4: c64, 8: c128}
 _REAL_OF = {c64: f32, c128: f64}
 _COMPLEX_OF = {f32: c64, f64: c128}
 
@@ -252,7 +255,7 @@ def promote_types(a: DType, b: DType) -> DType:
     if a.category != b.category:
         high, low = (a, b) if a.category > b.category else (b, a)
         if high.category == COMPLEX and low.category == FLOAT and low.itemsize > high.itemsize // 2:
-            return c128  # f64 with c64
+            return _COMPLEX_BY_PART[low.itemsize]  # f64 with c64: c128
         return high
     if a.category == COMPLEX:
         return a if a.itemsize > b.itemsize else b
@@ -289,7 +292,9 @@ def _combine(higher: DType | None, lower: DType | None) -> DType | None:
     if lower is None or higher.is_complex:
         return higher
     if lower.is_complex:  # a float keeps its width (f64 tensor * 1j: c128); an int or bool takes lower's
-        return complex_of(higher, "result_type") if higher.is_float else lower
+        if not higher.is_float:
+            return lower
+        return c64 if higher is bf16 else _COMPLEX_BY_PART[higher.itemsize]  # torch: bf16 -> c64, f16 -> c32
     if higher.is_float:
         return higher
     if higher.is_bool or lower.category > higher.category:
@@ -321,6 +326,10 @@ def result_type(*operands) -> DType:
     out = _combine(dim, _combine(zero, scalar))
     if out is None:
         raise TypeError("result_type needs at least one operand")
+    if out is _C32:
+        from .errors import DTypeError
+        raise DTypeError("result_type: f16 with a complex number gives torch's complex32, which ember does "
+                         "not hold; cast to f32 first")
     return out
 
 

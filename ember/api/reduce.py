@@ -165,6 +165,8 @@ def norm(x: Tensor, p: float = 2, dim=None, keepdim: bool = False) -> Tensor:
         >>> ember.tensor([3.0, 4.0]).norm().item()
         5.0
     """
+    if x.dtype.is_complex:  # the norm of the magnitudes (torch's), a real tensor
+        return norm(x.abs(), p, dim, keepdim)
     if not x.dtype.is_float:
         x = x.cast(default_float())
     if _half(x):
@@ -210,7 +212,7 @@ def any(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:  # noqa: A001
 @amp.float32
 def cumsum(x: Tensor, dim: int) -> Tensor:
     """Running sums along `dim` (ints and bools accumulate in i64)."""
-    if not x.dtype.is_float:
+    if not x.dtype.is_inexact:
         x = x.cast(i64)
     return apply("cumsum", x, dim=normalize_dim("cumsum", dim, x.ndim))
 
@@ -218,7 +220,7 @@ def cumsum(x: Tensor, dim: int) -> Tensor:
 @amp.float32
 def cumprod(x: Tensor, dim: int) -> Tensor:
     """Running products along `dim`."""
-    if not x.dtype.is_float:
+    if not x.dtype.is_inexact:
         x = x.cast(i64)
     return apply("cumprod", x, dim=normalize_dim("cumprod", dim, x.ndim))
 
