@@ -16,6 +16,6 @@ from .primitive import Aval, Primitive, VjpContext, registry, primitive
 from . import elementwise, reduce, matmul, movement, indexing, creation  # noqa: F401  (registration)
 from . import conv, pool, unfold, embedding  # noqa: F401  (module ops: registration)
 from . import search  # noqa: F401  (searchsorted, scatter_reduce, randperm, multinomial)
-from . import complex  # noqa: F401  (conj, real, imag, complex)
+from . import complex, fft  # noqa: F401  (conj, real, imag, complex; the DFT)
 
 __all__ = ["Aval", "Primitive", "VjpContext", "registry", "primitive"]
