@@ -13,14 +13,14 @@ import shlex
 import sys
 import time
 
-from . import (autodiff, checkpointing, elementwise, fusion, imports, lora, matmul, overhead, reduce, spatial, store,
-               training, transfer)
+from . import (autodiff, checkpointing, elementwise, fft, fusion, imports, lora, matmul, overhead, reduce, spatial,
+               store, training, transfer)
 from .frameworks import PEERS, Frameworks
 from .harness import Settings, machine, markdown, write_json
 from .report import ReportError, write_report
 
 # name -> run(frameworks, settings) -> rows; in the order they run and print.
-BENCHMARKS = {name: run for module in (elementwise, reduce, matmul, spatial, training, lora, autodiff,
+BENCHMARKS = {name: run for module in (elementwise, reduce, matmul, spatial, fft, training, lora, autodiff,
                                        overhead, transfer, store, checkpointing, fusion, imports)
               for name, run in module.BENCHMARKS.items()}
 RESULTS, OUT = "bench/results", "bench/RESULTS.md"  # --report's defaults, from the repository root
