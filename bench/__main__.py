@@ -13,15 +13,16 @@ import shlex
 import sys
 import time
 
-from . import (autodiff, checkpointing, elementwise, fusion, imports, linalg, lora, matmul, onnx_models, overhead,
-               quant, reduce, spatial, store, training, transfer)
+from . import (autodiff, checkpointing, elementwise, fft, fusion, imports, linalg, lora, matmul, onnx_models,
+               overhead, quant, reduce, spatial, store, training, transfer)
 from .frameworks import PEERS, Frameworks
 from .harness import Settings, machine, markdown, write_json
 from .report import ReportError, write_report
 
 # name -> run(frameworks, settings) -> rows; in the order they run and print.
-BENCHMARKS = {name: run for module in (elementwise, reduce, matmul, quant, spatial, training, lora, autodiff,
-                                       overhead, transfer, store, checkpointing, fusion, imports, linalg, onnx_models)
+BENCHMARKS = {name: run for module in (elementwise, reduce, matmul, quant, spatial, fft, training, lora, autodiff,
+                                       overhead, transfer, store, checkpointing, fusion, imports, linalg,
+                                       onnx_models)
               for name, run in module.BENCHMARKS.items()}
 RESULTS, OUT = "bench/results", "bench/RESULTS.md"  # --report's defaults, from the repository root
 

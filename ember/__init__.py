@@ -21,7 +21,7 @@ Example:
 
 import importlib as _importlib
 
-from .dtype import DType, f64, f32, f16, bf16, i64, i32, i16, i8, u8, bool_, promote_types, result_type
+from .dtype import DType, f64, f32, f16, bf16, i64, i32, i16, i8, u8, bool_, c64, c128, promote_types, result_type
 from .errors import EmberError, ShapeError, DTypeError, DeviceError, DeviceUnavailableError, OutOfMemoryError
 from .device import Device
 from .tensor import Tensor
@@ -57,6 +57,7 @@ from .api.shape import meshgrid, cartesian_prod
 from .api.statistics import unique, unique_consecutive, bincount, histc, searchsorted, bucketize
 from .api.distance import cdist
 from .api.quantize import QTensor, quantize, dequantize, fake_quantize
+from .api.complex import complex, polar, conj, real, imag, angle, sgn, view_as_real, view_as_complex, is_complex
 from .qscheme import qtype
 from . import debug  # noqa: E402  (ember.debug.explain, fusion_stats, set_fusion)
 from .extension import backend_extension
@@ -76,6 +77,8 @@ int16 = short = i16
 int8 = i8
 uint8 = u8
 bool = bool_  # noqa: A001
+complex64 = cfloat = c64
+complex128 = cdouble = c128
 
 
 def __getattr__(name: str):

@@ -1,11 +1,12 @@
 """Element types and PyTorch's type-promotion rules.
 
-A `DType` is a small immutable value: a name (`"f32"`), a category (bool < int < float) and the NumPy
+A `DType` is a small immutable value: a name (`"f32"`), a category (bool < int < float < complex) and the NumPy
 dtype that holds it on the host (bf16 through `ml_dtypes`, imported when bf16's NumPy dtype is first
 needed: it is slow to import and most programs never touch bf16). Promotion follows PyTorch exactly:
 
-- within a category the wider type wins; `u8` with a signed type gives the next signed type that holds
-  both; `f16` with `bf16` gives `f32`; any int with any float gives the float;
+- within a category (bool < int < float < complex) the wider type wins; `u8` with a signed type gives
+  the next signed type that holds both; `f16` with `bf16` gives `f32`; any int with any float gives the
+  float; a float with a complex gives the complex type wide enough for both (`f64` with `c64`: `c128`);
 - in an op, dimensioned tensors decide first, then 0-d tensors, then Python scalars, and a lower
   priority participant only changes the result when it is of a higher category
   (`i32 tensor + 2.5 -> f32`, `f16 tensor + f64 0-d tensor -> f16`).
@@ -22,12 +23,12 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = [
-    "DType", "f64", "f32", "f16", "bf16", "i64", "i32", "i16", "i8", "u8", "bool_",
-    "ALL", "FLOATS", "INTS", "HALF_NP", "TORCH_NAMES", "NpTable", "dtype_of", "promote_types", "result_type",
+    "DType", "f64", "f32", "f16", "bf16", "i64", "i32", "i16", "i8", "u8", "bool_", "c64", "c128",
+    "ALL", "FLOATS", "INTS", "COMPLEXES", "complex_of", "real_of", "HALF_NP", "TORCH_NAMES", "NpTable", "dtype_of", "promote_types", "result_type",
     "default_float", "float_to_int",
 ]
 
-BOOL, INT, FLOAT = 0, 1, 2
+BOOL, INT, FLOAT, COMPLEX = 0, 1, 2, 3
 _ML_DTYPES = frozenset({"bfloat16"})  # NumPy dtypes that only ml_dtypes defines
 _LAZY: dict[str, "DType"] = {}  # ml_dtypes type name -> DType, while its `np` is unbound
 
@@ -68,6 +69,16 @@ class DType:
     def is_bool(self) -> bool:
         return self.category == BOOL
 
+    @property
+    def is_complex(self) -> bool:
+        """complex64 and complex128 (not floats: `is_float` is False for them, as `is_floating_point` in torch)."""
+        return self.category == COMPLEX
+
+    @property
+    def is_inexact(self) -> bool:
+        """Float or complex: the dtypes that carry gradients and that float math computes in."""
+        return self.category >= FLOAT
+
     def __repr__(self) -> str:
         return self.name
 
@@ -85,16 +96,55 @@ i16 = DType("i16", INT, 2, True, np.int16)
 i8 = DType("i8", INT, 1, True, np.int8)
 u8 = DType("u8", INT, 1, False, np.uint8)
 bool_ = DType("bool", BOOL, 1, False, np.bool_)
+c64 = DType("c64", COMPLEX, 8, True, np.complex64)
+c128 = DType("c128", COMPLEX, 16, True, np.complex128)
 
-ALL = (f64, f32, f16, bf16, i64, i32, i16, i8, u8, bool_)
+ALL = (f64, f32, f16, bf16, i64, i32, i16, i8, u8, bool_, c64, c128)
 FLOATS = (f64, f32, f16, bf16)
 INTS = (i64, i32, i16, i8, u8)
+COMPLEXES = (c64, c128)
+_C32 = DType("complex32", COMPLEX, 4, True, np.complex64)
+"""torch's complex32, a step of promotion only (f16 with a complex scalar): no tensor holds it."""
+_COMPLEX_BY_PART = {2: _C32, 4: c64, 8: c128}
+_REAL_OF = {c64: f32, c128: f64}
+_COMPLEX_OF = {f32: c64, f64: c128}
+
+
+def real_of(dtype: "DType") -> "DType":
+    """The real dtype of a complex one's parts (`c64` -> `f32`); other dtypes are their own.
+
+    Example:
+        >>> real_of(c128), real_of(f16)
+        (f64, f16)
+    """
+    return _REAL_OF.get(dtype, dtype)
+
+
+def complex_of(dtype: "DType", op: str = "complex") -> "DType":
+    """The complex dtype whose parts are `dtype` (`f32` -> `c64`; a complex dtype is its own; ints and
+    bools give the default complex, `c64`). f16 and bf16 have none here (torch's complex32 is not held):
+    a `DTypeError` naming `op`.
+
+    Example:
+        >>> complex_of(f64), complex_of(i32)
+        (c128, c64)
+    """
+    if dtype.category == COMPLEX:
+        return dtype
+    if dtype.category < FLOAT:
+        return _COMPLEX_OF[_default_float]
+    found = _COMPLEX_OF.get(dtype)
+    if found is None:
+        from .errors import DTypeError
+        raise DTypeError(f"{op}: {dtype.name} has no complex dtype in ember (torch's complex32 is not held); "
+                         f"cast to f32 first")
+    return found
 
 _BY_NAME = {d.name: d for d in ALL}
 TORCH_NAMES = {
     "float64": f64, "double": f64, "float32": f32, "float": f32, "float16": f16, "half": f16, "bfloat16": bf16,
     "int64": i64, "long": i64, "int32": i32, "int": i32, "int16": i16, "short": i16, "int8": i8, "uint8": u8,
-    "bool": bool_,
+    "bool": bool_, "complex64": c64, "cfloat": c64, "complex128": c128, "cdouble": c128,
 }
 """PyTorch's dtype names (`torch.float32`, `torch.half`, ...) for ember's dtypes: `ember.float32 is ember.f32`."""
 HALF_NP: set[np.dtype] = {f16.np}
@@ -203,7 +253,12 @@ def promote_types(a: DType, b: DType) -> DType:
     if a is b:
         return a
     if a.category != b.category:
-        return a if a.category > b.category else b
+        high, low = (a, b) if a.category > b.category else (b, a)
+        if high.category == COMPLEX and low.category == FLOAT and low.itemsize > high.itemsize // 2:
+            return _COMPLEX_BY_PART[low.itemsize]  # f64 with c64: c128
+        return high
+    if a.category == COMPLEX:
+        return a if a.itemsize > b.itemsize else b
     if a.category == FLOAT:
         if {a, b} == {f16, bf16}:
             return f32
@@ -225,6 +280,8 @@ def _scalar_dtype(x) -> DType:
         return i64
     if isinstance(x, float):
         return _default_float
+    if isinstance(x, complex):
+        return _COMPLEX_OF[_default_float]
     raise TypeError(f"expected a tensor or a Python scalar, got {type(x).__name__}")
 
 
@@ -232,7 +289,13 @@ def _combine(higher: DType | None, lower: DType | None) -> DType | None:
     """PyTorch's combine_categories: a lower-priority type only counts if it is of a higher category."""
     if higher is None:
         return lower
-    if lower is None or higher.is_float:
+    if lower is None or higher.is_complex:
+        return higher
+    if lower.is_complex:  # a float keeps its width (f64 tensor * 1j: c128); an int or bool takes lower's
+        if not higher.is_float:
+            return lower
+        return c64 if higher is bf16 else _COMPLEX_BY_PART[higher.itemsize]  # torch: bf16 -> c64, f16 -> c32
+    if higher.is_float:
         return higher
     if higher.is_bool or lower.category > higher.category:
         return promote_types(higher, lower)
@@ -263,6 +326,10 @@ def result_type(*operands) -> DType:
     out = _combine(dim, _combine(zero, scalar))
     if out is None:
         raise TypeError("result_type needs at least one operand")
+    if out is _C32:
+        from .errors import DTypeError
+        raise DTypeError("result_type: f16 with a complex number gives torch's complex32, which ember does "
+                         "not hold; cast to f32 first")
     return out
 
 

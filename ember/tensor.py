@@ -146,8 +146,8 @@ class Tensor:
         Example:
             >>> w = ember.randn(3).require_grad()
         """
-        if not self.dtype.is_float:
-            raise TypeError(f"only float tensors can require gradients, got {self.dtype}")
+        if not self.dtype.is_inexact:
+            raise TypeError(f"only float and complex tensors can require gradients, got {self.dtype}")
         t = self if self._device.is_autodiff else self.to(self._device.autodiff())
         return Tensor._make(t._device, t._device.backend.leaf(t._handle), self._aval)
 
@@ -184,6 +184,9 @@ class Tensor:
             raise RuntimeError(f"backward(): this tensor has no gradient history: {self._no_history_why()}")
         inner = self._device.inner
         seed = (grad.to(self._device if create_graph else inner) if grad is not None else None)
+        if seed is None and self.dtype.is_complex:
+            raise DTypeError(f"backward: a seed is implied only for a real output, this one is {self.dtype} "
+                             f"(as in PyTorch): take a real loss first (z.abs().sum()), or pass one")
         if seed is None and not self.shape:
             # a loss: its seed 1 is the kept read-only 0-d constant of binary ops' scalars (no fill made
             # and run at every step), in a tensor object of its own

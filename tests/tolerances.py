@@ -18,11 +18,14 @@ FORWARD = {
     "f16": (2e-3, 1e-3),      # f16 eps is 9.8e-4: two ulps
     "bf16": (1.6e-2, 1e-2),   # bf16 eps is 7.8e-3: two ulps
     "i64": (0, 0), "i32": (0, 0), "i16": (0, 0), "i8": (0, 0), "u8": (0, 0), "bool": (0, 0),
+    "c128": (1e-10, 1e-12), "c64": (1e-5, 1e-6),  # as their parts' dtype (compared as complex values)
 }
 
 GRAD = {
     "f64": (1e-8, 1e-10),
     "f32": (1e-4, 1e-5),
+    "c128": (1e-8, 1e-10),
+    "c64": (1e-4, 1e-5),
 }
 
 

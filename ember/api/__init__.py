@@ -6,11 +6,11 @@ attaches them to `Tensor` (`ember.tensor` sits below this package and never impo
 
 from ..tensor import Tensor
 from . import activation, creation, index, linalg, math, reduce, shape
-from . import distance, dlpack, quantize, statistics
+from . import complex, distance, dlpack, quantize, statistics
 
 METHODS = {**creation.METHODS, **math.METHODS, **reduce.METHODS, **shape.METHODS, **index.METHODS,
            **linalg.METHODS, **activation.METHODS, **statistics.METHODS, **distance.METHODS,
-           **dlpack.METHODS, **quantize.METHODS}
+           **dlpack.METHODS, **quantize.METHODS, **complex.METHODS}
 
 for _name, _fn in METHODS.items():
     setattr(Tensor, _name, _fn)

@@ -29,7 +29,7 @@ def to_tensor_like(value, like: Tensor, dtype: DType) -> Tensor:
     """`value` (a tensor or a Python scalar) as a tensor of `dtype` on the device of `like`."""
     if isinstance(value, Tensor):
         return value if value._aval.dtype is dtype else value.cast(dtype)
-    if isinstance(value, (bool, int, float, np.number, np.bool_)):
+    if isinstance(value, (bool, int, float, complex, np.number, np.bool_)):
         return scalar_like(value, dtype, like._device)
     raise TypeError(f"expected a tensor or a Python scalar, got {type(value).__name__}")
 
@@ -44,20 +44,20 @@ def promote(*operands, float_only: bool = False) -> tuple[Tensor, ...]:
         dtype = first._aval.dtype
         kind = type(other)
         if kind is Tensor:
-            if other._aval.dtype is dtype and (not float_only or dtype.category == FLOAT):
+            if other._aval.dtype is dtype and (not float_only or dtype.category >= FLOAT):
                 return first, other
-        elif (kind is float or kind is int) and dtype.category == FLOAT:
+        elif (kind is float or kind is int) and dtype.category >= FLOAT:
             return first, scalar_like(other, dtype, first._device)
     elif len(operands) == 2 and type(operands[1]) is Tensor and type(first) in (float, int):
         # A Python number with a float tensor on the right (`0.9 * m`, `1 - x`): the tensor's dtype.
         other = operands[1]
         dtype = other._aval.dtype
-        if dtype.is_float:
+        if dtype.is_inexact:
             return scalar_like(first, dtype, other._device), other
     like = next(x for x in operands if isinstance(x, Tensor))
     plain = [x.item() if isinstance(x, (np.number, np.bool_)) else x for x in operands]
     dtype = result_type(*plain)
-    if float_only and not dtype.is_float:
+    if float_only and not dtype.is_inexact:
         dtype = default_float()
     return tuple(to_tensor_like(x, like, dtype) for x in plain)
 

@@ -17,7 +17,7 @@ import math
 import numpy as np
 
 from ..device import Device
-from ..dtype import DType, bool_, default_float, dtype_of, i64
+from ..dtype import DType, bool_, complex_of, default_float, dtype_of, i64
 from ..errors import DTypeError, ShapeError
 from ..limits import check_size
 from ..random import stream_of
@@ -78,6 +78,8 @@ def _from_python(data) -> tuple[np.ndarray, DType]:
         return array, i64
     if kind == "f":
         return array, default_float()
+    if kind == "c":  # Python complex numbers: the complex dtype of the default float (torch's c64)
+        return array, complex_of(default_float())
     raise DTypeError(f"ember.tensor: unsupported data of dtype {array.dtype}")
 
 
@@ -102,7 +104,8 @@ def full(shape, fill_value, dtype=None, device=None) -> Tensor:
         [7, 7]
     """
     if dtype is None:
-        dtype = bool_ if isinstance(fill_value, bool) else i64 if isinstance(fill_value, int) else default_float()
+        dtype = (bool_ if isinstance(fill_value, bool) else i64 if isinstance(fill_value, int)
+                 else complex_of(default_float()) if isinstance(fill_value, complex) else default_float())
     return _constant("full", (shape,), fill_value, dtype, device)
 
 

@@ -38,7 +38,7 @@ s = IndexBuilder()
 
 def _as_index_tensor(item, device) -> Tensor:
     t = item if isinstance(item, Tensor) else tensor(np.asarray(item), device=device)
-    if t.dtype.is_float:
+    if t.dtype.is_inexact:
         raise IndexError(f"tensors used as indices must be integer or bool, got {t.dtype}")
     return t.to(device.inner) if t.device.inner is not device.inner else t
 

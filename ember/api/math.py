@@ -31,7 +31,7 @@ AUTOCAST_F32 = ("exp", "expm1", "log", "log2", "log10", "log1p", "rsqrt", "recip
 
 def _float_unary(name: str):
     def op(x: Tensor) -> Tensor:
-        if not x.dtype.is_float:
+        if not x.dtype.is_inexact:
             x = x.cast(default_float())
         return apply(name, x)
 
@@ -71,7 +71,7 @@ def square(x: Tensor) -> Tensor:
 
 def _rounding(name: str):
     def op(x: Tensor) -> Tensor:
-        return x if not x.dtype.is_float else apply(name, x)
+        return x if not x.dtype.is_inexact else apply(name, x)  # complex: refused by the primitive
 
     op.__name__ = name
     op.__doc__ = f"Elementwise `{name}`; integer tensors are already whole and come back unchanged."
@@ -290,12 +290,12 @@ def masked_fill(x: Tensor, mask: Tensor, value) -> Tensor:
 
 def isnan(x: Tensor) -> Tensor:
     """True where `x` is NaN."""
-    return apply("isnan", x) if x.dtype.is_float else x.new_full(x.shape, False).cast(bool_)
+    return apply("isnan", x) if x.dtype.is_inexact else x.new_full(x.shape, False).cast(bool_)
 
 
 def isinf(x: Tensor) -> Tensor:
     """True where `x` is infinite."""
-    return apply("isinf", x) if x.dtype.is_float else x.new_full(x.shape, False).cast(bool_)
+    return apply("isinf", x) if x.dtype.is_inexact else x.new_full(x.shape, False).cast(bool_)
 
 
 def isfinite(x: Tensor) -> Tensor:
@@ -356,7 +356,7 @@ def _reflected(fn):
     return _operator(lambda x, other: fn(other, x))
 
 
-_OPERANDS = (Tensor, bool, int, float, np.number, np.bool_)
+_OPERANDS = (Tensor, bool, int, float, complex, np.number, np.bool_)
 
 
 def _operator(fn):

@@ -38,7 +38,7 @@ def sum(x: Tensor, dim=None, keepdim: bool = False, dtype=None) -> Tensor:  # no
     """The sum over `dim`. Example: `x.sum(dim=(0, 1), keepdim=True)`."""
     if dtype is not None:
         x = x.cast(dtype)
-    elif not x.dtype.is_float:
+    elif not x.dtype.is_inexact:
         x = x.cast(i64)
     return apply("sum", x, dims=_dims("sum", x, dim), keepdim=keepdim)
 
@@ -48,7 +48,7 @@ def prod(x: Tensor, dim=None, keepdim: bool = False, dtype=None) -> Tensor:
     """The product over `dim`."""
     if dtype is not None:
         x = x.cast(dtype)
-    elif not x.dtype.is_float:
+    elif not x.dtype.is_inexact:
         x = x.cast(i64)
     return apply("prod", x, dims=_dims("prod", x, dim), keepdim=keepdim)
 
@@ -61,7 +61,7 @@ def _half(x: Tensor) -> bool:
 
 def mean(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
     """The mean over `dim` (NaN over empty dims, like PyTorch)."""
-    if not x.dtype.is_float:
+    if not x.dtype.is_inexact:
         x = x.cast(default_float())
     if _half(x):
         return mean(x.cast("f32"), dim, keepdim).cast(x.dtype)
@@ -165,6 +165,8 @@ def norm(x: Tensor, p: float = 2, dim=None, keepdim: bool = False) -> Tensor:
         >>> ember.tensor([3.0, 4.0]).norm().item()
         5.0
     """
+    if x.dtype.is_complex:  # the norm of the magnitudes (torch's), a real tensor
+        return norm(x.abs(), p, dim, keepdim)
     if not x.dtype.is_float:
         x = x.cast(default_float())
     if _half(x):
@@ -210,7 +212,7 @@ def any(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:  # noqa: A001
 @amp.float32
 def cumsum(x: Tensor, dim: int) -> Tensor:
     """Running sums along `dim` (ints and bools accumulate in i64)."""
-    if not x.dtype.is_float:
+    if not x.dtype.is_inexact:
         x = x.cast(i64)
     return apply("cumsum", x, dim=normalize_dim("cumsum", dim, x.ndim))
 
@@ -218,7 +220,7 @@ def cumsum(x: Tensor, dim: int) -> Tensor:
 @amp.float32
 def cumprod(x: Tensor, dim: int) -> Tensor:
     """Running products along `dim`."""
-    if not x.dtype.is_float:
+    if not x.dtype.is_inexact:
         x = x.cast(i64)
     return apply("cumprod", x, dim=normalize_dim("cumprod", dim, x.ndim))
 

@@ -25,6 +25,7 @@ import threading
 import weakref
 from typing import Any, Callable, Iterable
 
+from ..dtype import COMPLEX
 from ..errors import ShapeError
 from ..ops.primitive import Aval, Primitive, VjpContext
 
@@ -250,7 +251,12 @@ def backward(root: "Node | Iterable[Node]", cotangent, create_graph: bool = Fals
                     node._cache = None
                     node.release()
                 continue
-            grads = node.prim.vjp(VjpContext(node, node.params, g), g)
+            if node.prim.complex_rule or not _touches_complex(node):
+                grads = node.prim.vjp(VjpContext(node, node.params, g), g)
+            else:  # a rule for real operands: PyTorch's conjugate-Wirtinger convention (primitive.py)
+                gc = g.conj()
+                grads = tuple(None if pg is None else pg.conj()
+                              for pg in node.prim.vjp(VjpContext(node, node.params, gc), gc))
             if not retain:
                 node._cache = None  # every rule that could read this value has run
                 node.release()
@@ -262,6 +268,11 @@ def backward(root: "Node | Iterable[Node]", cotangent, create_graph: bool = Fals
     finally:
         _walk.create_graph = outer
     return found
+
+
+def _touches_complex(node: Node) -> bool:
+    """Whether the output or an input of `node` is complex."""
+    return node.aval.dtype.category == COMPLEX or any(a.dtype.category == COMPLEX for a in node.input_avals)
 
 
 def _run_hooks(node: Node, g):

@@ -17,5 +17,6 @@ from . import elementwise, reduce, matmul, movement, indexing, creation  # noqa:
 from . import conv, pool, unfold, embedding  # noqa: F401  (module ops: registration)
 from . import search  # noqa: F401  (searchsorted, scatter_reduce, randperm, multinomial)
 from . import quant_matmul  # noqa: F401  (quant_matmul, int_matmul)
+from . import complex, fft  # noqa: F401  (conj, real, imag, complex; the DFT)
 
 __all__ = ["Aval", "Primitive", "VjpContext", "registry", "primitive"]

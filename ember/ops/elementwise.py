@@ -30,7 +30,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .. import cube
-from ..dtype import HALF_NP, DType, bool_, float_to_int
+from ..dtype import COMPLEX, HALF_NP, DType, bool_, float_to_int, real_of
 from ..errors import DTypeError
 from ..limits import check_size
 from .primitive import (Aval, broadcast_shapes, primitive, same_aval, saves_inputs, saves_inputs_at,
@@ -80,7 +80,8 @@ class Elementwise:
     `promotes`: the API turns int and bool tensors into the default float first (PyTorch's exp, ...).
     `bool_out`: the result is bool. `lowers(dtype)`: whether `kernel` computes inputs of `dtype`
     (others run the reference on the Cube backend and are not fused; None: every dtype, see
-    `computes`). `arity` is 1 or 2.
+    `computes`; complex dtypes never: the kernels hold them as float pairs, docs/complex.md). `arity` is
+    1 or 2.
     """
 
     name: str
@@ -97,22 +98,30 @@ class Elementwise:
 
     def computes(self, dtype: DType) -> bool:
         """Whether the cube expression computes inputs of `dtype`."""
-        return self.lowers is None or self.lowers(dtype)
+        return dtype.category != COMPLEX and (self.lowers is None or self.lowers(dtype))
 
 
 TABLE: dict[str, Elementwise] = {}
 """Every elementwise primitive's row, by name."""
 
 
-def _row(name: str, arity: int, reference: Callable, kernel, *, upcast: bool = True, **fields) -> None:
+def _row(name: str, arity: int, reference: Callable, kernel, *, upcast: bool = True, complex_rule: bool = False,
+         **fields) -> None:
     row = TABLE[name] = Elementwise(name, arity, reference, kernel, **fields)
-    primitive(name, infer=row.infer, vjp=row.vjp, saves=row.saves)(_upcast(reference) if upcast else reference)
+    primitive(name, infer=row.infer, vjp=row.vjp, saves=row.saves, complex_rule=complex_rule)(
+        _upcast(reference) if upcast else reference)
+
+
+COMPLEX_UNARY = frozenset(("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "reciprocal",
+                           "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh",
+                           "atanh", "sigmoid"))
+"""The float-only unary ops that also take complex tensors (PyTorch's; their rules are holomorphic)."""
 
 
 def unary(name: str, reference: Callable, kernel, vjp=None, saves=saves_inputs, float_only: bool = True,
           **fields) -> None:
     """Register unary primitive `name` and its row; float-only and promoting by default (exp, sin, ...)."""
-    infer = _float_only(name) if float_only else same_aval
+    infer = _float_only(name, name in COMPLEX_UNARY) if float_only else same_aval
     _row(name, 1, reference, kernel, vjp=_unary_vjp(vjp), saves=saves if vjp not in (None, _zeros) else saves_none,
          float_only=float_only, promotes=fields.pop("promotes", float_only), infer=fields.pop("infer", infer), **fields)
 
@@ -126,10 +135,10 @@ def binary(name: str, reference: Callable, kernel, vjp=None, saves=None, allow_b
 
 # ---- unary ---------------------------------------------------------------------------------------
 
-def _float_only(name: str):
+def _float_only(name: str, complex_ok: bool = False):
     def infer(x: Aval) -> Aval:
-        if not x.dtype.is_float:
-            raise DTypeError(f"{name}: expects a float tensor, got {x.dtype}")
+        if not (x.dtype.is_float or complex_ok and x.dtype.is_complex):
+            raise DTypeError(f"{name}: expects a float{' or complex' if complex_ok else ''} tensor, got {x.dtype}")
         return x
 
     return infer
@@ -267,6 +276,28 @@ def _bitwise_not_kernel(x):
     return ~x
 
 
+def _abs_infer(x: Aval) -> Aval:
+    return Aval(x.shape, real_of(x.dtype)) if x.dtype.category == COMPLEX else x
+
+
+def _abs_vjp(ctx, g):
+    x = ctx.inputs[0]
+    if not x.dtype.is_complex:
+        return g * x.sign()
+    # d|z| in PyTorch's convention: g z / |z|, and 0 at z = 0 (torch's sgn)
+    size = x.abs()
+    return g.cast(x.dtype) * (x / size.masked_fill(size == 0, 1).cast(x.dtype))
+
+
+def _real_only(name: str):
+    def infer(x: Aval) -> Aval:
+        if x.dtype.category == COMPLEX:
+            raise DTypeError(f"{name}: not defined for complex tensors ({x.dtype})")
+        return x
+
+    return infer
+
+
 def _sign(x):
     return np.where(np.isnan(x), 0, np.sign(x)).astype(x.dtype) if x.dtype.kind in "fV" else np.sign(x)
 
@@ -276,8 +307,8 @@ def _predicate(fn):
 
 
 unary("neg", np.negative, _neg_kernel, lambda c, g: -g, saves_none, float_only=False)
-unary("abs", np.abs, _abs_kernel, lambda c, g: g * c.inputs[0].sign(), float_only=False)
-unary("sign", _sign, _sign_kernel, _zeros, float_only=False)  # PyTorch's sign(NaN) is 0
+unary("abs", np.abs, _abs_kernel, _abs_vjp, float_only=False, infer=_abs_infer, complex_rule=True)
+unary("sign", _sign, _sign_kernel, _zeros, float_only=False, infer=_real_only("sign"))  # PyTorch's sign(NaN) is 0
 unary("reciprocal", np.reciprocal, cube.reciprocal, lambda c, g: -g * c.output * c.output, saves_output)
 unary("exp", np.exp, cube.exp, lambda c, g: g * c.output, saves_output)
 unary("exp2", np.exp2, cube.exp2, lambda c, g: g * c.output * LN2, saves_output)
@@ -320,7 +351,7 @@ unary("logical_not", np.logical_not, _logical_not_kernel, float_only=False, bool
 def _int_or_bool(name: str):
     def infer(x: Aval, *rest: Aval) -> Aval:
         shape = broadcast_shapes(name, x.shape, *(r.shape for r in rest)) if rest else x.shape
-        if x.dtype.is_float:
+        if x.dtype.is_inexact:
             raise DTypeError(f"{name}: expects integer or bool tensors, got {x.dtype}")
         check_size(name, shape, x.dtype)
         return Aval(shape, x.dtype)
@@ -334,7 +365,14 @@ unary("bitwise_not", np.invert, _bitwise_not_kernel, float_only=False, infer=_in
 
 # ---- binary --------------------------------------------------------------------------------------
 
+COMPLEX_BINARY = frozenset(("add", "sub", "mul", "div", "pow", "eq", "ne", "logical_and", "logical_or",
+                            "logical_xor"))
+"""The binary ops that take complex operands (PyTorch's); the others refuse them."""
+
+
 def _binary_infer(name: str, out_dtype: DType | None = None, allow_bool: bool = True):
+    complex_ok = name in COMPLEX_BINARY
+
     seen: dict[tuple, Aval] = {}  # (a, b) -> result: avals are immutable, and a loop meets the same few
 
     def infer(a: Aval, b: Aval) -> Aval:
@@ -345,6 +383,8 @@ def _binary_infer(name: str, out_dtype: DType | None = None, allow_bool: bool = 
             raise DTypeError(f"{name}: operands must share a dtype after promotion, got {a.dtype} and {b.dtype}")
         if not allow_bool and a.dtype.is_bool:
             raise DTypeError(f"{name}: not defined for bool tensors")
+        if not complex_ok and a.dtype.category == COMPLEX:
+            raise DTypeError(f"{name}: not defined for complex tensors ({a.dtype})")
         if out_dtype is None and a.shape == b.shape:
             out = a
         else:
@@ -381,6 +421,10 @@ def _div_vjp(ctx, g):
 
 def _pow_vjp(ctx, g):
     a, b = ctx.inputs
+    if a.dtype.is_complex:  # (the conjugates are taken around this rule: ember.ops.primitive)
+        ga = g * b * a ** (b - 1) if ctx.needs_grad(0) else None
+        gb = g * (ctx.output * a.log()).masked_fill(a == 0, 0) if ctx.needs_grad(1) else None
+        return ga, gb
     # 0 ** -1 is inf; PyTorch's gradient is 0 there
     ga = (g * b * a ** (b - 1)).masked_fill(b == 0, 0) if ctx.needs_grad(0) else None
     gb = g * (ctx.output * a.log()).masked_fill((a == 0) & (b >= 0), 0) if ctx.needs_grad(1) else None
@@ -614,15 +658,18 @@ def _cast_infer(x: Aval, *, dtype: DType) -> Aval:
 
 def _cast_vjp(ctx, g):
     (_, src), = ctx.input_avals
-    return (g.cast(src) if src.is_float else None,)
+    # complex -> real keeps the real part: its gradient is g + 0i; real -> complex: the real part of g
+    return (g.cast(src) if src.is_inexact else None,)
 
 
 def _cast_reference(x, *, dtype: DType):
     if dtype.is_bool:
         return x != 0
+    if x.dtype.kind == "c" and not dtype.is_complex:
+        x = x.real  # PyTorch discards the imaginary part
     if dtype.is_int and x.dtype.kind in "fV":
         return float_to_int(x, dtype)  # NaN and out of range defined, as on every device
     return x.astype(dtype.np)
 
 
-primitive("cast", infer=_cast_infer, vjp=_cast_vjp, saves=saves_none)(_cast_reference)
+primitive("cast", infer=_cast_infer, vjp=_cast_vjp, saves=saves_none, complex_rule=True)(_cast_reference)

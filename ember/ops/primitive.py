@@ -10,6 +10,10 @@ A `Primitive` carries everything ember knows about one op of the backend protoco
   of the output in, one cotangent (or `None`) per input out.
 - `cost`: `"memory"` for cheap ops whose outputs autodiff may recompute instead of keeping (elementwise,
   movement), `"compute"` for ops worth keeping (matmul, conv, reductions, sorts).
+- `complex_rule`: whether `vjp` handles complex operands itself (conj, real, abs, cast, ...). Without
+  it the rule is written for real operands and, as every such rule is the derivative of a holomorphic
+  (or real-linear) map, autodiff applies it to complex ones as `conj(vjp(conj(g)))`: PyTorch's
+  conjugate-Wirtinger convention (docs/complex.md).
 - `saves(tracked) -> (input indices, output?)`: what `vjp` reads, given which inputs are tracked;
   autodiff keeps exactly these values for the backward pass, so a value no rule reads is freed (or,
   under fusion, never written) as soon as the user drops it. `saves_all` (the default), `saves_none`,
@@ -81,7 +85,7 @@ class VjpContext:
 class Primitive:
     """A named op of the backend protocol with its shape rule, NumPy reference and gradient rule."""
 
-    __slots__ = ("name", "infer", "reference", "vjp", "cost", "saves")
+    __slots__ = ("name", "infer", "reference", "vjp", "cost", "saves", "complex_rule")
 
     def __init__(
         self,
@@ -92,6 +96,7 @@ class Primitive:
         vjp: Callable[[VjpContext, Any], tuple] | None = None,
         cost: str = "memory",
         saves: Callable[[tuple[bool, ...]], tuple[tuple[int, ...], bool]] | None = None,
+        complex_rule: bool = False,
     ) -> None:
         self.name = name
         self.infer = infer
@@ -99,6 +104,7 @@ class Primitive:
         self.vjp = vjp
         self.cost = cost
         self.saves = saves or saves_all
+        self.complex_rule = complex_rule
 
     def __repr__(self) -> str:
         return f"Primitive({self.name})"
@@ -169,7 +175,7 @@ def saves_inputs_at(*indices: int) -> Callable[[tuple[bool, ...]], tuple[tuple[i
     return lambda tracked: (indices, False)
 
 
-def primitive(name: str, *, infer, vjp=None, cost: str = "memory", saves=None):
+def primitive(name: str, *, infer, vjp=None, cost: str = "memory", saves=None, complex_rule: bool = False):
     """Register the decorated NumPy reference as primitive `name` with its rules.
 
     Example:
@@ -181,7 +187,8 @@ def primitive(name: str, *, infer, vjp=None, cost: str = "memory", saves=None):
     def register(reference: Callable) -> Primitive:
         if name in registry:
             raise ValueError(f"primitive {name!r} registered twice")
-        prim = Primitive(name, infer=infer, reference=reference, vjp=vjp, cost=cost, saves=saves)
+        prim = Primitive(name, infer=infer, reference=reference, vjp=vjp, cost=cost, saves=saves,
+                         complex_rule=complex_rule)
         registry[name] = prim
         return prim
 

@@ -23,12 +23,13 @@ from tolerances import forward, grad as grad_tolerance
 FLOATS = ("f64", "f32", "f16", "bf16")
 INTS = ("i64", "i32", "i16", "i8", "u8")
 ALL = FLOATS + INTS + ("bool",)
+COMPLEXES = ("c64", "c128")
 SIGNED = ("i64", "i32", "i16", "i8")
 
 TORCH_DTYPE = {
     "f64": torch.float64, "f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16,
     "i64": torch.int64, "i32": torch.int32, "i16": torch.int16, "i8": torch.int8, "u8": torch.uint8,
-    "bool": torch.bool,
+    "bool": torch.bool, "c64": torch.complex64, "c128": torch.complex128,
 }
 EMBER_NAME = {v: k for k, v in TORCH_DTYPE.items()}
 
@@ -47,6 +48,10 @@ def sample(shape, dtype: str, rng: np.random.Generator, low=None, high=None) -> 
     if dtype == "bool":
         return np.asarray(rng.random(shape) < 0.5)
     np_dtype = dtype_of(dtype).np
+    if dtype in COMPLEXES:
+        lo = -3.0 if low is None else low
+        hi = 3.0 if high is None else high
+        return (rng.uniform(lo, hi, size=shape) + 1j * rng.uniform(lo, hi, size=shape)).astype(np_dtype)
     if dtype in FLOATS:
         lo = -3.0 if low is None else low
         hi = 3.0 if high is None else high
@@ -110,7 +115,10 @@ def check(actual: ember.Tensor, expected: torch.Tensor, tol=None, check_dtype: b
     got = np.asarray(actual.numpy())
     want = to_numpy(expected)
     rtol, atol = tol if tol is not None else forward(want_dtype)
-    if want_dtype in FLOATS:
+    if want_dtype in COMPLEXES:
+        np.testing.assert_allclose(got.astype(np.complex128), want.astype(np.complex128), rtol=rtol, atol=atol,
+                                   equal_nan=True)
+    elif want_dtype in FLOATS:
         np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol, atol=atol,
                                    equal_nan=True)
     else:

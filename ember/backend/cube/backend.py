@@ -32,10 +32,11 @@ import numpy as np
 from ...cube.runtime.arguments import HostCopyError
 from ...cube.runtime.base import Runtime
 from ...cube.runtime.memory_pool import MemoryStats
-from ...dtype import ALL, NpTable, dtype_of
+from ...dtype import ALL, COMPLEX, NpTable, dtype_of, real_of
 from ...errors import DTypeError
 from ...ops.primitive import Aval, Primitive
 from ..base import Backend
+from .complex import COMPLEX_TABLE
 from .lowering import TABLE, Unlowered
 
 
@@ -56,7 +57,9 @@ class CubeBackend(Backend):
         self.cube_target = runtime.target
         """The cube target its kernels run on (`ember.extension.cube_target` reads it)."""
         self.name = f"cube-{self.cube_target}"
-        self.dtypes = tuple(d for d in ALL if d.name in runtime.dtypes)
+        # complex values are held as pairs of their parts (docs/complex.md): c64 where f32 is, c128 where f64
+        parts = {d.name for d in ALL if d.name in runtime.dtypes}
+        self.dtypes = tuple(d for d in ALL if d.name in parts or (d.is_complex and real_of(d).name in parts))
         self._held = NpTable(self.dtypes)  # NumPy dtypes held, without importing ml_dtypes for bf16
         self._held_dtypes = frozenset(self.dtypes)
         self._checks_dtypes = len(self.dtypes) < len(ALL)  # a runtime holding every dtype needs no check
@@ -76,6 +79,8 @@ class CubeBackend(Backend):
         if self._checks_dtypes:
             self._check_dtypes(prim, inputs, out)
         row = TABLE.get(prim.name)
+        if row is not None and (out.dtype.category == COMPLEX or any(a.dtype.kind == "c" for a in inputs)):
+            row = COMPLEX_TABLE.get(prim.name)  # complex operands: the rows that read them as float pairs
         if row is not None:
             try:
                 if row.creates:  # fill, uniform, ...: made on this backend's runtime

@@ -33,7 +33,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ...dtype import dtype_of
+from ...dtype import COMPLEX, dtype_of
 from ...errors import DeviceError
 from ...ops.primitive import Aval, Primitive
 from ...settings import settings
@@ -62,6 +62,13 @@ def _fail(records: list, error: Exception) -> None:
             handle.value, handle.record = Failed(error), None
 
 
+def _reads_complex(inputs: Sequence[LazyHandle]) -> bool:
+    for h in inputs:
+        if h.aval.dtype.category == COMPLEX:
+            return True
+    return False
+
+
 class Fusion(Decorator):
     """Lazy recording and fused execution over `inner` (see the module docstring)."""
 
@@ -76,7 +83,9 @@ class Fusion(Decorator):
         settle(self.target.elementwise_ops)
         # Ops of dtypes the inner backend cannot hold run at once (raising there); so do those whose
         # fused values the target would compute differently.
-        self._held = frozenset(d for d in self.dtypes if d.name not in self.target.unfused_dtypes)
+        # Complex values are never recorded, nor ops that read them (abs, real, eq): they run at once, on
+        # the inner backend's complex rows (docs/complex.md).
+        self._held = frozenset(d for d in self.dtypes if d.name not in self.target.unfused_dtypes and not d.is_complex)
         self.enabled = True
         self.plans = PlanCache()
         self.counts = dict.fromkeys(("recorded", "flushes", "kernels", "inner_ops", "bytes_saved", "fallbacks",
@@ -92,7 +101,7 @@ class Fusion(Decorator):
         recorded = _RECORDS.get(prim)  # most primitives' answer, without a call (the dispatch hot path)
         if recorded is None:
             recorded = records(prim, inputs, params)
-        if recorded and self.enabled and out.dtype in self._held:
+        if recorded and self.enabled and out.dtype in self._held and not _reads_complex(inputs):
             stream = getattr(self._local, "stream", None)
             if stream is None:  # not `or`: that would ask an empty stream its len() at every op
                 stream = self._stream()

@@ -19,7 +19,7 @@ from ...dtype import DType, bf16
 TORCH = {
     "f64": torch.float64, "f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16,
     "i64": torch.int64, "i32": torch.int32, "i16": torch.int16, "i8": torch.int8, "u8": torch.uint8,
-    "bool": torch.bool,
+    "bool": torch.bool, "c64": torch.complex64, "c128": torch.complex128,
 }
 """ember dtype name -> torch dtype (every ember dtype has one)."""
 

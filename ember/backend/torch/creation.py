@@ -17,7 +17,8 @@ from .convert import tdtype
 
 def _full(out, *, shape, value, dtype, device: torch.device):
     scalar = np.full((), value, dtype=dtype.np)  # the reference's conversion of the value, bf16 included
-    python = float(scalar) if dtype.is_float else bool(scalar) if dtype.is_bool else int(scalar)
+    python = (float(scalar) if dtype.is_float else complex(scalar) if dtype.is_complex else bool(scalar)
+              if dtype.is_bool else int(scalar))
     return torch.full(shape, python, dtype=tdtype(dtype), device=device)
 
 

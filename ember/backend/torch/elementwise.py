@@ -121,6 +121,8 @@ def _cast(out, x, *, dtype):
     target = tdtype(dtype)
     if dtype.is_bool:
         return x != 0
+    if x.dtype.is_complex and not dtype.is_complex:
+        x = x.real  # PyTorch's cast discards the imaginary part (with a warning)
     if dtype.is_int and x.dtype.is_floating_point:
         return _float_to_int(x, target)
     return x.to(target)

@@ -70,7 +70,7 @@ def _argsort(out, x, *, dim, descending):
 
 
 def _matmul(out, a, b):
-    if a.dtype.is_floating_point:
+    if a.dtype.is_floating_point or a.dtype.is_complex:
         return torch.matmul(a, b)
     # Integers: products summed in int64 and wrapped back (torch has no integer GEMM on most devices).
     return (a.unsqueeze(-1).to(torch.int64) * b.unsqueeze(-3)).sum(-2).to(a.dtype)

@@ -171,14 +171,16 @@ class DeviceArray:
                                  f"without copying")
         self._set(_shape_arg(shape, self.size), self.dtype, strides, self.offset)
 
-    def strided(self, shape: tuple, strides: tuple, offset: int | None = None) -> "DeviceArray":
-        """A view of the same memory with `shape`, byte `strides` and byte `offset` (default: this one's)."""
+    def strided(self, shape: tuple, strides: tuple, offset: int | None = None, dtype=None) -> "DeviceArray":
+        """A view of the same memory with `shape`, byte `strides` and byte `offset` (default: this one's),
+        read as `dtype` (default: this one's; a complex array's pairs are its real parts: backend/cube/complex.py)."""
         v = object.__new__(type(self))
         v.runtime = self.runtime
         v.owner = self if self.owner is None else self.owner
         v.bounds = self.bounds
         self._share(v)
-        v._set(tuple(map(int, shape)), self.dtype, strides, self.offset if offset is None else offset)
+        v._set(tuple(map(int, shape)), self.dtype if dtype is None else np.dtype(dtype), strides,
+               self.offset if offset is None else offset)
         return v
 
     def _share(self, view: "DeviceArray") -> None:
