@@ -99,7 +99,7 @@ def from_storage(y: np.ndarray, scheme: QuantScheme, shape: tuple[int, ...]) -> 
     return np.moveaxis(y.reshape(moved), 0, axis)
 
 
-def _blocks(xs: np.ndarray, block: int) -> np.ndarray:
+def blocks_of(xs: np.ndarray, block: int) -> np.ndarray:
     """(..., K) -> (..., nb, block), zero padded."""
     k = xs.shape[-1]
     nb = -(-k // block)
@@ -126,17 +126,13 @@ def quantize(x: np.ndarray, scheme: QuantScheme, method: str = "absmax") -> dict
     shapes = scheme.parts(x.shape)
     xs = to_storage(np.asarray(x, np.float32), scheme)
     k = xs.shape[-1]
-    blocks = _blocks(xs, scheme.block_for(k))
-    stats = _stats(blocks, scheme)
-    ratio = mse_ratios(blocks, stats, scheme) if method == "mse" else None
-    scale, inv, zero, parts = _params(stats, scheme, ratio)
-    codes = _codes(blocks, inv, zero, scheme)
-    codes = codes.reshape(blocks.shape[:-2] + (-1,))[..., :k]
-    out = {"values": pack(codes, scheme.bits)}
+    blocks = blocks_of(xs, scheme.block_for(k))
+    _, inv, zero, parts = qparams(blocks, scheme, method)
+    out = {"values": pack(codes(blocks, inv, zero, scheme).reshape(blocks.shape[:-2] + (-1,))[..., :k], scheme.bits)}
     for name, part in parts.items():
         out[name] = part.reshape(shapes[name])
     if scheme.double_quant:
-        out.update(_double_quantize(out["scales"]))
+        out.update(double_quantize(out["scales"]))
     return out
 
 
@@ -145,6 +141,13 @@ def check_method(method: str, scheme: QuantScheme, shape: tuple[int, ...]) -> No
     if method not in METHODS:
         raise QuantSchemeError(f"{scheme}: quantize method {method!r} (shape {shape}) is not one of "
                                f"{', '.join(METHODS)}")
+
+
+def qparams(blocks: np.ndarray, scheme: QuantScheme, method: str = "absmax"):
+    """(f32 scale, its inverse, zero point or 0, stored parts) of f32 `blocks` (..., nb, block) by
+    `method`, each of shape (..., nb, 1) (per tensor: all ones)."""
+    stats = _stats(blocks, scheme)
+    return _params(stats, scheme, mse_ratios(blocks, stats, scheme) if method == "mse" else None)
 
 
 def _stats(blocks: np.ndarray, scheme: QuantScheme) -> dict[str, np.ndarray]:
@@ -180,7 +183,7 @@ def _params(stats: dict[str, np.ndarray], scheme: QuantScheme, ratio: np.ndarray
     return scale, _inverse(scale), 0, {"scales": scale.astype(scheme.scale_dtype.np)}
 
 
-def _codes(blocks: np.ndarray, inv: np.ndarray, zero, scheme: QuantScheme) -> np.ndarray:
+def codes(blocks: np.ndarray, inv: np.ndarray, zero, scheme: QuantScheme) -> np.ndarray:
     """The uint8 code patterns of `blocks` with the inverse scale `inv` (and `zero`) of each block."""
     y = blocks * inv
     if scheme.is_int:
@@ -212,7 +215,7 @@ def mse_ratios(blocks: np.ndarray, stats: dict[str, np.ndarray], scheme: QuantSc
     for r in MSE_CLIP_RATIOS:
         ratio = np.full(next(iter(stats.values())).shape, r, np.float32)
         scale, inv, zero, _ = _params(stats, scheme, ratio)
-        values = scale * (table[_codes(blocks, inv, zero, scheme)] - np.float32(zero))
+        values = scale * (table[codes(blocks, inv, zero, scheme)] - np.float32(zero))
         d = blocks - values
         error = block_sum((d * d).reshape(flat.shape)).reshape(ratio.shape)
         if best_error is None:
@@ -230,11 +233,11 @@ def _float_codes(y: np.ndarray, scheme: QuantScheme) -> np.ndarray:
     return np.clip(y, -top, top).astype(getattr(ml_dtypes, kind)).view(np.uint8) & (2 ** scheme.bits - 1)
 
 
-def _double_quantize(scales: np.ndarray) -> dict[str, np.ndarray]:
+def double_quantize(scales: np.ndarray) -> dict[str, np.ndarray]:
     """NF4's second level: the f32 scales less their midrange, int8 codes per block of 256."""
     flat = scales.reshape(-1)
     offset = (flat.max() + flat.min()) * np.float32(0.5) if flat.size else np.float32(0)
-    blocks = _blocks((flat - offset)[None], DOUBLE_QUANT_BLOCK)[0]
+    blocks = blocks_of((flat - offset)[None], DOUBLE_QUANT_BLOCK)[0]
     scale2 = (np.abs(blocks).max(axis=-1, keepdims=True) / np.float32(127)).astype(np.float32)
     codes = np.clip(np.round(blocks * _inverse(scale2)), -127, 127).astype(np.int8).view(np.uint8)
     return {"scales": codes.reshape(-1)[:flat.size].reshape(scales.shape), "scales2": scale2.reshape(-1),
