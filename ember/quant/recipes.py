@@ -142,16 +142,18 @@ def input_hessians(model: Module, batches: Iterable, group: ParamGroup | None = 
     return hessians
 
 
-def quantize_gptq(model: Module, batches: Iterable, scheme: QuantScheme, group: ParamGroup | None = None,
+def quantize_gptq(model: Module, batches: Iterable | None, scheme: QuantScheme, group: ParamGroup | None = None,
                   modules: Selector = None, damp: float = 0.01, act_order: bool = False, block_size: int = 128,
-                  method: str = "absmax") -> Module:
+                  method: str = "absmax", hessians: dict[str, Tensor] | None = None) -> Module:
     """GPTQ post-training quantization (`ember.quant.gptq`): each chosen Linear's input Hessian is
     collected on `batches` (tensors, tuples or dicts of arguments; pad-free ones, as padding positions
-    count as inputs), then its weight is quantized with `scheme` by `gptq_quantize(..., damp, act_order,
+    count as inputs) or taken from `hessians` (`input_hessians`' result, to quantize one calibration
+    several ways), then its weight is quantized with `scheme` by `gptq_quantize(..., damp, act_order,
     block_size, method)` and the layer replaced by a `QuantLinear`. All layers see the float model's
     inputs (one calibration pass). Embeddings are left alone (`quantize_weights` does them)."""
     chosen = _chosen(model, (Linear,), group, modules)
-    hessians = input_hessians(model, batches, modules=lambda name, layer: any(layer is m for _, m in chosen))
+    if hessians is None:
+        hessians = input_hessians(model, batches, modules=lambda name, layer: any(layer is m for _, m in chosen))
     for name, layer in chosen:
         if name not in hessians:
             raise QuantSchemeError(f"{scheme}: GPTQ: layer {name!r} saw no input in the calibration batches")
