@@ -5,8 +5,9 @@
   `int2(...)`, `fp8_e4m3()`, `fp8_e5m2()`, `mxfp4()`, `nf4(block=64, double_quant=True)`; `QuantScheme`.
 - Tensors: `x.quantize(scheme)` / `ember.quantize` -> `QTensor`; `q.dequantize()`; `fake_quantize`.
 - Layers: `QuantLinear`, `QuantEmbedding`, `QATLinear`.
-- Recipes: `quantize_weights` (scales by "absmax" or "mse"), `quantize_gptq` (GPTQ, `gptq_quantize`), `quantize_dynamic`, `quantize_static` (observers `MinMaxObserver`,
-  `PercentileObserver`, `AbsMeanObserver`), `prepare_qat`; `weight_bytes`.
+- Recipes: `quantize_weights` (scales by "absmax" or "mse"; `default_embeddings`), `quantize_gptq`
+  (GPTQ: `input_hessians`, `gptq_quantize`), `quantize_dynamic`, `quantize_static` (observers
+  `MinMaxObserver`, `PercentileObserver`, `AbsMeanObserver`), `prepare_qat`; `weight_bytes`.
 
 Example:
     >>> from ember import nn, quant

@@ -1,5 +1,5 @@
-"""Quantizing a model: weight-only (`quantize_weights`), dynamic (`quantize_dynamic`: int8 weights,
-per-token int8 activations), static (`quantize_static`: activations calibrated by observers on a few
+"""Quantizing a model: weight-only (`quantize_weights`; `quantize_gptq`, GPTQ on calibration batches),
+dynamic (`quantize_dynamic`: int8 weights, per-token int8 activations), static (`quantize_static`: activations calibrated by observers on a few
 batches, then frozen) and quantization-aware training (`prepare_qat`). Each replaces the chosen layers
 in place (the model, or the replacement of a model that is itself a layer, is returned); the layers are
 chosen by a `ParamGroup` matched against their weight's name and/or `modules`, a predicate on
