@@ -204,16 +204,19 @@ def _float_codes(y: Tensor, value: str) -> Tensor:
 # ---- quantize and dequantize -------------------------------------------------------------------------
 
 def quantize(x: Tensor, scheme: QuantScheme, scales: Tensor | float | None = None,
-             zeros_: Tensor | int | None = None) -> QTensor:
+             zeros_: Tensor | int | None = None, method: str = "absmax") -> QTensor:
     """`x` quantized with `scheme`. `scales` (and for affine schemes `zeros_`, in code units) fix the
     scales instead of taking them from `x` (static activation quantization: per-tensor calibrated
-    ranges); otherwise they are the abs-max (affine: min/max) rule of the scheme."""
+    ranges); otherwise `method` makes them: "absmax" (the abs-max, affine: min/max, rule of the scheme)
+    or "mse" (each block's range clipped by the ratio of `MSE_CLIP_RATIOS` whose codes give the least
+    squared error; docs/quantization.md, "Scale search")."""
     if not isinstance(scheme, QuantScheme):
         raise TypeError(f"quantize: expected a QuantScheme (ember.quant.int8(), ...), got {type(scheme).__name__}")
     if not x.dtype.is_float:
         raise QuantSchemeError(f"{scheme}: quantize takes a float tensor, got {x.dtype} of shape {x.shape}")
     shape = tuple(x.shape)
     scheme.check(shape)
+    reference.check_method(method, scheme, shape)
     home, device = x.device, x.device.inner  # computed untracked; the parts live where x does
     x = x.detach().to(device).cast(f32)
     expected = scheme.parts(shape)
@@ -223,53 +226,112 @@ def quantize(x: Tensor, scheme: QuantScheme, scales: Tensor | float | None = Non
     xs = _to_storage(x, scheme)
     k = xs.shape[-1]
     blocks = _blocks(xs, scheme.block_for(k))
-    stat_shape = (1,) * blocks.ndim if scheme.level == "tensor" else blocks.shape[:-1] + (1,)
-    source = blocks.reshape(1, -1) if scheme.level == "tensor" else blocks
-
-    def stat(t: Tensor, fn: str) -> Tensor:
-        return getattr(t, fn)(-1, keepdim=True).reshape(stat_shape)
-
-    parts: dict[str, Tensor] = {}
-    if scheme.param == "ue8m0":
-        absmax = stat(source.abs(), "amax")
-        e, _, inv = _exponent(absmax.clamp(min=2.0 ** -125), -125, 127)
-        codes = _float_codes(blocks * (inv * 2.0 ** reference.MX_ELEMENT_EMAX), scheme.value)
-        parts["scales"] = (e + (127 - reference.MX_ELEMENT_EMAX)).cast(u8)
+    if scales is not None:
+        if scheme.mode == "affine" and zeros_ is None:
+            raise QuantSchemeError(f"{scheme}: quantize with fixed scales needs the zero points (zeros_) "
+                                   f"of an affine scheme (shape {shape})")
+        scale = _given(scales, _stat_shape(blocks, scheme), device).cast(scheme.scale_dtype).cast(f32)
+        inv, zero = _inverse(scale), 0.0
+        parts = {"scales": scale.cast(scheme.scale_dtype)}
+        if scheme.mode == "affine":
+            zero = _given(zeros_, scale.shape, device)
+            parts["zeros"] = zero.cast(u8)
     else:
-        if scales is not None:
-            scale = _given(scales, stat_shape, device)
-            lo = None if scheme.mode != "affine" else (
-                -_given(zeros_, stat_shape, device) * scale if zeros_ is not None else None)
-        elif scheme.mode == "affine":
-            lo, hi = stat(source, "amin").clamp(max=0), stat(source, "amax").clamp(min=0)
-            scale = (hi - lo) / float(scheme.qrange[1])
-        else:
-            top = {"nf4": 1.0}.get(scheme.value, reference.FLOAT_CODES.get(scheme.value, (0, scheme.qrange[1]))[1])
-            scale = stat(source.abs(), "amax") / float(top)
-        scale = scale.cast(scheme.scale_dtype).cast(f32)
-        inv = where(scale > 0, scale.reciprocal(), 0.0)
-        y = blocks * inv
-        if scheme.is_int:
-            qlo, qhi = scheme.qrange
-            zero = 0.0
-            if scheme.mode == "affine":
-                zero = (_given(zeros_, stat_shape, device) if zeros_ is not None else
-                        (-lo * inv).round().clamp(qlo, qhi))
-                parts["zeros"] = zero.cast(u8)
-            c = (y.round() + zero).clamp(qlo, qhi)
-            codes = where(c < 0, c + 2.0 ** scheme.bits, c).cast(i32)
-        elif scheme.value == "nf4":
-            mids = _constant(("nf4 midpoints",), lambda: reference.NF4_MIDPOINTS, device)
-            codes = (y.unsqueeze(-1) > mids).cast(i32).sum(-1)
-        else:
-            codes = _float_codes(y, scheme.value)
-        parts["scales"] = scale.cast(scheme.scale_dtype)
+        stats = _stats(blocks, scheme)
+        ratio = _mse_ratios(blocks, stats, scheme) if method == "mse" else None
+        scale, inv, zero, parts = _params(stats, scheme, ratio)
+    codes = _codes(blocks, inv, zero, scheme)
     codes = codes.reshape(blocks.shape[:-2] + (-1,))[..., :k]
     out = {"values": _pack(codes, scheme.bits)}
     out.update({n: p.reshape(expected[n]) for n, p in parts.items()})
     if scheme.double_quant:
         out.update(_double_quantize(out["scales"]))
     return QTensor(scheme, shape, out).to(home)
+
+
+def _stat_shape(blocks: Tensor, scheme: QuantScheme) -> tuple[int, ...]:
+    return (1,) * blocks.ndim if scheme.level == "tensor" else blocks.shape[:-1] + (1,)
+
+
+def _stats(blocks: Tensor, scheme: QuantScheme) -> dict[str, Tensor]:
+    """The blocks' abs-max, and min / max for affine schemes, shaped (..., nb, 1) (per tensor: all ones)."""
+    shape = _stat_shape(blocks, scheme)
+    source = blocks.reshape(1, -1) if scheme.level == "tensor" else blocks
+
+    def stat(t: Tensor, fn: str) -> Tensor:
+        return getattr(t, fn)(-1, keepdim=True).reshape(shape)
+
+    if scheme.mode == "affine":
+        return {"lo": stat(source, "amin").clamp(max=0), "hi": stat(source, "amax").clamp(min=0)}
+    return {"absmax": stat(source.abs(), "amax")}
+
+
+def _params(stats: dict[str, Tensor], scheme: QuantScheme, ratio: Tensor | None):
+    """(f32 scale, its inverse, zero point or 0, stored parts) of blocks whose range is `stats` times
+    `ratio`."""
+    clip = stats if ratio is None else {n: v * ratio for n, v in stats.items()}
+    if scheme.param == "ue8m0":
+        e, _, inv = _exponent(clip["absmax"].clamp(min=2.0 ** -125), -125, 127)
+        inv = inv * 2.0 ** reference.MX_ELEMENT_EMAX  # 2^-(e - 2): the scale's exact inverse
+        return inv.reciprocal(), inv, 0.0, {"scales": (e + (127 - reference.MX_ELEMENT_EMAX)).cast(u8)}
+    if scheme.mode == "affine":
+        lo = clip["lo"]
+        scale = ((clip["hi"] - lo) / float(scheme.qrange[1])).cast(scheme.scale_dtype).cast(f32)
+        inv = _inverse(scale)
+        zero = (-lo * inv).round().clamp(*scheme.qrange)
+        return scale, inv, zero, {"scales": scale.cast(scheme.scale_dtype), "zeros": zero.cast(u8)}
+    top = {"nf4": 1.0}.get(scheme.value, reference.FLOAT_CODES.get(scheme.value, (0, scheme.qrange[1]))[1])
+    scale = (clip["absmax"] / float(top)).cast(scheme.scale_dtype).cast(f32)
+    return scale, _inverse(scale), 0.0, {"scales": scale.cast(scheme.scale_dtype)}
+
+
+def _inverse(scale: Tensor) -> Tensor:
+    return where(scale > 0, scale.reciprocal(), 0.0)
+
+
+def _codes(blocks: Tensor, inv: Tensor, zero, scheme: QuantScheme) -> Tensor:
+    """The i32 code patterns of `blocks` with the inverse scale `inv` (and `zero`) of each block."""
+    y = blocks * inv
+    if scheme.is_int:
+        c = (y.round() + zero).clamp(*scheme.qrange)
+        return where(c < 0, c + 2.0 ** scheme.bits, c).cast(i32)
+    if scheme.value == "nf4":
+        mids = _constant(("nf4 midpoints",), lambda: reference.NF4_MIDPOINTS, blocks.device)
+        return (y.unsqueeze(-1) > mids).cast(i32).sum(-1)
+    return _float_codes(y, scheme.value)
+
+
+def _block_sum(x: Tensor) -> Tensor:
+    """The sum over the last axis in `reference.block_sum`'s fixed order (zero padded to a power of two,
+    then halves added), so that every device rounds the same way (keepdim)."""
+    n = x.shape[-1]
+    width = 1 << max(n - 1, 0).bit_length()
+    x = pad(x, (0, width - n))
+    while x.shape[-1] > 1:
+        half = x.shape[-1] // 2
+        x = x[..., :half] + x[..., half:]
+    return x
+
+
+def _mse_ratios(blocks: Tensor, stats: dict[str, Tensor], scheme: QuantScheme) -> Tensor:
+    """For each block, the entry of `MSE_CLIP_RATIOS` whose clipped range gives codes of least squared
+    error (the first, largest ratio on ties), as `reference.mse_ratios` computes."""
+    table = _constant((scheme.value, scheme.mode), lambda: reference.code_values(scheme), blocks.device)
+    shape = _stat_shape(blocks, scheme)
+    flat = (1, -1) if scheme.level == "tensor" else blocks.shape
+    best_ratio = best_error = None
+    for r in reference.MSE_CLIP_RATIOS:
+        ratio = from_host(np.full(shape, r, np.float32), blocks.device)
+        scale, inv, zero, _ = _params(stats, scheme, ratio)
+        values = scale * (_lookup(table, _codes(blocks, inv, zero, scheme)) - zero)
+        d = blocks - values
+        error = _block_sum((d * d).reshape(flat)).reshape(shape)
+        if best_error is None:
+            best_ratio, best_error = ratio, error
+        else:
+            better = error < best_error
+            best_ratio, best_error = where(better, ratio, best_ratio), where(better, error, best_error)
+    return best_ratio
 
 
 def _given(value, shape: tuple[int, ...], device) -> Tensor:
@@ -333,9 +395,9 @@ def fake_quantize(x: Tensor, scheme: QuantScheme) -> Tensor:
     return y + (x - x.detach())
 
 
-def _tensor_quantize(self: Tensor, scheme: QuantScheme) -> QTensor:
-    """This tensor quantized with `scheme` (`ember.quantize`)."""
-    return quantize(self, scheme)
+def _tensor_quantize(self: Tensor, scheme: QuantScheme, method: str = "absmax") -> QTensor:
+    """This tensor quantized with `scheme` (`ember.quantize`; `method`: "absmax" or "mse")."""
+    return quantize(self, scheme, method=method)
 
 
 METHODS = {"quantize": _tensor_quantize, "fake_quantize": fake_quantize}

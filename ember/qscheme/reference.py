@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import QuantSchemeError
 from .scheme import DOUBLE_QUANT_BLOCK, QuantScheme
 
 NF4 = np.array([-1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453, -0.28444138169288635,
@@ -34,6 +35,11 @@ FLOAT_CODES = {"fp8_e4m3": ("float8_e4m3fn", 448.0, -6, 3), "fp8_e5m2": ("float8
 """value -> (ml_dtypes type, largest finite, smallest normal exponent, mantissa bits)."""
 MX_ELEMENT_EMAX = 2
 """The exponent of e2m1's largest power of two (4): the MX shared exponent is floor(log2(amax)) - 2."""
+METHODS = ("absmax", "mse")
+"""How quantize chooses scales: "absmax" (the block's range as is) or "mse" (the range clipped by the
+ratio of `MSE_CLIP_RATIOS` that gives the least squared error)."""
+MSE_CLIP_RATIOS = tuple(float(np.float32(1 - i / 50)) for i in range(26))
+"""The clip ratios the "mse" method tries, 1.0 down to 0.5 by 0.02 (f32 values)."""
 
 
 def code_values(scheme: QuantScheme) -> np.ndarray:
@@ -93,7 +99,7 @@ def from_storage(y: np.ndarray, scheme: QuantScheme, shape: tuple[int, ...]) -> 
     return np.moveaxis(y.reshape(moved), 0, axis)
 
 
-def _blocks(xs: np.ndarray, block: int) -> np.ndarray:
+def blocks_of(xs: np.ndarray, block: int) -> np.ndarray:
     """(..., K) -> (..., nb, block), zero padded."""
     k = xs.shape[-1]
     nb = -(-k // block)
@@ -111,56 +117,113 @@ def _inverse(scale: np.ndarray) -> np.ndarray:
         return np.where(scale > 0, np.float32(1) / scale, np.float32(0)).astype(np.float32)
 
 
-def quantize(x: np.ndarray, scheme: QuantScheme) -> dict[str, np.ndarray]:
+def quantize(x: np.ndarray, scheme: QuantScheme, method: str = "absmax") -> dict[str, np.ndarray]:
     """The stored parts of `x` quantized with `scheme` (values, scales, and zeros / scales2 / offset
-    where the scheme has them)."""
+    where the scheme has them). `method`: "absmax" (the scale rule above) or "mse" (each block's range
+    clipped by the ratio of `MSE_CLIP_RATIOS` whose codes give the least squared error, `mse_ratios`)."""
     scheme.check(x.shape)
+    check_method(method, scheme, x.shape)
     shapes = scheme.parts(x.shape)
     xs = to_storage(np.asarray(x, np.float32), scheme)
     k = xs.shape[-1]
-    blocks = _blocks(xs, scheme.block_for(k))
-    per_tensor = scheme.level == "tensor"
-    axes = tuple(range(blocks.ndim)) if per_tensor else -1
+    blocks = blocks_of(xs, scheme.block_for(k))
+    _, inv, zero, parts = qparams(blocks, scheme, method)
+    out = {"values": pack(codes(blocks, inv, zero, scheme).reshape(blocks.shape[:-2] + (-1,))[..., :k], scheme.bits)}
+    for name, part in parts.items():
+        out[name] = part.reshape(shapes[name])
+    if scheme.double_quant:
+        out.update(double_quantize(out["scales"]))
+    return out
+
+
+def check_method(method: str, scheme: QuantScheme, shape: tuple[int, ...]) -> None:
+    """Raise `QuantSchemeError` unless `method` is a scale rule quantize knows."""
+    if method not in METHODS:
+        raise QuantSchemeError(f"{scheme}: quantize method {method!r} (shape {shape}) is not one of "
+                               f"{', '.join(METHODS)}")
+
+
+def qparams(blocks: np.ndarray, scheme: QuantScheme, method: str = "absmax"):
+    """(f32 scale, its inverse, zero point or 0, stored parts) of f32 `blocks` (..., nb, block) by
+    `method`, each of shape (..., nb, 1) (per tensor: all ones)."""
+    stats = _stats(blocks, scheme)
+    return _params(stats, scheme, mse_ratios(blocks, stats, scheme) if method == "mse" else None)
+
+
+def _stats(blocks: np.ndarray, scheme: QuantScheme) -> dict[str, np.ndarray]:
+    """The blocks' abs-max, and min / max for affine schemes, shaped (..., nb, 1) (per tensor: all ones)."""
+    axes = tuple(range(blocks.ndim)) if scheme.level == "tensor" else -1
 
     def stat(fn):
         return fn(blocks, axis=axes, keepdims=True) if blocks.size else np.zeros(blocks.shape[:-1] + (1,), np.float32)
 
-    absmax = stat(lambda b, **kw: np.abs(b).max(**kw))
-    parts: dict[str, np.ndarray] = {}
+    if scheme.mode == "affine":
+        return {"lo": np.minimum(stat(np.min), 0), "hi": np.maximum(stat(np.max), 0)}
+    return {"absmax": stat(lambda b, **kw: np.abs(b).max(**kw))}
+
+
+def _params(stats: dict[str, np.ndarray], scheme: QuantScheme, ratio: np.ndarray | None):
+    """(f32 scale, its inverse, zero point or 0, stored parts) of blocks whose range is `stats` times
+    `ratio`."""
+    clip = {n: v if ratio is None else (v * ratio).astype(np.float32) for n, v in stats.items()}
     if scheme.param == "ue8m0":
+        absmax = clip["absmax"]
         exponent = np.frexp(absmax)[1] - 1 - MX_ELEMENT_EMAX
         exponent = np.clip(np.where(absmax > 0, exponent, -127), -127, 127)
-        ldexp = np.ldexp(blocks, -exponent).astype(np.float32)
-        codes = _float_codes(ldexp, scheme)
-        parts["scales"] = (exponent + 127).astype(np.uint8)
-    else:
-        if scheme.mode == "affine":
-            lo = np.minimum(stat(np.min), 0)
-            hi = np.maximum(stat(np.max), 0)
-            scale = _rounded((hi - lo) / np.float32(scheme.qrange[1]), scheme)
-        else:
-            top = {"nf4": 1.0}.get(scheme.value, FLOAT_CODES.get(scheme.value, (0, scheme.qrange[1]))[1])
-            scale = _rounded(absmax / np.float32(top), scheme)
+        return (np.ldexp(np.float32(1), exponent).astype(np.float32), np.ldexp(np.float32(1), -exponent).astype(np.float32),
+                0, {"scales": (exponent + 127).astype(np.uint8)})
+    if scheme.mode == "affine":
+        lo = clip["lo"]
+        scale = _rounded((clip["hi"] - lo) / np.float32(scheme.qrange[1]), scheme)
         inv = _inverse(scale)
-        y = blocks * inv
-        if scheme.is_int:
-            qlo, qhi = scheme.qrange
-            zero = np.clip(np.round(-lo * inv), qlo, qhi) if scheme.mode == "affine" else 0
-            codes = (np.clip(np.round(y) + zero, qlo, qhi).astype(np.int64) & (2 ** scheme.bits - 1)).astype(np.uint8)
-            if scheme.mode == "affine":
-                parts["zeros"] = np.asarray(zero).astype(np.uint8)
-        elif scheme.value == "nf4":
-            codes = np.searchsorted(NF4_MIDPOINTS, y, side="left").astype(np.uint8)
+        zero = np.clip(np.round(-lo * inv), *scheme.qrange)
+        return scale, inv, zero, {"scales": scale.astype(scheme.scale_dtype.np), "zeros": zero.astype(np.uint8)}
+    top = {"nf4": 1.0}.get(scheme.value, FLOAT_CODES.get(scheme.value, (0, scheme.qrange[1]))[1])
+    scale = _rounded(clip["absmax"] / np.float32(top), scheme)
+    return scale, _inverse(scale), 0, {"scales": scale.astype(scheme.scale_dtype.np)}
+
+
+def codes(blocks: np.ndarray, inv: np.ndarray, zero, scheme: QuantScheme) -> np.ndarray:
+    """The uint8 code patterns of `blocks` with the inverse scale `inv` (and `zero`) of each block."""
+    y = blocks * inv
+    if scheme.is_int:
+        qlo, qhi = scheme.qrange
+        return (np.clip(np.round(y) + zero, qlo, qhi).astype(np.int64) & (2 ** scheme.bits - 1)).astype(np.uint8)
+    if scheme.value == "nf4":
+        return np.searchsorted(NF4_MIDPOINTS, y, side="left").astype(np.uint8)
+    return _float_codes(y, scheme)
+
+
+def block_sum(x: np.ndarray) -> np.ndarray:
+    """The sum over the last axis in a fixed order, so that every device adds the same way: padded with
+    zeros to a power of two, then the first half plus the second, until one is left (keepdims)."""
+    n = x.shape[-1]
+    width = 1 << max(n - 1, 0).bit_length()
+    x = np.concatenate([x, np.zeros(x.shape[:-1] + (width - n,), x.dtype)], axis=-1)
+    while x.shape[-1] > 1:
+        half = x.shape[-1] // 2
+        x = x[..., :half] + x[..., half:]
+    return x
+
+
+def mse_ratios(blocks: np.ndarray, stats: dict[str, np.ndarray], scheme: QuantScheme) -> np.ndarray:
+    """For each block, the entry of `MSE_CLIP_RATIOS` whose clipped range gives codes of least squared
+    error `sum((x - dequantized)^2)` (summed by `block_sum`; the first, largest ratio on ties)."""
+    table = code_values(scheme)
+    flat = blocks.reshape(1, -1) if scheme.level == "tensor" else blocks
+    best_ratio = best_error = None
+    for r in MSE_CLIP_RATIOS:
+        ratio = np.full(next(iter(stats.values())).shape, r, np.float32)
+        scale, inv, zero, _ = _params(stats, scheme, ratio)
+        values = scale * (table[codes(blocks, inv, zero, scheme)] - np.float32(zero))
+        d = blocks - values
+        error = block_sum((d * d).reshape(flat.shape)).reshape(ratio.shape)
+        if best_error is None:
+            best_ratio, best_error = ratio, error
         else:
-            codes = _float_codes(y, scheme)
-        parts["scales"] = scale.astype(scheme.scale_dtype.np)
-    codes = codes.reshape(blocks.shape[:-2] + (-1,))[..., :k]
-    out = {"values": pack(codes, scheme.bits)}
-    for name, part in parts.items():
-        out[name] = part.reshape(shapes[name])
-    if scheme.double_quant:
-        out.update(_double_quantize(out["scales"]))
-    return out
+            better = error < best_error
+            best_ratio, best_error = np.where(better, ratio, best_ratio), np.where(better, error, best_error)
+    return best_ratio
 
 
 def _float_codes(y: np.ndarray, scheme: QuantScheme) -> np.ndarray:
@@ -170,11 +233,11 @@ def _float_codes(y: np.ndarray, scheme: QuantScheme) -> np.ndarray:
     return np.clip(y, -top, top).astype(getattr(ml_dtypes, kind)).view(np.uint8) & (2 ** scheme.bits - 1)
 
 
-def _double_quantize(scales: np.ndarray) -> dict[str, np.ndarray]:
+def double_quantize(scales: np.ndarray) -> dict[str, np.ndarray]:
     """NF4's second level: the f32 scales less their midrange, int8 codes per block of 256."""
     flat = scales.reshape(-1)
     offset = (flat.max() + flat.min()) * np.float32(0.5) if flat.size else np.float32(0)
-    blocks = _blocks((flat - offset)[None], DOUBLE_QUANT_BLOCK)[0]
+    blocks = blocks_of((flat - offset)[None], DOUBLE_QUANT_BLOCK)[0]
     scale2 = (np.abs(blocks).max(axis=-1, keepdims=True) / np.float32(127)).astype(np.float32)
     codes = np.clip(np.round(blocks * _inverse(scale2)), -127, 127).astype(np.int8).view(np.uint8)
     return {"scales": codes.reshape(-1)[:flat.size].reshape(scales.shape), "scales2": scale2.reshape(-1),

@@ -64,10 +64,13 @@ class QuantLinear(Module):
         self.input_zero = None if input_zero is None else tensor([float(input_zero)], device=device)
 
     @classmethod
-    def from_linear(cls, layer: Linear, scheme: QuantScheme, **input_options) -> "QuantLinear":
-        """`layer` with its weight quantized by `scheme` (the bias is kept, frozen)."""
+    def from_linear(cls, layer: Linear, scheme: QuantScheme | QTensor, method: str = "absmax",
+                    **input_options) -> "QuantLinear":
+        """`layer` with its weight quantized by `scheme` with scales by `method` ("absmax", "mse"), or
+        replaced by a given QTensor (GPTQ's); the bias is kept, frozen."""
         bias = None if layer.bias is None else Param(layer.bias.value, frozen=True)
-        return cls(quantize(layer.weight.value, scheme), bias, **input_options)
+        weight = scheme if isinstance(scheme, QTensor) else quantize(layer.weight.value, scheme, method=method)
+        return cls(weight, bias, **input_options)
 
     def forward(self, x: Tensor) -> Tensor:
         return quantized_linear(self._input(x), self.weight, self.bias)
@@ -107,8 +110,8 @@ class QuantEmbedding(Module):
         self.padding_idx = padding_idx
 
     @classmethod
-    def from_embedding(cls, layer: Embedding, scheme: QuantScheme) -> "QuantEmbedding":
-        return cls(quantize(layer.weight.value, scheme), layer.padding_idx)
+    def from_embedding(cls, layer: Embedding, scheme: QuantScheme, method: str = "absmax") -> "QuantEmbedding":
+        return cls(quantize(layer.weight.value, scheme, method=method), layer.padding_idx)
 
     def forward(self, ids: Tensor) -> Tensor:
         q = self.weight

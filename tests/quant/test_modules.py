@@ -23,7 +23,7 @@ def _model():
 def test_quant_linear_and_embedding_match_torch_on_the_dequantized_weights(device, rng, scheme):
     """Per block along `in` (the quantized matmul's layout) and per channel along `in` (stored (in, out):
     the dequantizing path)."""
-    model = quant.quantize_weights(_model().to(device), scheme)
+    model = quant.quantize_weights(_model().to(device), scheme, embeddings=True)
     emb, lin = model[0], model[1]
     ids = rng.integers(0, 13, size=(3, 7))
     x = rng.standard_normal((4, 3, 40)).astype(np.float32)
@@ -45,6 +45,14 @@ def test_quantize_weights_selects_by_group_and_name_and_keeps_keys():
     assert [type(m).__name__ for m in only_first] == ["Embedding", "QuantLinear", "Linear"]
     by_name = quant.quantize_weights(_model(), quant.int8(axis=0), modules=r"^2$", embeddings=False)
     assert [type(m).__name__ for m in by_name] == ["Embedding", "Linear", "QuantLinear"]
+    # by default tables are quantized for 8-bit codes only (as bitsandbytes keeps them at 4 bits)
+    four = quant.quantize_weights(_model(), quant.int4(block=8), method="mse")
+    assert [type(m).__name__ for m in four] == ["Embedding", "QuantLinear", "QuantLinear"]
+    eight = quant.quantize_weights(_model(), quant.fp8_e4m3(axis=0))
+    assert [type(m).__name__ for m in eight] == ["QuantEmbedding", "QuantLinear", "QuantLinear"]
+    w = _model()[1].weight.value
+    np.testing.assert_array_equal(four[1].weight.parts["scales"].numpy(),
+                                  w.quantize(quant.int4(block=8), method="mse").parts["scales"].numpy())
     everything = quant.quantize_weights(model, quant.int8(axis=0))
     assert sorted(everything.state_dict()) == keys and everything.num_params(trainable_only=True) == 0
     assert isinstance(everything.state_dict()["2.weight"], ember.QTensor)

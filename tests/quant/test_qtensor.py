@@ -115,3 +115,25 @@ def test_fake_quantize_forward_and_straight_through_gradient_match_torch(device,
         y = ember.fake_quantize(xe, scheme)
         np.testing.assert_array_equal(y.numpy(), reference.dequantize(reference.quantize(x, scheme), scheme, x.shape))
         np.testing.assert_array_equal(xe.grad((y * 3.0).sum().backward()).numpy(), np.full(x.shape, 3, np.float32))
+
+
+def test_mse_scale_search_matches_the_reference_and_never_loses_to_absmax(device, rng):
+    for scheme, shape in SCHEMES:
+        x = _data(rng, shape)
+        q = ember.from_numpy(x).to(device).quantize(scheme, method="mse")
+        expected = reference.quantize(x, scheme, method="mse")
+        _assert_parts_equal(q, expected)
+        got = q.dequantize().numpy()
+        np.testing.assert_array_equal(got, reference.dequantize(expected, scheme, shape), err_msg=str(scheme))
+        if scheme.double_quant:
+            continue  # the searched scales are then rounded again: no longer each block's best
+        plain = reference.dequantize(reference.quantize(x, scheme), scheme, shape)
+        # each block's squared error is at most round-to-nearest's (ratio 1 is a candidate); in total too
+        assert ((got - x).astype(np.float64) ** 2).sum() <= ((plain - x).astype(np.float64) ** 2).sum() * (1 + 1e-6), scheme
+    # clipping pays at 4 bits: normal blocks of 32 lose about 12% less with the searched scales
+    t = rng.standard_normal((64, 32)).astype(np.float32)
+    errors = [np.square(reference.dequantize(reference.quantize(t, quant.int4(block=32), method=m), quant.int4(block=32),
+                                             t.shape) - t).sum() for m in ("absmax", "mse")]
+    assert errors[1] < 0.93 * errors[0], errors
+    with pytest.raises(ember.errors.QuantSchemeError, match=r"int4\(block=32.*'best'.*\(64, 32\)"):
+        ember.from_numpy(t).to(device).quantize(quant.int4(block=32), method="best")
