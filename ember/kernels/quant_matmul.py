@@ -333,8 +333,8 @@ def quant_matmul(x, values, scales, zeros, *, code: str, block: int, k: int, n: 
     if transpose:
         rows, units = _floor2(min(TILE_ROWS, m)), _floor2(min(TILE_UNITS, k))
         count = cube.CubeCount(-(-m // rows), -(-k // units))
-        runtime.launch(qmm_t_kernel, count, cube.CubeDim(units), args + (m, n, k, kb, block, srow),
-                       dict(rows=rows, units=units, **flags))
+        qmm_t_kernel.launch(count, cube.CubeDim(units), *args, m, n, k, kb, block, srow, rows=rows, units=units,
+                            **flags)
     elif m <= GEMV_MAX_M:
         target = runtime.target
         per = 8 // bits
@@ -346,25 +346,24 @@ def quant_matmul(x, values, scales, zeros, *, code: str, block: int, k: int, n: 
         span = lanes if lanes > 1 else units
         rows = 1 << (m - 1).bit_length()
         count = cube.CubeCount(-(-n // (units // span)))
-        runtime.launch(qmv_kernel, count, cube.CubeDim(units), args + (m, n, k, kb, srow),
-                       dict(rows=rows, bits=bits, kind=kind, ue8m0=ue8m0, affine=affine,
-                            bpb=bpb, ragged=k % per != 0, units=units, span=span, lanes=lanes, vec=vec))
+        qmv_kernel.launch(count, cube.CubeDim(units), *args, m, n, k, kb, srow, rows=rows, bpb=bpb,
+                          ragged=k % per != 0, units=units, span=span, lanes=lanes, vec=vec, **flags)
     else:
         rows, units = TILE_ROWS, _floor2(min(TILE_UNITS, n))
         kc = _panel(block, k)
         count = cube.CubeCount(-(-m // rows), -(-n // units))
-        runtime.launch(qmm_kernel, count, cube.CubeDim(units), args + (m, n, k, kb, block, srow),
-                       dict(rows=rows, units=units, kc=kc, **flags))
+        qmm_kernel.launch(count, cube.CubeDim(units), *args, m, n, k, kb, block, srow, rows=rows, units=units,
+                          kc=kc, **flags)
     return out.reshape(lead + (outer,))
 
 
-def _int_launch(runtime, a, b, bsums, tile: tuple, span: int, lanes: int, depth: int, offset: bool):
+def _int_launch(a, b, bsums, tile: tuple, span: int, lanes: int, depth: int, offset: bool):
     """One `int_matmul_kernel` launch: a (m, k) @ b (n, k).T in tiles of at most `tile`."""
     (m, k), n = a.shape, b.shape[0]
     R, C = _floor2(min(tile[0], m)), _floor2(min(tile[1], n))
     out = empty((m, n), np.int32, a)
-    runtime.launch(int_matmul_kernel, cube.CubeCount(-(-m // R), -(-n // C)), cube.CubeDim(span),
-                   (a, b, bsums, out, m, n, k), dict(R=R, C=C, span=span, lanes=lanes, depth=depth, offset=offset))
+    int_matmul_kernel.launch(cube.CubeCount(-(-m // R), -(-n // C)), cube.CubeDim(span), a, b, bsums, out, m, n, k,
+                             R=R, C=C, span=span, lanes=lanes, depth=depth, offset=offset)
     return out
 
 
@@ -390,11 +389,11 @@ def int_matmul(a, b):
     if runtime.target != "cpu":
         lanes = PLANE_WIDTH.get(runtime.target, 1)
         span = lanes if lanes > 1 else INT_SPAN
-        out = _int_launch(runtime, a2, b2, zeros((1,), np.int32, a2), (INT_TILE, INT_TILE), span, lanes, INT_DEPTH,
+        out = _int_launch(a2, b2, zeros((1,), np.int32, a2), (INT_TILE, INT_TILE), span, lanes, INT_DEPTH,
                           False)
     else:  # u8 x i8 dot products: b's row sums first (a row of -127, offset to 1), then the product
-        sums = _int_launch(runtime, np.full((1, k), -127, np.int8), b2, np.zeros(n, np.int32), INT_CPU_TILE, 1, 1,
+        sums = _int_launch(np.full((1, k), -127, np.int8), b2, np.zeros(n, np.int32), INT_CPU_TILE, 1, 1,
                            1, True)
-        out = _int_launch(runtime, a2, b2, sums.reshape(n), INT_CPU_TILE, 1, 1, 1, True)
+        out = _int_launch(a2, b2, sums.reshape(n), INT_CPU_TILE, 1, 1, 1, True)
     return out.reshape(lead + (n,))
 

@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from ..dtype import DType, bf16, bool_, f16, f32, f64, i8, i16, i32, i64, u8
+from ..dtype import DType, bf16, bool_, c64, c128, f16, f32, f64, i8, i16, i32, i64, u8
 from ..errors import StoreError, brief
 
 __all__ = ["SafeUnpickler", "StorageRef", "TensorRef", "ALLOWED_GLOBALS", "STORAGE_DTYPES", "STAND_INS"]
@@ -33,7 +33,7 @@ __all__ = ["SafeUnpickler", "StorageRef", "TensorRef", "ALLOWED_GLOBALS", "STORA
 STORAGE_DTYPES: dict[str, DType] = {
     "DoubleStorage": f64, "FloatStorage": f32, "HalfStorage": f16, "BFloat16Storage": bf16,
     "LongStorage": i64, "IntStorage": i32, "ShortStorage": i16, "CharStorage": i8, "ByteStorage": u8,
-    "BoolStorage": bool_,
+    "BoolStorage": bool_, "ComplexFloatStorage": c64, "ComplexDoubleStorage": c128,
 }
 _TORCH_DTYPES: dict[str, DType] = {
     "float64": f64, "float32": f32, "float16": f16, "bfloat16": bf16, "int64": i64, "int32": i32,

@@ -20,7 +20,7 @@ from ember.kernels.common import grid
 from ember.cube.runtime.base import Runtime
 from ember.cube.runtime.cpu import cpu_runtime
 from ember.cube.runtime.memory_pool import MemoryStats
-from ember.dtype import bool_, f32, f64, i32
+from ember.dtype import bool_, c64, f32, f64, i32
 from ember.errors import DTypeError
 from ember.ops import registry
 from ember.ops.primitive import Aval
@@ -228,10 +228,10 @@ def test_creation_rows_and_functions_make_their_arrays_on_the_runtime(runtime, m
 def test_a_dtype_the_runtime_cannot_hold_is_named_with_the_op_and_the_device():
     """Checked before any kernel runs, for the inputs and the output (a runtime that holds f32, i32, bool)."""
     backend = CubeBackend(HostSubset())
-    assert backend.name == "cube-cpu" and set(backend.dtypes) == {f32, i32, bool_}
+    assert backend.name == "cube-cpu" and set(backend.dtypes) == {f32, i32, bool_, c64}  # c64: f32 pairs
     x = np.ones(3, np.float64)
     with pytest.raises(UnsupportedDTypeError, match=r"add: f64 cannot be held by the cube kernels of Fake "
-                                                     r"adapter \(they hold f32, i32, bool\)"):
+                                                     r"adapter \(they hold f32, i32, bool, c64\)"):
         backend.execute(registry["add"], [x, x], {}, Aval((3,), f64))
     y = np.ones(3, np.float32)
     with pytest.raises(UnsupportedDTypeError, match="cast: f64 cannot be held"):  # the output's dtype too

@@ -29,7 +29,7 @@ from ember.kernels import elementwise as ew
 from ember.kernels.conv import conv2d
 from ember.kernels.indexing import gather, index_add, index_select, scatter
 from ember.kernels.matmul import matmul
-from ember.kernels import attention, common, matmul_tc, optim
+from ember.kernels import attention, common, matmul_tc, optim, quant_matmul as qm
 from ember.kernels.conv_gemm import conv2d_gemm, conv_transpose2d
 try:  # unfold/fold are being added to the library as this is written
     from ember.kernels.unfold import fold, unfold
@@ -175,6 +175,17 @@ def library_calls() -> list:
     if unfold is not None:
         calls += [lambda: unfold(img, (3, 2), (1, 1), (1, 1), (1, 1)),
                   lambda: fold(rng.standard_normal((2, 12, 20)).astype(F32), (5, 6), (2, 2), (1, 1), (0, 0), (1, 1))]
+    # the quantized matmul: GEMV (m <= 16), tiled, the input gradient's; per-channel int8 and nf4 blocks of 32
+    codes = rng.integers(0, 256, (6, 32)).astype(np.uint8)
+    for code, width, block in (("int8", 32, 32), ("nf4", 16, 32)):
+        qw, qs = codes[:, :width], np.ones((6, 1), F32)
+        calls += [lambda m=m, code=code, qw=qw, qs=qs, block=block: qm.quant_matmul(
+            rng.standard_normal((m, 32)).astype(F32), qw, qs, None, code=code, block=block, k=32, n=6)
+            for m in (1, 17)]
+        calls += [lambda code=code, qw=qw, qs=qs, block=block: qm.quant_matmul(
+            rng.standard_normal((3, 6)).astype(F32), qw, qs, None, code=code, block=block, k=32, n=6, transpose=True)]
+    calls += [lambda: qm.int_matmul(rng.integers(-128, 128, (5, 12)).astype(np.int8),
+                                    rng.integers(-128, 128, (7, 12)).astype(np.int8))]
     return calls
 
 

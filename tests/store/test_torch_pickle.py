@@ -264,7 +264,7 @@ def test_a_dict_that_contains_itself_is_refused(tmp_path):
     assert "reuses its containers" in _refused(path)
 
 
-@pytest.mark.parametrize("dtype,named", [(torch.uint16, "torch.uint16"), (torch.complex64, "torch.ComplexFloatStorage")])
+@pytest.mark.parametrize("dtype,named", [(torch.uint16, "torch.uint16"), (torch.uint32, "torch.uint32")])
 def test_dtypes_ember_lacks_are_named(tmp_path, dtype, named):
     path = tmp_path / "other.pt"
     torch.save({"w": torch.zeros(2, dtype=dtype)}, path)
