@@ -86,11 +86,11 @@ class QTensor:
         return _float_scales(self)
 
     def kernel_args(self) -> dict:
-        """What the quantized matmul takes for this tensor as its weight: values, scales (UE8M0 kept,
-        double quantization undone), zeros, code, block, k (docs/quantization.md, "How the parts are
-        stored")."""
+        """What the quantized matmul takes for this tensor as its weight: values, scales (as stored:
+        f32, f16, bf16 or UE8M0; double quantization undone), zeros, code, block, k (docs/quantization.md,
+        "How the parts are stored")."""
         rows, k = self.scheme.storage(self.shape)
-        scales = self.parts["scales"] if self.scheme.param == "ue8m0" else _float_scales(self)
+        scales = _float_scales(self) if self.scheme.double_quant else self.parts["scales"]
         return {"values": self.parts["values"], "scales": scales, "zeros": self.parts.get("zeros"),
                 "code": self.scheme.code, "block": self.scheme.block_for(k), "k": k}
 

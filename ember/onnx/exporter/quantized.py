@@ -172,7 +172,9 @@ def find_quant_matmuls(t: Trace, order: list[int], kinds: dict, users: dict, ops
         key, q = owners[rec.inputs[1]]
         if not onnx_form(q, key, opset):
             continue
-        emit = emitters.setdefault(key, emitter(q, key))
+        if key not in emitters:  # one emitter a weight: it reads the parts to the host
+            emitters[key] = emitter(q, key)
+        emit = emitters[key]
         part_ids = {p._handle.id for p in q.parts.values()}
         between = set()
         for i in rec.inputs[2:]:
