@@ -205,6 +205,18 @@ def solve_triangular(a, b, lower: bool, unit: bool):
 
 # ---- Householder QR ----------------------------------------------------------------------------------
 @cube.function
+def rotate_pair(a, p, q, n, cs, sn, u, units):
+    """The Givens rotation of the runs a[p:p+n] and a[q:q+n] by (cs, sn), `units` lanes from lane u."""
+    for ib in range(0, n, units):
+        i = ib + u
+        if i < n:
+            x = a[p + i]
+            y = a[q + i]
+            a[p + i] = cs * x - sn * y
+            a[q + i] = sn * x + cs * y
+
+
+@cube.function
 def apply_reflector(x, xbase, vs, vbase, tau, row0, m, col0, ncols, width, units):
     """x[row0:m, col0:ncols] -= tau v (v^T x[row0:m, col0:ncols]) for x of `width` columns, v = vs[vbase:]."""
     T = x.dtype
@@ -318,22 +330,8 @@ def jacobi_round_kernel(w: cube.Array, v: cube.Array, pairs: cube.Array[cube.i32
     cs = T(1) / cube.sqrt(T(1) + t * t)
     sn = cs * t
     if rotate:
-        for ib in range(0, r, units):
-            i = ib + u
-            if i < r:
-                x = w[wp + i]
-                y = w[wq + i]
-                w[wp + i] = cs * x - sn * y
-                w[wq + i] = sn * x + cs * y
-        vp = cube.CUBE_POS_Y * c * c + p * c
-        vq = cube.CUBE_POS_Y * c * c + qc * c
-        for ib in range(0, c, units):
-            i = ib + u
-            if i < c:
-                x = v[vp + i]
-                y = v[vq + i]
-                v[vp + i] = cs * x - sn * y
-                v[vq + i] = sn * x + cs * y
+        rotate_pair(w, wp, wq, r, cs, sn, u, units)
+        rotate_pair(v, cube.CUBE_POS_Y * c * c + p * c, cube.CUBE_POS_Y * c * c + qc * c, c, cs, sn, u, units)
     if u == 0:
         flags[cube.CUBE_POS_Y * npairs + cube.CUBE_POS_X] = cube.select(rotate, cube.i32(1), cube.i32(0))
 
