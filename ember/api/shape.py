@@ -22,6 +22,7 @@ from ._common import Tensor, apply, bind, promote, registry, shape_arg
 from .creation import from_numpy
 
 _PERMUTE = registry["permute"]
+_INT = frozenset({int})
 
 
 def reshape(x: Tensor, *shape) -> Tensor:
@@ -33,7 +34,9 @@ def reshape(x: Tensor, *shape) -> Tensor:
     """
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = shape[0]
-    shape = tuple(n if isinstance(n, int) else int(n) for n in shape)  # a traced size keeps its formula
+    if set(map(type, shape)) - _INT:  # a traced size keeps its formula (checked without a Python frame)
+        shape = tuple(n if isinstance(n, int) else int(n) for n in shape)
+    shape = tuple(shape)
     if shape.count(-1) > 1:
         raise ShapeError("reshape", f"only one size may be -1, got {shape}")
     if -1 in shape:

@@ -79,8 +79,12 @@ class CubeBackend(Backend):
         if self._checks_dtypes:
             self._check_dtypes(prim, inputs, out)
         row = TABLE.get(prim.name)
-        if row is not None and (out.dtype.category == COMPLEX or any(a.dtype.kind == "c" for a in inputs)):
-            row = COMPLEX_TABLE.get(prim.name)  # complex operands: the rows that read them as float pairs
+        if row is not None:
+            complex_ = out.dtype.category == COMPLEX
+            for a in inputs:  # a plain loop: no generator frame on the dispatch hot path
+                complex_ = complex_ or a.dtype.kind == "c"
+            if complex_:
+                row = COMPLEX_TABLE.get(prim.name)  # complex operands: the rows that read them as float pairs
         if row is not None:
             try:
                 if row.creates:  # fill, uniform, ...: made on this backend's runtime

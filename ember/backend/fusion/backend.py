@@ -62,13 +62,6 @@ def _fail(records: list, error: Exception) -> None:
             handle.value, handle.record = Failed(error), None
 
 
-def _reads_complex(inputs: Sequence[LazyHandle]) -> bool:
-    for h in inputs:
-        if h.aval.dtype.category == COMPLEX:
-            return True
-    return False
-
-
 class Fusion(Decorator):
     """Lazy recording and fused execution over `inner` (see the module docstring)."""
 
@@ -101,13 +94,16 @@ class Fusion(Decorator):
         recorded = _RECORDS.get(prim)  # most primitives' answer, without a call (the dispatch hot path)
         if recorded is None:
             recorded = records(prim, inputs, params)
-        if recorded and self.enabled and out.dtype in self._held and not _reads_complex(inputs):
+        if recorded and self.enabled and out.dtype in self._held:
             stream = getattr(self._local, "stream", None)
             if stream is None:  # not `or`: that would ask an empty stream its len() at every op
                 stream = self._stream()
             for h in inputs:
                 rec = h.record
-                if rec is not None and rec.stream is not stream:
+                if rec is None:
+                    if h.aval.dtype.category == COMPLEX:  # only concrete values are complex (never held)
+                        return self._run_now(prim, inputs, params, out)
+                elif rec.stream is not stream:
                     self._flush(rec.stream)  # another thread's pending value: run that stream first
             with stream.lock:
                 if prim in _STARTS and starts_block(stream, self.max_ops):
@@ -116,6 +112,10 @@ class Fusion(Decorator):
                 if len(stream.records) >= self.max_ops:
                     self._flush(stream)
             return handle
+        return self._run_now(prim, inputs, params, out)
+
+    def _run_now(self, prim: Primitive, inputs: Sequence[LazyHandle], params: dict, out: Aval) -> LazyHandle:
+        """`prim` run at once through the inner backend (a sync point for its pending inputs)."""
         bounds = None
         if prim.name in INDEX_OPS:  # its index's bounds, known from the records before they run
             bounds = handle_bounds(inputs[1])
