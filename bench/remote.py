@@ -4,8 +4,10 @@ Starts `ember serve --device cpu` (tcp transport) and `--transport iroh` in subp
 in the same run: the round trips per MNIST training step after warm-up; the client's host time per
 recorded op (a chain of adds, no read) against the local cpu device's; a small MNIST epoch (ConvNet
 width 8, AdamW) on `remote(cpu)` against local cpu; tensor upload and download MB/s over both
-transports against a raw loopback TCP socket moving the same bytes. `mnist_steps` is also what
-tests/remote/test_remote.py trains to check remote equals local bit for bit.
+transports against a raw loopback TCP socket moving the same bytes; a tensor moved from one server to
+another (`t.to(other_remote)`, server to server) against the same move through the client (download,
+upload). `mnist_steps` is also what tests/remote/test_remote.py trains to check remote equals local bit
+for bit.
 
 Example:
     python -m bench.remote --items 512 --batch 32
@@ -87,6 +89,22 @@ def transfer_mb_s(device, nbytes: int) -> tuple[float, float]:
     return nbytes / up / 1e6, nbytes / down / 1e6
 
 
+def move_seconds(source, destination, nbytes: int, repeats: int = 3) -> tuple[float, float]:
+    """(server to server, through the client) seconds to move one f32 tensor of `nbytes` from `source` to
+    `destination`, best of `repeats`, the two interleaved."""
+    t = ember.tensor(np.random.default_rng(1).standard_normal(nbytes // 4).astype(np.float32), device=source)
+    t.to(destination).numpy()[:1]  # warm: both connected, the pull path used once
+    best = {"direct": float("inf"), "client": float("inf")}
+    for _ in range(repeats):
+        for how in best:
+            start = time.perf_counter()
+            moved = t.to(destination) if how == "direct" else ember.tensor(t.numpy(), device=destination)
+            destination.sync()
+            best[how] = min(best[how], time.perf_counter() - start)
+            del moved
+    return best["direct"], best["client"]
+
+
 def raw_tcp_mb_s(nbytes: int) -> float:
     """MB/s of `nbytes` through a loopback TCP socket from one thread to another, in 4 MiB writes."""
     server = socket.create_server(("127.0.0.1", 0))
@@ -118,9 +136,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--items", type=int, default=512, help="MNIST images of the timed epoch")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--mib", type=int, default=64, help="MiB moved by the tcp transfer figures")
+    parser.add_argument("--move-mb", type=int, default=64, help="MB moved server to server")
     args = parser.parse_args(argv)
     tcp, tcp_ticket = start_server()
     quic, quic_ticket = start_server("--transport", "iroh")
+    other, other_ticket = start_server()
     try:
         remote, local = ember.Device.remote(tcp_ticket), ember.Device.cpu()
         mnist_steps(remote, 2 * args.batch, args.batch, width=8)   # warm both: kernels compiled, graphs sent
@@ -143,13 +163,20 @@ def main(argv: list[str] | None = None) -> None:
         raw = raw_tcp_mb_s(nbytes)
         print(f"tcp transport, {args.mib} MiB: upload {up:.0f} MB/s, download {down:.0f} MB/s; raw loopback TCP "
               f"{raw:.0f} MB/s")
+        other_remote, moved = ember.Device.remote(other_ticket), args.move_mb * 10 ** 6
+        direct, through = move_seconds(remote, other_remote, moved)
+        print(f"a {args.move_mb} MB tensor moved server A -> server B (tcp): server to server {moved / direct / 1e6:.0f} "
+              f"MB/s, through the client {moved / through / 1e6:.0f} MB/s: {through / direct:.2f}x")
+        direct, through = move_seconds(remote, other_remote, 64, repeats=20)
+        print(f"a 64-byte tensor moved A -> B: server to server {direct * 1e3:.2f} ms, through the client "
+              f"{through * 1e3:.2f} ms")
         quic_bytes = 8 << 20
         up, down = transfer_mb_s(ember.Device.remote(quic_ticket), quic_bytes)
         print(f"iroh transport, 8 MiB: upload {up:.1f} MB/s, download {down:.1f} MB/s; raw loopback TCP "
               f"{raw_tcp_mb_s(quic_bytes):.0f} MB/s")
     finally:
-        tcp.terminate()
-        quic.terminate()
+        for process in (tcp, quic, other):
+            process.terminate()
 
 
 if __name__ == "__main__":

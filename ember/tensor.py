@@ -422,7 +422,8 @@ def scalar_like(value, dtype: DType, device: Device) -> Tensor:
 
 
 def transfer(tensor: Tensor, device: Device) -> Tensor:
-    """`tensor` on `device`: free between a device and its autodiff variant, else through the host."""
+    """`tensor` on `device`: free between a device and its autodiff variant, direct where the backends
+    have a path (`Backend.move_from`: remote server to server), else through the host."""
     source = tensor._device
     if source is device:
         return tensor
@@ -432,6 +433,11 @@ def transfer(tensor: Tensor, device: Device) -> Tensor:
         if source.is_autodiff and not device.is_autodiff:
             return Tensor._make(device, tensor._handle.primal, tensor._aval)
         return Tensor._make(device, device.backend.lift(tensor._handle.primal, tensor._aval), tensor._aval)
+    primal = tensor._handle.primal if source.is_autodiff else tensor._handle
+    moved = device.inner.backend.move_from(source.inner.backend, primal, tensor._aval)
+    if moved is not None:
+        return Tensor._make(device, device.backend.lift(moved, tensor._aval) if device.is_autodiff else moved,
+                            tensor._aval)
     array = source.backend.to_host(tensor._handle)
     return Tensor._make(device, device.backend.from_host(array), tensor._aval)
 

@@ -61,6 +61,12 @@ class Backend(ABC):
         this default (host backends, where a read costs no wait) says nothing."""
         return None
 
+    def move_from(self, source: "Backend", handle: Handle, aval: Aval) -> Handle | None:
+        """`handle` of backend `source` as a handle of this one, moved without passing through this host,
+        or None where this backend has no such path (`Tensor.to` then goes through the host). The remote
+        backend moves a tensor between two servers directly."""
+        return None
+
     def supports(self, dtype: DType) -> bool:
         """Whether tensors of `dtype` can live on this backend."""
         return dtype in self.dtypes

@@ -4,6 +4,7 @@
 |--------------|---------------------------------------------------------------------------|
 | `server.py`  | the iroh endpoint, admission (allow list, credential), a thread per session |
 | `session.py` | one client's messages checked and run on the device, its tensors and quota |
+| `tokens.py`  | transfer tokens: the one-time capabilities of server-to-server moves       |
 
 The client side and the wire format live in `ember.backend.remote`. See docs/remote.md.
 

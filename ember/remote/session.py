@@ -2,7 +2,10 @@
 
 `Session.handle(frame, channel)` takes one frame: `put` (a tensor, its chunks read from `channel`),
 `graph` (a block's ops, registered once), `run` (a graph on held tensors, its live values kept under
-new ids), `free`, and the requests `get` (data and chunks back), `sync` and `stats`. A frame that is
+new ids), `free`, and the requests `get` (data and chunks back), `sync`, `stats`, and the two halves
+of a server-to-server move: `export` (a transfer token for a held tensor, bound to the destination's
+node id: `tokens.py`) and `import` (a tensor pulled with such a token from its server, or taken from
+this server's own tokens without any network, `ServerState.claim`). A frame that is
 malformed, past `Limits`, or names a tensor or graph the session does not hold raises `ProtocolError`:
 the server then closes this session only. An op that fails (its shape rule, its kernel, the memory
 quota, a primitive the server lacks) is not a violation: the values of its run hold the error, and
@@ -17,15 +20,18 @@ Example:
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from ..backend.remote.protocol import CHUNK, LIMITS, Limits, encode
+from ..backend.remote.transport import endpoint_node
 from ..dtype import _BY_NAME
-from ..errors import OutOfMemoryError, ProtocolError
+from ..errors import OutOfMemoryError, ProtocolError, RemoteError
 from ..ops.primitive import Aval, registry
+from .tokens import TTL, TokenRefused, TransferTokens
 
 _MAX_ID = 1 << 62
 
@@ -53,7 +59,8 @@ class Graph:
 
 
 class ServerState:
-    """What the sessions of one server share: the device stack, the limits, the per-client quota."""
+    """What the sessions of one server share: the device stack, the limits, the per-client quota, the
+    transfer tokens; `node` (this server's node id) and `pull` (`Server._pull`) are set by the `Server`."""
 
     def __init__(self, device, max_memory: int | None = None, limits: Limits = LIMITS) -> None:
         from ..nn import fused_attention  # noqa: F401 - registers the primitives ember's layers and
@@ -63,6 +70,36 @@ class ServerState:
         self.max_memory = max_memory
         self.limits = limits
         self.sessions: set = set()
+        self.tokens = TransferTokens()
+        self.node: str | None = None
+        self.pull: Callable[[str, bytes, Aval], Any] | None = None
+        self.transfers = {"served": 0, "pulled": 0, "local": 0}  # moves sent to, pulled from, within peers
+        self._counts_lock = threading.Lock()
+
+    def claim(self, source: str, token: bytes, aval: Aval) -> Any:
+        """The tensor `token` grants on the server of iroh endpoint ticket `source` (this server: from its
+        own tokens, no network; another: pulled from it), a handle of this device holding `aval`.
+        `RemoteError` saying why when it is refused or fails."""
+        local = endpoint_node(source) == self.node and self.node is not None
+        if local:
+            try:
+                export = self.tokens.redeem(token, self.node)
+            except TokenRefused as e:
+                raise RemoteError(str(e)) from None
+            if export.aval != aval:
+                raise RemoteError(f"the token is for a {_describe(export.aval)} tensor, not {_describe(aval)}")
+            handle = export.handle
+        elif self.pull is None:
+            raise RemoteError("this server cannot pull tensors from other servers (it has no endpoint)")
+        else:
+            handle = self.pull(source, token, aval)
+        self.count("local" if local else "pulled")
+        return handle
+
+    def count(self, kind: str) -> None:
+        """One more transfer of `kind` ("served", "pulled", "local")."""
+        with self._counts_lock:
+            self.transfers[kind] += 1
 
     def memory_in_use(self) -> int | None:
         try:
@@ -123,7 +160,8 @@ class Session:
         handler(self, message, channel)
 
     def close(self) -> None:
-        """Drop every tensor and graph of the session."""
+        """Drop every tensor, graph and transfer token of the session."""
+        self.state.tokens.drop(self)
         self.values.clear()
         self.failed.clear()
         self.graphs.clear()
@@ -138,11 +176,7 @@ class Session:
         shape = _shape(message)
         nbytes = math.prod(shape) * dtype.itemsize
         over = self._over_quota(nbytes)
-        buffer = bytearray(CHUNK if over else nbytes)
-        view = memoryview(buffer)
-        for start in range(0, nbytes, CHUNK):  # the chunks follow whatever the outcome, in step with the client
-            size = min(CHUNK, nbytes - start)
-            channel.recv_into(view[:size] if over else view[start:start + size])
+        buffer = receive(channel, nbytes, keep=not over)  # the chunks follow whatever the outcome
         if over:
             self._fail((id,), over)
             return
@@ -152,6 +186,42 @@ class Session:
             self._fail((id,), Failure("put", type(e).__name__, str(e)))
             return
         self._keep(id, handle, Aval(shape, dtype), nbytes)
+
+    def _export(self, message: dict, channel) -> None:
+        found = self._held(message, "export")
+        if isinstance(found, Failure):
+            channel.send(encode(found.reply()))
+            return
+        to = _field(message, "to", str)
+        ttl = message.get("ttl", TTL)
+        if len(to) > 128 or type(ttl) not in (int, float) or not ttl > 0:
+            raise ProtocolError(f"'export': bad destination node {to[:40]!r} or lifetime {ttl!r:.40}")
+        token = self.state.tokens.mint(self, found[0], found[1], found[2], to, float(ttl), self.limits.exports)
+        if token is None:
+            channel.send(encode(Failure("export", "RemoteError", f"this session already holds {self.limits.exports} "
+                                        f"unredeemed transfer tokens").reply()))
+            return
+        channel.send(encode({"t": "token", "token": token, "ttl": min(float(ttl), TTL)}))
+
+    def _import(self, message: dict, channel) -> None:
+        id = self._new_id(message, "id")
+        dtype = _BY_NAME.get(_field(message, "dt", str))
+        if dtype is None:
+            raise ProtocolError(f"'import': unknown dtype {message['dt']!r:.40}")
+        aval = Aval(_shape(message), dtype)
+        token, source = _field(message, "token", bytes), _field(message, "from", str)
+        nbytes = math.prod(aval.shape) * dtype.itemsize
+        failure = self._over_quota(nbytes)
+        if failure is None:
+            try:
+                handle = self.state.claim(source, token, aval)
+            except RemoteError as e:
+                failure = Failure("transfer", "RemoteError", str(e))
+        if failure is not None:  # answered now, and nothing held: the client raises at its `to()`
+            channel.send(encode(failure.reply()))
+            return
+        self._keep(id, handle, aval, nbytes)
+        channel.send(encode({"t": "ok"}))
 
     def _graph(self, message: dict, channel) -> None:
         id = _field(message, "id", int)
@@ -262,24 +332,11 @@ class Session:
                 raise ProtocolError(f"'free': tensor {id} is not held by this session")
 
     def _get(self, message: dict, channel) -> None:
-        id = _field(message, "id", int)
-        found = self.values.get(id)
-        if found is None:
-            failure = self.failed.get(id)
-            if failure is None:
-                raise ProtocolError(f"'get': tensor {id} is not held by this session")
-            channel.send(encode(failure.reply()))
+        found = self._held(message, "get")
+        if isinstance(found, Failure):
+            channel.send(encode(found.reply()))
             return
-        handle, (shape, dtype), _ = found
-        try:
-            array = np.ascontiguousarray(self.state.backend.to_host(handle))
-        except Exception as e:  # noqa: BLE001 - a block the server's fusion ran only now raised: answered
-            notes = " ".join(getattr(e, "__notes__", ()))
-            channel.send(encode(Failure(_op_of(notes), type(e).__name__, f"{e} {notes}".strip()).reply()))
-            return
-        data = array.reshape(-1).view(np.uint8)
-        channel.send(encode({"t": "data", "dt": dtype.name, "sh": shape}),
-                     *[data[i:i + CHUNK].data for i in range(0, data.size, CHUNK)])
+        send_value(self.state.backend, found[0], found[1], channel)
 
     def _sync(self, message: dict, channel) -> None:
         try:
@@ -290,11 +347,21 @@ class Session:
         channel.send(encode(error.reply() if error else {"t": "ok"}))
 
     def _stats(self, message: dict, channel) -> None:
+        state = self.state
         channel.send(encode({"t": "stats", "held": self.held, "tensors": len(self.values) + len(self.failed),
-                             "graphs": len(self.graphs), "sessions": len(self.state.sessions),
-                             "in_use": self.state.memory_in_use(), "rss": _rss()}))
+                             "graphs": len(self.graphs), "sessions": len(state.sessions),
+                             "in_use": state.memory_in_use(), "rss": _rss(), "tokens": len(state.tokens),
+                             "transfers": dict(state.transfers)}))
 
     # ---- bookkeeping -----------------------------------------------------------------------------
+    def _held(self, message: dict, kind: str) -> tuple | Failure:
+        """The (handle, aval, bytes) of the tensor `message["id"]` names, or the failure it holds."""
+        id = _field(message, "id", int)
+        found = self.values.get(id) or self.failed.get(id)
+        if found is None:
+            raise ProtocolError(f"{kind!r}: tensor {id} is not held by this session")
+        return found
+
     def _new_id(self, message: dict, name: str) -> int:
         id = _field(message, name, int)
         self._check_new(id)
@@ -324,6 +391,34 @@ class Session:
                        f"{quota:,} (ember serve --max-memory)")
 
 
+def receive(channel, nbytes: int, keep: bool = True) -> bytearray:
+    """The `nbytes` of a tensor's chunk frames read from `channel` (read and dropped when not `keep`)."""
+    buffer = bytearray(nbytes if keep else min(CHUNK, nbytes))
+    view = memoryview(buffer)
+    for start in range(0, nbytes, CHUNK):
+        size = min(CHUNK, nbytes - start)
+        channel.recv_into(view[start:start + size] if keep else view[:size])
+    return buffer
+
+
+def send_value(backend, handle, aval: Aval, channel) -> None:
+    """Send `handle` (of `aval`) as a `data` message and its chunk frames, or the error reading it raised."""
+    shape, dtype = aval
+    try:
+        array = np.ascontiguousarray(backend.to_host(handle))
+    except Exception as e:  # noqa: BLE001 - a block the server's fusion ran only now raised: answered
+        notes = " ".join(getattr(e, "__notes__", ()))
+        channel.send(encode(Failure(_op_of(notes), type(e).__name__, f"{e} {notes}".strip()).reply()))
+        return
+    data = array.reshape(-1).view(np.uint8)
+    channel.send(encode({"t": "data", "dt": dtype.name, "sh": shape}),
+                 *[data[i:i + CHUNK].data for i in range(0, data.size, CHUNK)])
+
+
+def _describe(aval: Aval) -> str:
+    return f"{aval.dtype.name}{list(aval.shape)}"
+
+
 def _op_of(notes: str) -> str:
     """The primitive a fusion note names ("raised by gather (inputs ...") or ""."""
     return notes.split("raised by ", 1)[1].split(" ", 1)[0] if "raised by " in notes else ""
@@ -340,4 +435,5 @@ def _rss() -> int:
 
 
 _HANDLERS = {"put": Session._put, "graph": Session._graph, "run": Session._run, "free": Session._free,
-             "get": Session._get, "sync": Session._sync, "stats": Session._stats}
+             "get": Session._get, "sync": Session._sync, "stats": Session._stats, "export": Session._export,
+             "import": Session._import}

@@ -13,8 +13,14 @@ import pytest
 
 import ember
 from ember.backend.remote.protocol import decode, encode
+from ember.backend.remote.transport import endpoint_node
 from ember.errors import ProtocolError
 from ember.remote import ServerState, Session
+
+iroh = pytest.importorskip("iroh")
+ENDPOINT = str(iroh.EndpointTicket.from_addr(iroh.EndpointAddr(iroh.SecretKey.from_bytes(bytes(range(32))).public(),
+                                                                None, ["127.0.0.1:9"])))
+"""The fuzzed state's own iroh endpoint ticket (nothing listens there: a local `import` needs no network)."""
 
 
 class Channel:
@@ -30,8 +36,16 @@ class Channel:
         view[:] = bytes(len(view))
 
 
+def fuzz_state() -> ServerState:
+    """A NumPy-device state whose own node id is that of `ENDPOINT`, so `import`s of it take the local path."""
+    state = ServerState(ember.Device.numpy(), max_memory=1 << 24)  # the cpu device: the loopback test below
+    state.node = endpoint_node(ENDPOINT)
+    return state
+
+
 def valid_messages() -> list[bytes]:
-    """A small valid exchange: uploads, a graph of a few ops (one index op), runs, reads, frees."""
+    """A small valid exchange: uploads, a graph of a few ops (one index op), runs, reads, frees, a transfer
+    token minted and a forged one presented."""
     return [encode(m) for m in (
         {"t": "put", "id": 1, "dt": "f32", "sh": (2, 3)},
         {"t": "put", "id": 2, "dt": "i64", "sh": (2,)},
@@ -43,6 +57,8 @@ def valid_messages() -> list[bytes]:
         {"t": "graph", "id": 2, "ext": 0, "live": (0,), "nodes": (
             ("full", {"shape": (3,), "dtype": ember.f32}, ()),)},
         {"t": "run", "g": 2, "x": (), "o": (5,), "d": ((0, {"value": 2.5}),)},
+        {"t": "export", "id": 1, "to": "node-b", "ttl": 5.0},
+        {"t": "import", "id": 6, "from": ENDPOINT, "token": b"t" * 32, "dt": "f32", "sh": (2, 3)},
     )]
 
 
@@ -63,7 +79,7 @@ def mutate(frame: bytes, rng: random.Random) -> bytes:
 
 @pytest.mark.slow
 def test_a_million_hostile_frames_only_ever_close_their_own_session():
-    state = ServerState(ember.Device.numpy(), max_memory=1 << 24)  # the cpu device: the loopback test below
+    state = fuzz_state()
     rng = random.Random(1234)
     valid = valid_messages()
     channel = Channel()
@@ -90,12 +106,17 @@ def test_a_million_hostile_frames_only_ever_close_their_own_session():
         if len(channel.replies) > 1000:
             channel.replies.clear()
     assert closed > 100_000 and answered > 100_000 and closed + answered == total
+    session.close()
     # the state still serves a valid client from scratch
     fresh, channel = Session(state, "valid"), Channel()
     for frame in valid:
         fresh.handle(frame, channel)
-    assert [decode(r)["t"] for r in channel.replies] == ["data", "ok", "stats"]
+    replies = [decode(r) for r in channel.replies]
+    assert [r["t"] for r in replies] == ["data", "ok", "stats", "token", "error"]
+    assert "no such token" in replies[-1]["msg"]  # the forged token of the `import`: refused, nothing held
     assert fresh.held == 2 * 3 * 4 + 2 * 8 + 2 * 3 * 4 + 3 * 4  # x, the index, outputs 4 and 5 (3 was freed)
+    assert state.tokens.redeem(replies[3]["token"], "node-b").handle is fresh.values[1][0]
+    assert len(state.tokens) == 0  # the fuzzed sessions' tokens died with them
 
 
 @pytest.mark.slow
@@ -106,7 +127,7 @@ def test_hostile_clients_over_loopback_leave_the_server_up_and_flat(server, remo
     ticket = parse_ticket(server.ticket)
     before = remote.backend.stats()
     rng = random.Random(99)
-    valid = valid_messages()
+    valid = valid_messages()[:-1]  # not the `import`: a real server would try to pull from ENDPOINT, for 20 s
     sent = 0
     for _ in range(100):  # sessions, each sent frames until the server closes it
         frames, _, keep = connect(ticket, {"t": "init", "v": PROTOCOL, "cred": ticket["cred"]})

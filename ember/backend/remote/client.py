@@ -9,7 +9,9 @@ and offsets, fill values), so a training step's blocks are registered once and r
 Uploads (`put`), runs and frees are posted without waiting; a read (`get`) or `sync` is a round trip
 (`round_trips` counts them). An op that fails on the server makes the values it computes raise when
 read, and `sync` raise, with the server's op and message (`RemoteError`, also an instance of the
-server's error class: `IndexError`, `ShapeError`, ...).
+server's error class: `IndexError`, `ShapeError`, ...). A tensor moved to another server
+(`move_from`) goes there directly: this client asks the source for a transfer token bound to the
+destination's node id (`export`) and hands it to the destination, which pulls the bytes (`claim`).
 
 Example:
     >>> backend = RemoteBackend(ticket)
@@ -83,6 +85,9 @@ class RemoteBackend(Backend):
         self.channel, ready, self._keep = connect(fields, {"t": "init", "v": PROTOCOL, "cred": fields.get("cred")})
         if ready.get("v") != PROTOCOL:
             raise RemoteError(f"the ember server speaks remote protocol {ready.get('v')}, this client {PROTOCOL}")
+        self.endpoint: str = fields["endpoint"]
+        """The server's iroh endpoint ticket (its node id and addresses, no credential)."""
+        self.node: str = ready["node"]
         self.server_device: str = ready["device"]
         self.name = f"remote({self.server_device})"
         self.dtypes = tuple(_BY_NAME[n] for n in ready["dtypes"] if n in _BY_NAME)
@@ -92,7 +97,8 @@ class RemoteBackend(Backend):
         self.graphs: dict = {}
         self.frees: collections.deque = collections.deque()
         self._ids = itertools.count(1)
-        self.counts = dict.fromkeys(("round_trips", "graphs", "runs", "puts", "gets", "bytes_up", "bytes_down"), 0)
+        self.counts = dict.fromkeys(("round_trips", "graphs", "runs", "puts", "gets", "imports", "bytes_up",
+                                             "bytes_down"), 0)
 
     @property
     def round_trips(self) -> int:
@@ -134,6 +140,37 @@ class RemoteBackend(Backend):
             self.counts["gets"] += 1
             self.counts["bytes_down"] += out.size
         return out.view(dtype.np).reshape(shape)
+
+    def move_from(self, source: Backend, handle: LazyHandle, aval: Aval) -> LazyHandle | None:
+        """`handle` of another remote backend moved here server to server (None for other backends): a
+        transfer token from its server, redeemed by this one, which pulls the bytes itself (or, the same
+        server, takes the tensor without any network). `RemoteError` saying why when refused."""
+        if not isinstance(source, RemoteBackend):
+            return None
+        if aval.dtype not in self.dtypes:
+            self._refuse("a tensor", aval.dtype)
+        token = source.export(handle, self.node)
+        return self.claim(source.endpoint, token, aval, handle.value.bounds)
+
+    def export(self, handle: LazyHandle, to: str, ttl: float | None = None) -> bytes:
+        """A transfer token for `handle`: one read of it by the server of node id `to`, within `ttl`
+        seconds (None: the server's longest, `ember.remote.tokens.TTL`)."""
+        with self.lock:
+            self._flush()
+            message = {"t": "export", "id": handle.value.id, "to": to}
+            if ttl is not None:
+                message["ttl"] = float(ttl)
+            return self._request(message)["token"]
+
+    def claim(self, source: str, token: bytes, aval: Aval, bounds: tuple | None = None) -> LazyHandle:
+        """The tensor (of `aval`) that `token` grants on the server of iroh endpoint ticket `source`, now
+        held by this backend's server; `RemoteError` with its reason when it is refused."""
+        with self.lock:
+            id = next(self._ids)
+            self._request({"t": "import", "id": id, "from": source, "token": token, "dt": aval.dtype.name,
+                           "sh": tuple(aval.shape)})
+            self.counts["imports"] += 1
+            return LazyHandle.concrete(RemoteRef(id, self.frees, bounds), aval)
 
     def value_bounds(self, handle: LazyHandle) -> tuple[int, int] | None:
         return handle_bounds(handle) or None  # host data's, so class targets are checked without a read

@@ -28,7 +28,7 @@ import numpy as np
 from ...dtype import _BY_NAME, DType
 from ...errors import ProtocolError
 
-PROTOCOL = 1
+PROTOCOL = 2
 """The protocol version; client and server must agree (the init exchange checks it)."""
 ALPN = b"ember/remote/1"
 CHUNK = 4 << 20
@@ -48,6 +48,7 @@ class Limits:
     graphs: int = 1 << 12              # graphs registered by one session
     handles: int = 1 << 20             # tensors held by one session
     rank: int = 32                     # dims of one shape
+    exports: int = 64                  # transfer tokens one session holds unredeemed
 
 
 LIMITS = Limits()
@@ -169,15 +170,18 @@ def parse_ticket(ticket: str) -> dict:
 
 # ---- frames over a socket ------------------------------------------------------------------------
 class SocketFrames:
-    """Frames over a connected blocking socket (the TCP transport)."""
+    """Frames over a connected blocking socket (the TCP transport); `sent` and `received` count the bytes
+    of its frames, headers included."""
 
     def __init__(self, sock: socket.socket, limits: Limits = LIMITS) -> None:
         self.sock = sock
         self.limits = limits
+        self.sent = self.received = 0
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def send(self, *frames: bytes | memoryview) -> None:
         for frame in frames:
+            self.sent += _HEADER.size + len(frame)
             if len(frame) < 1 << 16:  # one write for a message: no copy worth avoiding
                 self.sock.sendall(_HEADER.pack(len(frame)) + frame)
             else:
@@ -212,6 +216,7 @@ class SocketFrames:
             if not n:
                 raise EOFError("the peer closed the connection")
             got += n
+        self.received += got
 
     def close(self) -> None:
         try:

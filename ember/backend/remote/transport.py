@@ -26,7 +26,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ...errors import RemoteError
+from ...errors import ProtocolError, RemoteError
 from .protocol import _HEADER, ALPN, INSTALL, LIMITS, Limits, SocketFrames, decode, encode
 
 CONNECT_TIMEOUT = 20.0
@@ -96,22 +96,26 @@ def node_id(key: bytes) -> str:
 
 
 class IrohFrames:
-    """Frames over an iroh bidirectional stream, read and written from a plain thread through `loop`."""
+    """Frames over an iroh bidirectional stream, read and written from a plain thread through `loop`;
+    `sent` and `received` count their bytes; `timeout` (seconds, None: none) bounds each wait."""
 
-    def __init__(self, loop: Loop, send, recv, limits: Limits = LIMITS) -> None:
-        self.loop, self.sender, self.receiver, self.limits = loop, send, recv, limits
+    def __init__(self, loop: Loop, send, recv, limits: Limits = LIMITS, timeout: float | None = None) -> None:
+        self.loop, self.sender, self.receiver, self.limits, self.timeout = loop, send, recv, limits, timeout
+        self.sent = self.received = 0
 
     def send(self, *frames: bytes | memoryview) -> None:
         data = b"".join(_HEADER.pack(len(f)) + bytes(f) for f in frames)
-        self.loop.run(self.sender.write_all(data))
+        self.sent += len(data)
+        self.loop.run(self.sender.write_all(data), self.timeout)
 
     def recv(self) -> bytes:
-        return self.loop.run(read_frame(self.receiver, self.limits))
+        data = self.loop.run(read_frame(self.receiver, self.limits), self.timeout)
+        self.received += _HEADER.size + len(data)
+        return data
 
     def recv_into(self, view: memoryview) -> None:
         data = self.recv()
         if len(data) != len(view):
-            from ...errors import ProtocolError
             raise ProtocolError(f"a chunk of {len(data)} bytes where {len(view)} were due")
         view[:] = data
 
@@ -124,7 +128,6 @@ class IrohFrames:
 
 async def read_frame(recv, limits: Limits = LIMITS) -> bytes:
     """One frame from an iroh receive stream; `EOFError` when it ended."""
-    from ...errors import ProtocolError
     try:
         size, = _HEADER.unpack(await recv.read_exact(4))
         if size > limits.frame:
@@ -134,39 +137,68 @@ async def read_frame(recv, limits: Limits = LIMITS) -> bytes:
         raise EOFError(f"the stream ended: {e.message()}") from None
 
 
-def connect(ticket: dict, init: dict) -> tuple[Any, dict, tuple]:
+class Refused(RemoteError):
+    """The server answered the handshake with a refusal (its reason is the message)."""
+
+
+def connect(ticket: dict, init: dict, endpoint=None, io: Loop | None = None, timeout: float | None = None,
+            connection=None) -> tuple[Any, dict, tuple]:
     """Connect to the server of a parsed `ticket` and send `init`: (frames, the `ready` message, the iroh
-    objects the session must keep alive). `RemoteError` with the server's reason when it refuses."""
+    objects the session must keep alive: endpoint, connection, streams). `Refused` with the server's
+    reason when it refuses, `RemoteError` when it cannot be reached. `endpoint` (on `io`'s loop): the
+    iroh endpoint to connect from, so the server sees its node id (a server pulling a transfer uses its
+    own); None: one bound with this machine's client key (`client_key`). `connection`: an open iroh
+    connection to that server to reuse (a new stream on it). `timeout` bounds each later wait of the
+    frames (None: none)."""
     module = iroh()
-    io = loop()
+    io = io or loop()
     address = module.EndpointTicket.from_string(ticket["endpoint"]).endpoint_addr()
+    where = f"the ember server at {address.direct_addresses()}"
 
     async def handshake():
-        endpoint = await bind(client_key(), [], "0.0.0.0:0", relays=address.relay_url() is not None)
-        connection = await endpoint.connect(address, ALPN)
-        stream = await connection.open_bi()
+        own = endpoint
+        link = connection
+        if link is None:
+            own = own or await bind(client_key(), [], "0.0.0.0:0", relays=address.relay_url() is not None)
+            link = await own.connect(address, ALPN)
+        stream = await link.open_bi()
         send, recv = stream.send(), stream.recv()
         await send.write_all(_HEADER.pack(len(frame := encode(init))) + frame)
         reply = decode(await read_frame(recv))
-        return endpoint, connection, send, recv, reply
+        return own, link, send, recv, reply
     try:
-        endpoint, connection, send, recv, reply = io.run(handshake(), CONNECT_TIMEOUT)
+        own, link, send, recv, reply = io.run(handshake(), CONNECT_TIMEOUT)
     except (EOFError, TimeoutError) as e:
-        raise RemoteError(f"the ember server at {address.direct_addresses()} closed the connection during the "
-                          f"handshake ({e or 'timed out'})") from None
+        raise RemoteError(f"{where} closed the connection during the handshake ({e or 'timed out'})") from None
     except module.IrohError as e:
-        raise RemoteError(f"cannot reach the ember server at {address.direct_addresses()}: {e.message()}") from None
+        raise RemoteError(f"cannot reach {where}: {e.message()}") from None
+    except ProtocolError as e:
+        raise RemoteError(f"{where} answered the handshake with a malformed message ({e})") from None
     if not isinstance(reply, dict) or reply.get("t") != "ready":
         why = reply.get("msg") if isinstance(reply, dict) else repr(reply)[:100]
-        raise RemoteError(f"the ember server refused this client: {why}")
-    keep = (endpoint, connection, send, recv)
+        raise Refused(f"the ember server refused: {why}")
+    keep = (own, link, send, recv)
     if reply.get("transport") == "iroh":
-        return IrohFrames(io, send, recv), reply, keep
-    host = _host(address.direct_addresses())
-    sock = socket.create_connection((host, int(reply["port"])), timeout=CONNECT_TIMEOUT)
-    sock.settimeout(None)
-    sock.sendall(reply["key"])
+        return IrohFrames(io, send, recv, timeout=timeout), reply, keep
+    if type(reply.get("port")) is not int or type(reply.get("key")) is not bytes:
+        raise RemoteError(f"{where} sent a malformed 'ready'")
+    try:
+        sock = socket.create_connection((_host(address.direct_addresses()), reply["port"]), timeout=CONNECT_TIMEOUT)
+        sock.settimeout(timeout)
+        sock.sendall(reply["key"])
+    except OSError as e:
+        raise RemoteError(f"cannot open the TCP stream of {where}: {e}") from None
     return SocketFrames(sock), reply, keep
+
+
+def endpoint_node(endpoint: str) -> str:
+    """The node id of an iroh endpoint ticket (a server's address, as its ember ticket holds it);
+    `RemoteError` if `endpoint` is not one."""
+    module = iroh()
+    try:
+        return str(module.EndpointTicket.from_string(endpoint).endpoint_addr().id())
+    except module.IrohError:
+        raise RemoteError(f"not an iroh endpoint ticket: {endpoint[:40]!r}") from None
 
 
 def _host(addresses: list[str]) -> str:
