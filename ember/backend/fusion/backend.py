@@ -86,7 +86,7 @@ class Fusion(Decorator):
         self.observer = None
         """Called as `observer(plan, records)` at every flush (`ember.debug.explain` listens here)."""
         self._local = threading.local()
-        self._streams: weakref.WeakSet = weakref.WeakSet()
+        self._streams: list[weakref.ref] = []  # every thread's stream, weakly: it goes with its thread
         self._shared = threading.Lock()  # the plan cache, the counters and the set of streams
 
     # ---- the protocol ----------------------------------------------------------------------------
@@ -153,9 +153,11 @@ class Fusion(Decorator):
     def flush(self) -> None:
         """Run what every thread has recorded on this device."""
         with self._shared:
-            streams = list(self._streams)
-        for stream in streams:
-            self._flush(stream)
+            refs = tuple(self._streams)  # a tuple of refs, not a WeakSet's iteration: every sync asks
+        for ref in refs:
+            stream = ref()
+            if stream is not None:
+                self._flush(stream)
 
     def pending(self) -> int:
         """How many ops the calling thread has recorded and not run yet."""
@@ -165,14 +167,14 @@ class Fusion(Decorator):
         stream = getattr(self._local, "stream", None)
         if stream is None:
             stream = self._local.stream = Stream(static_params)
-            with self._shared:
-                self._streams.add(stream)
+            with self._shared:  # the streams of ended threads leave the list here
+                self._streams = [r for r in self._streams if r() is not None] + [weakref.ref(stream)]
         return stream
 
     def _flush(self, stream: Stream) -> None:
         """Run every op of `stream` whose value is needed, and empty it."""
         with stream.lock:
-            if not len(stream):
+            if not stream.records:
                 return
             records, externals, external_avals, live, key = stream.take()
             with self._shared:
