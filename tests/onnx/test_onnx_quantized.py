@@ -332,3 +332,31 @@ def test_matmul_nbits_errors_name_the_op():
     model = load(_graph([node], [("x", TensorProto.FLOAT)], inits, ms=True), device=ember.Device.numpy())
     with pytest.raises(UnsupportedOnnxError, match=r"com.microsoft.MatMulNBits .*'mm3'.*bits=3"):
         model(np.zeros((1, k), np.float32))
+
+
+def test_empty_batches_and_an_all_zero_dynamic_quantization(device):
+    rng = np.random.default_rng(9)
+    k, n = 13, 7
+    w = _ints(rng, np.int8, (k, n))
+    integer = _graph([helper.make_node("MatMulInteger", ["a", "w", "a_zp"], ["y"])], [("a", TensorProto.UINT8)],
+                     {"w": w, "a_zp": np.uint8(3)}, TensorProto.INT32, opset=13)
+    dq = _graph([helper.make_node("DequantizeLinear", ["w", "s"], ["wd"], axis=1),
+                 helper.make_node("MatMul", ["x", "wd"], ["y"])], [("x", TensorProto.FLOAT)],
+                {"w": w, "s": rng.uniform(0.01, 0.05, n).astype(np.float32)})
+    for data, x in ((integer, np.zeros((0, k), np.uint8)), (dq, np.zeros((2, 0, k), np.float32))):
+        model = load(data, device=device)
+        assert len(model.quantized) == 1
+        got, want = model(x)[0].numpy(), _session(data).run(None, {"x" if x.dtype == np.float32 else "a": x})[0]
+        assert got.shape == want.shape and got.dtype == want.dtype
+    # an all-zero input: codes and zero point 0 as onnxruntime; the scale ONNX's reference's 1/255 (onnxruntime: 1)
+    dql = helper.make_model(helper.make_graph(
+        [helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "z"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info(v, t, None) for v, t in (("y", TensorProto.UINT8), ("s", TensorProto.FLOAT),
+                                                                 ("z", TensorProto.UINT8))]),
+        opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+    zeros = np.zeros((2, 3), np.float32)
+    y, s, z = (v.numpy() for v in load(dql, device=device)(zeros))
+    want_y, _, want_z = _session(dql).run(None, {"x": zeros})
+    np.testing.assert_array_equal(y, want_y)
+    assert z == want_z and s == np.float32(1) / np.float32(255)
