@@ -360,3 +360,24 @@ def test_empty_batches_and_an_all_zero_dynamic_quantization(device):
     want_y, _, want_z = _session(dql).run(None, {"x": zeros})
     np.testing.assert_array_equal(y, want_y)
     assert z == want_z and s == np.float32(1) / np.float32(255)
+
+
+def test_matmul_nbits_layouts_without_a_scheme_keep_exact_results(device):
+    """Float zero points that are not codes, and a B fed at run time, are dequantized by the op itself."""
+    rng = np.random.default_rng(10)
+    k, n, block = 37, 5, 16
+    nb = -(-k // block)
+    codes = rng.integers(0, 16, (n, nb * block)).astype(np.uint8)
+    b = (codes[:, 0::2] | (codes[:, 1::2] << 4)).reshape(n, nb, block // 2)
+    inits = {"b": b, "s": rng.uniform(0.01, 0.05, (n, nb)).astype(np.float32),
+             "z": rng.uniform(0, 15, (n, nb)).astype(np.float32), "bias": rng.standard_normal(n).astype(np.float32)}
+    node = helper.make_node("MatMulNBits", ["x", "b", "s", "z", "", "bias"], ["y"], domain="com.microsoft", K=k, N=n,
+                            bits=4, block_size=block)
+    x = rng.standard_normal((3, k), dtype=np.float32)
+    for fed in (False, True):
+        given = {name: a for name, a in inits.items() if not (fed and name == "b")}
+        data = _graph([node], [("x", TensorProto.FLOAT)] + ([("b", TensorProto.UINT8)] if fed else []), given, ms=True)
+        model = load(data, device=device)
+        assert not model.quantized
+        feeds = {"x": x, **({"b": b} if fed else {})}
+        np.testing.assert_allclose(model.run(feeds)["y"].numpy(), _session(data).run(None, feeds)[0], atol=1e-5, rtol=1e-5)
