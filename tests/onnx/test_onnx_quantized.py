@@ -380,4 +380,5 @@ def test_matmul_nbits_layouts_without_a_scheme_keep_exact_results(device):
         model = load(data, device=device)
         assert not model.quantized
         feeds = {"x": x, **({"b": b} if fed else {})}
-        np.testing.assert_allclose(model.run(feeds)["y"].numpy(), _session(data).run(None, feeds)[0], atol=1e-5, rtol=1e-5)
+        want = _session(data).run(None, feeds)[0]
+        np.testing.assert_allclose(model.run(feeds)["y"].numpy(), want, atol=1e-5, rtol=1e-5)
