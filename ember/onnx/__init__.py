@@ -4,7 +4,9 @@
 device; it fuses and differentiates (float initializers are Params, so it can be fine-tuned). Dynamic
 dimensions take any size; opsets 7 to the newest the `onnx` package knows, If/Loop/Scan, sequences
 and optionals; ops ONNX defines as functions run their bodies. An op, attribute or dtype ember cannot
-run raises `UnsupportedOnnxError` naming the op, the opset, the node and what is missing.
+run raises `UnsupportedOnnxError` naming the op, the opset, the node and what is missing. Matmuls of
+constant quantized weights (Q/DQ, MatMulInteger, QLinearMatMul, MatMulNBits) run `ember.quant`'s
+kernels, the weights held as layers in `model.quantized` (docs/onnx.md, "Quantized graphs").
 `ember.onnx.export(module, example_inputs, path, dynamic_axes=None, opset=None)` traces a forward
 pass on a capture device and writes a file onnxruntime runs (docs/onnx.md). Both need the `onnx`
 extra (`pip install 'ember[onnx]'`).

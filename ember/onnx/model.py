@@ -3,6 +3,8 @@
 The module runs the graph with ember's ops on its device at every call (nothing is compiled ahead),
 so dynamic dimensions take any size, and on an autodiff device the float initializers (Params) get
 gradients: an imported model can be fine-tuned. Integer initializers (shapes, indices) are buffers.
+Constant quantized weights of the matmuls are layers in `quantized` (`ember.onnx.qrewrite`), their
+ONNX initializers not loaded.
 
 Example:
     >>> model = load("model.onnx", device=Device.cpu())
@@ -23,15 +25,19 @@ from ..tensor import Tensor
 from . import proto, values
 from .errors import OnnxError, UnsupportedOnnxError, require_onnx
 from .graph import Parser, _domain, elem_code, value_types
+from .qrewrite import rewrite
 
 
 class OnnxModel(Module):
     """An ONNX graph as a Module: `model(*inputs)` returns the outputs as a tuple, `model.run(feeds)`
-    takes and returns dicts by name. Float initializers are in `initializers` as Params."""
+    takes and returns dicts by name. Float initializers are in `initializers` as Params, the layers
+    made of quantized weights in `quantized` (`QuantLinear`, `IntegerLinear`) by their weight's name."""
 
     def __init__(self, graph, initializers: dict[str, Tensor], input_names: list[str],
-                 output_names: list[str], device: Device, output_types: list | None = None) -> None:
+                 output_names: list[str], device: Device, output_types: list | None = None,
+                 quantized: dict[str, Module] | None = None) -> None:
         self.initializers = initializers
+        self.quantized = dict(quantized or {})
         self._graph, self._device = graph, device
         # integer initializers (shapes, indices) on the host, where the graph's shape computations run
         self._host = {name: v.to(Device.numpy()) for name, v in initializers.items()
@@ -43,6 +49,9 @@ class OnnxModel(Module):
     def device(self) -> Device:
         for value in self.initializers.values():
             return value.device
+        for layer in self.quantized.values():
+            for _, buffer in layer.named_buffers():
+                return buffer.device
         return self._device
 
     def forward(self, *inputs) -> tuple:
@@ -69,6 +78,7 @@ class OnnxModel(Module):
         if missing:
             raise OnnxError(f"OnnxModel.run: missing input(s) {', '.join(missing)}")
         named = dict(self.initializers)
+        named.update(self.quantized)
         named.update({name: _value(v, device, name) for name, v in feeds.items()})
         if self._host is None or any(n in self._host for n in feeds):  # a fed initializer is no constant
             outputs = self._graph.run([], device, named=named)
@@ -121,12 +131,16 @@ def _module(m, device: Device, base_dir: str | None) -> OnnxModel:
     functions = {(_domain(f.domain), f.name): f for f in m.functions}
     parser = Parser(opsets, functions, value_types(m), base_dir)
     graph = parser.graph(m.graph, with_initializers=False)
+    fed = {i.name for i in m.graph.input}  # an initializer that is also an input can be fed: no constant
+    constants = {t.name: t for t in m.graph.initializer if t.name not in fed}
+    layers, unused = rewrite(graph, constants, lambda name: _array(constants[name], base_dir), device)
     initializers: dict[str, Tensor] = {}
     for t in m.graph.initializer:
-        initializers[t.name] = _initializer(t, device, base_dir)
+        if t.name not in unused:
+            initializers[t.name] = _initializer(t, device, base_dir)
     inputs = [i.name for i in m.graph.input if i.name not in initializers]
     types = [elem_code(o.type) for o in m.graph.output]
-    return OnnxModel(graph, initializers, inputs, graph.outputs, device, types)
+    return OnnxModel(graph, initializers, inputs, graph.outputs, device, types, layers)
 
 
 def _initializer(t, device: Device, base_dir: str | None):
@@ -134,10 +148,13 @@ def _initializer(t, device: Device, base_dir: str | None):
         raise UnsupportedOnnxError("<initializer>", None, t.name,
                                    f"initializer of element type {proto.type_name(t.data_type)}, which ember "
                                    "neither holds nor emulates")
-    try:
-        array = proto.to_array(t, base_dir)
-    except Exception as e:  # OSError, or onnx's ValidationError for a missing external-data file
-        raise OnnxError(f"load: initializer {t.name!r}: cannot read its data ({e})") from e
-    value = values.to_value(array, device)
+    value = values.to_value(_array(t, base_dir), device)
     # only held float types train: an emulated float8 decoded to f32 is a buffer
     return Param(value) if proto.dtype_of(t.data_type) is not None and value.dtype.is_float else value
+
+
+def _array(t, base_dir: str | None):
+    try:
+        return proto.to_array(t, base_dir)
+    except Exception as e:  # OSError, or onnx's ValidationError for a missing external-data file
+        raise OnnxError(f"load: initializer {t.name!r}: cannot read its data ({e})") from e

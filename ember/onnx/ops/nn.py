@@ -41,13 +41,17 @@ def gemm(call, a, b, c=None):
         a = a.T
     if call.attr("transB", 0):
         b = b.T
-    y = matmul(a, b)
+    return gemm_output(call, matmul(a, b), c, a.dtype)
+
+
+def gemm_output(call, y, c, dtype):
+    """Gemm's alpha * y + beta * c of the product y, as `dtype` (A's)."""
     alpha, beta = call.attr("alpha", 1.0), call.attr("beta", 1.0)
     if alpha != 1.0:
         y = y * alpha
     if c is not None:
         y = y + (c * beta if beta != 1.0 else c)
-    return y.cast(a.dtype)
+    return y.cast(dtype)
 
 
 @op("Einsum")
