@@ -158,7 +158,7 @@ def _tensor(tape, source: "Node | Const", like):
     """The value of `source` as a rule of a node on `tape` reads it, made like the rule's cotangent `like`
     (this package imports no tensor layer): a tensor on the inner device, or, in a walk that creates a
     graph, on the autodiff device, tracked through `source` when it is a node."""
-    if creating_graph():
+    if getattr(_walk, "create_graph", False):  # `creating_graph()`, without its frame per value read
         return tape.wrap_tracked(like, source.primal(), source.aval, source if type(source) is Node else None)
     return like._make(like._device, source.primal(), source.aval)
 
@@ -271,8 +271,13 @@ def backward(root: "Node | Iterable[Node]", cotangent, create_graph: bool = Fals
 
 
 def _touches_complex(node: Node) -> bool:
-    """Whether the output or an input of `node` is complex."""
-    return node.aval.dtype.category == COMPLEX or any(a.dtype.category == COMPLEX for a in node.input_avals)
+    """Whether the output or an input of `node` is complex (a plain loop: asked of every node walked)."""
+    if node.aval.dtype.category == COMPLEX:
+        return True
+    for parent in node.parents:
+        if parent.aval.dtype.category == COMPLEX:
+            return True
+    return False
 
 
 def _run_hooks(node: Node, g):
