@@ -7,10 +7,11 @@ copy through the runtime (nothing to copy on the CPU), and `sync` waits for its 
 permute, expand, slice and flip are metadata on either kind of array (as in CubeCL), and kernels read
 any strides.
 
-`execute` looks the primitive up in the lowering table (`lowering.TABLE`); a primitive without a row, a
-case its row does not cover (`Unlowered`), or (on a device) a row that needs a host array or a kernel
-the target cannot render (the runtime's `TARGET_ERRORS`), runs the primitive's NumPy reference (on a
-device: through host copies) and is recorded in `fallbacks`, so the gap stays visible. A primitive
+`execute` looks the primitive up in the lowering table (`lowering.TABLE`; `complex.COMPLEX_TABLE` when an
+operand or the result is complex); a primitive without a row, a case its row does not cover
+(`Unlowered`), or (on a device) a row that needs a host array or a kernel the target cannot render (the
+runtime's `TARGET_ERRORS`), runs the primitive's NumPy reference (on a device: through host copies) and
+is recorded in `fallbacks`, so the gap stays visible. A primitive
 whose inputs or output have a dtype the runtime's kernels cannot hold (`runtime.dtypes`; WGSL has no
 f64, i64, ...) raises `UnsupportedDTypeError` naming the dtype and the adapter.
 
@@ -78,9 +79,10 @@ class CubeBackend(Backend):
         donation, `ember/backend/cube/fused/donation.py`), given to a row that `writes_over`."""
         if self._checks_dtypes:
             self._check_dtypes(prim, inputs, out)
-        row = TABLE.get(prim.name)
-        if row is not None and (out.dtype.category == COMPLEX or any(a.dtype.kind == "c" for a in inputs)):
+        if out.dtype.category == COMPLEX or any(a.dtype.kind == "c" for a in inputs):
             row = COMPLEX_TABLE.get(prim.name)  # complex operands: the rows that read them as float pairs
+        else:
+            row = TABLE.get(prim.name)
         if row is not None:
             try:
                 if row.creates:  # fill, uniform, ...: made on this backend's runtime
