@@ -14,8 +14,9 @@ output is in order after the last pass without a bit reversal. Inverse transform
 the first pass conjugates what it reads and the last what it writes. Points between passes are held as
 two planes (real parts, then imaginary parts); the first pass reads and the last writes interleaved
 pairs, the complex arrays' layout. The C target launches a cube of one vector of units per run of
-consecutive butterflies (addresses affine in the unit, so gcc emits vector loads and stores); GPU
-targets launch one unit per butterfly, rows and groups found by multiply-high division.
+consecutive butterflies (addresses affine in the unit, so gcc emits vector loads and stores), and runs
+every pass of a short row in one cube for large batches (`rows_kernel`); GPU targets launch one unit
+per butterfly, rows and groups found by multiply-high division. Why, with figures: docs/signal.md.
 
 Example:
     >>> fft(np.array([[1, 2, 0, -1]], np.complex64), dims=(1,), inverse=False)
@@ -31,7 +32,7 @@ import numpy as np
 from .. import cube
 from ..cube.kernel import launch_runtime
 from .common import assign, check_elements, contiguous, empty
-from .fft_plan import COMPLEX_OF, PARTS, Bluestein, Plan, magic, plan_for, rfft_twiddles
+from .fft_plan import COMPLEX_OF, PARTS, Plan, magic, plan_for, rfft_twiddles
 
 GPU_UNITS = 256  # units per cube of the one-butterfly-per-unit launches (GPU targets)
 VECTOR_BYTES = 64  # the C target's cube: one AVX-512 vector of units

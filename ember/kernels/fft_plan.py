@@ -1,9 +1,10 @@
 """How the FFT kernels transform a length: its passes and their twiddles, or Bluestein's chirp z-transform,
 built once per (kind, length, dtype, runtime) and kept (the most recent `KEPT` of them).
 
-A length n = 2^a 3^b 5^c 7^d runs as Stockham passes (`radices(n)`): the power of two in passes of 16
-and 8 (then one 4 or 2), the odd primes in passes of their own, the largest radix first (on the C
-target a pass vectorizes over consecutive butterflies of one group, which takes Ns >= one vector).
+A length n = 2^a 3^b 5^c 7^d runs as Stockham passes (`radices(n)`): the power of two as one pass of 16
+first (on the C target a pass vectorizes over consecutive butterflies of one group, which takes Ns of
+at least a vector: 16 f32), then passes of 8 (the 16-point codelet spills registers there), a 4 or a 2
+for what is left (a second 16 instead of an 8 and a 2); the odd primes in passes of their own.
 Pass p of radix R after radices of product Ns multiplies point r of butterfly k by exp(-2 pi i r k /
 (R Ns)): the table holds these for r = 1 .. R - 1, k < Ns, every pass one after another, the real
 parts of all of them and then the imaginary parts. Twiddles are computed in float64 and rounded once.
@@ -17,7 +18,7 @@ own dtype it would add an FFT's rounding to every transform).
 
 Example:
     >>> radices(1000), radices(4096), bluestein_length(1009)
-    ((8, 5, 5, 5), (16, 16, 16), 2048)
+    ((8, 5, 5, 5), (16, 8, 8, 4), 2048)
 """
 
 from __future__ import annotations
@@ -44,15 +45,12 @@ def radices(n: int) -> tuple | None:
     a = n.bit_length() - 1
     if n != 1 << a:
         return None
-    twos = [16] * (a // 4)
-    rest = a % 4
-    if rest == 3:
-        twos.append(8)
-    elif rest and twos:  # 2^(4q + 1) or 2^(4q + 2): one 16 becomes an 8 and a 4, or two 8s
-        twos[-1:] = [8, 4] if rest == 1 else [8, 8]
-    elif rest:
-        twos.append(1 << rest)
-    return tuple(twos + odd) if twos or odd else ()
+    if a < 4:
+        return tuple(([1 << a] if a else []) + odd)
+    q, r = divmod(a - 4, 3)  # 2^a = 16 * 8^q * 2^r
+    if r == 1 and q:
+        return (16,) + (8,) * (q - 1) + (16,) + tuple(odd)
+    return (16,) + (8,) * q + ((1 << r,) if r else ()) + tuple(odd)
 
 
 def _smooth(limit: int) -> list:
