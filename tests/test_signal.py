@@ -1,7 +1,11 @@
 """ember.signal against torch.fft / torch / NumPy on every suite device: transforms at lengths 1, primes
-and powers of two, batched, every norm, with gradients; windows, stft/istft, fftconvolve, mel filters."""
+and powers of two, batched, every norm, with gradients; the DFT kernels (ember/kernels/fft.py) at every
+kind of length; windows, stft/istft, fftconvolve, mel filters."""
 
 from __future__ import annotations
+
+import math
+import random
 
 import numpy as np
 import pytest
@@ -9,6 +13,7 @@ import torch
 
 import ember
 from ember import signal
+from ember.kernels.fft_plan import bluestein_length, magic, radices
 from conformance.oracle import check, check_grad, sample, to_numpy, to_torch
 
 NORMS = (None, "ortho", "forward")
@@ -65,6 +70,94 @@ def test_empty_and_bad_lengths(device):
     # an empty batch transforms to an empty batch (NumPy's; torch's MKL refuses it)
     empty = signal.rfft(ember.zeros(0, 5, device=device))
     assert empty.shape == np.fft.rfft(np.zeros((0, 5))).shape and empty.dtype == ember.c64
+    for n in (6, 7):
+        assert signal.ifft(ember.zeros(0, n, dtype="c64", device=device)).shape == (0, n)
+        assert signal.rfft(ember.zeros(2, 0, n, device=device), dim=1, n=4).shape == (2, 3, n)
+
+
+# ---- the DFT kernels at every kind of length ------------------------------------------------------------
+EPS = {"c64": 2.0 ** -24, "c128": 2.0 ** -53}
+# 1 and 2; primes (those above 7 through Bluestein); smooth composites; 202 = 2 * 101 and 2018 = 2 * 1009
+# (a large prime factor: Bluestein); every power of two to 2^12
+LENGTHS = [1, 2, 7, 17, 97, 1009, 12, 360, 1000, 202] + [2 ** k for k in range(2, 13)]
+# rows * n >= 2^16: on the C target every pass of a row runs in one cube (rows_kernel), plain and Bluestein
+BATCHED = [(64, 1024), (70, 1009)]
+
+
+def _close(got: ember.Tensor, want: torch.Tensor, dtype: str, n: int) -> None:
+    """max |got - want| <= 8 eps log2(n) max |want|: an FFT's rounding grows with its passes."""
+    assert got.dtype.name == dtype and got.shape == tuple(want.shape)
+    g, w = got.numpy().astype(np.complex128), want.resolve_conj().numpy()
+    err = np.abs(g - w).max(initial=0) / max(np.abs(w).max(initial=0), 1e-300)
+    assert err <= 8 * EPS[dtype] * max(1.0, math.log2(n)), f"n = {n}: relative error {err:.2e}"
+
+
+def _no_fallback(device) -> None:
+    """The transforms ran as cube kernels: the Cube backend (if the device has one) recorded no fallback."""
+    backend = device.backend
+    while backend is not None and not hasattr(backend, "fallbacks"):
+        backend = getattr(backend, "inner", None)
+    if backend is not None and type(backend).__name__ == "CubeBackend":
+        assert not {"fft", "rfft"} & backend.fallbacks
+
+
+@pytest.mark.parametrize("dtype", ["c64", "c128"])
+def test_fft_kernels_at_any_length(device, dtype, rng):
+    """Forward and inverse DFTs against torch.fft in double precision, rows of every kind of length."""
+    for rows, n in [(3, n) for n in LENGTHS] + BATCHED:
+        x = sample((rows, n), dtype, rng)
+        e, t = ember.tensor(x, device=device), to_torch(x.astype(np.complex128))
+        _close(signal.fft(e), torch.fft.fft(t), dtype, n)
+        _close(signal.ifft(e, norm="forward"), torch.fft.ifft(t, norm="forward"), dtype, n)
+    x = sample((5, 6, 7), dtype, rng)  # over leading dims (moved last and back) and several at once
+    e, t = ember.tensor(x, device=device), to_torch(x.astype(np.complex128))
+    _close(signal.fft(e, dim=0), torch.fft.fft(t, dim=0), dtype, 5)
+    _close(signal.ifftn(e, dim=(0, 2), norm="forward"), torch.fft.ifftn(t, dim=(0, 2), norm="forward"), dtype, 35)
+    _close(signal.fft(e.transpose(0, 2), dim=1), torch.fft.fft(t.transpose(0, 2), dim=1), dtype, 6)
+    _no_fallback(device)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+def test_rfft_kernels(device, dtype, rng):
+    """rfft of even lengths is a half-length complex DFT and a post-twiddle; odd lengths take the full one."""
+    cdtype = {"f32": "c64", "f64": "c128"}[dtype]
+    for n in [1, 2, 3, 8, 17, 98, 1000, 2018, 4096]:
+        x = sample((3, n), dtype, rng)
+        _close(signal.rfft(ember.tensor(x, device=device)), torch.fft.rfft(to_torch(x.astype(np.float64))), cdtype, n)
+    x = sample((6, 5, 8), dtype, rng)
+    e, t = ember.tensor(x, device=device), to_torch(x.astype(np.float64))
+    _close(signal.rfft(e, dim=0), torch.fft.rfft(t, dim=0), cdtype, 6)
+    _close(signal.rfftn(e, dim=(0, 1)), torch.fft.rfftn(t, dim=(0, 1)), cdtype, 30)
+    _no_fallback(device)
+
+
+def test_fft_plans():
+    """The passes multiply to the length (none for a large prime factor); Bluestein's length is 7-smooth
+    and long enough for the circular convolution; the multiply-high division is exact on edge values."""
+    for n in list(range(1, 400)) + [1009, 4096, 1048576, 1048573]:
+        rs = radices(n)
+        smooth = all(p in (2, 3, 5, 7) for p in _prime_factors(n))
+        assert (rs is not None) == smooth and (rs is None or math.prod(rs) == n)
+        if rs is None:
+            m = bluestein_length(n)
+            assert m >= 2 * n - 1 and radices(m) is not None
+    assert radices(1024) == (16, 8, 8) and bluestein_length(1048573) == 2 ** 21
+    pick = random.Random(0)
+    for d in [1, 2, 3, 7, 16, 1000, 65537, 2 ** 30 + 3, 2 ** 31 - 1]:
+        mg, s1, s2 = magic(d)
+        for x in [0, 1, d - 1, d, d + 1, 2 ** 31 - 1] + [pick.randrange(2 ** 31) for _ in range(200)]:
+            t = (x * mg) >> 32
+            assert (t + ((x - t) >> s1)) >> s2 == x // d
+
+
+def _prime_factors(n: int) -> set:
+    found, p = set(), 2
+    while p * p <= n:
+        while n % p == 0:
+            found.add(p)
+            n //= p
+        p += 1
+    return found | ({n} if n > 1 else set())
 
 
 def _grads(fn, arrays, device):

@@ -1,11 +1,12 @@
 """`torch.fft`'s transforms: fft, ifft, rfft, irfft, hfft, ihfft, their 2-d and n-d forms, fftfreq,
 rfftfreq, fftshift and ifftshift, with `n`/`s`, `dim` and `norm` as in torch.fft.
 
-Every transform is the one `fft` primitive (`ember.ops.fft`: the unscaled complex DFT over some dims, of
-any length) composed with ember ops: zero padding or trimming to `n`, the scale of `norm` ("backward":
-none forward and 1/n inverse; "ortho": 1/sqrt(n) both ways; "forward": 1/n forward), the real input's
-conversion, the half spectrum's slice (rfft) and its Hermitian completion (irfft). Gradients follow
-from the primitive's rule (the adjoint of a DFT is a DFT) and those of the ops around it.
+Every transform is one of two primitives (`ember.ops.fft`: `fft`, the unscaled complex DFT over some
+dims, of any length; `rfft`, the half spectrum of a real signal along one dim) composed with ember ops:
+zero padding or trimming to `n`, the scale of `norm` ("backward": none forward and 1/n inverse;
+"ortho": 1/sqrt(n) both ways; "forward": 1/n forward), the real input's conversion and the Hermitian
+completion of a half spectrum (irfft). Gradients follow from the primitives' rules (the adjoint of a
+DFT is a DFT) and those of the ops around it.
 
 Example:
     >>> x = ember.tensor([1.0, 2.0, 0.0, -1.0])
@@ -108,9 +109,11 @@ def _r2c(op: str, x: Tensor, s, dim, norm) -> Tensor:
     dims, sizes = _dims_and_sizes(op, x, s, dim)
     for d, n in zip(dims, sizes):
         x = _resized(op, x, n, d)
-    out = _c2c(op, x, None, dims, norm, False)
-    last = dims[-1]
-    return out.narrow(last, 0, sizes[-1] // 2 + 1)
+    out = apply("rfft", x, dim=dims[-1])  # the half spectrum along the last dim, then the others in full
+    if len(dims) > 1:
+        out = apply("fft", out, dims=dims[:-1], inverse=False)
+    scale = _scale(op, norm, math.prod(sizes), False)
+    return out if scale == 1.0 else out * scale
 
 
 def _c2r(op: str, x: Tensor, s, dim, norm) -> Tensor:

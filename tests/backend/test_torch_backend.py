@@ -207,7 +207,7 @@ def test_the_fallbacks_are_the_documented_ones():
     # The primitives of ember/ops/search.py have no row yet either (docs/backends.md says so).
     core = {name for name, prim in registry.items() if prim.reference.__module__ != "ember.extension"}
     search = {"searchsorted", "scatter_reduce", "randperm", "multinomial"}
-    complex_parts = {"fft", "conj", "real", "imag", "complex"}  # the complex primitives: their references
+    complex_parts = {"fft", "rfft", "conj", "real", "imag", "complex"}  # the complex primitives: their references
     assert MISSING == {"uniform", "normal", "randint"} and core - set(TABLE) == MISSING | search | complex_parts
     assert set(TABLE) <= core
 

@@ -7,10 +7,11 @@ copy through the runtime (nothing to copy on the CPU), and `sync` waits for its 
 permute, expand, slice and flip are metadata on either kind of array (as in CubeCL), and kernels read
 any strides.
 
-`execute` looks the primitive up in the lowering table (`lowering.TABLE`); a primitive without a row, a
-case its row does not cover (`Unlowered`), or (on a device) a row that needs a host array or a kernel
-the target cannot render (the runtime's `TARGET_ERRORS`), runs the primitive's NumPy reference (on a
-device: through host copies) and is recorded in `fallbacks`, so the gap stays visible. A primitive
+`execute` looks the primitive up in the lowering table (`lowering.TABLE`; `complex.COMPLEX_TABLE` when an
+operand or the result is complex); a primitive without a row, a case its row does not cover
+(`Unlowered`), or (on a device) a row that needs a host array or a kernel the target cannot render (the
+runtime's `TARGET_ERRORS`), runs the primitive's NumPy reference (on a device: through host copies) and
+is recorded in `fallbacks`, so the gap stays visible. A primitive
 whose inputs or output have a dtype the runtime's kernels cannot hold (`runtime.dtypes`; WGSL has no
 f64, i64, ...) raises `UnsupportedDTypeError` naming the dtype and the adapter.
 
@@ -78,13 +79,11 @@ class CubeBackend(Backend):
         donation, `ember/backend/cube/fused/donation.py`), given to a row that `writes_over`."""
         if self._checks_dtypes:
             self._check_dtypes(prim, inputs, out)
-        row = TABLE.get(prim.name)
-        if row is not None:
-            complex_ = out.dtype.category == COMPLEX
-            for a in inputs:  # a plain loop: no generator frame on the dispatch hot path
-                complex_ = complex_ or a.dtype.kind == "c"
-            if complex_:
-                row = COMPLEX_TABLE.get(prim.name)  # complex operands: the rows that read them as float pairs
+        complex_ = out.dtype.category == COMPLEX
+        for a in inputs:  # a plain loop: no generator frame on the dispatch hot path
+            complex_ = complex_ or a.dtype.kind == "c"
+        # complex operands: the rows that read them as float pairs
+        row = (COMPLEX_TABLE if complex_ else TABLE).get(prim.name)
         if row is not None:
             try:
                 if row.creates:  # fill, uniform, ...: made on this backend's runtime

@@ -8,7 +8,8 @@ reverse for a C-contiguous pair array. A complex op is a real elementwise progra
 pair axis reversed) and a constant of two values along it; so `a * b` is the one real kernel
 `a0 * b + s * a1 * swap(b)` with `s = (-1, 1)`, rendered by every target (C, CUDA, WGSL) as any real
 program is. Rows here: arithmetic (add, sub, neg, mul, div), conj, real, imag, complex, abs, exp,
-eq, ne, where, cast, sum, matmul (four real products) and the movement views. Other primitives run
+eq, ne, where, cast, sum, matmul (four real products), the movement views, and the DFTs `fft` and `rfft`
+(`ember/kernels/fft.py`, which read the pairs themselves). Other primitives run
 their NumPy reference (`CubeBackend.fallbacks`), which is exact; none gives a wrong value.
 
 Example:
@@ -25,6 +26,7 @@ import numpy as np
 from ...cube.runtime.arguments import DeviceArray
 from ...dtype import COMPLEX, DType, bool_, dtype_of, f32, f64, real_of
 from ...kernels import cast as cast_kernel
+from ...kernels import fft as fft_kernels
 from ...kernels.elementwise import run_elementwise
 from ...ops.primitive import Aval
 from ...ops.program import Program
@@ -262,6 +264,8 @@ COMPLEX_TABLE: dict[str, Lowering] = {
     "abs": Lowering(_abs), "eq": Lowering(_compare("eq")), "ne": Lowering(_compare("ne")),
     "where": Lowering(_where), "cast": Lowering(_only_pairs(_cast)), "sum": Lowering(_sum),
     "matmul": Lowering(_matmul), "reshape": Lowering(_reshape),
+    "fft": Lowering(lambda out, x, *, dims, inverse: fft_kernels.fft(x, dims, inverse)),
+    "rfft": Lowering(lambda out, x, *, dim: fft_kernels.rfft(x, dim)),
     **{name: TABLE[name] for name in ("permute", "expand", "slice", "flip")},
 }
 """The Cube backend's rows for primitives with a complex operand or result (see the module docstring)."""
