@@ -29,12 +29,20 @@ Example:
 
 from __future__ import annotations
 
+import re
+from contextlib import nullcontext
+from functools import partial
+from typing import NamedTuple
+
 import numpy as np
 
 from .. import cube
 from ..cube.kernel import launch_runtime
+from ..cube.runtime.autotune import Autotuner, anchor, device_cache
 from ..ops.quant_matmul import CODES, SIGNED, UNSIGNED, code_table, packed_width, ue8m0_table
-from .common import contiguous, empty, zeros
+from .common import assign, contiguous, empty, zeros
+from .elementwise import cast
+from .matmul import tuned_matmul
 from .reduce import PLANE_WIDTH, units_combine
 
 GEMV_MAX_M = 16
@@ -52,6 +60,11 @@ channel (1, 4096) x (4096, 4096): 1.5 ms against 2.4. Other blocks keep 16 units
 a scale per unit, a gather)."""
 TILE_ROWS, TILE_UNITS, PANEL = 8, 64, 32
 """`qmm_kernel`'s and `qmm_t_kernel`'s tile: rows x units outputs a cube, k in panels of PANEL."""
+DEQUANT_UNITS, DEQUANT_CHUNK = 64, 1024
+"""`dequant_kernel`'s units (bytes of a weight row a round) and bytes of a row per cube."""
+SLAB_ELEMENTS = {"cpu": 1 << 20, "cuda": 1 << 24}
+"""Elements of the dequantized slab `slab` multiplies at a time: 4 MB of f32 on the CPU (it stays in the
+caches between its dequantization and the product), 16M elements on the GPUs."""
 INT_TILE, INT_SPAN, INT_DEPTH = 4, 16, 4
 """`int_matmul_kernel` on the GPU targets: INT_TILE x INT_TILE outputs a cube, INT_SPAN units along k (a
 plane on CUDA), INT_DEPTH rounds per trip."""
@@ -226,6 +239,52 @@ def qmm_t_kernel(g: cube.Array, values: cube.Array[cube.u8], scales: cube.Array,
 
 
 @cube.function
+def dequant_byte(values, scales, zeros, lut, slut, out, row, r, p, pb, kb, srow, nc, bits, kind, ue8m0, affine, bpb,
+                 ragged):
+    """out[r, pb * per + i] = W[row, p * per + i] for the `per` codes of byte p of the row."""
+    per = 8 // bits
+    byte = values[row * kb + p]
+    at = row * srow + (0 if bpb == 0 else p // bpb)
+    s = scale_at(scales, slut, at, ue8m0)
+    z = cube.f32(zeros[at]) if affine else cube.f32(0)
+    for i in cube.unroll(range(per)):
+        c = code_value(field(byte, i * bits, bits), bits, kind, lut)
+        w = s * (c - z) if affine else s * c
+        col = pb * per + i
+        if ragged:
+            if col < nc:
+                out[r * nc + col] = out.dtype(w)
+        else:
+            out[r * nc + col] = out.dtype(w)
+
+
+@cube.kernel
+def dequant_kernel(values: cube.Array[cube.u8], scales: cube.Array, zeros: cube.Array[cube.u8],
+                   lut: cube.Array[cube.f32], slut: cube.Array[cube.f32], out: cube.Array, kb: cube.i32,
+                   srow: cube.i32, j0: cube.i32, c0b: cube.i32, ncb: cube.i32, nc: cube.i32,
+                   units: cube.Comptime[int], chunk: cube.Comptime[int], bits: cube.Comptime[int],
+                   kind: cube.Comptime[str], ue8m0: cube.Comptime[bool], affine: cube.Comptime[bool],
+                   bpb: cube.Comptime[int], ragged: cube.Comptime[bool]):
+    """out (rows, nc) = W[j0 + r, c0b * per + c] (a window of the weight; c0b and ncb count bytes): cube
+    (x, y) widens bytes x * chunk .. of the window's row y, `units` consecutive bytes a round (whole rounds
+    unguarded, then the rest). `bpb`: bytes per scale block (0: one block a row); `ragged`: nc is not a
+    whole number of bytes."""
+    r = cube.CUBE_POS_Y
+    row = j0 + r
+    start = cube.CUBE_POS_X * chunk
+    stop = cube.min(ncb, start + chunk)
+    whole = start + (stop - start) // units * units
+    for t in range(start, whole, units):
+        pb = t + cube.UNIT_POS_X
+        dequant_byte(values, scales, zeros, lut, slut, out, row, r, c0b + pb, pb, kb, srow, nc, bits, kind, ue8m0,
+                     affine, bpb, ragged)
+    pb = whole + cube.UNIT_POS_X
+    if pb < stop:
+        dequant_byte(values, scales, zeros, lut, slut, out, row, r, c0b + pb, pb, kb, srow, nc, bits, kind, ue8m0,
+                     affine, bpb, ragged)
+
+
+@cube.function
 def int_round(a, b, acc, i0, j0, kk, k, R, C, offset):
     """acc[r * C + c] += a[i0 + r, kk] * b[j0 + c, kk] (`mad8`); with `offset`, a's byte is taken as the u8
     a + 128 (u8 x i8 is what VNNI multiplies)."""
@@ -303,11 +362,54 @@ def supports(block: int, k: int, transpose: bool) -> str:
     return ""
 
 
+class Weight(NamedTuple):
+    """A quantized weight W (n, k) as the kernels take it: its parts on the runtime (`zeros` a 1-element
+    stand-in when symmetric), the code's and UE8M0's tables, and the geometry. `srow`: scales a row (0 per
+    tensor); `bpb`: bytes per scale block (0: one block a row)."""
+
+    values: object
+    scales: object
+    zeros: object
+    lut: object
+    slut: object
+    bits: int
+    kind: str
+    ue8m0: bool
+    affine: bool
+    k: int
+    n: int
+    kb: int
+    block: int
+    srow: int
+    bpb: int
+
+    @property
+    def flags(self) -> dict:
+        return dict(bits=self.bits, kind=self.kind, ue8m0=self.ue8m0, affine=self.affine)
+
+    @property
+    def parts(self) -> tuple:
+        return self.values, self.scales, self.zeros, self.lut, self.slut
+
+
+def weight(values, scales, zeros, code: str, block: int, k: int, n: int, runtime) -> Weight:
+    """The `Weight` of these parts on `runtime` (tables copied there once)."""
+    bits, kind = CODES[code]
+    affine = zeros is not None
+    zarr = zeros if affine else _table(runtime, "none", np.zeros(1, np.uint8))
+    per_tensor = len(scales.shape) == 1
+    block = k if per_tensor else block  # one scale: every code is in block 0
+    srow = 0 if per_tensor else -(-k // block)
+    bpb = 0 if block >= k else block // (8 // bits)
+    return Weight(contiguous(values), contiguous(scales), contiguous(zarr), _table(runtime, code, code_table(code)),
+                  _table(runtime, "ue8m0", ue8m0_table()), bits, kind, scales.dtype == np.uint8, affine, k, n,
+                  packed_width(code, k), block, srow, bpb)
+
+
 def quant_matmul(x, values, scales, zeros, *, code: str, block: int, k: int, n: int, transpose: bool = False):
     """x @ W.T (or g @ W with `transpose`) for the quantized weight W (n, k): x (..., k) (or (..., n)) of
     f32/f16/bf16, the result (..., n) (or (..., k)) of x's dtype. Shapes are the primitive's (checked
-    by its shape rule); `supports` must hold."""
-    bits, kind = CODES[code]
+    by its shape rule); `supports` must hold. More than `GEMV_MAX_M` rows go to `large_tuner`'s pick."""
     inner, outer = (n, k) if transpose else (k, n)
     lead = tuple(x.shape[:-1])
     m = int(np.prod(lead, dtype=np.int64))
@@ -315,46 +417,139 @@ def quant_matmul(x, values, scales, zeros, *, code: str, block: int, k: int, n: 
         return zeros_like_out(lead + (outer,), x)
     x2 = contiguous(x).reshape(m, inner)
     runtime = launch_runtime(x2, values, scales)
-    lut = _table(runtime, code, code_table(code))
-    slut = _table(runtime, "ue8m0", ue8m0_table())
-    affine = zeros is not None
-    zarr = zeros if affine else _table(runtime, "none", np.zeros(1, np.uint8))
-    ue8m0 = scales.dtype == np.uint8
-    kb = packed_width(code, k)
-    per_tensor = len(scales.shape) == 1
-    block = k if per_tensor else block  # one scale: every code is in block 0
-    nblocks = -(-k // block)
-    srow = 0 if per_tensor else nblocks
-    out = empty((m, outer), x.dtype, x2)
-    values, scales = contiguous(values), contiguous(scales)
-    zarr = contiguous(zarr)
-    args = (x2, values, scales, zarr, lut, slut, out)
-    flags = dict(bits=bits, kind=kind, ue8m0=ue8m0, affine=affine)
-    if transpose:
-        rows, units = _floor2(min(TILE_ROWS, m)), _floor2(min(TILE_UNITS, k))
-        count = cube.CubeCount(-(-m // rows), -(-k // units))
-        qmm_t_kernel.launch(count, cube.CubeDim(units), *args, m, n, k, kb, block, srow, rows=rows, units=units,
-                            **flags)
-    elif m <= GEMV_MAX_M:
-        target = runtime.target
-        per = 8 // bits
-        bpb = 0 if block >= k else block // per
-        units, vec = GEMV_UNITS.get(target, 64), GEMV_VEC
-        if target == "cpu" and bpb % GEMV_CPU_WIDE[0] == 0:
-            units, vec = GEMV_CPU_WIDE
-        lanes = PLANE_WIDTH.get(target, 1)
-        span = lanes if lanes > 1 else units
-        rows = 1 << (m - 1).bit_length()
-        count = cube.CubeCount(-(-n // (units // span)))
-        qmv_kernel.launch(count, cube.CubeDim(units), *args, m, n, k, kb, srow, rows=rows, bpb=bpb,
-                          ragged=k % per != 0, units=units, span=span, lanes=lanes, vec=vec, **flags)
+    w = weight(values, scales, zeros, code, block, k, n, runtime)
+    if not transpose and m <= GEMV_MAX_M:
+        out = gemv(x2, w)
     else:
-        rows, units = TILE_ROWS, _floor2(min(TILE_UNITS, n))
-        kc = _panel(block, k)
-        count = cube.CubeCount(-(-m // rows), -(-n // units))
-        qmm_kernel.launch(count, cube.CubeDim(units), *args, m, n, k, kb, block, srow, rows=rows, units=units,
-                          kc=kc, **flags)
+        out = large_tuner(runtime, transpose)(x2, w)
     return out.reshape(lead + (outer,))
+
+
+def gemv(x2, w: Weight):
+    """x2 (m, k) @ W.T for m <= GEMV_MAX_M by `qmv_kernel`."""
+    m = x2.shape[0]
+    runtime = launch_runtime(x2, w.values)
+    target = runtime.target
+    units, vec = GEMV_UNITS.get(target, 64), GEMV_VEC
+    if target == "cpu" and w.bpb % GEMV_CPU_WIDE[0] == 0:
+        units, vec = GEMV_CPU_WIDE
+    lanes = PLANE_WIDTH.get(target, 1)
+    span = lanes if lanes > 1 else units
+    rows = 1 << (m - 1).bit_length()
+    out = empty((m, w.n), x2.dtype, x2)
+    qmv_kernel.launch(cube.CubeCount(-(-w.n // (units // span))), cube.CubeDim(units), x2, *w.parts, out, m, w.n,
+                      w.k, w.kb, w.srow, rows=rows, bpb=w.bpb, ragged=w.k % (8 // w.bits) != 0, units=units,
+                      span=span, lanes=lanes, vec=vec, **w.flags)
+    return out
+
+
+def tiled(x2, w: Weight, transpose: bool = False):
+    """x2 (m, k) @ W.T by `qmm_kernel`'s tiles (W widened panel by panel in shared memory), or with
+    `transpose` x2 (m, n) @ W by `qmm_t_kernel`'s (each unit reads its column's codes in place)."""
+    m, outer = x2.shape[0], (w.k if transpose else w.n)
+    rows, units = _floor2(min(TILE_ROWS, m)), _floor2(min(TILE_UNITS, outer))
+    out = empty((m, outer), x2.dtype, x2)
+    count, dim = cube.CubeCount(-(-m // rows), -(-outer // units)), cube.CubeDim(units)
+    args = (x2, *w.parts, out, m, w.n, w.k, w.kb, w.block, w.srow)
+    if transpose:
+        qmm_t_kernel.launch(count, dim, *args, rows=rows, units=units, **w.flags)
+    else:
+        qmm_kernel.launch(count, dim, *args, rows=rows, units=units, kc=_panel(w.block, w.k), **w.flags)
+    return out
+
+
+def dequantize_window(w: Weight, out, j0: int, c0: int):
+    """out (rows, nc) = W[j0 : j0 + rows, c0 : c0 + nc] by `dequant_kernel` (c0 a whole byte's first code)."""
+    per = 8 // w.bits
+    rows, nc = out.shape
+    ncb = -(-nc // per)
+    units, chunk = DEQUANT_UNITS, DEQUANT_CHUNK
+    dequant_kernel.launch(cube.CubeCount(-(-ncb // chunk), rows), cube.CubeDim(units), *w.parts, out, w.kb, w.srow,
+                          j0, c0 // per, ncb, nc, units=units, chunk=chunk, bpb=w.bpb, ragged=nc % per != 0,
+                          **w.flags)
+    return out
+
+
+def slab(x2, w: Weight):
+    """x2 (m, k) @ W.T as dense products: W dequantized `slab_rows` rows at a time into one scratch buffer,
+    each slab multiplied by `tuned_matmul` (BLAS or the matmul kernel on the CPU, cuBLAS or tensor cores
+    on CUDA) into its columns of the result."""
+    xf = _dense_operand(x2)
+    out = empty((x2.shape[0], w.n), x2.dtype, x2)
+    ns = _slab_size(w.n, w.k, launch_runtime(x2).target)
+    scratch = empty((ns, w.k), xf.dtype, x2)
+    for j0 in range(0, w.n, ns):
+        part = dequantize_window(w, scratch[:min(ns, w.n - j0)], j0, 0)
+        assign(out[:, j0:j0 + part.shape[0]], tuned_matmul(xf, part.T))
+    return out
+
+
+def slab_t(g2, w: Weight):
+    """g2 (m, n) @ W as dense products: W's columns dequantized a slab at a time (every row), each slab
+    multiplied by `tuned_matmul` into its columns of the result."""
+    gf = _dense_operand(g2)
+    out = empty((g2.shape[0], w.k), g2.dtype, g2)
+    per = 8 // w.bits
+    kc = _slab_size(w.k, w.n, launch_runtime(g2).target)
+    kc = max(per, kc // per * per)
+    scratch = empty((w.n, kc), gf.dtype, g2)
+    for c0 in range(0, w.k, kc):
+        nc = min(kc, w.k - c0)
+        part = scratch if nc == kc else empty((w.n, nc), gf.dtype, g2)
+        assign(out[:, c0:c0 + nc], tuned_matmul(gf, dequantize_window(w, part, 0, c0)))
+    return out
+
+
+def _dense_operand(x2):
+    """x2 as the dense product's operand: f32 on the CPU (BLAS), x2's own dtype elsewhere (tensor cores)."""
+    if launch_runtime(x2).target == "cpu" and x2.dtype != np.float32:
+        return cast(x2, np.float32)
+    return x2
+
+
+def _slab_size(rows: int, length: int, target: str) -> int:
+    """Rows of `length` elements a slab holds: about SLAB_ELEMENTS, a multiple of 64, at most `rows`."""
+    per_slab = SLAB_ELEMENTS.get(target, SLAB_ELEMENTS["cuda"]) // max(1, length)
+    return min(rows, max(64, per_slab // 64 * 64))
+
+
+LARGE = {False: {"slab": slab, "tiled": tiled}, True: {"slab": slab_t, "tiled": partial(tiled, transpose=True)}}
+"""The candidates for more than GEMV_MAX_M rows (the forward) and for the transposed product: dense products
+on slabs of the dequantized weight (first: the default where timing does not pay) and the tiled kernels."""
+TUNE_MIN_WORK = 1 << 22
+"""m * n * k below which `large_tuner` takes the default without timing."""
+
+_tuners: dict = {}
+
+
+def large_tuner(runtime, transpose: bool) -> Autotuner:
+    """The `Autotuner` of `runtime` over `LARGE[transpose]`, per shape class (m, n, k anchored), code, scale
+    blocks and dtype; decisions persist in the device's cache (`[autotune] cache_dir`).
+
+    Example:
+        >>> large_tuner(cpu_runtime(), False).choose(x2, w)
+        'slab'
+    """
+    key = (id(runtime), transpose)
+    found = _tuners.get(key)
+    if found is not None and found[0] is runtime:
+        return found[1]
+    timer, sync, aside = None, runtime.synchronize, nullcontext
+    if runtime.target == "cuda":
+        from .matmul_tc import gpu_timer
+        timer, aside = gpu_timer(runtime), runtime.unrecorded
+    name = "cpu" if runtime.target == "cpu" else re.sub(r"[^A-Za-z0-9._-]+", "_", f"{runtime.target}-{runtime.adapter_name}")
+    tiers = {"tiled": "extensive"} if runtime.target == "cpu" else None  # 10-40x slower than slabs there
+    tuner = Autotuner("quant_matmul_t" if transpose else "quant_matmul", LARGE[transpose], _large_key,
+                      cache=device_cache(name), tiers=tiers, sync=sync, timer=timer, aside=aside,
+                      worth=lambda x2, w: x2.shape[0] * w.n * w.k >= TUNE_MIN_WORK)
+    _tuners[key] = (runtime, tuner)
+    return tuner
+
+
+def _large_key(x2, w: Weight) -> tuple:
+    return (anchor(x2.shape[0]), anchor(w.n), anchor(w.k), w.bits, w.kind, w.affine, w.ue8m0, w.bpb and anchor(w.bpb),
+            str(x2.dtype), str(w.scales.dtype))
 
 
 def _int_launch(a, b, bsums, tile: tuple, span: int, lanes: int, depth: int, offset: bool):
