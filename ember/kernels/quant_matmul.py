@@ -58,6 +58,12 @@ a row, or blocks of a multiple of 64 bytes): 64 u8 lanes are one 512-bit vector,
 f32 vectors (with 16 units it picks 16-byte vectors throughout, four times the instructions); int8 per
 channel (1, 4096) x (4096, 4096): 1.5 ms against 2.4. Other blocks keep 16 units (a round of 64 would load
 a scale per unit, a gather)."""
+GEMV_WORDS_LANES = 16
+"""`qmv_words_kernel`'s units a cube: one vector of u32 words."""
+GEMV_WORDS_ROWS = 4
+"""x rows `qmv_words_kernel` takes at a time (more would not fit the vector registers)."""
+GEMV_WORDS_COLS = {8: {1: 8, 2: 4, 4: 2}, 4: {1: 1}, 2: {1: 1}}
+"""Weight rows a cube of `qmv_words_kernel` owns, by bits a code and x rows a group."""
 TILE_ROWS, TILE_UNITS, PANEL = 8, 64, 32
 """`qmm_kernel`'s and `qmm_t_kernel`'s tile: rows x units outputs a cube, k in panels of PANEL."""
 DEQUANT_UNITS, DEQUANT_CHUNK = 64, 1024
@@ -174,6 +180,111 @@ def qmv_column(x, values, scales, zeros, lut, slut, out, m, n, k, kb, srow, col,
         for r in cube.unroll(range(rows)):
             if r < m:
                 out[r * n + col] = out.dtype(total[r])
+
+
+@cube.function
+def word_codes(word, bits, kind, lut):
+    """The f32 values of the 32 // bits codes of the u32 `word`, low bits first: each field shifted to the
+    top and back (signed), or shifted and masked (unsigned; table codes then looked up: 16-entry tables by
+    `lut16`, all fields first, so that the C target shuffles them together)."""
+    cpw = 32 // bits
+    if kind == SIGNED:
+        return tuple(cube.f32(cube.cast(word << (32 - bits * (j + 1)), cube.i32) >> (32 - bits)) for j in range(cpw))
+    fields = tuple((word >> (bits * j)) & ((1 << bits) - 1) for j in range(cpw))
+    if kind == UNSIGNED:
+        return tuple(cube.f32(f) for f in fields)
+    if bits == 4:
+        return tuple(cube.lut16(lut, cube.i32(f)) for f in fields)
+    return tuple(lut[cube.i32(f)] for f in fields)
+
+
+@cube.function
+def lane_block(scales, zeros, slut, first, u, wpb, lanes, ue8m0, affine):
+    """(scale, zero) of lane u's word in a step whose first scale block is `first`: one block a step
+    (wpb a multiple of lanes), else lanes // wpb blocks of wpb lanes each, their values loaded once a step
+    and given to their lanes by selects (a load at a per-lane index would be a gather on the C target)."""
+    blocks = 1 if wpb % lanes == 0 else lanes // wpb
+    s = scale_at(scales, slut, first + blocks - 1, ue8m0)
+    z = cube.f32(zeros[first + blocks - 1]) if affine else cube.f32(0)
+    for i in cube.unroll(range(blocks - 2, -1, -1)):
+        mine = u < (i + 1) * wpb
+        s = cube.select(mine, scale_at(scales, slut, first + i, ue8m0), s)
+        if affine:
+            z = cube.select(mine, cube.f32(zeros[first + i]), z)
+    return s, z
+
+
+@cube.function
+def words_step(xp, words, scales, zeros, lut, slut, t, u, r0, c0, kw, srow, xs, acc, guard, rows, cols, bits, kind,
+               ue8m0, affine, wpb, lanes):
+    """acc after words t .. t + lanes of weight rows c0 .. c0 + cols, lane u taking word t + u (`guard`:
+    words past kw count nothing). acc[(r * cols + c) * 2 + h]: x row r0 + r, weight row c, even / odd codes."""
+    cpw = 32 // bits
+    late = wpb == 0 and not affine  # one scale a row, applied to the total
+    at = t + u
+    for c in cube.unroll(range(cols)):
+        row = c0 + c
+        if wpb == 0:
+            s = scale_at(scales, slut, row * srow, ue8m0)
+            z = cube.f32(zeros[row * srow]) if affine else cube.f32(0)
+        else:
+            first = cube.min(row * srow + t // wpb, row * srow + srow - 1) if guard else row * srow + t // wpb
+            s, z = lane_block(scales, zeros, slut, first, u, wpb, lanes, ue8m0, affine)
+        word = words[row * kw + (cube.min(at, kw - 1) if guard else at)]
+        mine = tuple(acc[(q // 2 * cols + c) * 2 + q % 2] for q in range(rows * 2))  # x row q // 2, half q % 2
+        parts = mine if late else tuple(cube.f32(0) for _ in range(rows * 2))
+        codes = word_codes(word, bits, kind, lut)
+        for j in cube.unroll(range(cpw)):
+            code = codes[j] - z if affine else codes[j]
+            if guard:
+                code = cube.select(at < kw, code, cube.f32(0))
+            xi = t * cpw + j * lanes + u
+            parts = tuple(cube.fma(xp[(r0 + q // 2) * xs + xi], code, parts[q]) if q % 2 == j % 2 else parts[q]
+                          for q in range(rows * 2))
+        if not late:
+            parts = tuple(cube.fma(s, parts[q], mine[q]) for q in range(rows * 2))
+        acc = tuple(parts[i // (cols * 2) * 2 + i % 2] if i // 2 % cols == c else acc[i] for i in range(rows * cols * 2))
+    return acc
+
+
+@cube.kernel
+def qmv_words_kernel(xp: cube.Array[cube.f32], words: cube.Array[cube.u32], scales: cube.Array,
+                     zeros: cube.Array[cube.u8], lut: cube.Array[cube.f32], slut: cube.Array[cube.f32], out: cube.Array,
+                     m: cube.i32, n: cube.i32, kw: cube.i32, srow: cube.i32, xs: cube.i32, rows: cube.Comptime[int],
+                     cols: cube.Comptime[int], bits: cube.Comptime[int], kind: cube.Comptime[str],
+                     ue8m0: cube.Comptime[bool], affine: cube.Comptime[bool], wpb: cube.Comptime[int],
+                     lanes: cube.Comptime[int]):
+    """out (m, n) = x @ W.T for few x rows on the C target, W read as u32 words (rows of kw words): a cube
+    of `lanes` units (one vector of words) owns `cols` weight rows (the last cube shifted back: n >= cols),
+    lane u takes words u, u + lanes, ... of each, for `rows` x rows at a time. `xp` is x laid out for it
+    (`words_panel`): code j of a step's word u at j * lanes + u. `wpb`: words per scale block (0: one block
+    a row), a multiple or a divisor of `lanes`."""
+    u = cube.UNIT_POS
+    c0 = cube.min(cube.CUBE_POS_X * cols, n - cols)
+    main = kw // lanes * lanes
+    sums = cube.shared(cube.f32, rows * cols * lanes)
+    for r0 in range(0, m, rows):  # groups of `rows` x rows (xp holds whole groups), the weight rows from L1
+        acc = tuple(cube.f32(0) for _ in range(rows * cols * 2))
+        for t in range(0, main, lanes):
+            acc = words_step(xp, words, scales, zeros, lut, slut, t, u, r0, c0, kw, srow, xs, acc, False, rows, cols,
+                             bits, kind, ue8m0, affine, wpb, lanes)
+        if main < kw:
+            acc = words_step(xp, words, scales, zeros, lut, slut, main, u, r0, c0, kw, srow, xs, acc, True, rows,
+                             cols, bits, kind, ue8m0, affine, wpb, lanes)
+        for q in cube.unroll(range(rows * cols)):
+            sums[q * lanes + u] = acc[q * 2] + acc[q * 2 + 1]
+        cube.sync_units()
+        if u < rows * cols:
+            total = sums[u * lanes]
+            for l in cube.unroll(range(1, lanes)):
+                total = total + sums[u * lanes + l]
+            r = r0 + u // cols
+            col = c0 + u % cols
+            if wpb == 0 and not affine:
+                total = total * scale_at(scales, slut, col * srow, ue8m0)
+            if r < m:
+                out[r * n + col] = out.dtype(total)
+        cube.sync_units()  # the sums are read before the next group writes them
 
 
 @cube.kernel
@@ -426,10 +537,12 @@ def quant_matmul(x, values, scales, zeros, *, code: str, block: int, k: int, n: 
 
 
 def gemv(x2, w: Weight):
-    """x2 (m, k) @ W.T for m <= GEMV_MAX_M by `qmv_kernel`."""
+    """x2 (m, k) @ W.T for m <= GEMV_MAX_M by `qmv_words_kernel` where it applies, else `qmv_kernel`."""
     m = x2.shape[0]
     runtime = launch_runtime(x2, w.values)
     target = runtime.target
+    if words_fit(w, target):
+        return gemv_words(x2, w)
     units, vec = GEMV_UNITS.get(target, 64), GEMV_VEC
     if target == "cpu" and w.bpb % GEMV_CPU_WIDE[0] == 0:
         units, vec = GEMV_CPU_WIDE
@@ -440,6 +553,46 @@ def gemv(x2, w: Weight):
     qmv_kernel.launch(cube.CubeCount(-(-w.n // (units // span))), cube.CubeDim(units), x2, *w.parts, out, m, w.n,
                       w.k, w.kb, w.srow, rows=rows, bpb=w.bpb, ragged=w.k % (8 // w.bits) != 0, units=units,
                       span=span, lanes=lanes, vec=vec, **w.flags)
+    return out
+
+
+def words_fit(w: Weight, target: str) -> bool:
+    """Whether `qmv_words_kernel` computes this weight: on the C target, rows of whole u32 words
+    (kb % 4 == 0, 4-byte aligned), whose scale blocks are one a row, or whole words that divide or are
+    multiples of GEMV_WORDS_LANES words."""
+    cpw = 32 // w.bits
+    if target != "cpu" or w.kb % 4 or w.values.ctypes.data % 4:
+        return False
+    if not w.bpb:
+        return True
+    wpb = w.block // cpw
+    return w.block % cpw == 0 and (wpb % GEMV_WORDS_LANES == 0 or GEMV_WORDS_LANES % wpb == 0)
+
+
+def words_panel(x2, w: Weight, rows: int):
+    """x2 (m, k) as `qmv_words_kernel` reads it: f32, zero-padded to whole steps of GEMV_WORDS_LANES words
+    and whole groups of `rows` rows, code j of a step's word u at j * lanes + u. Returns it and its row
+    length."""
+    m = x2.shape[0]
+    cpw, lanes = 32 // w.bits, GEMV_WORDS_LANES
+    steps = -(-(w.kb // 4) // lanes)
+    length, groups = steps * lanes * cpw, -(-m // rows) * rows
+    padded = np.zeros((groups, length), np.float32)
+    padded[:m, :w.k] = x2
+    return padded.reshape(groups, steps, lanes, cpw).transpose(0, 1, 3, 2).reshape(groups, length), length
+
+
+def gemv_words(x2, w: Weight):
+    """x2 (m, k) @ W.T by `qmv_words_kernel` (where `words_fit`)."""
+    m = x2.shape[0]
+    rows = min(GEMV_WORDS_ROWS, 1 << (m - 1).bit_length())
+    cols = min(GEMV_WORDS_COLS[w.bits].get(rows, 1), _floor2(w.n))
+    xp, xs = words_panel(x2, w, rows)
+    out = empty((m, w.n), x2.dtype, x2)
+    qmv_words_kernel.launch(cube.CubeCount(-(-w.n // cols)), cube.CubeDim(GEMV_WORDS_LANES), xp,
+                            w.values.reshape(-1).view(np.uint32), w.scales, w.zeros, w.lut, w.slut, out, m, w.n,
+                            w.kb // 4, w.srow, xs, rows=rows, cols=cols, wpb=w.block // (32 // w.bits) if w.bpb else 0,
+                            lanes=GEMV_WORDS_LANES, **w.flags)
     return out
 
 
