@@ -199,18 +199,20 @@ def word_codes(word, bits, kind, lut):
 
 
 @cube.function
-def lane_block(scales, zeros, slut, first, u, wpb, lanes, ue8m0, affine):
-    """(scale, zero) of lane u's word in a step whose first scale block is `first`: one block a step
-    (wpb a multiple of lanes), else lanes // wpb blocks of wpb lanes each, their values loaded once a step
-    and given to their lanes by selects (a load at a per-lane index would be a gather on the C target)."""
+def lane_block(scales, zeros, slut, first, last, u, wpb, lanes, ue8m0, affine):
+    """(scale, zero) of lane u's word in a step whose first scale block is `first` (blocks past `last`, the
+    row's, read as `last`): one block a step (wpb a multiple of lanes), else lanes // wpb blocks of wpb
+    lanes each, their values loaded once a step and given to their lanes by selects (a load at a per-lane
+    index would be a gather on the C target)."""
     blocks = 1 if wpb % lanes == 0 else lanes // wpb
-    s = scale_at(scales, slut, first + blocks - 1, ue8m0)
-    z = cube.f32(zeros[first + blocks - 1]) if affine else cube.f32(0)
+    at = tuple(cube.min(first + i, last) for i in range(blocks))
+    s = scale_at(scales, slut, at[blocks - 1], ue8m0)
+    z = cube.f32(zeros[at[blocks - 1]]) if affine else cube.f32(0)
     for i in cube.unroll(range(blocks - 2, -1, -1)):
         mine = u < (i + 1) * wpb
-        s = cube.select(mine, scale_at(scales, slut, first + i, ue8m0), s)
+        s = cube.select(mine, scale_at(scales, slut, at[i], ue8m0), s)
         if affine:
-            z = cube.select(mine, cube.f32(zeros[first + i]), z)
+            z = cube.select(mine, cube.f32(zeros[at[i]]), z)
     return s, z
 
 
@@ -228,8 +230,8 @@ def words_step(xp, words, scales, zeros, lut, slut, t, u, r0, c0, kw, srow, xs, 
             s = scale_at(scales, slut, row * srow, ue8m0)
             z = cube.f32(zeros[row * srow]) if affine else cube.f32(0)
         else:
-            first = cube.min(row * srow + t // wpb, row * srow + srow - 1) if guard else row * srow + t // wpb
-            s, z = lane_block(scales, zeros, slut, first, u, wpb, lanes, ue8m0, affine)
+            s, z = lane_block(scales, zeros, slut, row * srow + t // wpb, row * srow + srow - 1, u, wpb, lanes, ue8m0,
+                              affine)
         word = words[row * kw + (cube.min(at, kw - 1) if guard else at)]
         mine = tuple(acc[(q // 2 * cols + c) * 2 + q % 2] for q in range(rows * 2))  # x row q // 2, half q % 2
         parts = mine if late else tuple(cube.f32(0) for _ in range(rows * 2))
