@@ -1,25 +1,20 @@
-"""Products with a packed quantized weight, dequantized in the loop, and int8 x int8 -> int32.
+"""Products with a packed quantized weight, and int8 x int8 -> int32 (docs/quant-kernels.md).
 
 The weight W (n, k) is stored as `ember/ops/quant_matmul.py` says: `values` uint8 (n, kb), codes packed
-along k, `scales` (n, nblocks) or (1,), `zeros` for the affine codes. No kernel makes W in full: each
-reads the packed bytes once and widens them in registers or shared memory, accumulating in f32.
+along k, `scales` (n, nblocks) or (1,), `zeros` for the affine codes. `quant_matmul` runs, for x @ W.T:
 
-- `qmv_kernel`, x @ W.T for few rows of x (decoding, M <= `GEMV_MAX_M`): `span` units walk one weight
-  row's bytes together (consecutive bytes across units: one vector on the C target, coalesced across
-  a plane on CUDA), every x row at once; the units' sums then meet in a plane op or a tree in shared
-  memory. The blocks' size is comptime (a shift, and one scale load a round when a block spans it).
-- `qmm_kernel`, x @ W.T for more rows: a cube of `units` units owns `units` columns and `rows` rows of
-  the output; per step it widens a (units x kc) panel of W into shared memory (each unit reading bytes
-  of a row in turn), then every unit multiplies its column of the panel into `rows` accumulators.
-- `qmm_t_kernel`, g @ W (the input gradient): unit u owns output column u, whose codes sit at one byte
-  and shift of every weight row, so it reads them directly (consecutive units: consecutive bytes).
-- `int_matmul_kernel`: `span` units walk k for an R x C tile of outputs (`mad8` into i32 accumulators),
-  then combine; on the C target one unit a tile, whose k loop gcc turns into VNNI dot products of
-  a + 128 (u8) by b, less 128 * b's row sums.
+- M <= `GEMV_MAX_M` (decoding): `qmv_words_kernel` on the C target where rows are whole u32 words (a
+  word a lane, codes by shifts or `lut16`, every op 32 bits wide so gcc vectorizes it in 512-bit
+  registers), else `qmv_kernel` (`span` units on a row's bytes, their sums met in planes or a tree);
+- more rows, and g @ W (the input gradient): `large_tuner`'s pick, per device and shape class, of
+  `slab` (W dequantized a slab at a time by `dequant_kernel` into one scratch buffer, multiplied by
+  `tuned_matmul`: BLAS, cuBLAS, tensor cores) and `tiled` (`qmm_kernel`: W widened a panel at a time
+  in shared memory; `qmm_t_kernel`: each unit reads its column's codes in place).
 
-Integer codes are decoded with shifts; nf4, fp4 and fp8 through the code's 16- or 256-entry f32 table
-(`ember.ops.quant_matmul.code_table`, made from bitsandbytes' values and ml_dtypes' casts), and UE8M0
-scales through a 256-entry table, both kept on the device once per runtime.
+`int_matmul_kernel`: units along k for a tile of outputs (`mad8` into i32); on the C target one unit a
+tile, whose k loop gcc turns into VNNI dot products of a + 128 (u8) by b, less 128 * b's row sums.
+nf4, fp4 and fp8 codes go through the code's f32 table (`code_table`), UE8M0 scales through theirs,
+kept on the device once per runtime.
 
 Example:
     >>> w = np.array([[0x21]], np.uint8); s = np.array([1.0], np.float32)
@@ -46,7 +41,7 @@ from .matmul import tuned_matmul
 from .reduce import PLANE_WIDTH, units_combine
 
 GEMV_MAX_M = 16
-"""x rows up to which the forward runs `qmv_kernel` (bandwidth-bound decoding), above `qmm_kernel`."""
+"""x rows up to which the forward runs a GEMV kernel (bandwidth-bound decoding), above `large_tuner`'s pick."""
 GEMV_UNITS = {"cpu": 16, "wgsl": 64, "cuda": 256}
 """Units per cube of `qmv_kernel`: one vector of f32 on the C target, a cube per column on WGSL, 8
 planes (8 columns) on CUDA."""
@@ -63,14 +58,17 @@ GEMV_WORDS_LANES = 16
 GEMV_WORDS_ROWS = 4
 """x rows `qmv_words_kernel` takes at a time (more would not fit the vector registers)."""
 GEMV_WORDS_COLS = {8: {1: 8, 2: 4, 4: 2}, 4: {1: 1}, 2: {1: 1}}
-"""Weight rows a cube of `qmv_words_kernel` owns, by bits a code and x rows a group."""
+"""Weight rows a cube of `qmv_words_kernel` owns, by bits a code and x rows a group: 8-bit rows share each
+x load (1.0-1.2 ms at 1 to 16 rows on int8 (1, 4096) x (4096, 4096), the machine's noise); 4-bit and
+2-bit ones run one a cube (int4 blocks of 32: 1.1 ms against 1.3-1.6 for 2 or 4)."""
 TILE_ROWS, TILE_UNITS, PANEL = 8, 64, 32
 """`qmm_kernel`'s and `qmm_t_kernel`'s tile: rows x units outputs a cube, k in panels of PANEL."""
 DEQUANT_UNITS, DEQUANT_CHUNK = 64, 1024
 """`dequant_kernel`'s units (bytes of a weight row a round) and bytes of a row per cube."""
-SLAB_ELEMENTS = {"cpu": 1 << 20, "cuda": 1 << 24}
-"""Elements of the dequantized slab `slab` multiplies at a time: 4 MB of f32 on the CPU (it stays in the
-caches between its dequantization and the product), 16M elements on the GPUs."""
+SLAB_ELEMENTS = {"cpu": 1 << 24, "cuda": 1 << 24}
+"""Elements of the dequantized slab `slab` multiplies at a time (16M: a 4096 x 4096 weight in one): BLAS
+runs thin products slower, (512, 4096) x (4096, 4096) on two threads in 1.28x torch's time in one slab,
+1.44x in slabs of 1024 rows, 2.4x in slabs of 256 (one thread: 0.84-0.97x at every size)."""
 INT_TILE, INT_SPAN, INT_DEPTH = 4, 16, 4
 """`int_matmul_kernel` on the GPU targets: INT_TILE x INT_TILE outputs a cube, INT_SPAN units along k (a
 plane on CUDA), INT_DEPTH rounds per trip."""
