@@ -243,7 +243,8 @@ def words_step(xp, words, scales, zeros, lut, slut, t, u, r0, c0, kw, srow, xs, 
                           for q in range(rows * 2))
         if not late:
             parts = tuple(cube.fma(s, parts[q], mine[q]) for q in range(rows * 2))
-        acc = tuple(parts[i // (cols * 2) * 2 + i % 2] if i // 2 % cols == c else acc[i] for i in range(rows * cols * 2))
+        acc = tuple(parts[i // (cols * 2) * 2 + i % 2] if i // 2 % cols == c else acc[i]
+                    for i in range(rows * cols * 2))
     return acc
 
 
@@ -586,7 +587,7 @@ def gemv_words(x2, w: Weight):
     """x2 (m, k) @ W.T by `qmv_words_kernel` (where `words_fit`)."""
     m = x2.shape[0]
     rows = min(GEMV_WORDS_ROWS, 1 << (m - 1).bit_length())
-    cols = min(GEMV_WORDS_COLS[w.bits].get(rows, 1), _floor2(w.n))
+    cols = min(GEMV_WORDS_COLS[w.bits].get(rows, 1), _floor2(w.n), GEMV_WORDS_LANES // rows)  # a unit a sum
     xp, xs = words_panel(x2, w, rows)
     out = empty((m, w.n), x2.dtype, x2)
     qmv_words_kernel.launch(cube.CubeCount(-(-w.n // cols)), cube.CubeDim(GEMV_WORDS_LANES), xp,
@@ -624,7 +625,7 @@ def dequantize_window(w: Weight, out, j0: int, c0: int):
 
 
 def slab(x2, w: Weight):
-    """x2 (m, k) @ W.T as dense products: W dequantized `slab_rows` rows at a time into one scratch buffer,
+    """x2 (m, k) @ W.T as dense products: W dequantized about SLAB_ELEMENTS at a time into one scratch buffer,
     each slab multiplied by `tuned_matmul` (BLAS or the matmul kernel on the CPU, cuBLAS or tensor cores
     on CUDA) into its columns of the result."""
     xf = _dense_operand(x2)
@@ -691,8 +692,9 @@ def large_tuner(runtime, transpose: bool) -> Autotuner:
     if runtime.target == "cuda":
         from .matmul_tc import gpu_timer
         timer, aside = gpu_timer(runtime), runtime.unrecorded
-    name = "cpu" if runtime.target == "cpu" else re.sub(r"[^A-Za-z0-9._-]+", "_", f"{runtime.target}-{runtime.adapter_name}")
-    tiers = {"tiled": "extensive"} if runtime.target == "cpu" else None  # 10-40x slower than slabs there
+    cpu = runtime.target == "cpu"
+    name = "cpu" if cpu else re.sub(r"[^A-Za-z0-9._-]+", "_", f"{runtime.target}-{runtime.adapter_name}")
+    tiers = {"tiled": "extensive"} if cpu else None  # 10-22x slower than the slabs there
     tuner = Autotuner("quant_matmul_t" if transpose else "quant_matmul", LARGE[transpose], _large_key,
                       cache=device_cache(name), tiers=tiers, sync=sync, timer=timer, aside=aside,
                       worth=lambda x2, w: x2.shape[0] * w.n * w.k >= TUNE_MIN_WORK)
