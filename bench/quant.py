@@ -1,6 +1,7 @@
 """Products with quantized weights: `F.quant_linear` (weight-only w8a16, w4a16, nf4: the weight's codes
 dequantized in the kernel's loop) and `F.int_linear` (int8 x int8 -> int32), each against the dense
-product of the same shape in torch and NumPy (f32 on the CPU, bf16 activations and weights on CUDA).
+product of the same shape in torch and NumPy (f32 on the CPU, and torch's bf16 there too; bf16 activations
+and weights on CUDA).
 
 Shapes are M x K x N (x (M, K) times a (N, K) weight), from `EMBER_BENCH_QUANT` and `EMBER_BENCH_INT`
 (comma-separated, e.g. `1x4096x14336,16x4096x14336,4096x4096x14336`, the issue's H200 shapes); by
@@ -59,10 +60,13 @@ def quant_matmul(fw: Frameworks, settings: Settings) -> list[Row]:
                 return lambda: F.quant_linear(ex, ev, es, code=code, block=block, in_features=k, out_features=n)
             impls[f"ember {label}"] = setup
         impls["torch"] = lambda: _torch_dense(fw, x, w, half)
+        if not half:  # the CPU: torch's bf16 product too (oneDNN's AVX-512 bf16 where the CPU has it)
+            impls["torch bf16"] = lambda: _torch_dense(fw, x, w, True)
         impls["numpy"] = lambda: (lambda: x @ w.T)
         dtype = "bf16" if half else "f32"
         rows += fw.compare("quant_matmul", f"{m}x{k} @ ({n}x{k}).T, x {dtype}", impls, settings,
-                           notes={"torch": f"dense {dtype} weight", "numpy": "dense f32 weight"})
+                           notes={"torch": f"dense {dtype} weight", "torch bf16": "dense bf16 x and weight",
+                                  "numpy": "dense f32 weight"})
     return rows
 
 

@@ -187,6 +187,7 @@ UNARY_NUMERIC = ("neg", "abs")
 UNARY_LOGIC = ("not",)       # bool -> bool
 UNARY_BITS = ("bitwise_not",)  # int -> int
 ARITH = ("add", "sub", "mul", "div", "rem", "min", "max", "pow", "atan2")
+TERNARY_FLOAT = ("fma",)  # a * b + c rounded once (C's fmaf, CUDA's; WGSL's fma may round twice)
 BITS = ("and", "or", "xor", "shl", "shr")
 COMPARE = ("eq", "ne", "lt", "le", "gt", "ge")
 BUILTINS = ("absolute_pos", "absolute_pos_x", "absolute_pos_y", "absolute_pos_z",
@@ -212,10 +213,13 @@ GROUP_INPUTS = ("f16", "bf16")
 # chunks are swizzled (chunk j of row r is stored at chunk j ^ (r % 8)).
 SWIZZLE_ROW_BYTES, SWIZZLE_BLOCK_BYTES = 128, 1024
 
+# Reads of an array at an index: CSE merges equal ones with no write to the array between, DCE deletes unused
+# ones. `lut16` is a load whose index the builder has masked to 0..15 (a 16-entry table).
+LOADS = ("load", "lut16")
 # Ops without side effects: CSE may merge them and DCE may delete them when unused.
 PURE = frozenset(("const", "cast", "select", "builtin", "len", "mulhi", "mad8", "extract", "splat", "pack",
                   "read") + UNARY_FLOAT + UNARY_NUMERIC + UNARY_LOGIC + UNARY_BITS + ARITH + BITS
-                 + COMPARE)
+                 + COMPARE + TERNARY_FLOAT)
 # Ops whose result differs between the units of a cube even when their operands do not.
 VARYING_BUILTINS = frozenset(b for b in BUILTINS if b.startswith(("absolute_pos", "unit_pos")))
 
@@ -327,6 +331,10 @@ def result_type(op: str, args: tuple, attr=None) -> Type:
         if c.dtype is not bool_ or a != b or c.lanes not in (1, a.lanes):
             raise IRError(f"select needs (bool, T, T), got ({c}, {a}, {b})")
         return a
+    if op in TERNARY_FLOAT:
+        if types[0] != types[1] or types[1] != types[2] or not types[0].dtype.is_float:
+            raise IRError(f"{op} needs three floats of one type, got ({', '.join(map(str, types))})")
+        return types[0]
     if op == "mulhi":
         if types[0] != types[1] or types[0].dtype is not u32:
             raise IRError(f"mulhi needs two u32, got {types[0]} and {types[1]}")
@@ -406,6 +414,9 @@ class Builder:
     def select(self, cond: Value, a: Value, b: Value) -> Value:
         return self.emit("select", (cond, a, b), result_type("select", (cond, a, b)))
 
+    def ternary(self, op: str, a: Value, b: Value, c: Value) -> Value:
+        return self.emit(op, (a, b, c), result_type(op, (a, b, c)))
+
     def mulhi(self, a: Value, b: Value) -> Value:
         return self.emit("mulhi", (a, b), result_type("mulhi", (a, b)))
 
@@ -438,6 +449,15 @@ class Builder:
     def load(self, arr: Array, index: Value, lanes: int = 1) -> Value:
         self._check_index(index)
         return self.emit("load", (index,), Type(arr.dtype, lanes), arr)
+
+    def lut16(self, arr: Array, index: Value) -> Value:
+        """arr[index & 15]: a look-up in a table of (at least) 16 32-bit values, which the C target does as a
+        vector shuffle across its units (`targets/c.py`); a load elsewhere."""
+        self._check_index(index)
+        if arr.dtype.itemsize != 4:
+            raise IRError(f"lut16 needs a table of 32-bit values, got {arr.name} of {arr.dtype.name}")
+        masked = self.binary("and", self.cast(index, INDEX), self.const(15, INDEX))
+        return self.emit("lut16", (masked,), Type(arr.dtype), arr)
 
     def store(self, arr: Array, index: Value, value: Value) -> None:
         self._check_index(index)

@@ -110,10 +110,10 @@ INTRINSIC_NAMES = (
     # math, elementwise
     "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan",
     "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "floor", "ceil",
-    "round", "trunc", "reciprocal", "abs", "min", "max", "pow", "atan2", "select", "where",
+    "round", "trunc", "reciprocal", "abs", "min", "max", "pow", "atan2", "fma", "select", "where",
     "cast", "mulhi", "mad8",
     # memory and synchronisation
-    "shared", "sync_units", "atomic_add", "atomic_max", "atomic_min",
+    "shared", "sync_units", "atomic_add", "atomic_max", "atomic_min", "lut16",
     # plane (warp / subgroup) collectives
     "plane_sum", "plane_prod", "plane_max", "plane_min", "plane_all", "plane_any",
     # loop control

@@ -1,25 +1,20 @@
-"""Products with a packed quantized weight, dequantized in the loop, and int8 x int8 -> int32.
+"""Products with a packed quantized weight, and int8 x int8 -> int32 (docs/quant-kernels.md).
 
 The weight W (n, k) is stored as `ember/ops/quant_matmul.py` says: `values` uint8 (n, kb), codes packed
-along k, `scales` (n, nblocks) or (1,), `zeros` for the affine codes. No kernel makes W in full: each
-reads the packed bytes once and widens them in registers or shared memory, accumulating in f32.
+along k, `scales` (n, nblocks) or (1,), `zeros` for the affine codes. `quant_matmul` runs, for x @ W.T:
 
-- `qmv_kernel`, x @ W.T for few rows of x (decoding, M <= `GEMV_MAX_M`): `span` units walk one weight
-  row's bytes together (consecutive bytes across units: one vector on the C target, coalesced across
-  a plane on CUDA), every x row at once; the units' sums then meet in a plane op or a tree in shared
-  memory. The blocks' size is comptime (a shift, and one scale load a round when a block spans it).
-- `qmm_kernel`, x @ W.T for more rows: a cube of `units` units owns `units` columns and `rows` rows of
-  the output; per step it widens a (units x kc) panel of W into shared memory (each unit reading bytes
-  of a row in turn), then every unit multiplies its column of the panel into `rows` accumulators.
-- `qmm_t_kernel`, g @ W (the input gradient): unit u owns output column u, whose codes sit at one byte
-  and shift of every weight row, so it reads them directly (consecutive units: consecutive bytes).
-- `int_matmul_kernel`: `span` units walk k for an R x C tile of outputs (`mad8` into i32 accumulators),
-  then combine; on the C target one unit a tile, whose k loop gcc turns into VNNI dot products of
-  a + 128 (u8) by b, less 128 * b's row sums.
+- M <= `GEMV_MAX_M` (decoding): `qmv_words_kernel` on the C target where rows are whole u32 words (a
+  word a lane, codes by shifts or `lut16`, every op 32 bits wide so gcc vectorizes it in 512-bit
+  registers), else `qmv_kernel` (`span` units on a row's bytes, their sums met in planes or a tree);
+- more rows, and g @ W (the input gradient): `large_tuner`'s pick, per device and shape class, of
+  `slab` (W dequantized a slab at a time by `dequant_kernel` into one scratch buffer, multiplied by
+  `tuned_matmul`: BLAS, cuBLAS, tensor cores) and `tiled` (`qmm_kernel`: W widened a panel at a time
+  in shared memory; `qmm_t_kernel`: each unit reads its column's codes in place).
 
-Integer codes are decoded with shifts; nf4, fp4 and fp8 through the code's 16- or 256-entry f32 table
-(`ember.ops.quant_matmul.code_table`, made from bitsandbytes' values and ml_dtypes' casts), and UE8M0
-scales through a 256-entry table, both kept on the device once per runtime.
+`int_matmul_kernel`: units along k for a tile of outputs (`mad8` into i32); on the C target one unit a
+tile, whose k loop gcc turns into VNNI dot products of a + 128 (u8) by b, less 128 * b's row sums.
+nf4, fp4 and fp8 codes go through the code's f32 table (`code_table`), UE8M0 scales through theirs,
+kept on the device once per runtime.
 
 Example:
     >>> w = np.array([[0x21]], np.uint8); s = np.array([1.0], np.float32)
@@ -29,16 +24,24 @@ Example:
 
 from __future__ import annotations
 
+import re
+from contextlib import nullcontext
+from functools import partial
+from typing import NamedTuple
+
 import numpy as np
 
 from .. import cube
 from ..cube.kernel import launch_runtime
+from ..cube.runtime.autotune import Autotuner, anchor, device_cache
 from ..ops.quant_matmul import CODES, SIGNED, UNSIGNED, code_table, packed_width, ue8m0_table
-from .common import contiguous, empty, zeros
+from .common import assign, contiguous, empty, zeros
+from .elementwise import cast
+from .matmul import tuned_matmul
 from .reduce import PLANE_WIDTH, units_combine
 
 GEMV_MAX_M = 16
-"""x rows up to which the forward runs `qmv_kernel` (bandwidth-bound decoding), above `qmm_kernel`."""
+"""x rows up to which the forward runs a GEMV kernel (bandwidth-bound decoding), above `large_tuner`'s pick."""
 GEMV_UNITS = {"cpu": 16, "wgsl": 64, "cuda": 256}
 """Units per cube of `qmv_kernel`: one vector of f32 on the C target, a cube per column on WGSL, 8
 planes (8 columns) on CUDA."""
@@ -50,8 +53,22 @@ a row, or blocks of a multiple of 64 bytes): 64 u8 lanes are one 512-bit vector,
 f32 vectors (with 16 units it picks 16-byte vectors throughout, four times the instructions); int8 per
 channel (1, 4096) x (4096, 4096): 1.5 ms against 2.4. Other blocks keep 16 units (a round of 64 would load
 a scale per unit, a gather)."""
+GEMV_WORDS_LANES = 16
+"""`qmv_words_kernel`'s units a cube: one vector of u32 words."""
+GEMV_WORDS_ROWS = 4
+"""x rows `qmv_words_kernel` takes at a time (more would not fit the vector registers)."""
+GEMV_WORDS_COLS = {8: {1: 8, 2: 4, 4: 2}, 4: {1: 1}, 2: {1: 1}}
+"""Weight rows a cube of `qmv_words_kernel` owns, by bits a code and x rows a group: 8-bit rows share each
+x load (1.0-1.2 ms at 1 to 16 rows on int8 (1, 4096) x (4096, 4096), the machine's noise); 4-bit and
+2-bit ones run one a cube (int4 blocks of 32: 1.1 ms against 1.3-1.6 for 2 or 4)."""
 TILE_ROWS, TILE_UNITS, PANEL = 8, 64, 32
 """`qmm_kernel`'s and `qmm_t_kernel`'s tile: rows x units outputs a cube, k in panels of PANEL."""
+DEQUANT_UNITS, DEQUANT_CHUNK = 64, 1024
+"""`dequant_kernel`'s units (bytes of a weight row a round) and bytes of a row per cube."""
+SLAB_ELEMENTS = {"cpu": 1 << 24, "cuda": 1 << 24}
+"""Elements of the dequantized slab `slab` multiplies at a time (16M: a 4096 x 4096 weight in one): BLAS
+runs thin products slower, (512, 4096) x (4096, 4096) on two threads in 1.28x torch's time in one slab,
+1.44x in slabs of 1024 rows, 2.4x in slabs of 256 (one thread: 0.84-0.97x at every size)."""
 INT_TILE, INT_SPAN, INT_DEPTH = 4, 16, 4
 """`int_matmul_kernel` on the GPU targets: INT_TILE x INT_TILE outputs a cube, INT_SPAN units along k (a
 plane on CUDA), INT_DEPTH rounds per trip."""
@@ -163,6 +180,114 @@ def qmv_column(x, values, scales, zeros, lut, slut, out, m, n, k, kb, srow, col,
                 out[r * n + col] = out.dtype(total[r])
 
 
+@cube.function
+def word_codes(word, bits, kind, lut):
+    """The f32 values of the 32 // bits codes of the u32 `word`, low bits first: each field shifted to the
+    top and back (signed), or shifted and masked (unsigned; table codes then looked up: 16-entry tables by
+    `lut16`, all fields first, so that the C target shuffles them together)."""
+    cpw = 32 // bits
+    if kind == SIGNED:
+        return tuple(cube.f32(cube.cast(word << (32 - bits * (j + 1)), cube.i32) >> (32 - bits)) for j in range(cpw))
+    fields = tuple((word >> (bits * j)) & ((1 << bits) - 1) for j in range(cpw))
+    if kind == UNSIGNED:
+        return tuple(cube.f32(f) for f in fields)
+    if bits == 4:
+        return tuple(cube.lut16(lut, cube.i32(f)) for f in fields)
+    return tuple(lut[cube.i32(f)] for f in fields)
+
+
+@cube.function
+def lane_block(scales, zeros, slut, first, last, u, wpb, lanes, ue8m0, affine):
+    """(scale, zero) of lane u's word in a step whose first scale block is `first` (blocks past `last`, the
+    row's, read as `last`): one block a step (wpb a multiple of lanes), else lanes // wpb blocks of wpb
+    lanes each, their values loaded once a step and given to their lanes by selects (a load at a per-lane
+    index would be a gather on the C target)."""
+    blocks = 1 if wpb % lanes == 0 else lanes // wpb
+    at = tuple(cube.min(first + i, last) for i in range(blocks))
+    s = scale_at(scales, slut, at[blocks - 1], ue8m0)
+    z = cube.f32(zeros[at[blocks - 1]]) if affine else cube.f32(0)
+    for i in cube.unroll(range(blocks - 2, -1, -1)):
+        mine = u < (i + 1) * wpb
+        s = cube.select(mine, scale_at(scales, slut, at[i], ue8m0), s)
+        if affine:
+            z = cube.select(mine, cube.f32(zeros[at[i]]), z)
+    return s, z
+
+
+@cube.function
+def words_step(xp, words, scales, zeros, lut, slut, t, u, r0, c0, kw, srow, xs, acc, guard, rows, cols, bits, kind,
+               ue8m0, affine, wpb, lanes):
+    """acc after words t .. t + lanes of weight rows c0 .. c0 + cols, lane u taking word t + u (`guard`:
+    words past kw count nothing). acc[(r * cols + c) * 2 + h]: x row r0 + r, weight row c, even / odd codes."""
+    cpw = 32 // bits
+    late = wpb == 0 and not affine  # one scale a row, applied to the total
+    at = t + u
+    for c in cube.unroll(range(cols)):
+        row = c0 + c
+        if wpb == 0:
+            s = scale_at(scales, slut, row * srow, ue8m0)
+            z = cube.f32(zeros[row * srow]) if affine else cube.f32(0)
+        else:
+            s, z = lane_block(scales, zeros, slut, row * srow + t // wpb, row * srow + srow - 1, u, wpb, lanes, ue8m0,
+                              affine)
+        word = words[row * kw + (cube.min(at, kw - 1) if guard else at)]
+        mine = tuple(acc[(q // 2 * cols + c) * 2 + q % 2] for q in range(rows * 2))  # x row q // 2, half q % 2
+        parts = mine if late else tuple(cube.f32(0) for _ in range(rows * 2))
+        codes = word_codes(word, bits, kind, lut)
+        for j in cube.unroll(range(cpw)):
+            code = codes[j] - z if affine else codes[j]
+            if guard:
+                code = cube.select(at < kw, code, cube.f32(0))
+            xi = t * cpw + j * lanes + u
+            parts = tuple(cube.fma(xp[(r0 + q // 2) * xs + xi], code, parts[q]) if q % 2 == j % 2 else parts[q]
+                          for q in range(rows * 2))
+        if not late:
+            parts = tuple(cube.fma(s, parts[q], mine[q]) for q in range(rows * 2))
+        acc = tuple(parts[i // (cols * 2) * 2 + i % 2] if i // 2 % cols == c else acc[i]
+                    for i in range(rows * cols * 2))
+    return acc
+
+
+@cube.kernel
+def qmv_words_kernel(xp: cube.Array[cube.f32], words: cube.Array[cube.u32], scales: cube.Array,
+                     zeros: cube.Array[cube.u8], lut: cube.Array[cube.f32], slut: cube.Array[cube.f32], out: cube.Array,
+                     m: cube.i32, n: cube.i32, kw: cube.i32, srow: cube.i32, xs: cube.i32, rows: cube.Comptime[int],
+                     cols: cube.Comptime[int], bits: cube.Comptime[int], kind: cube.Comptime[str],
+                     ue8m0: cube.Comptime[bool], affine: cube.Comptime[bool], wpb: cube.Comptime[int],
+                     lanes: cube.Comptime[int]):
+    """out (m, n) = x @ W.T for few x rows on the C target, W read as u32 words (rows of kw words): a cube
+    of `lanes` units (one vector of words) owns `cols` weight rows (the last cube shifted back: n >= cols),
+    lane u takes words u, u + lanes, ... of each, for `rows` x rows at a time. `xp` is x laid out for it
+    (`words_panel`): code j of a step's word u at j * lanes + u. `wpb`: words per scale block (0: one block
+    a row), a multiple or a divisor of `lanes`."""
+    u = cube.UNIT_POS
+    c0 = cube.min(cube.CUBE_POS_X * cols, n - cols)
+    main = kw // lanes * lanes
+    sums = cube.shared(cube.f32, rows * cols * lanes)
+    for r0 in range(0, m, rows):  # groups of `rows` x rows (xp holds whole groups), the weight rows from L1
+        acc = tuple(cube.f32(0) for _ in range(rows * cols * 2))
+        for t in range(0, main, lanes):
+            acc = words_step(xp, words, scales, zeros, lut, slut, t, u, r0, c0, kw, srow, xs, acc, False, rows, cols,
+                             bits, kind, ue8m0, affine, wpb, lanes)
+        if main < kw:
+            acc = words_step(xp, words, scales, zeros, lut, slut, main, u, r0, c0, kw, srow, xs, acc, True, rows,
+                             cols, bits, kind, ue8m0, affine, wpb, lanes)
+        for q in cube.unroll(range(rows * cols)):
+            sums[q * lanes + u] = acc[q * 2] + acc[q * 2 + 1]
+        cube.sync_units()
+        if u < rows * cols:
+            total = sums[u * lanes]
+            for l in cube.unroll(range(1, lanes)):
+                total = total + sums[u * lanes + l]
+            r = r0 + u // cols
+            col = c0 + u % cols
+            if wpb == 0 and not affine:
+                total = total * scale_at(scales, slut, col * srow, ue8m0)
+            if r < m:
+                out[r * n + col] = out.dtype(total)
+        cube.sync_units()  # the sums are read before the next group writes them
+
+
 @cube.kernel
 def qmm_kernel(x: cube.Array, values: cube.Array[cube.u8], scales: cube.Array, zeros: cube.Array[cube.u8],
                lut: cube.Array[cube.f32], slut: cube.Array[cube.f32], out: cube.Array, m: cube.i32, n: cube.i32,
@@ -223,6 +348,52 @@ def qmm_t_kernel(g: cube.Array, values: cube.Array[cube.u8], scales: cube.Array,
         acc = tuple(acc[r] + cube.f32(g[(m0 + r) * n + j]) * w for r in range(rows))
     for r in cube.unroll(range(rows)):
         out[(m0 + r) * k + col] = out.dtype(acc[r])
+
+
+@cube.function
+def dequant_byte(values, scales, zeros, lut, slut, out, row, r, p, pb, kb, srow, nc, bits, kind, ue8m0, affine, bpb,
+                 ragged):
+    """out[r, pb * per + i] = W[row, p * per + i] for the `per` codes of byte p of the row."""
+    per = 8 // bits
+    byte = values[row * kb + p]
+    at = row * srow + (0 if bpb == 0 else p // bpb)
+    s = scale_at(scales, slut, at, ue8m0)
+    z = cube.f32(zeros[at]) if affine else cube.f32(0)
+    for i in cube.unroll(range(per)):
+        c = code_value(field(byte, i * bits, bits), bits, kind, lut)
+        w = s * (c - z) if affine else s * c
+        col = pb * per + i
+        if ragged:
+            if col < nc:
+                out[r * nc + col] = out.dtype(w)
+        else:
+            out[r * nc + col] = out.dtype(w)
+
+
+@cube.kernel
+def dequant_kernel(values: cube.Array[cube.u8], scales: cube.Array, zeros: cube.Array[cube.u8],
+                   lut: cube.Array[cube.f32], slut: cube.Array[cube.f32], out: cube.Array, kb: cube.i32,
+                   srow: cube.i32, j0: cube.i32, c0b: cube.i32, ncb: cube.i32, nc: cube.i32,
+                   units: cube.Comptime[int], chunk: cube.Comptime[int], bits: cube.Comptime[int],
+                   kind: cube.Comptime[str], ue8m0: cube.Comptime[bool], affine: cube.Comptime[bool],
+                   bpb: cube.Comptime[int], ragged: cube.Comptime[bool]):
+    """out (rows, nc) = W[j0 + r, c0b * per + c] (a window of the weight; c0b and ncb count bytes): cube
+    (x, y) widens bytes x * chunk .. of the window's row y, `units` consecutive bytes a round (whole rounds
+    unguarded, then the rest). `bpb`: bytes per scale block (0: one block a row); `ragged`: nc is not a
+    whole number of bytes."""
+    r = cube.CUBE_POS_Y
+    row = j0 + r
+    start = cube.CUBE_POS_X * chunk
+    stop = cube.min(ncb, start + chunk)
+    whole = start + (stop - start) // units * units
+    for t in range(start, whole, units):
+        pb = t + cube.UNIT_POS_X
+        dequant_byte(values, scales, zeros, lut, slut, out, row, r, c0b + pb, pb, kb, srow, nc, bits, kind, ue8m0,
+                     affine, bpb, ragged)
+    pb = whole + cube.UNIT_POS_X
+    if pb < stop:
+        dequant_byte(values, scales, zeros, lut, slut, out, row, r, c0b + pb, pb, kb, srow, nc, bits, kind, ue8m0,
+                     affine, bpb, ragged)
 
 
 @cube.function
@@ -303,11 +474,54 @@ def supports(block: int, k: int, transpose: bool) -> str:
     return ""
 
 
+class Weight(NamedTuple):
+    """A quantized weight W (n, k) as the kernels take it: its parts on the runtime (`zeros` a 1-element
+    stand-in when symmetric), the code's and UE8M0's tables, and the geometry. `srow`: scales a row (0 per
+    tensor); `bpb`: bytes per scale block (0: one block a row)."""
+
+    values: object
+    scales: object
+    zeros: object
+    lut: object
+    slut: object
+    bits: int
+    kind: str
+    ue8m0: bool
+    affine: bool
+    k: int
+    n: int
+    kb: int
+    block: int
+    srow: int
+    bpb: int
+
+    @property
+    def flags(self) -> dict:
+        return dict(bits=self.bits, kind=self.kind, ue8m0=self.ue8m0, affine=self.affine)
+
+    @property
+    def parts(self) -> tuple:
+        return self.values, self.scales, self.zeros, self.lut, self.slut
+
+
+def weight(values, scales, zeros, code: str, block: int, k: int, n: int, runtime) -> Weight:
+    """The `Weight` of these parts on `runtime` (tables copied there once)."""
+    bits, kind = CODES[code]
+    affine = zeros is not None
+    zarr = zeros if affine else _table(runtime, "none", np.zeros(1, np.uint8))
+    per_tensor = len(scales.shape) == 1
+    block = k if per_tensor else block  # one scale: every code is in block 0
+    srow = 0 if per_tensor else -(-k // block)
+    bpb = 0 if block >= k else block // (8 // bits)
+    return Weight(contiguous(values), contiguous(scales), contiguous(zarr), _table(runtime, code, code_table(code)),
+                  _table(runtime, "ue8m0", ue8m0_table()), bits, kind, scales.dtype == np.uint8, affine, k, n,
+                  packed_width(code, k), block, srow, bpb)
+
+
 def quant_matmul(x, values, scales, zeros, *, code: str, block: int, k: int, n: int, transpose: bool = False):
     """x @ W.T (or g @ W with `transpose`) for the quantized weight W (n, k): x (..., k) (or (..., n)) of
     f32/f16/bf16, the result (..., n) (or (..., k)) of x's dtype. Shapes are the primitive's (checked
-    by its shape rule); `supports` must hold."""
-    bits, kind = CODES[code]
+    by its shape rule); `supports` must hold. More than `GEMV_MAX_M` rows go to `large_tuner`'s pick."""
     inner, outer = (n, k) if transpose else (k, n)
     lead = tuple(x.shape[:-1])
     m = int(np.prod(lead, dtype=np.int64))
@@ -315,46 +529,182 @@ def quant_matmul(x, values, scales, zeros, *, code: str, block: int, k: int, n: 
         return zeros_like_out(lead + (outer,), x)
     x2 = contiguous(x).reshape(m, inner)
     runtime = launch_runtime(x2, values, scales)
-    lut = _table(runtime, code, code_table(code))
-    slut = _table(runtime, "ue8m0", ue8m0_table())
-    affine = zeros is not None
-    zarr = zeros if affine else _table(runtime, "none", np.zeros(1, np.uint8))
-    ue8m0 = scales.dtype == np.uint8
-    kb = packed_width(code, k)
-    per_tensor = len(scales.shape) == 1
-    block = k if per_tensor else block  # one scale: every code is in block 0
-    nblocks = -(-k // block)
-    srow = 0 if per_tensor else nblocks
-    out = empty((m, outer), x.dtype, x2)
-    values, scales = contiguous(values), contiguous(scales)
-    zarr = contiguous(zarr)
-    args = (x2, values, scales, zarr, lut, slut, out)
-    flags = dict(bits=bits, kind=kind, ue8m0=ue8m0, affine=affine)
-    if transpose:
-        rows, units = _floor2(min(TILE_ROWS, m)), _floor2(min(TILE_UNITS, k))
-        count = cube.CubeCount(-(-m // rows), -(-k // units))
-        qmm_t_kernel.launch(count, cube.CubeDim(units), *args, m, n, k, kb, block, srow, rows=rows, units=units,
-                            **flags)
-    elif m <= GEMV_MAX_M:
-        target = runtime.target
-        per = 8 // bits
-        bpb = 0 if block >= k else block // per
-        units, vec = GEMV_UNITS.get(target, 64), GEMV_VEC
-        if target == "cpu" and bpb % GEMV_CPU_WIDE[0] == 0:
-            units, vec = GEMV_CPU_WIDE
-        lanes = PLANE_WIDTH.get(target, 1)
-        span = lanes if lanes > 1 else units
-        rows = 1 << (m - 1).bit_length()
-        count = cube.CubeCount(-(-n // (units // span)))
-        qmv_kernel.launch(count, cube.CubeDim(units), *args, m, n, k, kb, srow, rows=rows, bpb=bpb,
-                          ragged=k % per != 0, units=units, span=span, lanes=lanes, vec=vec, **flags)
+    w = weight(values, scales, zeros, code, block, k, n, runtime)
+    if not transpose and m <= GEMV_MAX_M:
+        out = gemv(x2, w)
     else:
-        rows, units = TILE_ROWS, _floor2(min(TILE_UNITS, n))
-        kc = _panel(block, k)
-        count = cube.CubeCount(-(-m // rows), -(-n // units))
-        qmm_kernel.launch(count, cube.CubeDim(units), *args, m, n, k, kb, block, srow, rows=rows, units=units,
-                          kc=kc, **flags)
+        out = large_tuner(runtime, transpose)(x2, w)
     return out.reshape(lead + (outer,))
+
+
+def gemv(x2, w: Weight):
+    """x2 (m, k) @ W.T for m <= GEMV_MAX_M by `qmv_words_kernel` where it applies, else `qmv_kernel`."""
+    m = x2.shape[0]
+    runtime = launch_runtime(x2, w.values)
+    target = runtime.target
+    if words_fit(w, target):
+        return gemv_words(x2, w)
+    units, vec = GEMV_UNITS.get(target, 64), GEMV_VEC
+    if target == "cpu" and w.bpb % GEMV_CPU_WIDE[0] == 0:
+        units, vec = GEMV_CPU_WIDE
+    lanes = PLANE_WIDTH.get(target, 1)
+    span = lanes if lanes > 1 else units
+    rows = 1 << (m - 1).bit_length()
+    out = empty((m, w.n), x2.dtype, x2)
+    qmv_kernel.launch(cube.CubeCount(-(-w.n // (units // span))), cube.CubeDim(units), x2, *w.parts, out, m, w.n,
+                      w.k, w.kb, w.srow, rows=rows, bpb=w.bpb, ragged=w.k % (8 // w.bits) != 0, units=units,
+                      span=span, lanes=lanes, vec=vec, **w.flags)
+    return out
+
+
+def words_fit(w: Weight, target: str) -> bool:
+    """Whether `qmv_words_kernel` computes this weight: on the C target, rows of whole u32 words
+    (kb % 4 == 0, 4-byte aligned), whose scale blocks are one a row, or whole words that divide or are
+    multiples of GEMV_WORDS_LANES words."""
+    cpw = 32 // w.bits
+    if target != "cpu" or w.kb % 4 or w.values.ctypes.data % 4:
+        return False
+    if not w.bpb:
+        return True
+    wpb = w.block // cpw
+    return w.block % cpw == 0 and (wpb % GEMV_WORDS_LANES == 0 or GEMV_WORDS_LANES % wpb == 0)
+
+
+def words_panel(x2, w: Weight, rows: int):
+    """x2 (m, k) as `qmv_words_kernel` reads it: f32, zero-padded to whole steps of GEMV_WORDS_LANES words
+    and whole groups of `rows` rows, code j of a step's word u at j * lanes + u. Returns it and its row
+    length."""
+    m = x2.shape[0]
+    cpw, lanes = 32 // w.bits, GEMV_WORDS_LANES
+    steps = -(-(w.kb // 4) // lanes)
+    length, groups = steps * lanes * cpw, -(-m // rows) * rows
+    padded = np.zeros((groups, length), np.float32)
+    padded[:m, :w.k] = x2
+    return padded.reshape(groups, steps, lanes, cpw).transpose(0, 1, 3, 2).reshape(groups, length), length
+
+
+def gemv_words(x2, w: Weight):
+    """x2 (m, k) @ W.T by `qmv_words_kernel` (where `words_fit`)."""
+    m = x2.shape[0]
+    rows = min(GEMV_WORDS_ROWS, 1 << (m - 1).bit_length())
+    cols = min(GEMV_WORDS_COLS[w.bits].get(rows, 1), _floor2(w.n), GEMV_WORDS_LANES // rows)  # a unit a sum
+    xp, xs = words_panel(x2, w, rows)
+    out = empty((m, w.n), x2.dtype, x2)
+    qmv_words_kernel.launch(cube.CubeCount(-(-w.n // cols)), cube.CubeDim(GEMV_WORDS_LANES), xp,
+                            w.values.reshape(-1).view(np.uint32), w.scales, w.zeros, w.lut, w.slut, out, m, w.n,
+                            w.kb // 4, w.srow, xs, rows=rows, cols=cols, wpb=w.block // (32 // w.bits) if w.bpb else 0,
+                            lanes=GEMV_WORDS_LANES, **w.flags)
+    return out
+
+
+def tiled(x2, w: Weight, transpose: bool = False):
+    """x2 (m, k) @ W.T by `qmm_kernel`'s tiles (W widened panel by panel in shared memory), or with
+    `transpose` x2 (m, n) @ W by `qmm_t_kernel`'s (each unit reads its column's codes in place)."""
+    m, outer = x2.shape[0], (w.k if transpose else w.n)
+    rows, units = _floor2(min(TILE_ROWS, m)), _floor2(min(TILE_UNITS, outer))
+    out = empty((m, outer), x2.dtype, x2)
+    count, dim = cube.CubeCount(-(-m // rows), -(-outer // units)), cube.CubeDim(units)
+    args = (x2, *w.parts, out, m, w.n, w.k, w.kb, w.block, w.srow)
+    if transpose:
+        qmm_t_kernel.launch(count, dim, *args, rows=rows, units=units, **w.flags)
+    else:
+        qmm_kernel.launch(count, dim, *args, rows=rows, units=units, kc=_panel(w.block, w.k), **w.flags)
+    return out
+
+
+def dequantize_window(w: Weight, out, j0: int, c0: int):
+    """out (rows, nc) = W[j0 : j0 + rows, c0 : c0 + nc] by `dequant_kernel` (c0 a whole byte's first code)."""
+    per = 8 // w.bits
+    rows, nc = out.shape
+    ncb = -(-nc // per)
+    units, chunk = DEQUANT_UNITS, DEQUANT_CHUNK
+    dequant_kernel.launch(cube.CubeCount(-(-ncb // chunk), rows), cube.CubeDim(units), *w.parts, out, w.kb, w.srow,
+                          j0, c0 // per, ncb, nc, units=units, chunk=chunk, bpb=w.bpb, ragged=nc % per != 0,
+                          **w.flags)
+    return out
+
+
+def slab(x2, w: Weight):
+    """x2 (m, k) @ W.T as dense products: W dequantized about SLAB_ELEMENTS at a time into one scratch buffer,
+    each slab multiplied by `tuned_matmul` (BLAS or the matmul kernel on the CPU, cuBLAS or tensor cores
+    on CUDA) into its columns of the result."""
+    xf = _dense_operand(x2)
+    out = empty((x2.shape[0], w.n), x2.dtype, x2)
+    ns = _slab_size(w.n, w.k, launch_runtime(x2).target)
+    scratch = empty((ns, w.k), xf.dtype, x2)
+    for j0 in range(0, w.n, ns):
+        part = dequantize_window(w, scratch[:min(ns, w.n - j0)], j0, 0)
+        assign(out[:, j0:j0 + part.shape[0]], tuned_matmul(xf, part.T))
+    return out
+
+
+def slab_t(g2, w: Weight):
+    """g2 (m, n) @ W as dense products: W's columns dequantized a slab at a time (every row), each slab
+    multiplied by `tuned_matmul` into its columns of the result."""
+    gf = _dense_operand(g2)
+    out = empty((g2.shape[0], w.k), g2.dtype, g2)
+    per = 8 // w.bits
+    kc = _slab_size(w.k, w.n, launch_runtime(g2).target)
+    kc = max(per, kc // per * per)
+    scratch = empty((w.n, kc), gf.dtype, g2)
+    for c0 in range(0, w.k, kc):
+        nc = min(kc, w.k - c0)
+        part = scratch if nc == kc else empty((w.n, nc), gf.dtype, g2)
+        assign(out[:, c0:c0 + nc], tuned_matmul(gf, dequantize_window(w, part, 0, c0)))
+    return out
+
+
+def _dense_operand(x2):
+    """x2 as the dense product's operand: f32 on the CPU (BLAS), x2's own dtype elsewhere (tensor cores)."""
+    if launch_runtime(x2).target == "cpu" and x2.dtype != np.float32:
+        return cast(x2, np.float32)
+    return x2
+
+
+def _slab_size(rows: int, length: int, target: str) -> int:
+    """Rows of `length` elements a slab holds: about SLAB_ELEMENTS, a multiple of 64, at most `rows`."""
+    per_slab = SLAB_ELEMENTS.get(target, SLAB_ELEMENTS["cuda"]) // max(1, length)
+    return min(rows, max(64, per_slab // 64 * 64))
+
+
+LARGE = {False: {"slab": slab, "tiled": tiled}, True: {"slab": slab_t, "tiled": partial(tiled, transpose=True)}}
+"""The candidates for more than GEMV_MAX_M rows (the forward) and for the transposed product: dense products
+on slabs of the dequantized weight (first: the default where timing does not pay) and the tiled kernels."""
+TUNE_MIN_WORK = 1 << 22
+"""m * n * k below which `large_tuner` takes the default without timing."""
+
+_tuners: dict = {}
+
+
+def large_tuner(runtime, transpose: bool) -> Autotuner:
+    """The `Autotuner` of `runtime` over `LARGE[transpose]`, per shape class (m, n, k anchored), code, scale
+    blocks and dtype; decisions persist in the device's cache (`[autotune] cache_dir`).
+
+    Example:
+        >>> large_tuner(cpu_runtime(), False).choose(x2, w)
+        'slab'
+    """
+    key = (id(runtime), transpose)
+    found = _tuners.get(key)
+    if found is not None and found[0] is runtime:
+        return found[1]
+    timer, sync, aside = None, runtime.synchronize, nullcontext
+    if runtime.target == "cuda":
+        from .matmul_tc import gpu_timer
+        timer, aside = gpu_timer(runtime), runtime.unrecorded
+    cpu = runtime.target == "cpu"
+    name = "cpu" if cpu else re.sub(r"[^A-Za-z0-9._-]+", "_", f"{runtime.target}-{runtime.adapter_name}")
+    tiers = {"tiled": "extensive"} if cpu else None  # 10-22x slower than the slabs there
+    tuner = Autotuner("quant_matmul_t" if transpose else "quant_matmul", LARGE[transpose], _large_key,
+                      cache=device_cache(name), tiers=tiers, sync=sync, timer=timer, aside=aside,
+                      worth=lambda x2, w: x2.shape[0] * w.n * w.k >= TUNE_MIN_WORK)
+    _tuners[key] = (runtime, tuner)
+    return tuner
+
+
+def _large_key(x2, w: Weight) -> tuple:
+    return (anchor(x2.shape[0]), anchor(w.n), anchor(w.k), w.bits, w.kind, w.affine, w.ue8m0, w.bpb and anchor(w.bpb),
+            str(x2.dtype), str(w.scales.dtype))
 
 
 def _int_launch(a, b, bsums, tile: tuple, span: int, lanes: int, depth: int, offset: bool):

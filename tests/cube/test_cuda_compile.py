@@ -46,6 +46,7 @@ from ember.kernels.cross_entropy import cross_entropy
 from ember.kernels.softmax import softmax, softmax_grad
 from ember.kernels.sort import sort, topk
 from ember.cube.passes import optimize
+from ember.cube.runtime.cpu import cpu_runtime
 from ember.cube.runtime.nvrtc import CudaCompileError, compile_cuda, compile_error_message, nvrtc_available
 from ember.cube.targets import cuda as cuda_target
 
@@ -175,7 +176,8 @@ def library_calls() -> list:
     if unfold is not None:
         calls += [lambda: unfold(img, (3, 2), (1, 1), (1, 1), (1, 1)),
                   lambda: fold(rng.standard_normal((2, 12, 20)).astype(F32), (5, 6), (2, 2), (1, 1), (0, 0), (1, 1))]
-    # the quantized matmul: GEMV (m <= 16), tiled, the input gradient's; per-channel int8 and nf4 blocks of 32
+    # the quantized matmul: GEMV (m <= 16: by words, and by bytes where rows are not whole words), slabs and
+    # tiles (m > 16), the input gradient's; per-channel int8 and nf4 blocks of 32
     codes = rng.integers(0, 256, (6, 32)).astype(np.uint8)
     for code, width, block in (("int8", 32, 32), ("nf4", 16, 32)):
         qw, qs = codes[:, :width], np.ones((6, 1), F32)
@@ -184,6 +186,12 @@ def library_calls() -> list:
             for m in (1, 17)]
         calls += [lambda code=code, qw=qw, qs=qs, block=block: qm.quant_matmul(
             rng.standard_normal((3, 6)).astype(F32), qw, qs, None, code=code, block=block, k=32, n=6, transpose=True)]
+        calls += [lambda code=code, qw=qw, qs=qs, block=block, t=t: qm.tiled(
+            rng.standard_normal((17, 6 if t else 32)).astype(F32), qm.weight(qw, qs, None, code, block, 32, 6,
+                                                                            cpu_runtime()), transpose=t)
+            for t in (False, True)]
+    calls += [lambda: qm.quant_matmul(rng.standard_normal((2, 30)).astype(F32), codes[:, :30], np.ones((6, 1), F32),
+                                      None, code="int8", block=30, k=30, n=6)]
     calls += [lambda: qm.int_matmul(rng.integers(-128, 128, (5, 12)).astype(np.int8),
                                     rng.integers(-128, 128, (7, 12)).astype(np.int8))]
     return calls

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import ember
+from ember.api._common import apply
 from ember.errors import DTypeError, ShapeError
 from ember.nn import functional as F
 from tolerances import forward
@@ -191,3 +192,79 @@ def test_bad_inputs_name_the_op_and_shapes():
         F.int_linear(ember.ones(2, 3, dtype="i8"), ember.ones(4, 3))
     with pytest.raises(ShapeError, match=r"int_linear: a \(2, 3\) @ b.T of b \(4, 2\)"):
         F.int_linear(ember.ones(2, 3, dtype="i8"), ember.ones(4, 2, dtype="i8"))
+
+
+# ---- the kernels' own paths, against the NumPy reference ---------------------------------------------
+# ember/kernels/quant_matmul.py: the word GEMV (rows of whole u32 words on the C target: one scale a row,
+# blocks of a step's 16 words, or 16 // wpb blocks a step given to lanes by selects; 16-entry tables by
+# lut16), the byte GEMV (other rows), and for M > 16 and the input gradient the autotuner's two
+# candidates, forced in turn: dense products on dequantized slabs (several slabs, rows split between
+# dequantization cubes), and the tiles.
+
+def numpy_product(x: np.ndarray, values, scales, zeros, code, block, k, transpose=False) -> np.ndarray:
+    """x (f32) times the weight the NumPy reference dequantizes, in f64."""
+    from ember.ops.quant_matmul import dequantize
+    w = dequantize(values, scales, zeros, code=code, block=block, k=k).astype(np.float64)
+    return x.astype(np.float64) @ (w if transpose else w.T)
+
+
+def _product(device, rng, code, k, n, block, scale, lead, dtype, transpose=False):
+    values, scales, zeros = parts(rng, code, n, k, block, scale)
+    x = rng.standard_normal(lead + ((n if transpose else k),)).astype(np.float32)
+    x = torch.from_numpy(x).to(TORCH[dtype]).float().numpy()  # the values the activation's dtype holds
+    ep = [ember.tensor(a, device=device) for a in (values, scales, zeros) if a is not None]
+    if scale == "f16":
+        ep[1] = ep[1].cast("f16")
+    y = apply("quant_matmul", ember.tensor(x, device=device).cast(dtype), *ep, code=code, block=block, k=k,
+                    n=n, transpose=transpose)
+    want = numpy_product(x, values, np.asarray(ep[1].cast("f32").numpy()) if scale == "f16" else scales, zeros,
+                         code, block, k, transpose)
+    rtol, atol = forward(dtype)
+    what = f"{code} k={k} n={n} block={block} {scale} x{lead} {dtype} transpose={transpose}"
+    assert y.dtype.name == dtype and y.shape == want.shape, what
+    np.testing.assert_allclose(y.cast("f32").numpy(), want, rtol=rtol,
+                               atol=max(atol, 1e-5) * (np.abs(want).max() + 1e-3) * 4, err_msg=what)
+
+
+# (code, k, n, block, scales): rows of whole words with a tail step (k = 100 int8: 25 words), one step in
+# part (int4 k = 96), selects of 2 and 8 blocks a step (uint4 blocks of 16, nf4 blocks of 64), UE8M0 fp4,
+# a block of 4 steps' words (int8 blocks of 256), 2-bit words; and rows of 75 and 35 bytes (the byte GEMV).
+GEMV_CASES = [("int8", 100, 7, 100, "channel"), ("int4", 96, 9, 32, "block"), ("uint4", 136, 5, 16, "block"),
+              ("nf4", 192, 13, 64, "block"), ("fp4_e2m1", 96, 5, 32, "ue8m0"), ("int8", 768, 3, 256, "block"),
+              ("int2", 320, 6, 320, "tensor"), ("uint2", 300, 4, 300, "channel"), ("fp8_e5m2", 35, 9, 35, "f16")]
+
+
+@pytest.mark.parametrize("case", GEMV_CASES, ids=[f"{c[0]}-{c[1]}" for c in GEMV_CASES])
+def test_quant_gemv_paths(device, rng, case):
+    for m in (1, 3, 16):  # 16: four groups of four x rows
+        _product(device, rng, *case, (m,), "f32")
+
+
+def test_quant_gemv_half_activations(device, rng):
+    _product(device, rng, "nf4", 192, 13, 64, "block", (5,), "bf16")
+    _product(device, rng, "int8", 100, 7, 100, "channel", (1,), "f16")
+
+
+@pytest.fixture
+def forced_candidate(monkeypatch):
+    """Sets the name of the candidate the quantized matmul's autotuner runs, with slabs of 64 rows or
+    columns (the fewest) and rows of 64 bytes a dequantization cube."""
+    from ember.kernels import quant_matmul as qm
+    monkeypatch.setattr(qm, "SLAB_ELEMENTS", {"cpu": 1, "cuda": 1})
+    monkeypatch.setattr(qm, "DEQUANT_CHUNK", 64)
+    real = qm.large_tuner
+    chosen = {}
+    monkeypatch.setattr(qm, "large_tuner", lambda runtime, transpose: (
+        lambda x2, w: real(runtime, transpose).candidates[chosen["name"]](x2, w)))
+    return chosen
+
+
+@pytest.mark.parametrize("candidate", ["slab", "tiled"])
+def test_quant_large_m_candidates(device, rng, forced_candidate, candidate):
+    forced_candidate["name"] = candidate
+    # three slabs of rows (n = 130), three of columns for the gradient (k = 150); odd k, n and blocks
+    for code, k, n, block, scale in (("int8", 150, 130, 150, "channel"), ("nf4", 64, 70, 32, "block")):
+        _product(device, rng, code, k, n, block, scale, (67,), "f32")
+        _product(device, rng, code, k, n, block, scale, (3, 7), "f32", transpose=True)
+    _product(device, rng, "uint4", 37, 9, 37, "tensor", (2, 20), "bf16")
+    _product(device, rng, "fp8_e4m3", 45, 11, 45, "f16", (19,), "f16", transpose=True)

@@ -301,6 +301,14 @@ class Expressions:
                 return {"min": min, "max": max, "pow": pow, "atan2": math.atan2}[name](*args)
             x, y = self.coerce(args[0], args[1], node)
             return b.binary(name, x, y)
+        if name in ir.TERNARY_FLOAT:
+            if len(args) != 3:
+                raise self.src.error(node, f"{name} takes three arguments in a kernel")
+            if not any(isinstance(a, Value) for a in args):
+                return args[0] * args[1] + args[2]
+            t = next(a.type for a in args if isinstance(a, Value))
+            x, y, z = (a if isinstance(a, Value) else self.convert(a, t.dtype) for a in args)
+            return b.ternary(name, x, y, z)
         if name in ("select", "where"):
             cond, x, y = args
             if not isinstance(cond, Value):
@@ -318,6 +326,11 @@ class Expressions:
             if not (isinstance(x, Value) and isinstance(y, Value)):
                 raise self.src.error(node, "cube.mad8(acc, a, b) takes 8-bit integer values a and b (loaded or cast)")
             return b.mad8(acc if isinstance(acc, Value) else self.convert(acc, ir.i32), x, y)
+        if name == "lut16":
+            table, index = args
+            if not isinstance(table, ArrayRef):
+                raise self.src.error(node, "cube.lut16(table, index) looks up in an array")
+            return b.lut16(table.array, index if isinstance(index, Value) else self.convert(index, ir.i32))
         if name == "shared":
             dtype, size = args
             return ArrayRef(b.shared(dtype, size))

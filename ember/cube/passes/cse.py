@@ -48,7 +48,7 @@ def _written(stmts: list) -> set:
 
 def _forget(scopes: list, arrays: set) -> None:
     for scope in scopes:
-        for key in [k for k in scope if k[0] == "load" and (None in arrays or k[2] in arrays)]:
+        for key in [k for k in scope if k[0] in ir.LOADS and (None in arrays or k[2] in arrays)]:
             del scope[key]
 
 
@@ -57,8 +57,8 @@ def _cse_block(block: list, scopes: list, mapping: dict) -> None:
     for s in block:
         if isinstance(s, Instr):
             s.args = tuple(mapping.get(a, a) for a in s.args)
-            if s.result is not None and ((ir.is_pure(s) and s.op != "read") or s.op == "load"):
-                attr = s.attr if s.op == "load" else _attr_key(s.attr)
+            if s.result is not None and ((ir.is_pure(s) and s.op != "read") or s.op in ir.LOADS):
+                attr = s.attr if s.op in ir.LOADS else _attr_key(s.attr)
                 key = (s.op, tuple(id(a) for a in s.args), attr, s.result.type)
                 found = next((scope[key] for scope in reversed(scopes) if key in scope), None)
                 if found is not None:

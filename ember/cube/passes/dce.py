@@ -27,7 +27,7 @@ def _dead(s, uses: dict, read_locals: set) -> bool:
     if isinstance(s, Instr):
         if s.op in ("local", "write"):
             return s.attr not in read_locals
-        return (ir.is_pure(s) or s.op == "load") and uses.get(s.result, 0) == 0
+        return (ir.is_pure(s) or s.op in ir.LOADS) and uses.get(s.result, 0) == 0
     if isinstance(s, If):
         return not s.then and not s.orelse
     return not s.body

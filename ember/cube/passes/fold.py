@@ -14,6 +14,8 @@ Example:
 
 from __future__ import annotations
 
+import math
+from fractions import Fraction
 
 import numpy as np
 
@@ -64,6 +66,9 @@ def evaluate(op: str, values: list, types: list, result: ir.Type, attr=None):
             return (values[0] * values[1]) >> 32
         if op == "mad8":
             return _wrap(values[0] + values[1] * values[2], result.dtype)
+        if op == "fma":
+            npt = _np_type(src)
+            return _fma(*(float(npt(v)) for v in values), npt)
         if not src.is_float and src is not ir.bool_ and op in ("div", "rem", "shl", "shr"):
             a, b = values
             if op in ("div", "rem"):
@@ -95,6 +100,22 @@ def evaluate(op: str, values: list, types: list, result: ir.Type, attr=None):
     if result.dtype.is_float:
         return float(out)
     return _wrap(int(out), result.dtype)
+
+
+def _fma(a: float, b: float, c: float, npt) -> float | None:
+    """a * b + c rounded once to `npt` (f32 or f64): the exact value's nearest, ties to even; None where
+    an operand or the product is not finite (left to the target)."""
+    if not all(math.isfinite(v) for v in (a, b, c)):
+        return None
+    exact = Fraction(a) * Fraction(b) + Fraction(c)
+    near = npt(float(exact))  # float() of a Fraction rounds once to f64; f32 may need a neighbour
+    if not np.isfinite(near):
+        return None
+    if npt is np.float64:
+        return float(near)
+    candidates = (np.nextafter(near, npt(-np.inf)), near, np.nextafter(near, npt(np.inf)))
+    best = min(candidates, key=lambda v: (abs(Fraction(float(v)) - exact), int(np.asarray(v).view(np.uint32)) & 1))
+    return float(best)
 
 
 def fold_constants(kernel: ir.Kernel) -> None:

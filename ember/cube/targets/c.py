@@ -19,6 +19,9 @@ How the launch model maps onto a CPU:
 - **Planes** have one unit on this target (PLANE_DIM == 1), so plane reductions are the identity.
 - **f16/bf16** are computed in `float`: converted on load, rounded on store and on casts.
 - A `return` clears the unit's `alive` flag; later phases skip units that returned.
+- A table look-up (`lut16`) that `phases.py` cut out runs between the phases as gcc vector shuffles of the
+  units' indices (`vpermps` on AVX-512: the table is one register), where a load inside the unit loop
+  would be a gather; under divergent control flow it stays a load.
 
 Example:
     >>> source = render(kernel_ir, CubeDim(256))
@@ -33,14 +36,14 @@ from .. import ir
 from ..ir import Instr
 from ..lang import CubeDim
 from .clike import CFamily, bf16_helpers
-from .phases import Phase, PhaseError, Schedule
+from .phases import LUT, Phase, PhaseError, Schedule
 from .walker import Walker, builtin_table
 
 ENTRY = "ember_kernel"
 PARALLEL_MIN = 32768
 """Elements in a launch's largest array below which its cubes run on the calling thread: the initial value
 of each library's `ember_parallel_min`, which the CPU runtime sets for the machine (`runtime/cpu.py`)."""
-VERSION = "c-14"  # bump when the rendering changes, so cached binaries are rebuilt
+VERSION = "c-15"  # bump when the rendering changes, so cached binaries are rebuilt
 
 PRELUDE = r"""#include <stdint.h>
 #include <string.h>
@@ -85,6 +88,7 @@ class Renderer(CFamily, Walker):
                 if isinstance(s, Instr) and s.result is not None and s.result not in self.remat:
                     self.sched.hoist((s.result,))
         self.chain: dict = {}  # cheap varying values recomputed in each phase that uses them
+        self.lut_indices = {s.args[0] for s in self.sched.luts}  # read whole by a shuffle: kept in arrays
         self._find_crossings()
 
     def _find_crossings(self) -> None:
@@ -103,6 +107,8 @@ class Renderer(CFamily, Walker):
     def _chain(self, v: ir.Value, depth: int) -> bool:
         if v in self.chain or v in self.remat or self.sched.site.get(v) == "cube":
             return True
+        if v in self.lut_indices:
+            return False
         instr = self._def(v)
         if depth == 0 or instr is None or not ir.is_pure(instr) or instr.op == "read":
             return False
@@ -139,11 +145,15 @@ class Renderer(CFamily, Walker):
             for instr in phase.hoisted:
                 for v in instr.args:  # cube-level code only reads cube-level values
                     assert self.sched.site.get(v) == "cube"
+        for instr in self.sched.luts:  # a look-up's result fills a per-unit array, from one of indices
+            self.crossing.add(instr.result)
+            if isinstance(self.sched.site.get(instr.args[0]), Phase) and instr.args[0] not in self.remat:
+                self.crossing.add(instr.args[0])
         self.array_locals = {var for var, ps in local_phases.items() if len(ps) > 1}
 
         def visit_tree(nodes):
             for node in nodes:
-                if isinstance(node, tuple):
+                if isinstance(node, tuple) and node[0] != "lut":
                     for v in ir.operands(node[1]):
                         assert self.sched.site.get(v) == "cube"
                     for children in node[2:]:
@@ -220,6 +230,8 @@ class Renderer(CFamily, Walker):
         for node in nodes:
             if isinstance(node, Phase):
                 self.phase(node, depth)
+            elif node[0] == "lut":
+                self.lut(node[1], depth)
             elif node[0] == "for":
                 self.emit(self.for_header(node[1]), depth)
                 self.tree(node[2], depth + 1)
@@ -252,6 +264,25 @@ class Renderer(CFamily, Walker):
             self.emit(f"end_{phase.index}: ;", depth + 1)
         self.emit("}", depth)
         self.current = None
+
+    def lut(self, s: Instr, depth: int) -> None:
+        """A cut look-up: every unit's `table[index]` into the result's per-unit array, 16 units a gcc
+        vector shuffle where the indices are in an array (a loop of loads under another compiler)."""
+        index, arr, out = s.args[0], s.attr, f"v{s.result.id}_u"
+        table = f"a_{arr.name}" if arr.kind != "shared" else f"s_{arr.name}"
+        element = lambda i: self.from_storage(f"{table}[{i}]", arr.dtype) if arr.kind != "shared" else f"{table}[{i}]"
+        loads = f"for (int32_t u = 0; u < NU; ++u) {out}[u] = {element(self.ref(index, None))};"
+        if index not in self.crossing or self.dim.total % 16:
+            self.emit(loads, depth)
+            return
+        vt, it = self.ctype(ir.Type(arr.dtype, 16)), self.ctype(ir.Type(ir.i32, 16))
+        self.emit("#if defined(__GNUC__) && !defined(__clang__)", 0)
+        self.emit(f"{{ {vt} tab; memcpy(&tab, {table}, 64);", depth)
+        self.emit(f"for (int32_t u = 0; u < NU; u += 16) {{ {it} i; memcpy(&i, &v{index.id}_u[u], 64); "
+                  f"{vt} r = __builtin_shuffle(tab, i); memcpy(&{out}[u], &r, 64); }} }}", depth)
+        self.emit("#else", 0)
+        self.emit(loads, depth)
+        self.emit("#endif", 0)
 
     def _chains_for(self, phase: Phase) -> list:
         """The chain instructions (with their chain operands) this phase recomputes, in order."""

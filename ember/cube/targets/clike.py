@@ -58,7 +58,7 @@ BINARY = {"add": "+", "sub": "-", "mul": "*", "div": "/", "and": "&", "or": "|",
 COMPARE = ("eq", "ne", "lt", "le", "gt", "ge")
 MATH = {name: name for name in ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "sin",
                                 "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh",
-                                "acosh", "atanh", "erf", "floor", "ceil", "trunc", "pow", "atan2")}
+                                "acosh", "atanh", "erf", "floor", "ceil", "trunc", "pow", "atan2", "fma")}
 MATH.update(round="rint", rem="fmod")
 
 

@@ -8,11 +8,14 @@ with phases inside them; this is what lets a barrier sit inside a uniform loop. 
 cube level (`Schedule.hoist`), to be computed once per cube.
 
 A barrier under divergent control flow (a branch on a per-unit value, a loop with per-unit bounds)
-cannot be scheduled this way and raises `PhaseError`.
+cannot be scheduled this way and raises `PhaseError`. A table look-up (`lut16`) outside divergent control
+flow cuts the phases too: it becomes a node ("lut", instr) between them, which the C target renders as one
+vector shuffle across the units (a look-up inside a unit loop would be a gather); under divergent control
+flow it stays in its phase as a load.
 
 Example:
     >>> sched = Schedule(kernel)
-    >>> sched.tree   # [Phase, ("for", For, [Phase, ...]), Phase, ...]
+    >>> sched.tree   # [Phase, ("for", For, [Phase, ...]), ("lut", Instr), Phase, ...]
 """
 
 from __future__ import annotations
@@ -26,6 +29,10 @@ class PhaseError(ValueError):
 
 
 
+LUT = "lut"
+"""The site of a cut look-up's result: a per-unit array filled between two phases."""
+
+
 class Phase:
     def __init__(self, index: int) -> None:
         self.index = index
@@ -34,7 +41,8 @@ class Phase:
 
 
 class Schedule:
-    """The cube-level tree: a list of Phase, ("for", For, children) and ("if", If, then, orelse)."""
+    """The cube-level tree: a list of Phase, ("for", For, children), ("if", If, then, orelse) and ("lut", Instr);
+    `luts` lists the cut look-ups."""
 
     def __init__(self, kernel: ir.Kernel) -> None:
         self.kernel = kernel
@@ -46,6 +54,7 @@ class Schedule:
         # (`if pos >= n: return`) may be what keeps the address in range: no load hoisting then.
         self.hoist_loads = not any(isinstance(s, Instr) and s.op == "return" for s in ir.walk(kernel.body))
         self.shared: list = []
+        self.luts: list = []
         for p in kernel.params:
             if isinstance(p, ir.ScalarParam):
                 self.site[p.value] = "cube"
@@ -66,12 +75,18 @@ class Schedule:
                 nodes.append(phase)
             elif isinstance(s, Instr) and s.op == "shared":
                 self.shared.append(s.attr)
+            elif isinstance(s, Instr) and s.op == "lut16":
+                self.luts.append(s)
+                self.site[s.result] = LUT
+                nodes.append(("lut", s))
+                phase = self.new_phase()
+                nodes.append(phase)
             elif isinstance(s, For) and self.hoist((s.start, s.stop, s.step)):
                 self.site[s.var] = "cube"
                 nodes.append(("for", s, self.build(s.body)))
                 phase = self.new_phase()
                 nodes.append(phase)
-            elif isinstance(s, If) and (_has_barrier(s) or _has_loop(s)) and self.hoist((s.cond,)):
+            elif isinstance(s, If) and (_has_barrier(s) or _has_loop(s) or _has_lut(s)) and self.hoist((s.cond,)):
                 nodes.append(("if", s, self.build(s.then), self.build(s.orelse)))
                 phase = self.new_phase()
                 nodes.append(phase)
@@ -114,7 +129,7 @@ class Schedule:
     def _uniform(self, instr: Instr) -> bool:
         if instr.op == "builtin":
             return instr.attr not in ir.VARYING_BUILTINS
-        if instr.op == "load":
+        if instr.op in ir.LOADS:
             return self.hoist_loads and instr.attr.kind == "global" and instr.attr not in self.written
         return ir.is_pure(instr) and instr.op != "read"
 
@@ -123,6 +138,11 @@ def _has_loop(s) -> bool:
     """A loop under `s`: a uniform branch around one is lifted like the loop itself would be, so the unit loop
     stays innermost (gcc vectorizes no unit loop with a loop inside)."""
     return any(isinstance(i, For) for i in ir.walk([s]) if i is not s)
+
+
+def _has_lut(s) -> bool:
+    """A look-up under `s`: a uniform branch around one is lifted, so that the look-up cuts the phases."""
+    return any(isinstance(i, Instr) and i.op == "lut16" for i in ir.walk([s]))
 
 
 def _has_barrier(s) -> bool:

@@ -106,7 +106,7 @@ class Walker:
             return f"len_{self.array_name(s.attr)}"
         if op == "read":
             return self.local_name(s.attr)
-        if op == "load":
+        if op in ir.LOADS:  # lut16's index is already in 0..15
             return self.load(s, a)
         if op in ir.PLANE:
             return self.plane(s, a[0])

@@ -108,7 +108,7 @@ fn ember_asin(x: f32) -> f32 {
 
 _BINARY = dict(BINARY, rem="%")  # C's operators; shifts are rendered apart (WGSL shifts by a u32)
 _MATH = {name: name for name in ("exp", "exp2", "log", "log2", "sqrt", "sin", "cos", "tan", "atan", "sinh", "cosh",
-                                 "tanh", "asinh", "acosh", "atanh", "floor", "ceil", "trunc", "abs")}
+                                 "tanh", "asinh", "acosh", "atanh", "floor", "ceil", "trunc", "abs", "fma")}
 _MATH.update(rsqrt="inverseSqrt")  # round and atan2 are rendered apart (see Renderer.scalar)
 _PLANE = {"plane_sum": "subgroupAdd", "plane_prod": "subgroupMul", "plane_max": "subgroupMax",
           "plane_min": "subgroupMin", "plane_all": "subgroupAll", "plane_any": "subgroupAny"}
