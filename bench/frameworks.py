@@ -80,7 +80,8 @@ class Frameworks:
         """Time each implementation of one case, and note every framework that sits it out.
 
         `impls` maps a label ("ember", "ember+autodiff", "torch.load", "safetensors", ...) to a setup that
-        builds the call to time, or to a reason why that framework cannot express the case. The label's
+        builds the call to time, or to a reason why that framework cannot express the case; a setup that
+        raises `Unavailable` (e.g. torch.compile failing on this build) is skipped with its message. The label's
         leading word names the framework; a setup only runs when that framework is present. A framework of
         this run with no label at all is noted as unable to express the case. `notes` annotate measured
         rows by label (what exactly an implementation does, where that is not obvious).
@@ -97,7 +98,11 @@ class Frameworks:
             elif isinstance(impl, str):
                 rows.append(Row(bench, case, label, None, f"skipped: {impl}"))
             else:
-                call = impl()
+                try:
+                    call = impl()
+                except Unavailable as e:
+                    rows.append(Row(bench, case, label, None, f"skipped: {e}"))
+                    continue
                 calls[label] = lambda name=name, call=call: self.finish(name, call())
         # the implementations' repeats taken in turn (`time_together`), rows in the order of `impls`
         for label, (us, runs) in time_together(calls, settings).items():
@@ -126,6 +131,11 @@ class Frameworks:
             return build
         return self.compare(bench, case, {name: op if isinstance(op, str) else setup(name, op)
                                           for name, op in ops.items()}, settings)
+
+
+class Unavailable(Exception):
+    """Raised by a setup of `Frameworks.compare` when its implementation cannot run here after all (a
+    compiler that fails on this build, say): the row is skipped with the message instead of the run failing."""
 
 
 class OnHost(NamedTuple):

