@@ -20,7 +20,7 @@ from ..dtype import i32
 from ..errors import EmberError, ShapeError
 from ..extension import backend_extension
 from ..kernels.common import empty
-from . import kernels
+from . import blocked, kernels
 
 
 def mT(x):
@@ -105,8 +105,8 @@ def _lu_backward(grads, outs, a):
 @backend_extension(outputs=3, shape=_lu_shape, dtype=lambda d: (_float("lu_factor")(d), i32, i32),
                    reference=_lu_reference, backward=_lu_backward, saves="all", name="linalg_lu_factor")
 def lu_factor_op(a):
-    """(LU, pivots, info) of a batch of matrices (kernels.lu_factor)."""
-    return kernels.lu_factor(a)
+    """(LU, pivots, info) of a batch of matrices (blocked.lu_factor)."""
+    return blocked.lu_factor(a)
 
 
 @cube.kernel
@@ -193,7 +193,7 @@ def _tri_backward(g, x, a, b, *, upper, unit):
                    backward=_tri_backward, name="linalg_solve_triangular")
 def solve_triangular_op(a, b, *, upper, unit):
     """X with A X = B for triangular A (only its triangle is read)."""
-    return kernels.solve_triangular(a, b, lower=not upper, unit=unit)
+    return blocked.solve_triangular(a, b, lower=not upper, unit=unit)
 
 
 # ---- Cholesky ------------------------------------------------------------------------------------------
@@ -230,7 +230,7 @@ def _chol_backward(grads, outs, a):
                    name="linalg_cholesky")
 def cholesky_op(a):
     """(L, info) from the lower triangle of a batch of matrices."""
-    return kernels.cholesky(a)
+    return blocked.cholesky(a)
 
 
 # ---- QR ------------------------------------------------------------------------------------------------
@@ -272,7 +272,7 @@ def _qr_square_backward(q, r, gq, gr):
                    backward=_qr_backward, name="linalg_qr")
 def qr_op(a, *, complete):
     """(Q, R) by Householder reflections."""
-    return kernels.qr(a, complete=complete)
+    return blocked.qr(a, complete=complete)
 
 
 # ---- eigh ----------------------------------------------------------------------------------------------

@@ -1,0 +1,116 @@
+"""The blocked factorizations against torch.linalg at sizes that cross their block boundaries (a block ± 1,
+odd sizes past two blocks, rectangular, batched) on every device of the suite, in f32 and f64; info codes
+from failures past the first block; gradients through the blocked kernels against torch autograd."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import ember
+from ember import linalg as L
+from ember.linalg import blocked
+
+from .test_linalg import _close, _device_dtype, _np
+
+# Sizes past LU_LEAF and QR_BLOCK (32), TRSM_LEAF and CHOLESKY_LEAF (64), SYRK_LEAF (128), batched twice.
+SIZES = [((), 33), ((2,), 65), ((), 67), ((), 130)]
+RECTANGLES = [(70, 33), (33, 70), (2, 97, 65)]
+
+
+def test_block_sizes_are_the_ones_crossed():
+    assert (blocked.LU_LEAF, blocked.QR_BLOCK, blocked.TRSM_LEAF, blocked.CHOLESKY_LEAF, blocked.SYRK_LEAF) == \
+        (32, 32, 64, 64, 128)
+
+
+@pytest.mark.parametrize("dtype", ["f64", "f32"])
+def test_blocked_square_match_torch(device, rng, dtype):
+    _device_dtype(device, dtype)
+    np_dtype = np.float64 if dtype == "f64" else np.float32
+    for batch, n in SIZES:
+        a = rng.standard_normal(batch + (n, n)).astype(np_dtype)
+        b = rng.standard_normal(batch + (n, 3)).astype(np_dtype)
+        spd = (a @ np.swapaxes(a, -1, -2) / n + np.eye(n)).astype(np_dtype)
+        A, B, S = (ember.tensor(x, device=device) for x in (a, b, spd))
+        ta, tb, ts = (torch.from_numpy(x) for x in (a, b, spd))
+        what = f"{batch} {n}"
+        lu, piv = L.lu_factor(A)
+        tlu, tpiv = torch.linalg.lu_factor(ta)
+        np.testing.assert_array_equal(_np(piv), _np(tpiv), err_msg=f"pivots {what}")
+        _close(lu, tlu, dtype, f"lu_factor {what}", n)
+        _close(L.solve(A, B), torch.linalg.solve(ta, tb), dtype, f"solve {what}", n * 10)
+        _close(L.det(A), torch.linalg.det(ta), dtype, f"det {what}", n * 10)
+        _close(L.inv(A), torch.linalg.inv(ta), dtype, f"inv {what}", n * 10)
+        chol = L.cholesky(S)
+        _close(chol, torch.linalg.cholesky(ts), dtype, f"cholesky {what}", n)
+        _close(L.cholesky(S, upper=True), torch.linalg.cholesky(ts, upper=True), dtype, f"cholesky upper {what}", n)
+        tl = torch.linalg.cholesky(ts)
+        for upper in (False, True):
+            for unit in (False, True):
+                t = tl.mT if upper else tl
+                e = ember.tensor(_np(t).copy(), device=device)
+                _close(L.solve_triangular(e, B, upper=upper, unitriangular=unit),
+                       torch.linalg.solve_triangular(t, tb, upper=upper, unitriangular=unit), dtype,
+                       f"solve_triangular upper={upper} unit={unit} {what}", n * (100 if unit else 10))
+        for mode in ("reduced", "complete"):
+            for e, t in zip(L.qr(A, mode), torch.linalg.qr(ta, mode)):
+                _close(e, t, dtype, f"qr {mode} {what}", n)
+
+
+@pytest.mark.parametrize("dtype", ["f64", "f32"])
+def test_blocked_rectangular_match_torch(device, rng, dtype):
+    _device_dtype(device, dtype)
+    np_dtype = np.float64 if dtype == "f64" else np.float32
+    for shape in RECTANGLES:
+        a = rng.standard_normal(shape).astype(np_dtype)
+        A, ta = ember.tensor(a, device=device), torch.from_numpy(a)
+        scale = max(shape[-2:])
+        lu, piv = L.lu_factor(A)
+        tlu, tpiv = torch.linalg.lu_factor(ta)
+        np.testing.assert_array_equal(_np(piv), _np(tpiv), err_msg=f"pivots {shape}")
+        _close(lu, tlu, dtype, f"lu_factor {shape}", scale)
+        for mode in ("reduced", "complete"):
+            for e, t in zip(L.qr(A, mode), torch.linalg.qr(ta, mode)):
+                _close(e, t, dtype, f"qr {mode} {shape}", scale)
+
+
+def test_blocked_info_codes_past_the_first_block(device):
+    n = 130
+    a = np.random.default_rng(1).standard_normal((2, n, n)).astype(np.float32)
+    a[1, :, 100] = 0  # U[100, 100] is exactly 0: info 101 in the second matrix only
+    spd = np.stack([np.eye(n), np.eye(n)]).astype(np.float32)
+    spd[0, 99, 99] = -1  # the leading minor of order 100 fails, in the second Cholesky leaf
+    A, S = ember.tensor(a, device=device), ember.tensor(spd, device=device)
+    ta, ts = torch.from_numpy(a), torch.from_numpy(spd)
+    np.testing.assert_array_equal(_np(L.lu_factor_ex(A)[2]), _np(torch.linalg.lu_factor_ex(ta)[2]))
+    np.testing.assert_array_equal(_np(L.cholesky_ex(S)[1]), _np(torch.linalg.cholesky_ex(ts)[1]))
+    _close(L.cholesky_ex(S)[0][1], torch.linalg.cholesky_ex(ts)[0][1], "f32", "the valid matrix")
+    with pytest.raises(L.LinAlgError, match="order 100"):
+        L.cholesky(S)
+    with pytest.raises(L.LinAlgError, match="singular"):
+        L.solve(A, A)
+
+
+def test_blocked_gradients_match_torch(device, rng):
+    dtype = "f64" if "f64" in [d.name for d in getattr(device.backend, "dtypes", [ember.f64])] else "f32"
+    np_dtype = np.float64 if dtype == "f64" else np.float32
+    n = 67
+    a = (rng.standard_normal((n, n)) + 4 * np.eye(n)).astype(np_dtype)
+    b = rng.standard_normal((n, 2)).astype(np_dtype)
+
+    def ops(lib):
+        spd = lambda x: x @ x.transpose(-2, -1) / n + (ember.eye(n, dtype=x.dtype, device=x.device)  # noqa: E731
+                                                        if lib is L else torch.eye(n, dtype=x.dtype))
+        return [("solve", lambda x, y: (lib.solve(x, y),)), ("cholesky", lambda x, y: (lib.cholesky(spd(x)),)),
+                ("qr", lambda x, y: lib.qr(x[:, :40]))]
+
+    for (name, fe), (_, ft) in zip(ops(L), ops(torch.linalg)):
+        ea = ember.tensor(a, device=device.autodiff()).require_grad()
+        eb = ember.tensor(b, device=device.autodiff()).require_grad()
+        ta, tb = torch.from_numpy(a.copy()).requires_grad_(), torch.from_numpy(b.copy()).requires_grad_()
+        t_out = ft(ta, tb)
+        weights = [rng.standard_normal(tuple(t.shape)).astype(np_dtype) for t in t_out]
+        grads = sum((o * ember.tensor(w, device=device)).sum() for o, w in zip(fe(ea, eb), weights)).backward()
+        tga = torch.autograd.grad(sum((o * torch.from_numpy(w)).sum() for o, w in zip(t_out, weights)), ta)[0]
+        _close(ea.grad(grads), tga, dtype, f"{name}: grad", n * 100)
