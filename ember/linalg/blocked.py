@@ -168,17 +168,24 @@ def _zero_lower_blocks(x, k0: int, n: int) -> None:
 
 # ---- Householder QR ------------------------------------------------------------------------------------
 class Reflectors:
-    """The Householder reflectors of a blocked QR: vs (count, k, m) holds reflector j as row j (1 at j,
-    zeros before it), ts the T factor of each block of `QR_BLOCK` reflectors."""
+    """Householder reflectors in blocks of `QR_BLOCK`, as a blocked QR (or a bidiagonalization) leaves
+    them: vs (count, k, m) holds reflector j as row j, its 1 at column j + shift and zeros before it;
+    taus (count, >= k) their taus; `add` computes each block's T (H_k0 ... H_(k0+w-1) = I - V T V^T)."""
 
-    def __init__(self, vs, ts: list) -> None:
-        self.vs, self.ts = vs, ts
+    def __init__(self, vs, taus, shift: int = 0) -> None:
+        self.vs, self.taus, self.shift, self.ts = vs, taus, shift, []
 
     def block(self, i: int) -> tuple[int, Block, object]:
-        """(k0, V (m - k0, w), T) of block i."""
+        """(first row of C it acts on, V (m - that row, w), T) of block i."""
         t = self.ts[i]
         k0, w = i * QR_BLOCK, t.shape[-1]
-        return k0, Block(self.vs, k0, k0, w, self.vs.shape[2] - k0).T, t
+        r0 = k0 + self.shift
+        return r0, Block(self.vs, k0, r0, w, self.vs.shape[2] - r0).T, t
+
+    def add(self, k0: int, w: int) -> None:
+        """The T of reflectors [k0, k0 + w) (the next block), from S = V^T V."""
+        vt = self.vs[:, k0:k0 + w, k0 + self.shift:]
+        self.ts.append(kernels.t_factor(contiguous(tuned_matmul(vt, kernels.transposed(vt))), self.taus, k0, w))
 
     def apply(self, c, transpose: bool, identity: bool = False) -> None:
         """C = Q C (Q^T C when `transpose`) in place, C (count, m, p) a C-contiguous batch. `identity`: C
@@ -186,9 +193,16 @@ class Reflectors:
         reflector on (how LAPACK's orgqr builds Q)."""
         order = range(len(self.ts)) if transpose else reversed(range(len(self.ts)))
         for i in order:
-            k0, v, t = self.block(i)
-            c0 = min(k0, c.shape[2]) if identity else 0
-            _reflect(Block(c, k0, c0, v.rows, c.shape[2] - c0), v, t, transpose)
+            r0, v, t = self.block(i)
+            c0 = min(r0, c.shape[2]) if identity else 0
+            _reflect(Block(c, r0, c0, v.rows, c.shape[2] - c0), v, t, transpose)
+
+    def q(self, m: int, p: int):
+        """The first p columns of Q = H_0 H_1 ... (count, m, p)."""
+        q = empty((self.vs.shape[0], m, p), self.vs.dtype, self.vs)
+        assign(q, np.eye(m, p, dtype=q.dtype))
+        self.apply(q, transpose=False, identity=True)
+        return q
 
 
 def _reflect(c: Block, v: Block, t, transpose: bool) -> None:
@@ -204,14 +218,11 @@ def householder(r) -> Reflectors:
     """Blocked Householder QR of r (count, m, n) in place (R, zeros below), and its reflectors."""
     count, m, n = r.shape
     k = min(m, n)
-    vs = empty((count, max(k, 1), m), r.dtype, r)
-    taus = empty((count, max(k, 1)), r.dtype, r)
-    reflectors = Reflectors(vs, [])
+    reflectors = Reflectors(empty((count, max(k, 1), m), r.dtype, r), empty((count, max(k, 1)), r.dtype, r))
     for k0 in range(0, k, QR_BLOCK):
         w = min(QR_BLOCK, k - k0)
-        kernels.qr_panel(r, vs, taus, k0, w)
-        vt = vs[:, k0:k0 + w, k0:]
-        reflectors.ts.append(kernels.t_factor(contiguous(tuned_matmul(vt, kernels.transposed(vt))), taus, k0, w))
+        kernels.qr_panel(r, reflectors.vs, reflectors.taus, k0, w)
+        reflectors.add(k0, w)
         if k0 + w < n:
             _, v, t = reflectors.block(len(reflectors.ts) - 1)
             _reflect(Block(r, k0, k0 + w, m - k0, n - k0 - w), v, t, transpose=True)
@@ -226,9 +237,5 @@ def qr(a, complete: bool):
     count, m, n = x.shape
     k = min(m, n)
     kq = m if complete else k
-    q = empty((count, m, kq), r.dtype, r)
-    if count and m:
-        reflectors = householder(x)
-        assign(q, np.eye(m, kq, dtype=r.dtype))
-        reflectors.apply(q, transpose=False, identity=True)
+    q = householder(x).q(m, kq) if count and m else empty((count, m, kq), r.dtype, r)
     return q.reshape(batch + (m, kq)), (r if complete else r[..., :k, :])

@@ -54,22 +54,27 @@ def lanes(x, wide: int) -> int:
 
 
 @cube.function
-def dot(x, xa, y, ya, n, units):
-    """sum of x[xa + i] * y[ya + i] for i < n, for every unit: each unit keeps `LANES` partial sums (one
-    vector on the C target, where a single running sum would not vectorize), then the units combine."""
+def partial_dot(x, xa, y, ya, n, part, parts):
+    """The sum of x[xa + i] * y[ya + i] over part `part` of `parts` of i < n (runs of `LANES` in turn), in
+    `LANES` partial sums: one vector on the C target, where a single running sum would not vectorize."""
     T = x.dtype
-    u = cube.UNIT_POS
-    step = LANES * units
+    step = LANES * parts
     full = n - n % step
     acc = tuple(T(0) for _ in range(LANES))
-    for i in range(u * LANES, full, step):
+    for i in range(part * LANES, full, step):
         acc = tuple(acc[l] + x[xa + i + l] * y[ya + i + l] for l in range(LANES))
     s = acc[0]
     for l in cube.unroll(range(1, LANES)):
         s = s + acc[l]
-    for i in range(full + u, n, units):
+    for i in range(full + part, n, parts):
         s = s + x[xa + i] * y[ya + i]
-    return block_reduce("sum", s, units)
+    return s
+
+
+@cube.function
+def dot(x, xa, y, ya, n, units):
+    """The sum of x[xa + i] * y[ya + i] for i < n, shared by the cube's units (each sums its part), for all."""
+    return block_reduce("sum", partial_dot(x, xa, y, ya, n, cube.UNIT_POS, units), units)
 
 
 # ---- LU with partial pivoting ------------------------------------------------------------------------
@@ -244,6 +249,19 @@ def rotate_pair(a, p, q, n, cs, sn, u, units):
             a[q + i] = sn * x + cs * y
 
 
+@cube.function
+def householder(alpha, sigma):
+    """(beta, tau, scale) of the reflector H = I - tau v v^T with H [alpha; x] = [beta; 0], v = [1; x * scale],
+    from sigma = |x|^2: LAPACK's larfg (beta = -sign(alpha) |[alpha; x]|; H = I when x = 0)."""
+    T = alpha.dtype
+    norm = cube.sqrt(alpha * alpha + sigma)
+    flat = sigma == T(0)
+    beta = cube.select(flat, alpha, cube.select(alpha >= T(0), -norm, norm))
+    tau = cube.select(flat, T(0), (beta - alpha) / cube.select(flat, T(1), beta))
+    scale = cube.select(flat, T(0), T(1) / cube.select(flat, T(1), alpha - beta))
+    return beta, tau, scale
+
+
 @cube.kernel
 def qr_panel_kernel(a: cube.Array, vs: cube.Array, taus: cube.Array, m: cube.i32, n: cube.i32, kmax: cube.i32,
                     k0: cube.i32, w: cube.i32, units: cube.Comptime[int]):
@@ -261,12 +279,7 @@ def qr_panel_kernel(a: cube.Array, vs: cube.Array, taus: cube.Array, m: cube.i32
     for k in range(k0, k0 + w):
         vk = vb + k * m
         alpha = vs[vk + k]
-        sigma = dot(vs, vk + k + 1, vs, vk + k + 1, m - k - 1, units)
-        norm = cube.sqrt(alpha * alpha + sigma)
-        flat = sigma == T(0)
-        beta = cube.select(flat, alpha, cube.select(alpha >= T(0), -norm, norm))
-        tau = cube.select(flat, T(0), (beta - alpha) / cube.select(flat, T(1), beta))
-        scale = cube.select(flat, T(0), T(1) / cube.select(flat, T(1), alpha - beta))
+        beta, tau, scale = householder(alpha, dot(vs, vk + k + 1, vs, vk + k + 1, m - k - 1, units))
         for i in range(k0 + u, k, units):
             a[base + i * n + k] = vs[vk + i]
         for i in range(k + 1 + u, m, units):
@@ -448,63 +461,6 @@ def _like(x: np.ndarray, like):
 def _host(x) -> np.ndarray:
     from ..cube.runtime.arguments import DeviceArray
     return x.numpy() if isinstance(x, DeviceArray) else x
-
-
-def jacobi_svd(a, full: bool):
-    """(U, S, Vh) of a (..., m, n) batch: U (..., m, k) or (..., m, m) when `full`, S descending."""
-    a = contiguous(a)
-    *batch, m, n = a.shape
-    count = math.prod(batch)
-    tall = m >= n
-    r, c = (m, n) if tall else (n, m)
-    a3 = a.reshape(count, m, n)
-    w = copy_as(transposed(a3) if tall else a3, a.dtype)
-    v = _jacobi(w, r, c)
-    norms = empty((count, c), a.dtype, a)
-    s = empty((count, c), a.dtype, a)
-    uo = empty((count, r, c), a.dtype, a)
-    vo = empty((count, c, c), a.dtype, a)
-    if count and c:
-        units = units_for(c)
-        jacobi_finish_kernel.launch(cube.CubeCount(count), cube.CubeDim(units), w.reshape(-1), v.reshape(-1),
-                                    s, norms.reshape(-1), s.reshape(-1), uo.reshape(-1), vo.reshape(-1), r, c,
-                                    eig=False, units=units)
-    # U's columns from w / s lose orthogonality where s is tiny and are zero where it is 0: a Householder
-    # QR of them keeps the good columns (up to sign) and completes the rest (and U to m x m when `full`).
-    from .blocked import qr
-    uq, ur = qr(uo, complete=full and r > c)
-    uq = _signs(uq, ur)
-    uq = uq.reshape(tuple(batch) + uq.shape[1:])
-    s = s.reshape(tuple(batch) + (c,))
-    vo = vo.reshape(tuple(batch) + (c, c))
-    if tall:
-        return uq, s, contiguous(transposed(vo))
-    return vo, s, contiguous(transposed(uq))
-
-
-@cube.kernel
-def signs_kernel(q: cube.Array, rr: cube.Array, m: cube.i32, kq: cube.i32, n: cube.i32, kr: cube.i32):
-    """q[:, j] *= sign(rr[j, j]) (sign(0) = 1) for j < min(kr, n), per matrix (cube y)."""
-    T = q.dtype
-    i = cube.ABSOLUTE_POS_X
-    if i < m * kq:
-        j = i % kq
-        b = cube.CUBE_POS_Y
-        jc = cube.min(j, kr - 1)
-        d = rr[b * kr * n + jc * n + jc]
-        flip = (j < kr) and (d < T(0))
-        q[b * m * kq + i] = cube.select(flip, -q[b * m * kq + i], q[b * m * kq + i])
-
-
-def _signs(q, r):
-    """Q with each column j < min(k, n) multiplied by the sign of R[j, j]."""
-    r = contiguous(r)
-    count, m, kq = q.shape
-    kr, n = r.shape[-2:]
-    if count and m * kq and kr and n:
-        signs_kernel.launch(cube.CubeCount(-(-(m * kq) // 256), count), cube.CubeDim(256), q.reshape(-1),
-                            r.reshape(-1), m, kq, n, min(kr, n))
-    return q
 
 
 @cube.kernel

@@ -20,7 +20,7 @@ from ..dtype import i32
 from ..errors import EmberError, ShapeError
 from ..extension import backend_extension
 from ..kernels.common import empty
-from . import blocked, kernels
+from . import blocked, kernels, svd
 
 
 def mT(x):
@@ -346,5 +346,5 @@ def _svd_backward(grads, outs, a, *, full):
 @backend_extension(outputs=3, shape=_svd_shape, dtype=lambda d, **_: (_float("svd")(d),) * 3,
                    reference=_svd_reference, backward=_svd_backward, name="linalg_svd")
 def svd_op(a, *, full):
-    """(U, S descending, Vh) by one-sided Jacobi (kernels.jacobi_svd)."""
-    return kernels.jacobi_svd(a, full=full)
+    """(U, S descending, Vh): bidiagonalization and bidiagonal QR (svd.svd)."""
+    return svd.svd(a, full=full)
