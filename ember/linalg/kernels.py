@@ -1,44 +1,37 @@
-"""The cube kernels of `ember.linalg` and their host functions (arrays in, arrays out, any cube runtime).
+"""The leaf and panel kernels of `ember.linalg`'s blocked factorizations (blocked.py) and their launchers.
 
-Every kernel takes a batch of C-contiguous matrices, one cube per matrix (or per matrix and column block),
-its units sharing the columns; steps that every unit needs (a pivot search, a reflector's norm, a
-rotation) are computed by every unit alike (uniform work: once per cube on the C target), and the steps
-are separated by barriers. LAPACK's conventions are kept where torch reports them: 1-based pivots, the
-first zero pivot or failing minor as `info`, Householder reflectors with beta = -sign(alpha) * norm.
+Each takes batches of C-contiguous matrices (flat, with the block's offset), a cube per matrix; steps
+every unit needs (a pivot search, a reflector's norm) are computed by every unit alike, and steps are
+separated by barriers. On the C target a cube is one unit (`lanes`): its loops `range(lo + u, hi,
+units)` then run along contiguous rows, which gcc vectorizes; panels whose steps go down columns (LU,
+QR) work on their transpose. LAPACK's conventions are kept where torch reports them: 1-based pivots,
+the first zero pivot or failing minor as `info`, reflectors with beta = -sign(alpha) * norm (larfg).
 
-- `lu_factor(a)`: (LU, pivots, info), partial pivoting (the first largest |a_ik|, as LAPACK's idamax).
-- `cholesky(a)`: (L, info), from the lower triangle.
-- `solve_triangular(a, b, lower, unit)`: a unit per column of b (forward / back substitution).
-- `qr(a, complete)`: (Q, R), Householder.
-- `jacobi_svd(a, full)` / `jacobi_eigh(a)`: one-sided (Hestenes) Jacobi in round-robin rounds (a cube
-  per pair of columns); eigh runs it on the lower triangle shifted to be positive semidefinite.
+- `lu_panel`: partial pivoting (the first largest |a_ik|, as idamax) on a panel of columns;
+- `cholesky_leaf`: U^T U of a diagonal block from its upper triangle;
+- `triangular_leaf`: X = A^-1 X by substitution (lower or upper, unit diagonal or not);
+- `qr_panel` and `t_factor`: Householder reflectors of a panel and its compact-WY T (larft);
+- `dot` / `partial_dot`: dot products in vectorizable partial sums.
 
 Example:
-    >>> lu, piv, info = lu_factor(np.array([[0.0, 1.0], [2.0, 3.0]]))
+    >>> lu, piv, info = x.copy(), np.zeros((1, 2), np.int32), np.zeros(1, np.int32)
+    >>> lu_panel(lu, np.empty((1, 2, 2)), piv, info, 0, 2)        # x = [[[0., 1.], [2., 3.]]]
     >>> piv.tolist(), info.tolist()
-    ([2, 2], 0)
+    ([[2, 2]], [0])
 """
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 
 from .. import cube
 from ..errors import DTypeError
-from ..kernels.common import assign, contiguous, copy_as, empty
+from ..kernels.common import assign, empty
 from ..kernels.reduce import block_reduce
 from ..cube.kernel import launch_runtime
 
 DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 LANES = 16  # partial sums per unit of `dot`
-MAX_SWEEPS = 40  # Jacobi sweeps before giving up (quadratic convergence: usually 6-12)
-
-
-def units_for(n: int) -> int:
-    """Units per cube for matrices of `n` columns: three classes, so few specializations are compiled."""
-    return 32 if n <= 32 else 64 if n <= 64 else 128
 
 
 def check_dtype(op: str, dtype) -> None:
@@ -238,18 +231,6 @@ def triangular_leaf(a, x, lower: bool, unit: bool) -> None:
 
 # ---- Householder QR ----------------------------------------------------------------------------------
 @cube.function
-def rotate_pair(a, p, q, n, cs, sn, u, units):
-    """The Givens rotation of the runs a[p:p+n] and a[q:q+n] by (cs, sn), `units` lanes from lane u."""
-    for ib in range(0, n, units):
-        i = ib + u
-        if i < n:
-            x = a[p + i]
-            y = a[q + i]
-            a[p + i] = cs * x - sn * y
-            a[q + i] = sn * x + cs * y
-
-
-@cube.function
 def householder(alpha, sigma):
     """(beta, tau, scale) of the reflector H = I - tau v v^T with H [alpha; x] = [beta; 0], v = [1; x * scale],
     from sigma = |x|^2: LAPACK's larfg (beta = -sign(alpha) |[alpha; x]|; H = I when x = 0)."""
@@ -335,175 +316,3 @@ def t_factor(s, taus, k0: int, w: int):
     t_factor_kernel.launch(cube.CubeCount(count), cube.CubeDim(units), s.reshape(-1), taus.reshape(-1),
                            t.reshape(-1), w, taus.shape[-1], k0, units=units)
     return t
-
-
-# ---- one-sided Jacobi --------------------------------------------------------------------------------
-@cube.kernel
-def jacobi_round_kernel(w: cube.Array, v: cube.Array, pairs: cube.Array[cube.i32], flags: cube.Array[cube.i32],
-                        r: cube.i32, c: cube.i32, npairs: cube.i32, at: cube.i32, tol: cube.f32,
-                        units: cube.Comptime[int]):
-    """One round: cube (x, y) orthogonalizes columns pairs[at + x] of matrix y (rows of w: columns of
-    length r; rows of v: the rotations so far); flags[y * npairs + x] says whether it rotated."""
-    T = w.dtype
-    u = cube.UNIT_POS
-    p = pairs[2 * (at + cube.CUBE_POS_X)]
-    q = pairs[2 * (at + cube.CUBE_POS_X) + 1]
-    real = q < c
-    qc = cube.min(q, c - 1)
-    wp = cube.CUBE_POS_Y * c * r + p * r
-    wq = cube.CUBE_POS_Y * c * r + qc * r
-    sa = T(0)
-    sb = T(0)
-    sg = T(0)
-    for ib in range(0, r, units):
-        i = cube.min(ib + u, r - 1)
-        live = ib + u < r
-        x = cube.select(live, w[wp + i], T(0))
-        y = cube.select(live, w[wq + i], T(0))
-        sa = sa + x * x
-        sb = sb + y * y
-        sg = sg + x * y
-    alpha = block_reduce("sum", sa, units)
-    beta = block_reduce("sum", sb, units)
-    gamma = block_reduce("sum", sg, units)
-    rotate = real and (cube.abs(gamma) > T(tol) * cube.sqrt(alpha * beta)) and (gamma != T(0))
-    zeta = (beta - alpha) / (T(2) * cube.select(gamma == T(0), T(1), gamma))
-    t = cube.select(zeta >= T(0), T(1), T(-1)) / (cube.abs(zeta) + cube.sqrt(T(1) + zeta * zeta))
-    cs = T(1) / cube.sqrt(T(1) + t * t)
-    sn = cs * t
-    if rotate:
-        rotate_pair(w, wp, wq, r, cs, sn, u, units)
-        rotate_pair(v, cube.CUBE_POS_Y * c * c + p * c, cube.CUBE_POS_Y * c * c + qc * c, c, cs, sn, u, units)
-    if u == 0:
-        flags[cube.CUBE_POS_Y * npairs + cube.CUBE_POS_X] = cube.select(rotate, cube.i32(1), cube.i32(0))
-
-
-@cube.kernel
-def jacobi_finish_kernel(w: cube.Array, v: cube.Array, shift: cube.Array, s: cube.Array, so: cube.Array,
-                         uo: cube.Array, vo: cube.Array, r: cube.i32, c: cube.i32, eig: cube.Comptime[bool],
-                         units: cube.Comptime[int]):
-    """Column norms as singular values (descending) or, with `eig`, norms less `shift` as eigenvalues
-    (ascending); vo's columns are v's rows in that order, uo's the normalized columns of w (unless eig)."""
-    T = w.dtype
-    u = cube.UNIT_POS
-    b = cube.CUBE_POS
-    for jb in range(0, c, units):
-        j = jb + u
-        if j < c:
-            acc = T(0)
-            for i in range(0, r):
-                acc = acc + w[b * c * r + j * r + i] * w[b * c * r + j * r + i]
-            s[b * c + j] = cube.sqrt(acc)
-    cube.sync_units()
-    for jb in range(0, c, units):
-        j = jb + u
-        jc = cube.min(j, c - 1)
-        sj = s[b * c + jc]
-        rank = cube.i32(0)
-        for i in range(0, c):
-            si = s[b * c + i]
-            ahead = (si < sj) if eig else (si > sj)
-            rank = rank + cube.select(ahead or ((si == sj) and (i < jc)), cube.i32(1), cube.i32(0))
-        if j < c:
-            so[b * c + rank] = (sj - shift[b]) if eig else sj
-            for i in range(0, c):
-                vo[b * c * c + i * c + rank] = v[b * c * c + jc * c + i]
-            if not eig:
-                inv = cube.select(sj == T(0), T(0), T(1) / cube.select(sj == T(0), T(1), sj))
-                for i in range(0, r):
-                    uo[b * r * c + i * c + rank] = w[b * c * r + jc * r + i] * inv
-
-
-def _rounds(c: int) -> np.ndarray:
-    """Round-robin pairs of c columns (a dummy column c when c is odd): (c' - 1) rounds of c' / 2 pairs,
-    each column once per round, every pair once per sweep."""
-    n = c + (c % 2)
-    others = list(range(1, n))
-    rounds = []
-    for _ in range(n - 1):
-        order = [0] + others
-        rounds.append([sorted((order[i], order[n - 1 - i])) for i in range(n // 2)])
-        others = others[-1:] + others[:-1]
-    return np.asarray(rounds, np.int32).reshape(-1, 2)
-
-
-def _jacobi(w, r: int, c: int):
-    """Orthogonalize the c rows (length r) of each matrix of w in place; the rotations, as rows of v."""
-    count = w.shape[0]
-    v = empty((count, c, c), w.dtype, w)
-    assign(v, np.eye(c, dtype=w.dtype))
-    if c < 2 or not count or not r:
-        return v
-    pairs = _rounds(c)
-    npairs = (c + c % 2) // 2
-    rounds = len(pairs) // npairs
-    pairs_dev = _like(pairs, w)
-    flags = empty((count, npairs), np.int32, w)
-    tol = float(np.finfo(w.dtype).eps) * max(1.0, math.sqrt(r))
-    units = units_for(r)
-    for _ in range(MAX_SWEEPS):
-        rotated = 0
-        for k in range(rounds):
-            jacobi_round_kernel.launch(cube.CubeCount(npairs, count), cube.CubeDim(units), w.reshape(-1),
-                                       v.reshape(-1), pairs_dev, flags, r, c, npairs, k * npairs, tol, units=units)
-            rotated += int(np.asarray(_host(flags)).sum())
-        if not rotated:
-            break
-    return v
-
-
-def _like(x: np.ndarray, like):
-    """The NumPy array `x` on `like`'s runtime."""
-    from ..cube.runtime.arguments import DeviceArray
-    return like.runtime.to_device(x) if isinstance(like, DeviceArray) else x
-
-
-def _host(x) -> np.ndarray:
-    from ..cube.runtime.arguments import DeviceArray
-    return x.numpy() if isinstance(x, DeviceArray) else x
-
-
-@cube.kernel
-def eigh_prepare_kernel(a: cube.Array, w: cube.Array, shift: cube.Array, n: cube.i32, units: cube.Comptime[int]):
-    """w = tril(a) + tril(a, -1)^T + shift I with shift = max row |.| sum (>= every |eigenvalue|)."""
-    T = a.dtype
-    u = cube.UNIT_POS
-    base = cube.CUBE_POS * n * n
-    best = T(0)
-    for ib in range(0, n, units):
-        i = cube.min(ib + u, n - 1)
-        acc = T(0)
-        for j in range(0, n):
-            acc = acc + cube.abs(a[base + cube.max(i, j) * n + cube.min(i, j)])
-        best = cube.max(best, acc)
-    c = block_reduce("max", best, units)
-    for i in range(0, n):
-        for jb in range(0, n, units):
-            j = jb + u
-            if j < n:
-                w[base + i * n + j] = a[base + cube.max(i, j) * n + cube.min(i, j)] + cube.select(i == j, c, T(0))
-    if u == 0:
-        shift[cube.CUBE_POS] = c
-
-
-def jacobi_eigh(a):
-    """(eigenvalues ascending, eigenvectors as columns) of the symmetric matrices given by the lower
-    triangles of a (..., n, n) batch: Jacobi on the matrix shifted to be positive semidefinite, whose
-    singular values are its eigenvalues."""
-    a = contiguous(a)
-    *batch, n, _ = a.shape
-    count = math.prod(batch)
-    w = empty((count, n, n), a.dtype, a)
-    shift = empty((count,), a.dtype, a)
-    norms = empty((count, n), a.dtype, a)
-    vals = empty((count, n), a.dtype, a)
-    vecs = empty((count, n, n), a.dtype, a)
-    if count and n:
-        units = units_for(n)
-        eigh_prepare_kernel.launch(cube.CubeCount(count), cube.CubeDim(units), a.reshape(-1), w.reshape(-1), shift,
-                                   n, units=units)
-        v = _jacobi(w, n, n)
-        jacobi_finish_kernel.launch(cube.CubeCount(count), cube.CubeDim(units), w.reshape(-1), v.reshape(-1), shift,
-                                    norms.reshape(-1), vals.reshape(-1), vals.reshape(-1), vecs.reshape(-1), n, n,
-                                    eig=True, units=units)
-    return vals.reshape(tuple(batch) + (n,)), vecs.reshape(tuple(batch) + (n, n))

@@ -20,7 +20,7 @@ from ..dtype import i32
 from ..errors import EmberError, ShapeError
 from ..extension import backend_extension
 from ..kernels.common import empty
-from . import blocked, kernels, svd
+from . import blocked, eigh, kernels, svd
 
 
 def mT(x):
@@ -302,8 +302,8 @@ def _eigh_backward(grads, outs, a):
                    dtype=lambda d: (_float("eigh")(d),) * 2, reference=_eigh_reference, backward=_eigh_backward,
                    name="linalg_eigh")
 def eigh_op(a):
-    """(eigenvalues ascending, eigenvectors) from the lower triangle (kernels.jacobi_eigh)."""
-    return kernels.jacobi_eigh(a)
+    """(eigenvalues ascending, eigenvectors) from the lower triangle: tridiagonalization and QL (eigh.eigh)."""
+    return eigh.eigh(a)
 
 
 # ---- SVD -----------------------------------------------------------------------------------------------

@@ -26,17 +26,14 @@ import math
 import numpy as np
 
 from .. import cube
-from ..errors import EmberError
 from ..kernels.common import assign, contiguous, copy_as, empty
 from ..kernels.matmul import tuned_matmul
 from . import blocked
 from .blocks import Block, gemm_update, transposed_copy
 from .kernels import dot, householder, lanes, partial_dot, transposed
+from .rotations import STATE, Log, iterate, log, rotation, sort
 
 PANEL = 32  # columns per bidiagonalization panel
-STRIP = 512  # columns of U^T and V^T per cube of the rotation kernel on the C target, at least
-LOG = 16  # rotations logged per matrix and round, times n
-LOOP_BUDGET = 60000  # loop trips of one unit per launch of the scalar bdsqr kernel on GPUs
 
 
 # ---- bidiagonalization ---------------------------------------------------------------------------------
@@ -183,24 +180,6 @@ def bidiagonalize(x):
 
 # ---- the bidiagonal's SVD ------------------------------------------------------------------------------
 @cube.function
-def rotation(f, g):
-    """(c, s, r) with [c s; -s c] [f; g] = [r; 0] (LAPACK's lartg; c > 0 where |f| > |g|)."""
-    T = f.dtype
-    af = cube.abs(f)
-    ag = cube.abs(g)
-    scale = cube.max(af, ag)
-    safe = cube.select(scale == T(0), T(1), scale)
-    fs = f / safe
-    gs = g / safe
-    r = safe * cube.sqrt(fs * fs + gs * gs)
-    rr = cube.select(r == T(0), T(1), r)
-    flip = cube.select((af > ag) and (f < T(0)), T(-1), T(1))
-    c = cube.select(g == T(0), T(1), flip * f / rr)
-    s = cube.select(g == T(0), T(0), flip * g / rr)
-    return c, s, cube.select(g == T(0), f, flip * r)
-
-
-@cube.function
 def smallest_singular_value(f, g, h):
     """The smaller singular value of [[f, g], [0, h]] (LAPACK's las2)."""
     T = f.dtype
@@ -219,19 +198,6 @@ def smallest_singular_value(f, g, h):
     c = T(1) / (cube.sqrt(T(1) + (s * av) * (s * av)) + cube.sqrt(T(1) + (t * av) * (t * av)))
     above = cube.select(av == T(0), (lo * hi) / ga1, T(2) * (lo * c) * av)
     return cube.select(lo == T(0), T(0), cube.select(ga < hi, below, above))
-
-
-@cube.function
-def log_rotation(planes, rot, b, cap, at, plane, cv, sv, cu, su):
-    """Entry `at` of matrix b's rotation log: rows (plane, plane + 1), (cv, sv) for V^T and (cu, su) for U^T."""
-    planes[b * cap + at] = plane
-    rot[(b * 4) * cap + at] = cv
-    rot[(b * 4 + 1) * cap + at] = sv
-    rot[(b * 4 + 2) * cap + at] = cu
-    rot[(b * 4 + 3) * cap + at] = su
-
-
-STATE = 8  # ints per matrix: m, oldll, oldm, idir, iterations, status (1 converged, 2 failed), max iterations
 
 
 @cube.kernel
@@ -253,8 +219,8 @@ def bdsqr_start_kernel(d: cube.Array, e: cube.Array, st: cube.Array[cube.i32], t
     st[b * STATE + 2] = -1
     st[b * STATE + 3] = 0
     st[b * STATE + 4] = 0
-    st[b * STATE + 5] = cube.select(n <= 1, cube.i32(1), cube.i32(0))
-    st[b * STATE + 6] = maxit
+    st[b * STATE + 5] = maxit
+    st[b * STATE + STATE - 1] = cube.select(n <= 1, cube.i32(1), cube.i32(0))
 
 
 @cube.kernel
@@ -275,7 +241,7 @@ def bdsqr_kernel(d: cube.Array, e: cube.Array, st: cube.Array[cube.i32], thresh:
     oldm = st[S + 2]
     idir = st[S + 3]
     it = st[S + 4]
-    maxit = st[S + 6]
+    maxit = st[S + 5]
     count = cube.i32(0)
     full = cube.i32(0)
     for step in range(0, steps):
@@ -357,7 +323,7 @@ def bdsqr_kernel(d: cube.Array, e: cube.Array, st: cube.Array[cube.i32], thresh:
                                 e[D + i - 1] = oldsn * r1
                             c2, s2, r2 = rotation(oldcs * r1, d[D + i + 1] * s1)
                             d[D + i] = r2
-                            log_rotation(planes, rot, b, cap, count + i - ll, i, c1, s1, c2, s2)
+                            log(planes, rot, b, cap, count + i - ll, i, (c2, s2, c1, s1))
                             cs = c1
                             oldcs = c2
                             oldsn = s2
@@ -375,7 +341,7 @@ def bdsqr_kernel(d: cube.Array, e: cube.Array, st: cube.Array[cube.i32], thresh:
                                 e[D + i] = oldsn * r1
                             c2, s2, r2 = rotation(oldcs * r1, d[D + i - 1] * s1)
                             d[D + i] = r2
-                            log_rotation(planes, rot, b, cap, count + t, i - 1, c2, -s2, c1, -s1)
+                            log(planes, rot, b, cap, count + t, i - 1, (c1, -s1, c2, -s2))
                             cs = c1
                             oldcs = c2
                             oldsn = s2
@@ -405,7 +371,7 @@ def bdsqr_kernel(d: cube.Array, e: cube.Array, st: cube.Array[cube.i32], thresh:
                             if i < m - 1:
                                 g = sl * e[D + i + 1]
                                 e[D + i + 1] = cl * e[D + i + 1]
-                            log_rotation(planes, rot, b, cap, count + i - ll, i, cr, sr, cl, sl)
+                            log(planes, rot, b, cap, count + i - ll, i, (cl, sl, cr, sr))
                         e[D + m - 1] = cube.select(cube.abs(f) <= small, T(0), f)
                     if (not zero) and (not forward):
                         last = d[D + m]
@@ -431,7 +397,7 @@ def bdsqr_kernel(d: cube.Array, e: cube.Array, st: cube.Array[cube.i32], thresh:
                             if i > ll + 1:
                                 g = sl * e[D + i - 2]
                                 e[D + i - 2] = cl * e[D + i - 2]
-                            log_rotation(planes, rot, b, cap, count + t, i - 1, cl, -sl, cr, -sr)
+                            log(planes, rot, b, cap, count + t, i - 1, (cr, -sr, cl, -sl))
                         e[D + ll] = cube.select(cube.abs(f) <= small, T(0), f)
                     count = count + m - ll
     st[S] = m
@@ -439,53 +405,8 @@ def bdsqr_kernel(d: cube.Array, e: cube.Array, st: cube.Array[cube.i32], thresh:
     st[S + 2] = oldm
     st[S + 3] = idir
     st[S + 4] = it
-    st[S + 5] = cube.select(m <= 0, cube.i32(1), cube.select(it > maxit, cube.i32(2), cube.i32(0)))
+    st[S + STATE - 1] = cube.select(m <= 0, cube.i32(1), cube.select(it > maxit, cube.i32(2), cube.i32(0)))
     counts[b] = count
-
-
-@cube.kernel
-def rotate_kernel(x: cube.Array, planes: cube.Array[cube.i32], rot: cube.Array, counts: cube.Array[cube.i32],
-                  n: cube.i32, cap: cube.i32, strip: cube.i32, units: cube.Comptime[int]):
-    """The logged rotations, in order, on rows (j, j + 1) of x (count, 2, n, n) = [U^T, V^T] of each matrix:
-    x_j, x_j+1 = c x_j + s x_j+1, c x_j+1 - s x_j (LAPACK's lasr); cube (strip of columns, side, matrix)."""
-    side = cube.CUBE_POS_Y
-    b = cube.CUBE_POS_Z
-    c0 = cube.CUBE_POS_X * strip
-    c1 = cube.min(c0 + strip, n)
-    base = (b * 2 + side) * n * n
-    at = (b * 4 + 2 - 2 * side) * cap
-    for r in range(0, counts[b]):
-        j = planes[b * cap + r]
-        c = rot[at + r]
-        s = rot[at + cap + r]
-        pj = base + j * n
-        for l in range(c0 + cube.UNIT_POS, c1, units):
-            xa = x[pj + l]
-            xb = x[pj + n + l]
-            x[pj + l] = c * xa + s * xb
-            x[pj + n + l] = c * xb - s * xa
-
-
-@cube.kernel
-def sort_kernel(d: cube.Array, x: cube.Array, s: cube.Array, uo: cube.Array, vo: cube.Array, n: cube.i32,
-                units: cube.Comptime[int]):
-    """|d| into s in descending order (ties by position), row j of U^T and sign(d_j) times row j of V^T to
-    the same place of uo and vo; cube (j, matrix)."""
-    T = d.dtype
-    j = cube.CUBE_POS_X
-    b = cube.CUBE_POS_Y
-    dj = d[b * n + j]
-    sj = cube.abs(dj)
-    rank = cube.i32(0)
-    for i in range(0, n):
-        si = cube.abs(d[b * n + i])
-        rank = rank + cube.select((si > sj) or ((si == sj) and (i < j)), cube.i32(1), cube.i32(0))
-    if cube.UNIT_POS == 0:
-        s[b * n + rank] = sj
-    sign = cube.select(dj < T(0), T(-1), T(1))
-    for c in range(cube.UNIT_POS, n, units):
-        uo[(b * n + rank) * n + c] = x[((b * 2) * n + j) * n + c]
-        vo[(b * n + rank) * n + c] = sign * x[((b * 2 + 1) * n + j) * n + c]
 
 
 def bidiagonal_svd(d, e, x) -> None:
@@ -499,34 +420,14 @@ def bidiagonal_svd(d, e, x) -> None:
     thresh = empty((count,), d.dtype, d)
     bdsqr_start_kernel.launch(cube.CubeCount(count), cube.CubeDim(1), d.reshape(-1), e.reshape(-1), st.reshape(-1),
                               thresh, consts, n, min(6 * n * n, 2**31 - 1))
-    cap = LOG * n
-    planes = empty((count, cap), np.int32, d)
-    rot = empty((count, 4, cap), d.dtype, d)
-    counts = empty((count,), np.int32, d)
-    units = lanes(d, 64)
-    # Long strips: each rotation's fixed cost (its log entry, the loop's set-up) is spread over more columns
-    # (strips of 64 -> 512 -> 2048 columns: the 2048 SVD's rotations took 3.5 -> 2.0 -> 1.7 s on one
-    # thread); half a row each leaves four cubes a matrix for the threads.
-    strip = max(STRIP, -(-n // 128) * 64) if units == 1 else units
-    # A pass of the main loop takes up to ~3n loop trips of the one unit: on the C target a launch fills the
-    # log; elsewhere it stops after LOOP_BUDGET trips (llvmpipe ends every loop of an invocation after
-    # 65,535 trips in all, and a GPU launch should stay short anyway).
-    steps = cap + 2 * n if units == 1 else max(1, LOOP_BUDGET // (3 * n + 3))
-    while True:
-        status = _host(st)[:, 5]
-        if (status == 2).any():
-            raise EmberError("linalg.svd: the bidiagonal QR iteration did not converge (LAPACK's info > 0)")
-        if (status == 1).all():
-            return
+    rotations = Log(count, 2, n, d)
+
+    def step(steps: int) -> None:
         bdsqr_kernel.launch(cube.CubeCount(count), cube.CubeDim(1), d.reshape(-1), e.reshape(-1), st.reshape(-1),
-                            thresh, consts, planes.reshape(-1), rot.reshape(-1), counts, n, cap, steps)
-        rotate_kernel.launch(cube.CubeCount(-(-n // strip), 2, count), cube.CubeDim(units), x.reshape(-1),
-                             planes.reshape(-1), rot.reshape(-1), counts, n, cap, strip, units=units)
+                            thresh, consts, rotations.planes.reshape(-1), rotations.rot.reshape(-1), rotations.counts,
+                            n, rotations.cap, steps)
 
-
-def _host(x) -> np.ndarray:
-    from ..cube.runtime.arguments import DeviceArray
-    return x.numpy() if isinstance(x, DeviceArray) else x
+    iterate(step, rotations, st, x, "svd")
 
 
 def square_svd(x):
@@ -537,11 +438,8 @@ def square_svd(x):
     assign(uv[:, 0], transposed(left.q(n, n)))
     assign(uv[:, 1], transposed(right.q(n, n)))
     bidiagonal_svd(d, e, uv)
-    s, uo, vo = empty((count, n), x.dtype, x), empty((count, n, n), x.dtype, x), empty((count, n, n), x.dtype, x)
-    units = lanes(x, 64)
-    sort_kernel.launch(cube.CubeCount(n, count), cube.CubeDim(units), d.reshape(-1), uv.reshape(-1), s.reshape(-1),
-                       uo.reshape(-1), vo.reshape(-1), n, units=units)
-    return uo, s, vo
+    s, out = sort(d, uv, svd=True)
+    return out[:, 0], s, out[:, 1]
 
 
 def svd(a, full: bool):

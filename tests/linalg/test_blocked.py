@@ -1,6 +1,6 @@
-"""The blocked factorizations against torch.linalg at sizes that cross their block boundaries (a block ± 1,
-odd sizes past two blocks, rectangular, batched) on every device of the suite, in f32 and f64; info codes
-from failures past the first block; gradients through the blocked kernels against torch autograd."""
+"""The blocked factorizations, the SVD and eigh against torch.linalg at sizes that cross their block
+boundaries (a block ± 1, odd sizes past two blocks, rectangular, batched) on every device of the suite, in
+f32 and f64; info codes from failures past the first block; gradients through them against torch."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import ember
 from ember import linalg as L
 from ember.linalg import blocked
 
-from .test_linalg import _close, _device_dtype, _np
+from .test_linalg import _close, _columns_up_to_sign, _device_dtype, _np
 
 # Sizes past LU_LEAF and QR_BLOCK (32), TRSM_LEAF and CHOLESKY_LEAF (64), SYRK_LEAF (128), batched twice.
 SIZES = [((), 33), ((2,), 65), ((), 67), ((), 130)]
@@ -56,6 +56,32 @@ def test_blocked_square_match_torch(device, rng, dtype):
         for mode in ("reduced", "complete"):
             for e, t in zip(L.qr(A, mode), torch.linalg.qr(ta, mode)):
                 _close(e, t, dtype, f"qr {mode} {what}", n)
+        w, v = L.eigh(A)
+        tw, tv = torch.linalg.eigh(ta)
+        _close(w, tw, dtype, f"eigh values {what}", n)
+        _close((v * w.unsqueeze(-2)) @ v.transpose(-2, -1), tv @ torch.diag_embed(tw) @ tv.mT, dtype,
+               f"eigh V diag(w) V^T {what}", n)
+        _close(v.transpose(-2, -1) @ v, np.broadcast_to(np.eye(n), batch + (n, n)), dtype, f"eigh V^T V {what}", n)
+        _check_svd(A, ta, dtype, what)
+
+
+def _check_svd(A, ta, dtype, what, distinct=None):
+    """svdvals, svd (both modes) against torch; the first `distinct` singular vectors (default all) up to sign,
+    and U, V orthonormal."""
+    m, n = ta.shape[-2:]
+    k = min(m, n) if distinct is None else distinct
+    scale = max(m, n)
+    _close(L.svdvals(A), torch.linalg.svdvals(ta), dtype, f"svdvals {what}", scale)
+    for full in (False, True):
+        u, s, vh = L.svd(A, full_matrices=full)
+        tu, ts, tvh = torch.linalg.svd(ta, full_matrices=full)
+        assert u.shape == tuple(tu.shape) and vh.shape == tuple(tvh.shape), what
+        _close(_columns_up_to_sign(u[..., :k], tu[..., :k]), tu[..., :k], dtype, f"svd U {what}", scale * 10)
+        _close(_columns_up_to_sign(vh.transpose(-2, -1)[..., :k], tvh.mT[..., :k]), tvh.mT[..., :k], dtype,
+               f"svd V {what}", scale * 10)
+        for q, name in ((u, "U"), (vh.transpose(-2, -1), "V")):
+            eye = np.broadcast_to(np.eye(q.shape[-1]), tuple(q.shape[:-2]) + (q.shape[-1],) * 2)
+            _close(q.transpose(-2, -1) @ q, eye, dtype, f"svd {name} orthonormal {what} full={full}", scale)
 
 
 @pytest.mark.parametrize("dtype", ["f64", "f32"])
@@ -73,6 +99,20 @@ def test_blocked_rectangular_match_torch(device, rng, dtype):
         for mode in ("reduced", "complete"):
             for e, t in zip(L.qr(A, mode), torch.linalg.qr(ta, mode)):
                 _close(e, t, dtype, f"qr {mode} {shape}", scale)
+        _check_svd(A, ta, dtype, str(shape))
+
+
+def test_singular_and_repeated_spectra(device):
+    """Zero and repeated singular values and eigenvalues (a rank-5 matrix past a panel): U and V stay
+    orthonormal, the spectrum matches torch's."""
+    rng = np.random.default_rng(2)
+    low = (rng.standard_normal((70, 5)) @ rng.standard_normal((5, 70))).astype(np.float32)
+    A, ta = ember.tensor(low, device=device), torch.from_numpy(low)
+    _check_svd(A, ta, "f32", "rank 5", distinct=5)
+    sym = low @ low.T / 70
+    w, v = L.eigh(ember.tensor(sym, device=device))
+    _close(w, torch.linalg.eigvalsh(torch.from_numpy(sym)), "f32", "eigvalsh rank 5", 70)
+    _close(v.transpose(-2, -1) @ v, np.eye(70), "f32", "eigh V^T V rank 5", 70)
 
 
 def test_blocked_info_codes_past_the_first_block(device):
@@ -102,8 +142,16 @@ def test_blocked_gradients_match_torch(device, rng):
     def ops(lib):
         spd = lambda x: x @ x.transpose(-2, -1) / n + (ember.eye(n, dtype=x.dtype, device=x.device)  # noqa: E731
                                                         if lib is L else torch.eye(n, dtype=x.dtype))
+        def svd(x, y):
+            u, s, vh = lib.svd(x[:, :40], full_matrices=False)
+            return s, u @ vh
+
+        def eigh(x, y):
+            w, v = lib.eigh(x + x.transpose(-2, -1))
+            return w, v * v
+
         return [("solve", lambda x, y: (lib.solve(x, y),)), ("cholesky", lambda x, y: (lib.cholesky(spd(x)),)),
-                ("qr", lambda x, y: lib.qr(x[:, :40]))]
+                ("qr", lambda x, y: lib.qr(x[:, :40])), ("svd", svd), ("eigh", eigh)]
 
     for (name, fe), (_, ft) in zip(ops(L), ops(torch.linalg)):
         ea = ember.tensor(a, device=device.autodiff()).require_grad()
