@@ -30,11 +30,12 @@ from ..kernels.matmul import tuned_matmul
 from . import kernels
 from .blocks import Block, gemm_update, halves, swap_rows, transposed_copy
 
-LU_LEAF = 32  # panel width of the unblocked LU kernel
-CHOLESKY_LEAF = 64  # order of the unblocked Cholesky kernel's blocks
-TRSM_LEAF = 64  # rows solved by substitution
+# Block sizes: each the best of a sweep at 512 and 2048 (f32, one thread; docs/linalg.md, "Speed").
+LU_LEAF = 64  # panel width of the unblocked LU kernel
+CHOLESKY_LEAF = 128  # order of the unblocked Cholesky kernel's blocks
+TRSM_LEAF = 128  # rows solved by substitution
 SYRK_LEAF = 128  # below this a SYRK updates its whole square (twice the flops, fewer launches)
-QR_BLOCK = 32  # columns per Householder panel
+QR_BLOCK = 64  # columns per Householder panel
 
 
 def _batch(x, tail: int):

@@ -20,7 +20,7 @@ from ..dtype import i32
 from ..errors import EmberError, ShapeError
 from ..extension import backend_extension
 from ..kernels.common import empty
-from . import blocked, eigh, kernels, svd
+from . import blocked, eigen, kernels, singular
 
 
 def mT(x):
@@ -302,8 +302,8 @@ def _eigh_backward(grads, outs, a):
                    dtype=lambda d: (_float("eigh")(d),) * 2, reference=_eigh_reference, backward=_eigh_backward,
                    name="linalg_eigh")
 def eigh_op(a):
-    """(eigenvalues ascending, eigenvectors) from the lower triangle: tridiagonalization and QL (eigh.eigh)."""
-    return eigh.eigh(a)
+    """(eigenvalues ascending, eigenvectors) from the lower triangle: tridiagonalization and QL (eigen.eigh)."""
+    return eigen.eigh(a)
 
 
 # ---- SVD -----------------------------------------------------------------------------------------------
@@ -346,5 +346,5 @@ def _svd_backward(grads, outs, a, *, full):
 @backend_extension(outputs=3, shape=_svd_shape, dtype=lambda d, **_: (_float("svd")(d),) * 3,
                    reference=_svd_reference, backward=_svd_backward, name="linalg_svd")
 def svd_op(a, *, full):
-    """(U, S descending, Vh): bidiagonalization and bidiagonal QR (svd.svd)."""
-    return svd.svd(a, full=full)
+    """(U, S descending, Vh): bidiagonalization and bidiagonal QR (singular.svd)."""
+    return singular.svd(a, full=full)

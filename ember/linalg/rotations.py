@@ -1,4 +1,4 @@
-"""Plane rotations logged by a scalar QR iteration (bdsqr in svd.py, steqr in eigh.py) and applied to the
+"""Plane rotations logged by a scalar QR iteration (bdsqr in singular.py, steqr in eigen.py) and applied to the
 rows of the vectors' matrices, the iteration and its rotations taking turns until every matrix converged.
 
 The iteration kernel runs a cube per matrix, one unit's scalar work, and logs each sweep's rotations

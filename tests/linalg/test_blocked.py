@@ -10,18 +10,19 @@ import torch
 
 import ember
 from ember import linalg as L
-from ember.linalg import blocked
+from ember.linalg import blocked, eigen, singular
 
 from .test_linalg import _close, _columns_up_to_sign, _device_dtype, _np
 
-# Sizes past LU_LEAF and QR_BLOCK (32), TRSM_LEAF and CHOLESKY_LEAF (64), SYRK_LEAF (128), batched twice.
-SIZES = [((), 33), ((2,), 65), ((), 67), ((), 130)]
-RECTANGLES = [(70, 33), (33, 70), (2, 97, 65)]
+# Sizes past the SVD's and eigh's panels (32), LU_LEAF and QR_BLOCK (64), TRSM_LEAF, CHOLESKY_LEAF and
+# SYRK_LEAF (128); batched twice.
+SIZES = [((), 33), ((2,), 65), ((), 67), ((), 129)]
+RECTANGLES = [(70, 33), (33, 70), (2, 97, 65), (129, 63)]
 
 
 def test_block_sizes_are_the_ones_crossed():
-    assert (blocked.LU_LEAF, blocked.QR_BLOCK, blocked.TRSM_LEAF, blocked.CHOLESKY_LEAF, blocked.SYRK_LEAF) == \
-        (32, 32, 64, 64, 128)
+    assert (singular.PANEL, eigen.PANEL, blocked.LU_LEAF, blocked.QR_BLOCK, blocked.TRSM_LEAF, blocked.CHOLESKY_LEAF,
+            blocked.SYRK_LEAF) == (32, 32, 64, 64, 128, 128, 128)
 
 
 @pytest.mark.parametrize("dtype", ["f64", "f32"])
