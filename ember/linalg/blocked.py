@@ -129,7 +129,7 @@ def cholesky(a):
         _cholesky(x, info, 0, n)
         if n > CHOLESKY_LEAF:
             _zero_lower_blocks(x, 0, n)
-    return kernels.transposed(u), info.reshape(batch)
+    return transposed_copy(u), info.reshape(batch)
 
 
 def _cholesky(x, info, k0: int, n: int) -> None:

@@ -164,11 +164,11 @@ def transpose_kernel(src: cube.Array, dst: cube.Array, rows: cube.i32, cols: cub
             dst[(b * cols + j) * rows + i] = src[(b * rows + i) * cols + j]
 
 
-def transposed_copy(x):
-    """A C-contiguous copy of x (..., rows, cols) transposed, as (..., cols, rows)."""
+def transposed_copy(x, out=None):
+    """x (..., rows, cols) transposed into a C-contiguous (..., cols, rows): `out` when given, else a new one."""
     x = contiguous(x)
     *batch, rows, cols = x.shape
-    out = empty(tuple(batch) + (cols, rows), x.dtype, x)
+    out = empty(tuple(batch) + (cols, rows), x.dtype, x) if out is None else out
     count = math.prod(batch)
     if count and rows and cols:
         tile = 32

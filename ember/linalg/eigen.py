@@ -26,8 +26,8 @@ import numpy as np
 from .. import cube
 from ..kernels.common import assign, contiguous, empty
 from . import blocked
-from .blocks import Block, gemm_update
-from .kernels import dot, householder, lanes, transposed
+from .blocks import Block, gemm_update, transposed_copy
+from .kernels import dot, lanes, panel_dots, reflect, subtract_rows
 from .rotations import STATE, Log, iterate, log, rotation, sort
 
 PANEL = 32  # columns per tridiagonalization panel
@@ -63,19 +63,13 @@ def tridiag_panel_kernel(a: cube.Array, vs: cube.Array, wt: cube.Array, taus: cu
         for r in range(u, n, units):
             vs[vj + r] = cube.select(r < j, T(0), a[A + r * n + j])
         cube.sync_units()
-        for l in range(0, i):
-            f1 = wt[W + l * n + j]
-            f2 = vs[A + (p + l) * n + j]
-            for r in range(j + u, n, units):
-                vs[vj + r] = vs[vj + r] - vs[A + (p + l) * n + r] * f1 - wt[W + l * n + r] * f2
+        subtract_rows(vs, vj, j, n, i, vs, A + p * n, wt, W + j, n, n, units)
+        subtract_rows(vs, vj, j, n, i, wt, W, vs, A + p * n + j, n, n, units)
         cube.sync_units()
         below = j + 1 < n
-        alpha = vs[vj + cube.min(j + 1, n - 1)]
         diagonal = vs[vj + j]
-        beta, tau, scale = householder(alpha, dot(vs, vj + j + 2, vs, vj + j + 2, n - j - 2, units))
+        beta, tau = reflect(vs, vj, j + 1, n, units)
         tau = cube.select(below, tau, T(0))
-        for r in range(j + 2 + u, n, units):
-            vs[vj + r] = vs[vj + r] * scale
         if u == 0:
             d[b * n + j] = diagonal
             taus[b * n + j] = tau
@@ -93,18 +87,11 @@ def tridiag_panel_kernel(a: cube.Array, vs: cube.Array, wt: cube.Array, taus: cu
             vr = vs[vj + r]
             for c in range(j + 1 + u, n, units):
                 wt[wi + c] = wt[wi + c] + vr * a[A + r * n + c]
-        for l in range(0, i):
-            t1 = dot(wt, W + l * n + j + 1, vs, vj + j + 1, n - j - 1, units)
-            t2 = dot(vs, A + (p + l) * n + j + 1, vs, vj + j + 1, n - j - 1, units)
-            if u == 0:
-                tmp[l] = t1
-                tmp[width + l] = t2
+        panel_dots(tmp, 0, i, wt, W + j + 1, vs, vj + j + 1, n - j - 1, n, units)
+        panel_dots(tmp, width, i, vs, A + p * n + j + 1, vs, vj + j + 1, n - j - 1, n, units)
         cube.sync_units()
-        for l in range(0, i):
-            g1 = tmp[l]
-            g2 = tmp[width + l]
-            for c in range(j + 1 + u, n, units):
-                wt[wi + c] = wt[wi + c] - vs[A + (p + l) * n + c] * g1 - wt[W + l * n + c] * g2
+        subtract_rows(wt, wi, j + 1, n, i, vs, A + p * n, tmp, 0, 1, n, units)
+        subtract_rows(wt, wi, j + 1, n, i, wt, W, tmp, width, 1, n, units)
         for c in range(j + 1 + u, n, units):
             wt[wi + c] = wt[wi + c] * tau
         cube.sync_units()
@@ -320,7 +307,7 @@ def steqr_kernel(d: cube.Array, e: cube.Array, st: cube.Array[cube.i32], consts:
 
 def tridiagonal_eigh(d, e, z) -> None:
     """Diagonalize each tridiagonal (d, e) in place by steqr's sweeps, their rotations applied to the rows of
-    z (count, 1, n, n) = [Z^T]; d ends up holding the eigenvalues, unsorted."""
+    z (1, count, n, n) = [Z^T]; d ends up holding the eigenvalues, unsorted."""
     count, n = d.shape
     consts = empty((2,), d.dtype, d)
     assign(consts, np.array([np.finfo(d.dtype).eps, np.finfo(d.dtype).tiny], d.dtype))
@@ -350,8 +337,8 @@ def eigh(a):
     symmetrize_kernel.launch(cube.CubeCount(n, count), cube.CubeDim(units), a.reshape(-1), x.reshape(-1), n,
                              units=units)
     d, e, reflectors = tridiagonalize(x)
-    z = empty((count, 1, n, n), a.dtype, a)
-    assign(z[:, 0], transposed(reflectors.q(n, n)))
+    z = empty((1, count, n, n), a.dtype, a)
+    transposed_copy(reflectors.q(n, n), out=z[0])
     tridiagonal_eigh(d, e, z)
     w, out = sort(d, z, svd=False)
-    return w.reshape(batch + (n,)), transposed(out[:, 0]).reshape(batch + (n, n))
+    return w.reshape(batch + (n,)), transposed_copy(out[0]).reshape(batch + (n, n))

@@ -70,6 +70,25 @@ def dot(x, xa, y, ya, n, units):
     return block_reduce("sum", partial_dot(x, xa, y, ya, n, cube.UNIT_POS, units), units)
 
 
+@cube.function
+def subtract_rows(x, xa, lo, hi, count, v, v0, f, f0, fs, n, units):
+    """x[xa + r] -= the sum over l < count of v[v0 + l n + r] f[f0 + l fs], for r in [lo, hi) (the cube's
+    units sharing r): a vector's update by the rows of a panel (labrd's and latrd's small products)."""
+    for l in range(0, count):
+        g = f[f0 + l * fs]
+        for r in range(lo + cube.UNIT_POS, hi, units):
+            x[xa + r] = x[xa + r] - v[v0 + l * n + r] * g
+
+
+@cube.function
+def panel_dots(out, at, count, v, v0, y, y0, length, n, units):
+    """out[at + l] = the dot of v[v0 + l n:] and y[y0:] over `length` elements, for l < count (unit 0 writes)."""
+    for l in range(0, count):
+        t = dot(v, v0 + l * n, y, y0, length, units)
+        if cube.UNIT_POS == 0:
+            out[at + l] = t
+
+
 # ---- LU with partial pivoting ------------------------------------------------------------------------
 @cube.kernel
 def lu_panel_kernel(a: cube.Array, t: cube.Array, piv: cube.Array[cube.i32], info: cube.Array[cube.i32],
@@ -243,6 +262,16 @@ def householder(alpha, sigma):
     return beta, tau, scale
 
 
+@cube.function
+def reflect(x, xa, at, n, units):
+    """(beta, tau) of the reflector taking x[xa + at:xa + n] to beta e_1 (`householder`), whose v (but its
+    leading 1) is written over x[xa + at + 1:xa + n]; x[xa + at] is left to the caller."""
+    beta, tau, scale = householder(x[xa + cube.min(at, n - 1)], dot(x, xa + at + 1, x, xa + at + 1, n - at - 1, units))
+    for r in range(at + 1 + cube.UNIT_POS, n, units):
+        x[xa + r] = x[xa + r] * scale
+    return beta, tau
+
+
 @cube.kernel
 def qr_panel_kernel(a: cube.Array, vs: cube.Array, taus: cube.Array, m: cube.i32, n: cube.i32, kmax: cube.i32,
                     k0: cube.i32, w: cube.i32, units: cube.Comptime[int]):
@@ -259,13 +288,11 @@ def qr_panel_kernel(a: cube.Array, vs: cube.Array, taus: cube.Array, m: cube.i32
     cube.sync_units()
     for k in range(k0, k0 + w):
         vk = vb + k * m
-        alpha = vs[vk + k]
-        beta, tau, scale = householder(alpha, dot(vs, vk + k + 1, vs, vk + k + 1, m - k - 1, units))
         for i in range(k0 + u, k, units):
             a[base + i * n + k] = vs[vk + i]
         for i in range(k + 1 + u, m, units):
             a[base + i * n + k] = T(0)
-            vs[vk + i] = vs[vk + i] * scale
+        beta, tau = reflect(vs, vk, k, m, units)
         cube.sync_units()
         for i in range(u, k, units):
             vs[vk + i] = T(0)

@@ -1,5 +1,6 @@
-"""The primitives of `ember.linalg`: each a `@ember.backend_extension` over the cube kernels of
-`kernels.py`, with its shape rule, NumPy reference and torch's gradient written with ember ops.
+"""The primitives of `ember.linalg`: each a `@ember.backend_extension` over a blocked factorization
+(`blocked.py`, `singular.py`, `eigen.py`), with its shape rule, NumPy reference and torch's gradient
+written with ember ops.
 
 Factorizations return several outputs (the extension's `outputs=`): `lu_factor_op` (LU, pivots, info),
 `cholesky_op` (L, info), `qr_op` (Q, R), `eigh_op` (eigenvalues, eigenvectors), `svd_op` (U, S, Vh);

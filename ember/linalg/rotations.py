@@ -3,9 +3,10 @@ rows of the vectors' matrices, the iteration and its rotations taking turns unti
 
 The iteration kernel runs a cube per matrix, one unit's scalar work, and logs each sweep's rotations
 (`log`: rows (j, j + 1), a (c, s) per side: U^T and V^T for the SVD, Z^T for eigh). `rotate_kernel`
-applies the log in order to x (count, sides, n, n): x_j, x_j+1 = c x_j + s x_j+1, c x_j+1 - s x_j
+applies the log in order to x (sides, count, n, n): x_j, x_j+1 = c x_j + s x_j+1, c x_j+1 - s x_j
 (LAPACK's lasr on the transposed vectors), a cube per strip of columns, its rows' strip staying in
-cache across the log. `iterate` alternates the two until each matrix's status is 1 (2: no convergence).
+cache across the log (x is (sides, count, n, n), so that each side's matrices are one contiguous batch).
+`iterate` alternates the two until each matrix's status is 1 (2: no convergence).
 
 Example:
     >>> log = Log(count=1, sides=1, n=4, like=d)      # the iteration kernel fills log.planes, log.rot
@@ -56,13 +57,13 @@ def log(planes, rot, b, cap, at, plane, cs):
 @cube.kernel
 def rotate_kernel(x: cube.Array, planes: cube.Array[cube.i32], rot: cube.Array, counts: cube.Array[cube.i32],
                   n: cube.i32, cap: cube.i32, strip: cube.i32, sides: cube.Comptime[int], units: cube.Comptime[int]):
-    """The logged rotations, in order, on rows (j, j + 1) of x (count, sides, n, n); cube (strip of columns,
+    """The logged rotations, in order, on rows (j, j + 1) of x (sides, count, n, n); cube (strip of columns,
     side, matrix)."""
     side = cube.CUBE_POS_Y
     b = cube.CUBE_POS_Z
     c0 = cube.CUBE_POS_X * strip
     c1 = cube.min(c0 + strip, n)
-    base = (b * sides + side) * n * n
+    base = (side * cube.CUBE_COUNT_Z + b) * n * n
     at = (b * sides + side) * 2 * cap
     for r in range(0, counts[b]):
         j = planes[b * cap + r]
@@ -79,7 +80,7 @@ def rotate_kernel(x: cube.Array, planes: cube.Array[cube.i32], rot: cube.Array, 
 @cube.kernel
 def sort_kernel(d: cube.Array, x: cube.Array, s: cube.Array, out: cube.Array, n: cube.i32,
                 sides: cube.Comptime[int], svd: cube.Comptime[bool], units: cube.Comptime[int]):
-    """The values into s and each side's row j of x (count, sides, n, n) into the same place of out: |d|
+    """The values into s and each side's row j of x (sides, count, n, n) into the same place of out: |d|
     descending with the last side's row times sign(d_j) (`svd`), else d ascending; ties by position;
     cube (j, matrix)."""
     T = d.dtype
@@ -95,10 +96,11 @@ def sort_kernel(d: cube.Array, x: cube.Array, s: cube.Array, out: cube.Array, n:
     if cube.UNIT_POS == 0:
         s[b * n + rank] = kj
     sign = cube.select(dj < T(0), T(-1), T(1))
+    count = cube.CUBE_COUNT_Y
     for side in cube.unroll(range(sides)):
         f = sign if svd and side == sides - 1 else T(1)
         for c in range(cube.UNIT_POS, n, units):
-            out[((b * sides + side) * n + rank) * n + c] = f * x[((b * sides + side) * n + j) * n + c]
+            out[((side * count + b) * n + rank) * n + c] = f * x[((side * count + b) * n + j) * n + c]
 
 
 class Log:
@@ -118,7 +120,7 @@ class Log:
         return self.cap + 2 * self.n if self.units == 1 else max(1, LOOP_BUDGET // (3 * self.n + 3))
 
     def apply(self, x) -> None:
-        """The logged rotations on x (count, sides, n, n)."""
+        """The logged rotations on x (sides, count, n, n)."""
         n = self.n
         # Long strips spread each rotation's fixed cost (its log entry, the loop's set-up) over more
         # columns (strips of 64 -> 512 -> 2048 columns: the 2048 SVD's rotations took 3.5 -> 2.0 -> 1.7 s
@@ -143,8 +145,8 @@ def iterate(step, log: Log, st, x, op: str) -> None:
 
 
 def sort(d, x, svd: bool):
-    """(values, out): `sort_kernel` on d (count, n) and x (count, sides, n, n)."""
-    count, sides, n, _ = x.shape
+    """(values, out): `sort_kernel` on d (count, n) and x (sides, count, n, n)."""
+    sides, count, n, _ = x.shape
     s, out = empty((count, n), d.dtype, d), empty(x.shape, x.dtype, x)
     units = lanes(x, 64)
     if count and n:

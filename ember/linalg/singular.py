@@ -30,7 +30,7 @@ from ..kernels.common import assign, contiguous, copy_as, empty
 from ..kernels.matmul import tuned_matmul
 from . import blocked
 from .blocks import Block, gemm_update, transposed_copy
-from .kernels import dot, householder, lanes, partial_dot, transposed
+from .kernels import lanes, panel_dots, partial_dot, reflect, subtract_rows, transposed
 from .rotations import STATE, Log, iterate, log, rotation, sort
 
 PANEL = 32  # columns per bidiagonalization panel
@@ -54,24 +54,17 @@ def bidiag_panel_kernel(a: cube.Array, vq: cube.Array, vp: cube.Array, yt: cube.
     tmp = cube.shared(T, 2 * width)
     for i in range(0, nb):
         j = p + i
-        qj = A + j * n
-        pj = A + j * n
+        rj = A + j * n  # row j of vq and of vp
         # column j, with the panel's updates: a[j:, j] - V Y[j]^T - X U[:, j]
         for r in range(u, n, units):
-            vq[qj + r] = cube.select(r < j, T(0), a[A + r * n + j])
+            vq[rj + r] = cube.select(r < j, T(0), a[A + r * n + j])
         cube.sync_units()
-        for l in range(0, i):
-            f1 = yt[Y + l * n + j]
-            f2 = vp[A + (p + l) * n + j]
-            for r in range(j + u, n, units):
-                vq[qj + r] = vq[qj + r] - vq[A + (p + l) * n + r] * f1 - xt[X + l * n + r] * f2
+        subtract_rows(vq, rj, j, n, i, vq, A + p * n, yt, Y + j, n, n, units)
+        subtract_rows(vq, rj, j, n, i, xt, X, vp, A + p * n + j, n, n, units)
         cube.sync_units()
-        alpha = vq[qj + j]
-        beta, tau, scale = householder(alpha, dot(vq, qj + j + 1, vq, qj + j + 1, n - j - 1, units))
-        for r in range(j + 1 + u, n, units):
-            vq[qj + r] = vq[qj + r] * scale
+        beta, tau = reflect(vq, rj, j, n, units)
         if u == 0:
-            vq[qj + j] = T(1)
+            vq[rj + j] = T(1)
             d[b * n + j] = beta
             tq[b * n + j] = tau
         cube.sync_units()
@@ -81,47 +74,31 @@ def bidiag_panel_kernel(a: cube.Array, vq: cube.Array, vp: cube.Array, yt: cube.
             yt[yi + c] = T(0)
         cube.sync_units()
         for r in range(j, n):
-            vr = vq[qj + r]
+            vr = vq[rj + r]
             for c in range(j + 1 + u, n, units):
                 yt[yi + c] = yt[yi + c] + vr * a[A + r * n + c]
-        for l in range(0, i):
-            t1 = dot(vq, A + (p + l) * n + j, vq, qj + j, n - j, units)
-            t2 = dot(xt, X + l * n + j, vq, qj + j, n - j, units)
-            if u == 0:
-                tmp[l] = t1
-                tmp[width + l] = t2
+        panel_dots(tmp, 0, i, vq, A + p * n + j, vq, rj + j, n - j, n, units)
+        panel_dots(tmp, width, i, xt, X + j, vq, rj + j, n - j, n, units)
         cube.sync_units()
-        for l in range(0, i):
-            g1 = tmp[l]
-            g2 = tmp[width + l]
-            for c in range(j + 1 + u, n, units):
-                yt[yi + c] = yt[yi + c] - yt[Y + l * n + c] * g1 - vp[A + (p + l) * n + c] * g2
+        subtract_rows(yt, yi, j + 1, n, i, yt, Y, tmp, 0, 1, n, units)
+        subtract_rows(yt, yi, j + 1, n, i, vp, A + p * n, tmp, width, 1, n, units)
         for c in range(j + 1 + u, n, units):
             yt[yi + c] = yt[yi + c] * tau
         cube.sync_units()
         # row j, with the panel's updates: a[j, j+1:] - Y[j+1:] V[j]^T - U^T X[j]^T
         for c in range(u, n, units):
-            vp[pj + c] = cube.select(c <= j, T(0), a[A + j * n + c])
+            vp[rj + c] = cube.select(c <= j, T(0), a[A + j * n + c])
         cube.sync_units()
-        for l in range(0, i + 1):
-            f1 = vq[A + (p + l) * n + j]
-            for c in range(j + 1 + u, n, units):
-                vp[pj + c] = vp[pj + c] - yt[Y + l * n + c] * f1
-        for l in range(0, i):
-            f2 = xt[X + l * n + j]
-            for c in range(j + 1 + u, n, units):
-                vp[pj + c] = vp[pj + c] - vp[A + (p + l) * n + c] * f2
+        subtract_rows(vp, rj, j + 1, n, i + 1, yt, Y, vq, A + p * n + j, n, n, units)
+        subtract_rows(vp, rj, j + 1, n, i, vp, A + p * n, xt, X + j, n, n, units)
         cube.sync_units()
         right = j + 1 < n
-        alpha = vp[pj + cube.min(j + 1, n - 1)]
-        beta, tau, scale = householder(alpha, dot(vp, pj + j + 2, vp, pj + j + 2, n - j - 2, units))
+        beta, tau = reflect(vp, rj, j + 1, n, units)
         tau = cube.select(right, tau, T(0))
-        for c in range(j + 2 + u, n, units):
-            vp[pj + c] = vp[pj + c] * scale
         if u == 0:
             tp[b * n + j] = tau
             if right:
-                vp[pj + j + 1] = T(1)
+                vp[rj + j + 1] = T(1)
                 e[b * n + j] = beta
         cube.sync_units()
         # X's column i: tau (A[j+1:, j+1:] u - V (Y^T u) - X (U u))
@@ -130,22 +107,12 @@ def bidiag_panel_kernel(a: cube.Array, vq: cube.Array, vp: cube.Array, yt: cube.
             xt[xi + r] = T(0)
         cube.sync_units()
         for r in range(j + 1 + u, n, units):
-            xt[xi + r] = partial_dot(a, A + r * n + j + 1, vp, pj + j + 1, n - j - 1, 0, 1)
-        for l in range(0, i + 1):
-            t3 = dot(yt, Y + l * n + j + 1, vp, pj + j + 1, n - j - 1, units)
-            t4 = dot(vp, A + (p + l) * n + j + 1, vp, pj + j + 1, n - j - 1, units)
-            if u == 0:
-                tmp[l] = t3
-                tmp[width + l] = t4
+            xt[xi + r] = partial_dot(a, A + r * n + j + 1, vp, rj + j + 1, n - j - 1, 0, 1)
+        panel_dots(tmp, 0, i + 1, yt, Y + j + 1, vp, rj + j + 1, n - j - 1, n, units)
+        panel_dots(tmp, width, i, vp, A + p * n + j + 1, vp, rj + j + 1, n - j - 1, n, units)
         cube.sync_units()
-        for l in range(0, i + 1):
-            g3 = tmp[l]
-            for r in range(j + 1 + u, n, units):
-                xt[xi + r] = xt[xi + r] - vq[A + (p + l) * n + r] * g3
-        for l in range(0, i):
-            g4 = tmp[width + l]
-            for r in range(j + 1 + u, n, units):
-                xt[xi + r] = xt[xi + r] - xt[X + l * n + r] * g4
+        subtract_rows(xt, xi, j + 1, n, i + 1, vq, A + p * n, tmp, 0, 1, n, units)
+        subtract_rows(xt, xi, j + 1, n, i, xt, X, tmp, width, 1, n, units)
         for r in range(j + 1 + u, n, units):
             xt[xi + r] = xt[xi + r] * tau
         cube.sync_units()
@@ -411,7 +378,7 @@ def bdsqr_kernel(d: cube.Array, e: cube.Array, st: cube.Array[cube.i32], thresh:
 
 def bidiagonal_svd(d, e, x) -> None:
     """Diagonalize each bidiagonal (d, e) in place by bdsqr's QR sweeps, their rotations applied to the rows of
-    x (count, 2, n, n) = [U^T, V^T]; d ends up holding the singular values with signs, unsorted."""
+    x (2, count, n, n) = [U^T, V^T]; d ends up holding the singular values with signs, unsorted."""
     count, n = d.shape
     eps = float(np.finfo(d.dtype).eps)
     consts = empty((3,), d.dtype, d)
@@ -434,12 +401,12 @@ def square_svd(x):
     """(U^T, S descending, V^T) of each (n, n) matrix of x (count, n, n), which is destroyed."""
     count, n, _ = x.shape
     d, e, left, right = bidiagonalize(x)
-    uv = empty((count, 2, n, n), x.dtype, x)
-    assign(uv[:, 0], transposed(left.q(n, n)))
-    assign(uv[:, 1], transposed(right.q(n, n)))
+    uv = empty((2, count, n, n), x.dtype, x)
+    transposed_copy(left.q(n, n), out=uv[0])
+    transposed_copy(right.q(n, n), out=uv[1])
     bidiagonal_svd(d, e, uv)
     s, out = sort(d, uv, svd=True)
-    return out[:, 0], s, out[:, 1]
+    return out[0], s, out[1]
 
 
 def svd(a, full: bool):
@@ -449,7 +416,7 @@ def svd(a, full: bool):
     batch = tuple(batch)
     if m < n:
         u, s, vh = svd(transposed_copy(a), full)
-        return transposed(vh), s, transposed(u)
+        return transposed_copy(vh), s, transposed_copy(u)
     count = math.prod(batch)
     a3 = contiguous(a).reshape(count, m, n)
     if not (count and n):
@@ -463,5 +430,5 @@ def svd(a, full: bool):
         assign(u[:, :, :n], tuned_matmul(q[:, :, :n], transposed(uo)))
     else:
         uo, s, vh = square_svd(copy_as(a3, a.dtype))
-        u = transposed(uo)
+        u = transposed_copy(uo)
     return u.reshape(batch + u.shape[1:]), s.reshape(batch + (n,)), vh.reshape(batch + (n, n))
