@@ -114,8 +114,10 @@ def gemm_update(c: Block, a: Block, b: Block) -> None:
 
 
 def _row_tile(rows: int, cols: int) -> int:
-    """Rows per cube of a row-wise kernel: about 16K elements a cube, a power of two (few variants)."""
-    return max(1, min(64, 1 << max(0, (16384 // max(cols, 1)).bit_length() - 1)))
+    """Rows per cube of a row-wise kernel: about 64K elements a cube, a power of two (few variants), so that
+    a small update runs on one thread (a parallel region costs more than it saves there, and much more
+    when another process holds a core)."""
+    return max(1, min(256, 1 << max(0, (65536 // max(cols, 1)).bit_length() - 1)))
 
 
 @cube.kernel
@@ -144,7 +146,7 @@ def swap_rows(x, piv, k0: int, k1: int, c0: int, c1: int) -> None:
     cols = c1 - c0
     if count and cols > 0 and k1 > k0:
         units = lanes(x, UNITS)
-        tile = 256 if units == 1 else units
+        tile = max(256, -(-65536 // (k1 - k0))) if units == 1 else units
         swap_kernel.launch(cube.CubeCount(-(-cols // tile), count), cube.CubeDim(units), x.reshape(-1),
                            piv.reshape(-1), n, x.shape[1] * n, k0, k1, c0, cols, piv.shape[-1], tile=tile,
                            units=units)
