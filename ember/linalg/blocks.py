@@ -88,10 +88,10 @@ class Block(NamedTuple):
 @cube.kernel
 def subtract_kernel(x: cube.Array, p: cube.Array, offset: cube.i32, ld: cube.i32, stride: cube.i32,
                     rows: cube.i32, cols: cube.i32, tile: cube.Comptime[int], units: cube.Comptime[int]):
-    """x[offset + i ld + j] -= p[i, j] in every matrix: cube (tile of `tile` rows, matrix), its units
+    """x[offset + i ld + j] -= p[i, j] in every matrix: cube (matrix, tile of `tile` rows), its units
     sharing each row."""
-    b = cube.CUBE_POS_Y
-    r0 = cube.CUBE_POS_X * tile
+    b = cube.CUBE_POS_X
+    r0 = cube.CUBE_POS_Y * tile
     for i in range(r0, cube.min(r0 + tile, rows)):
         at = b * stride + offset + i * ld
         at_p = (b * rows + i) * cols
@@ -108,7 +108,7 @@ def gemm_update(c: Block, a: Block, b: Block) -> None:
     p = contiguous(tuned_matmul(a.view(), b.view()))
     units = lanes(c.x, UNITS)
     tile = _row_tile(c.rows, c.cols)
-    subtract_kernel.launch(cube.CubeCount(-(-c.rows // tile), c.count), cube.CubeDim(units), c.flat, p.reshape(-1),
+    subtract_kernel.launch(cube.CubeCount(c.count, -(-c.rows // tile)), cube.CubeDim(units), c.flat, p.reshape(-1),
                            c.offset, c.ld, c.stride, c.rows, c.cols, tile=tile, units=units)
     return None
 
@@ -125,9 +125,9 @@ def swap_kernel(x: cube.Array, piv: cube.Array[cube.i32], ld: cube.i32, stride: 
                 k1: cube.i32, c0: cube.i32, cols: cube.i32, kmax: cube.i32, tile: cube.Comptime[int],
                 units: cube.Comptime[int]):
     """Rows k and piv[k] - 1 of columns [c0, c0 + cols) swapped for k = k0 .. k1 - 1 in turn, per matrix
-    (LAPACK's laswp): cube (tile of `tile` columns, matrix), its units sharing the tile."""
-    b = cube.CUBE_POS_Y
-    j0 = c0 + cube.CUBE_POS_X * tile
+    (LAPACK's laswp): cube (matrix, tile of `tile` columns), its units sharing the tile."""
+    b = cube.CUBE_POS_X
+    j0 = c0 + cube.CUBE_POS_Y * tile
     j1 = cube.min(j0 + tile, c0 + cols)
     for k in range(k0, k1):
         p = piv[b * kmax + k] - 1
@@ -147,7 +147,7 @@ def swap_rows(x, piv, k0: int, k1: int, c0: int, c1: int) -> None:
     if count and cols > 0 and k1 > k0:
         units = lanes(x, UNITS)
         tile = max(256, -(-65536 // (k1 - k0))) if units == 1 else units
-        swap_kernel.launch(cube.CubeCount(-(-cols // tile), count), cube.CubeDim(units), x.reshape(-1),
+        swap_kernel.launch(cube.CubeCount(count, -(-cols // tile)), cube.CubeDim(units), x.reshape(-1),
                            piv.reshape(-1), n, x.shape[1] * n, k0, k1, c0, cols, piv.shape[-1], tile=tile,
                            units=units)
 
@@ -155,11 +155,11 @@ def swap_rows(x, piv, k0: int, k1: int, c0: int, c1: int) -> None:
 @cube.kernel
 def transpose_kernel(src: cube.Array, dst: cube.Array, rows: cube.i32, cols: cube.i32, tile: cube.Comptime[int],
                      units: cube.Comptime[int]):
-    """dst (count, cols, rows) = src (count, rows, cols) transposed: cube (row tile, column tile, matrix),
+    """dst (count, cols, rows) = src (count, rows, cols) transposed: cube (matrix, row tile, column tile),
     each a `tile` x `tile` square that stays in cache while its rows are read and its columns written."""
-    b = cube.CUBE_POS_Z
-    i0 = cube.CUBE_POS_X * tile
-    j0 = cube.CUBE_POS_Y * tile
+    b = cube.CUBE_POS_X
+    i0 = cube.CUBE_POS_Y * tile
+    j0 = cube.CUBE_POS_Z * tile
     i1 = cube.min(i0 + tile, rows)
     for j in range(j0, cube.min(j0 + tile, cols)):
         for i in range(i0 + cube.UNIT_POS, i1, units):
@@ -175,7 +175,7 @@ def transposed_copy(x, out=None):
     if count and rows and cols:
         tile = 32
         units = lanes(x, tile)
-        transpose_kernel.launch(cube.CubeCount(-(-rows // tile), -(-cols // tile), count), cube.CubeDim(units),
+        transpose_kernel.launch(cube.CubeCount(count, -(-rows // tile), -(-cols // tile)), cube.CubeDim(units),
                                 x.reshape(-1), out.reshape(-1), rows, cols, tile=tile, units=units)
     return out
 

@@ -35,9 +35,9 @@ PANEL = 32  # columns per tridiagonalization panel
 
 @cube.kernel
 def symmetrize_kernel(a: cube.Array, x: cube.Array, n: cube.i32, units: cube.Comptime[int]):
-    """x[i, j] = a[max(i, j), min(i, j)] for each (n, n) matrix: cube (row i, matrix)."""
-    i = cube.CUBE_POS_X
-    b = cube.CUBE_POS_Y
+    """x[i, j] = a[max(i, j), min(i, j)] for each (n, n) matrix: cube (matrix, row i)."""
+    b = cube.CUBE_POS_X
+    i = cube.CUBE_POS_Y
     for j in range(cube.UNIT_POS, n, units):
         x[(b * n + i) * n + j] = a[(b * n + cube.max(i, j)) * n + cube.min(i, j)]
 
@@ -334,7 +334,7 @@ def eigh(a):
         return empty(batch + (n,), a.dtype, a), empty(batch + (n, n), a.dtype, a)
     x = empty((count, n, n), a.dtype, a)
     units = lanes(a, 64)
-    symmetrize_kernel.launch(cube.CubeCount(n, count), cube.CubeDim(units), a.reshape(-1), x.reshape(-1), n,
+    symmetrize_kernel.launch(cube.CubeCount(count, n), cube.CubeDim(units), a.reshape(-1), x.reshape(-1), n,
                              units=units)
     d, e, reflectors = tridiagonalize(x)
     z = empty((1, count, n, n), a.dtype, a)

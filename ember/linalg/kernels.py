@@ -216,13 +216,13 @@ def triangular_kernel(a: cube.Array, x: cube.Array, n: cube.i32, k: cube.i32, a_
                       lower: cube.Comptime[bool], unit: cube.Comptime[bool], tile: cube.Comptime[int],
                       units: cube.Comptime[int]):
     """X = A^-1 X by substitution, row by row (each row of X then updates the rows after it), for X (n x k
-    at x_at, rows x_ld apart) and triangular A (n x n at a_at, strides a_rs, a_cs); cube (tile of `tile`
-    columns, matrix), its units sharing the columns."""
-    c0 = cube.CUBE_POS_X * tile
+    at x_at, rows x_ld apart) and triangular A (n x n at a_at, strides a_rs, a_cs); cube (matrix, tile of
+    `tile` columns), its units sharing the columns."""
+    c0 = cube.CUBE_POS_Y * tile
     c1 = cube.min(c0 + tile, k)
     u = cube.UNIT_POS
-    abase = cube.CUBE_POS_Y * a_stride + a_at
-    xbase = cube.CUBE_POS_Y * x_stride + x_at
+    abase = cube.CUBE_POS_X * a_stride + a_at
+    xbase = cube.CUBE_POS_X * x_stride + x_at
     for step in range(0, n):
         i = step if lower else n - 1 - step
         if not unit:
@@ -243,7 +243,7 @@ def triangular_leaf(a, x, lower: bool, unit: bool) -> None:
     units = lanes(x.x, 64)
     tile = 256 if units == 1 else units
     a_rs, a_cs = a.strides
-    triangular_kernel.launch(cube.CubeCount(-(-k // tile), x.count), cube.CubeDim(units), a.flat, x.flat, n, k,
+    triangular_kernel.launch(cube.CubeCount(x.count, -(-k // tile)), cube.CubeDim(units), a.flat, x.flat, n, k,
                              a.offset, a_rs, a_cs, a.stride, x.offset, x.ld, x.stride, lower=bool(lower),
                              unit=bool(unit), tile=tile, units=units)
 

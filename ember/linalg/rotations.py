@@ -57,13 +57,13 @@ def log(planes, rot, b, cap, at, plane, cs):
 @cube.kernel
 def rotate_kernel(x: cube.Array, planes: cube.Array[cube.i32], rot: cube.Array, counts: cube.Array[cube.i32],
                   n: cube.i32, cap: cube.i32, strip: cube.i32, sides: cube.Comptime[int], units: cube.Comptime[int]):
-    """The logged rotations, in order, on rows (j, j + 1) of x (sides, count, n, n); cube (strip of columns,
-    side, matrix)."""
+    """The logged rotations, in order, on rows (j, j + 1) of x (sides, count, n, n); cube (matrix, side,
+    strip of columns)."""
+    b = cube.CUBE_POS_X
     side = cube.CUBE_POS_Y
-    b = cube.CUBE_POS_Z
-    c0 = cube.CUBE_POS_X * strip
+    c0 = cube.CUBE_POS_Z * strip
     c1 = cube.min(c0 + strip, n)
-    base = (side * cube.CUBE_COUNT_Z + b) * n * n
+    base = (side * cube.CUBE_COUNT_X + b) * n * n
     at = (b * sides + side) * 2 * cap
     for r in range(0, counts[b]):
         j = planes[b * cap + r]
@@ -82,10 +82,10 @@ def sort_kernel(d: cube.Array, x: cube.Array, s: cube.Array, out: cube.Array, n:
                 sides: cube.Comptime[int], svd: cube.Comptime[bool], units: cube.Comptime[int]):
     """The values into s and each side's row j of x (sides, count, n, n) into the same place of out: |d|
     descending with the last side's row times sign(d_j) (`svd`), else d ascending; ties by position;
-    cube (j, matrix)."""
+    cube (matrix, j)."""
     T = d.dtype
-    j = cube.CUBE_POS_X
-    b = cube.CUBE_POS_Y
+    b = cube.CUBE_POS_X
+    j = cube.CUBE_POS_Y
     dj = d[b * n + j]
     kj = cube.abs(dj) if svd else dj
     rank = cube.i32(0)
@@ -96,7 +96,7 @@ def sort_kernel(d: cube.Array, x: cube.Array, s: cube.Array, out: cube.Array, n:
     if cube.UNIT_POS == 0:
         s[b * n + rank] = kj
     sign = cube.select(dj < T(0), T(-1), T(1))
-    count = cube.CUBE_COUNT_Y
+    count = cube.CUBE_COUNT_X
     for side in cube.unroll(range(sides)):
         f = sign if svd and side == sides - 1 else T(1)
         for c in range(cube.UNIT_POS, n, units):
@@ -126,7 +126,7 @@ class Log:
         # columns (strips of 64 -> 512 -> 2048 columns: the 2048 SVD's rotations took 3.5 -> 2.0 -> 1.7 s
         # on one thread); half a row each leaves two cubes a side for the threads.
         strip = max(STRIP, -(-n // 128) * 64) if self.units == 1 else self.units
-        rotate_kernel.launch(cube.CubeCount(-(-n // strip), self.sides, self.count), cube.CubeDim(self.units),
+        rotate_kernel.launch(cube.CubeCount(self.count, self.sides, -(-n // strip)), cube.CubeDim(self.units),
                              x.reshape(-1), self.planes.reshape(-1), self.rot.reshape(-1), self.counts, n, self.cap,
                              strip, sides=self.sides, units=self.units)
 
@@ -150,7 +150,7 @@ def sort(d, x, svd: bool):
     s, out = empty((count, n), d.dtype, d), empty(x.shape, x.dtype, x)
     units = lanes(x, 64)
     if count and n:
-        sort_kernel.launch(cube.CubeCount(n, count), cube.CubeDim(units), d.reshape(-1), x.reshape(-1),
+        sort_kernel.launch(cube.CubeCount(count, n), cube.CubeDim(units), d.reshape(-1), x.reshape(-1),
                            s.reshape(-1), out.reshape(-1), n, sides=sides, svd=svd, units=units)
     return s, out
 
