@@ -8,10 +8,10 @@ a cube kernel, whichever the autotuner picked; a cube kernel on wgpu; tensor cor
 subtracted by a cube kernel. `swap_rows` applies LU's row interchanges to a range of columns.
 
 Example:
-    >>> x = np.arange(12.0).reshape(1, 3, 4)
-    >>> gemm_update(Block(x, 0, 0, 3, 2), Block(x, 0, 2, 3, 1), Block(x, 0, 3, 1, 2))
-    >>> x[0, :, :2].tolist()
-    [[0.0, -2.0], [-25.0, -30.0], [-84.0, -98.0]]
+    >>> x = np.arange(12.0).reshape(1, 3, 4)     # x[0, 1:, :2] -= x[0, 1:, 2:3] @ x[0, :1, :2]
+    >>> gemm_update(Block(x, 1, 0, 2, 2), Block(x, 1, 2, 2, 1), Block(x, 0, 0, 1, 2))
+    >>> x[0, 1:, :2].tolist()
+    [[4.0, -1.0], [8.0, -1.0]]
 """
 
 from __future__ import annotations
