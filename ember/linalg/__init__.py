@@ -1,6 +1,7 @@
 """`ember.linalg`: torch.linalg's functions for real matrices (f32, f64), batched over leading dims, with
-gradients, on every device; built on `@ember.backend_extension` (the factorizations are cube kernels,
-`kernels.py`, as primitives in `ops.py`), as a user could build such a library.
+gradients, on every device; built on `@ember.backend_extension` (the factorizations, primitives in
+`ops.py`, are blocked algorithms of cube kernels and matmuls: `blocked.py`, `singular.py`, `eigen.py`),
+as a user could build such a library.
 
 Factorizations: lu_factor(_ex), lu, lu_solve, cholesky(_ex), qr, eigh, eigvalsh, svd, svdvals; from them
 det, slogdet, inv(_ex), solve(_ex), solve_triangular, pinv, lstsq, matrix_rank, matrix_exp, matrix_power;

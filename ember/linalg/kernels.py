@@ -1,42 +1,37 @@
-"""The cube kernels of `ember.linalg` and their host functions (arrays in, arrays out, any cube runtime).
+"""The leaf and panel kernels of `ember.linalg`'s blocked factorizations (blocked.py) and their launchers.
 
-Every kernel takes a batch of C-contiguous matrices, one cube per matrix (or per matrix and column block),
-its units sharing the columns; steps that every unit needs (a pivot search, a reflector's norm, a
-rotation) are computed by every unit alike (uniform work: once per cube on the C target), and the steps
-are separated by barriers. LAPACK's conventions are kept where torch reports them: 1-based pivots, the
-first zero pivot or failing minor as `info`, Householder reflectors with beta = -sign(alpha) * norm.
+Each takes batches of C-contiguous matrices (flat, with the block's offset), a cube per matrix; steps
+every unit needs (a pivot search, a reflector's norm) are computed by every unit alike, and steps are
+separated by barriers. On the C target a cube is one unit (`lanes`): its loops `range(lo + u, hi,
+units)` then run along contiguous rows, which gcc vectorizes; panels whose steps go down columns (LU,
+QR) work on their transpose. LAPACK's conventions are kept where torch reports them: 1-based pivots,
+the first zero pivot or failing minor as `info`, reflectors with beta = -sign(alpha) * norm (larfg).
 
-- `lu_factor(a)`: (LU, pivots, info), partial pivoting (the first largest |a_ik|, as LAPACK's idamax).
-- `cholesky(a)`: (L, info), from the lower triangle.
-- `solve_triangular(a, b, lower, unit)`: a unit per column of b (forward / back substitution).
-- `qr(a, complete)`: (Q, R), Householder.
-- `jacobi_svd(a, full)` / `jacobi_eigh(a)`: one-sided (Hestenes) Jacobi in round-robin rounds (a cube
-  per pair of columns); eigh runs it on the lower triangle shifted to be positive semidefinite.
+- `lu_panel`: partial pivoting (the first largest |a_ik|, as idamax) on a panel of columns;
+- `cholesky_leaf`: U^T U of a diagonal block from its upper triangle;
+- `triangular_leaf`: X = A^-1 X by substitution (lower or upper, unit diagonal or not);
+- `qr_panel` and `t_factor`: Householder reflectors of a panel and its compact-WY T (larft);
+- `dot` / `partial_dot`: dot products in vectorizable partial sums.
 
 Example:
-    >>> lu, piv, info = lu_factor(np.array([[0.0, 1.0], [2.0, 3.0]]))
+    >>> lu, piv, info = x.copy(), np.zeros((1, 2), np.int32), np.zeros(1, np.int32)
+    >>> lu_panel(lu, np.empty((1, 2, 2)), piv, info, 0, 2)        # x = [[[0., 1.], [2., 3.]]]
     >>> piv.tolist(), info.tolist()
-    ([2, 2], 0)
+    ([[2, 2]], [0])
 """
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 
 from .. import cube
 from ..errors import DTypeError
-from ..kernels.common import assign, contiguous, copy_as, empty
+from ..kernels.common import assign, empty
 from ..kernels.reduce import block_reduce
+from ..cube.kernel import launch_runtime
 
 DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
-MAX_SWEEPS = 40  # Jacobi sweeps before giving up (quadratic convergence: usually 6-12)
-
-
-def units_for(n: int) -> int:
-    """Units per cube for matrices of `n` columns: two classes, so few specializations are compiled."""
-    return 32 if n <= 32 else 128
+LANES = 16  # partial sums per unit of `dot`
 
 
 def check_dtype(op: str, dtype) -> None:
@@ -45,69 +40,121 @@ def check_dtype(op: str, dtype) -> None:
         raise DTypeError(f"linalg.{op}: needs float32 or float64 matrices, got {np.dtype(dtype)}")
 
 
+def lanes(x, wide: int) -> int:
+    """Units per cube of a leaf kernel on x's runtime: 1 on the C target, where gcc then vectorizes each
+    loop along a row (the kernels' `range(lo + u, hi, units)` loops), `wide` on GPUs."""
+    return 1 if launch_runtime(x).target == "cpu" else wide
+
+
+@cube.function
+def partial_dot(x, xa, y, ya, n, part, parts):
+    """The sum of x[xa + i] * y[ya + i] over part `part` of `parts` of i < n (runs of `LANES` in turn), in
+    `LANES` partial sums: one vector on the C target, where a single running sum would not vectorize."""
+    T = x.dtype
+    step = LANES * parts
+    full = n - n % step
+    acc = tuple(T(0) for _ in range(LANES))
+    for i in range(part * LANES, full, step):
+        acc = tuple(acc[l] + x[xa + i + l] * y[ya + i + l] for l in range(LANES))
+    s = acc[0]
+    for l in cube.unroll(range(1, LANES)):
+        s = s + acc[l]
+    for i in range(full + part, n, parts):
+        s = s + x[xa + i] * y[ya + i]
+    return s
+
+
+@cube.function
+def dot(x, xa, y, ya, n, units):
+    """The sum of x[xa + i] * y[ya + i] for i < n, shared by the cube's units (each sums its part), for all."""
+    return block_reduce("sum", partial_dot(x, xa, y, ya, n, cube.UNIT_POS, units), units)
+
+
+@cube.function
+def subtract_rows(x, xa, lo, hi, count, v, v0, f, f0, fs, n, units):
+    """x[xa + r] -= the sum over l < count of v[v0 + l n + r] f[f0 + l fs], for r in [lo, hi) (the cube's
+    units sharing r): a vector's update by the rows of a panel (labrd's and latrd's small products)."""
+    for l in range(0, count):
+        g = f[f0 + l * fs]
+        for r in range(lo + cube.UNIT_POS, hi, units):
+            x[xa + r] = x[xa + r] - v[v0 + l * n + r] * g
+
+
+@cube.function
+def panel_dots(out, at, count, v, v0, y, y0, length, n, units):
+    """out[at + l] = the dot of v[v0 + l n:] and y[y0:] over `length` elements, for l < count (unit 0 writes)."""
+    for l in range(0, count):
+        t = dot(v, v0 + l * n, y, y0, length, units)
+        if cube.UNIT_POS == 0:
+            out[at + l] = t
+
+
 # ---- LU with partial pivoting ------------------------------------------------------------------------
 @cube.kernel
-def lu_kernel(a: cube.Array, piv: cube.Array[cube.i32], info: cube.Array[cube.i32], m: cube.i32, n: cube.i32,
-              units: cube.Comptime[int]):
+def lu_panel_kernel(a: cube.Array, t: cube.Array, piv: cube.Array[cube.i32], info: cube.Array[cube.i32],
+                    m: cube.i32, ld: cube.i32, stride: cube.i32, k0: cube.i32, w: cube.i32, kmax: cube.i32,
+                    t_stride: cube.i32, units: cube.Comptime[int]):
+    """LU with partial pivoting of rows [k0, m), columns [k0, k0 + w) of each matrix (a cube each), worked
+    on as its transpose in t (w rows of m - k0, so that every step runs along contiguous rows):
+    interchanges within those columns, pivots (1-based rows) into piv[:, k0:k0 + w], the first zero
+    pivot (1-based) into info where info is still 0."""
     T = a.dtype
     u = cube.UNIT_POS
-    base = cube.CUBE_POS * m * n
-    kmax = cube.min(m, n)
+    b = cube.CUBE_POS
+    base = b * stride + k0 * ld + k0
+    rows = m - k0
+    tb = b * t_stride
+    for j in range(0, w):
+        for i in range(u, rows, units):
+            t[tb + j * rows + i] = a[base + i * ld + j]
+    cube.sync_units()
     bad = cube.i32(0)
-    for k in range(0, kmax):
+    for k in range(0, w):
+        tk = tb + k * rows
         p = k
-        best = cube.abs(a[base + k * n + k])
-        for i in range(k + 1, m):
-            v = cube.abs(a[base + i * n + k])
+        best = cube.abs(t[tk + k])
+        for i in range(k + 1, rows):
+            v = cube.abs(t[tk + i])
             p = cube.select(v > best, i, p)
             best = cube.select(v > best, v, best)
         cube.sync_units()
-        for jb in range(0, n, units):
-            j = jb + u
-            if j < n:
-                x = a[base + k * n + j]
-                a[base + k * n + j] = a[base + p * n + j]
-                a[base + p * n + j] = x
+        for j in range(u, w, units):
+            x = t[tb + j * rows + k]
+            t[tb + j * rows + k] = t[tb + j * rows + p]
+            t[tb + j * rows + p] = x
         if u == 0:
-            piv[cube.CUBE_POS * kmax + k] = p + 1
+            piv[b * kmax + k0 + k] = k0 + p + 1
         cube.sync_units()
-        pivot = a[base + k * n + k]
-        bad = cube.select((pivot == T(0)) and (bad == 0), k + 1, bad)
+        pivot = t[tk + k]
+        bad = cube.select((pivot == T(0)) and (bad == 0), k0 + k + 1, bad)
         inv = cube.select(pivot == T(0), T(0), T(1) / cube.select(pivot == T(0), T(1), pivot))
-        for i in range(k + 1, m):
-            lik = a[base + i * n + k] * inv
-            for jb in range(k + 1, n, units):
-                j = jb + u
-                if j < n:
-                    a[base + i * n + j] = a[base + i * n + j] - lik * a[base + k * n + j]
+        for i in range(k + 1 + u, rows, units):
+            t[tk + i] = t[tk + i] * inv
         cube.sync_units()
-        for ib in range(k + 1, m, units):
-            i = ib + u
-            if i < m:
-                a[base + i * n + k] = a[base + i * n + k] * inv
+        for j in range(k + 1, w):
+            f = t[tb + j * rows + k]
+            for i in range(k + 1 + u, rows, units):
+                t[tb + j * rows + i] = t[tb + j * rows + i] - f * t[tk + i]
         cube.sync_units()
+    for i in range(u, rows, units):
+        for j in range(0, w):
+            a[base + i * ld + j] = t[tb + j * rows + i]
     if u == 0:
-        info[cube.CUBE_POS] = bad
+        old = info[b]
+        info[b] = cube.select(old == 0, bad, old)
 
 
-def lu_factor(a):
-    """(LU, pivots, info) of a (..., m, n) batch: LU packs unit-lower L and U, pivots are 1-based i32
-    (row i was swapped with row pivots[i] - 1), info the first zero pivot (1-based; 0: none)."""
-    lu = copy_as(a, a.dtype)
-    *batch, m, n = lu.shape
-    count = math.prod(batch)
-    piv = empty(tuple(batch) + (min(m, n),), np.int32, lu)
-    info = empty(tuple(batch), np.int32, lu)
-    if count:
-        if m and n:
-            lu_kernel.launch(cube.CubeCount(count), cube.CubeDim(units_for(n)), lu.reshape(-1), piv.reshape(-1),
-                             info.reshape(-1), m, n, units=units_for(n))
-        else:
-            _zero(info)
-    return lu, piv, info
+def lu_panel(x, t, piv, info, k0: int, w: int) -> None:
+    """`lu_panel_kernel` on columns [k0, k0 + w) of each matrix of x (count, m, n); t (count, >= w, m) is
+    its scratch."""
+    count, m, n = x.shape
+    units = lanes(x, 64)
+    lu_panel_kernel.launch(cube.CubeCount(count), cube.CubeDim(units), x.reshape(-1), t.reshape(-1),
+                           piv.reshape(-1), info.reshape(-1), m, n, m * n, k0, w, piv.shape[-1],
+                           t.shape[1] * t.shape[2], units=units)
 
 
-def _zero(x) -> None:
+def zero(x) -> None:
     assign(x, np.zeros((), x.dtype))
 
 
@@ -120,404 +167,179 @@ def transposed(x):
 
 # ---- Cholesky ----------------------------------------------------------------------------------------
 @cube.kernel
-def cholesky_kernel(a: cube.Array, info: cube.Array[cube.i32], n: cube.i32, units: cube.Comptime[int]):
+def cholesky_kernel(a: cube.Array, info: cube.Array[cube.i32], n: cube.i32, ld: cube.i32, stride: cube.i32,
+                    k0: cube.i32, units: cube.Comptime[int]):
+    """U^T U of rows and columns [k0, k0 + n) of each matrix (a cube each) from their upper triangle, the
+    lower one zeroed; the order (from the matrix's first row) of the first minor that is not positive
+    definite into info where info is still 0."""
     T = a.dtype
     u = cube.UNIT_POS
-    base = cube.CUBE_POS * n * n
+    b = cube.CUBE_POS
+    base = b * stride + k0 * ld + k0
     bad = cube.i32(0)
     for k in range(0, n):
-        d = a[base + k * n + k]
-        bad = cube.select((not (d > T(0))) and (bad == 0), k + 1, bad)
+        d = a[base + k * ld + k]
+        bad = cube.select((not (d > T(0))) and (bad == 0), k0 + k + 1, bad)
         sd = cube.sqrt(cube.select(bad == 0, d, T(1)))
         r = cube.select(bad == 0, T(1) / sd, T(0))
-        for ib in range(k + 1, n, units):
-            i = ib + u
-            if i < n:
-                a[base + i * n + k] = a[base + i * n + k] * r
         cube.sync_units()
+        for j in range(k + 1 + u, n, units):
+            a[base + k * ld + j] = a[base + k * ld + j] * r
         if u == 0:
-            a[base + k * n + k] = cube.select(bad == 0, sd, d)
-        for i in range(k + 1, n):
-            lik = a[base + i * n + k]
-            for jb in range(k + 1, i + 1, units):
-                j = jb + u
-                if j <= i:
-                    a[base + i * n + j] = a[base + i * n + j] - lik * a[base + j * n + k]
+            a[base + k * ld + k] = cube.select(bad == 0, sd, d)
         cube.sync_units()
-    for i in range(0, n):
-        for jb in range(i + 1, n, units):
-            j = jb + u
-            if j < n:
-                a[base + i * n + j] = T(0)
+        for i in range(k + 1, n):
+            uki = a[base + k * ld + i]
+            for j in range(i + u, n, units):
+                a[base + i * ld + j] = a[base + i * ld + j] - uki * a[base + k * ld + j]
+        cube.sync_units()
+    for i in range(1, n):
+        for j in range(u, i, units):
+            a[base + i * ld + j] = T(0)
     if u == 0:
-        info[cube.CUBE_POS] = bad
+        old = info[b]
+        info[b] = cube.select(old == 0, bad, old)
 
 
-def cholesky(a):
-    """(L, info) of a (..., n, n) batch from its lower triangle; info is the order of the first leading
-    minor that is not positive definite (0: none), and L is valid only where info is 0."""
-    chol = copy_as(a, a.dtype)
-    *batch, n, _ = chol.shape
-    info = empty(tuple(batch), np.int32, chol)
-    if math.prod(batch):
-        if n:
-            cholesky_kernel.launch(cube.CubeCount(math.prod(batch)), cube.CubeDim(units_for(n)), chol.reshape(-1),
-                                   info.reshape(-1), n, units=units_for(n))
-        else:
-            _zero(info)
-    return chol, info
+def cholesky_leaf(x, info, k0: int, n: int) -> None:
+    """`cholesky_kernel` on rows and columns [k0, k0 + n) of each matrix of x (count, N, N)."""
+    count, rows, ld = x.shape
+    units = lanes(x, 64)
+    cholesky_kernel.launch(cube.CubeCount(count), cube.CubeDim(units), x.reshape(-1), info.reshape(-1), n, ld,
+                           rows * ld, k0, units=units)
 
 
 # ---- triangular solve --------------------------------------------------------------------------------
 @cube.kernel
-def triangular_kernel(a: cube.Array, x: cube.Array, n: cube.i32, k: cube.i32, lower: cube.Comptime[bool],
-                      unit: cube.Comptime[bool], units: cube.Comptime[int]):
-    T = x.dtype
-    col = cube.CUBE_POS_X * units + cube.UNIT_POS
-    abase = cube.CUBE_POS_Y * n * n
-    xbase = cube.CUBE_POS_Y * n * k + col
-    if col < k:
-        for step in range(0, n):
-            i = step if lower else n - 1 - step
-            s = x[xbase + i * k]
-            lo = 0 if lower else i + 1
-            hi = i if lower else n
-            for l in range(lo, hi):
-                s = s - a[abase + i * n + l] * x[xbase + l * k]
-            if unit:
-                x[xbase + i * k] = s
-            else:
-                x[xbase + i * k] = s / a[abase + i * n + i]
+def triangular_kernel(a: cube.Array, x: cube.Array, n: cube.i32, k: cube.i32, a_at: cube.i32, a_rs: cube.i32,
+                      a_cs: cube.i32, a_stride: cube.i32, x_at: cube.i32, x_ld: cube.i32, x_stride: cube.i32,
+                      lower: cube.Comptime[bool], unit: cube.Comptime[bool], tile: cube.Comptime[int],
+                      units: cube.Comptime[int]):
+    """X = A^-1 X by substitution, row by row (each row of X then updates the rows after it), for X (n x k
+    at x_at, rows x_ld apart) and triangular A (n x n at a_at, strides a_rs, a_cs); cube (matrix, tile of
+    `tile` columns), its units sharing the columns."""
+    c0 = cube.CUBE_POS_Y * tile
+    c1 = cube.min(c0 + tile, k)
+    u = cube.UNIT_POS
+    abase = cube.CUBE_POS_X * a_stride + a_at
+    xbase = cube.CUBE_POS_X * x_stride + x_at
+    for step in range(0, n):
+        i = step if lower else n - 1 - step
+        if not unit:
+            d = a[abase + i * a_rs + i * a_cs]
+            for j in range(c0 + u, c1, units):
+                x[xbase + i * x_ld + j] = x[xbase + i * x_ld + j] / d
+        lo = i + 1 if lower else 0
+        hi = n if lower else i
+        for r in range(lo, hi):
+            f = a[abase + r * a_rs + i * a_cs]
+            for j in range(c0 + u, c1, units):
+                x[xbase + r * x_ld + j] = x[xbase + r * x_ld + j] - f * x[xbase + i * x_ld + j]
 
 
-def solve_triangular(a, b, lower: bool, unit: bool):
-    """X with a @ X = b for (..., n, n) triangular `a` (its other triangle is not read) and (..., n, k) `b`
-    of the same batch shape; a zero on the diagonal gives infinities, as LAPACK's trtrs would refuse."""
-    a, x = contiguous(a), copy_as(b, b.dtype)
-    *batch, n, k = x.shape
-    count = math.prod(batch)
-    if count and n and k:
-        units = units_for(k)
-        triangular_kernel.launch(cube.CubeCount(-(-k // units), count), cube.CubeDim(units), a.reshape(-1),
-                                 x.reshape(-1), n, k, lower=bool(lower), unit=bool(unit), units=units)
-    return x
+def triangular_leaf(a, x, lower: bool, unit: bool) -> None:
+    """`triangular_kernel` for blocks a (n x n) and x (n x k, not transposed) of two batches (`blocks.Block`)."""
+    n, k = x.rows, x.cols
+    units = lanes(x.x, 64)
+    tile = 256 if units == 1 else units
+    a_rs, a_cs = a.strides
+    triangular_kernel.launch(cube.CubeCount(x.count, -(-k // tile)), cube.CubeDim(units), a.flat, x.flat, n, k,
+                             a.offset, a_rs, a_cs, a.stride, x.offset, x.ld, x.stride, lower=bool(lower),
+                             unit=bool(unit), tile=tile, units=units)
 
 
 # ---- Householder QR ----------------------------------------------------------------------------------
 @cube.function
-def rotate_pair(a, p, q, n, cs, sn, u, units):
-    """The Givens rotation of the runs a[p:p+n] and a[q:q+n] by (cs, sn), `units` lanes from lane u."""
-    for ib in range(0, n, units):
-        i = ib + u
-        if i < n:
-            x = a[p + i]
-            y = a[q + i]
-            a[p + i] = cs * x - sn * y
-            a[q + i] = sn * x + cs * y
+def householder(alpha, sigma):
+    """(beta, tau, scale) of the reflector H = I - tau v v^T with H [alpha; x] = [beta; 0], v = [1; x * scale],
+    from sigma = |x|^2: LAPACK's larfg (beta = -sign(alpha) |[alpha; x]|; H = I when x = 0)."""
+    T = alpha.dtype
+    norm = cube.sqrt(alpha * alpha + sigma)
+    flat = sigma == T(0)
+    beta = cube.select(flat, alpha, cube.select(alpha >= T(0), -norm, norm))
+    tau = cube.select(flat, T(0), (beta - alpha) / cube.select(flat, T(1), beta))
+    scale = cube.select(flat, T(0), T(1) / cube.select(flat, T(1), alpha - beta))
+    return beta, tau, scale
 
 
 @cube.function
-def apply_reflector(x, xbase, vs, vbase, tau, row0, m, col0, ncols, width, units):
-    """x[row0:m, col0:ncols] -= tau v (v^T x[row0:m, col0:ncols]) for x of `width` columns, v = vs[vbase:]."""
-    T = x.dtype
-    for jb in range(col0, ncols, units):
-        j = jb + cube.UNIT_POS
-        jc = cube.min(j, ncols - 1)
-        dot = T(0)
-        for i in range(row0, m):
-            dot = dot + vs[vbase + i] * x[xbase + i * width + jc]
-        f = tau * dot
-        for i in range(row0, m):
-            value = x[xbase + i * width + jc] - f * vs[vbase + i]
-            if j < ncols:
-                x[xbase + i * width + j] = value
+def reflect(x, xa, at, n, units):
+    """(beta, tau) of the reflector taking x[xa + at:xa + n] to beta e_1 (`householder`), whose v (but its
+    leading 1) is written over x[xa + at + 1:xa + n]; x[xa + at] is left to the caller."""
+    beta, tau, scale = householder(x[xa + cube.min(at, n - 1)], dot(x, xa + at + 1, x, xa + at + 1, n - at - 1, units))
+    for r in range(at + 1 + cube.UNIT_POS, n, units):
+        x[xa + r] = x[xa + r] * scale
+    return beta, tau
 
 
 @cube.kernel
-def qr_kernel(a: cube.Array, q: cube.Array, vs: cube.Array, taus: cube.Array, m: cube.i32, n: cube.i32,
-              kq: cube.i32, units: cube.Comptime[int]):
+def qr_panel_kernel(a: cube.Array, vs: cube.Array, taus: cube.Array, m: cube.i32, n: cube.i32, kmax: cube.i32,
+                    k0: cube.i32, w: cube.i32, units: cube.Comptime[int]):
+    """Householder QR of columns [k0, k0 + w) (rows from k0) of each matrix (a cube each), worked on as
+    rows k0 .. k0 + w - 1 of vs (count, kmax, m), which end up holding the reflectors (v_k = 1, zeros
+    before it), their taus in taus (count, kmax); R's part in place (zeros below the diagonal)."""
     T = a.dtype
     u = cube.UNIT_POS
-    kmax = cube.min(m, n)
     base = cube.CUBE_POS * m * n
-    vbase0 = cube.CUBE_POS * kmax * m
-    for k in range(0, kmax):
-        alpha = a[base + k * n + k]
-        sigma = T(0)
-        for i in range(k + 1, m):
-            sigma = sigma + a[base + i * n + k] * a[base + i * n + k]
-        norm = cube.sqrt(alpha * alpha + sigma)
-        flat = sigma == T(0)
-        beta = cube.select(flat, alpha, cube.select(alpha >= T(0), -norm, norm))
-        tau = cube.select(flat, T(0), (beta - alpha) / cube.select(flat, T(1), beta))
-        scale = cube.select(flat, T(0), T(1) / cube.select(flat, T(1), alpha - beta))
-        vbase = vbase0 + k * m
-        cube.sync_units()
-        for ib in range(0, m, units):
-            i = ib + u
-            if i < m:
-                vs[vbase + i] = cube.select(i < k, T(0), cube.select(i == k, T(1), a[base + i * n + k] * scale))
-                if i > k:
-                    a[base + i * n + k] = T(0)
-        if u == 0:
-            taus[cube.CUBE_POS * kmax + k] = tau
-            a[base + k * n + k] = beta
-        cube.sync_units()
-        apply_reflector(a, base, vs, vbase, tau, k, m, k + 1, n, n, units)
-        cube.sync_units()
-    qbase = cube.CUBE_POS * m * kq
-    for i in range(0, m):
-        for jb in range(0, kq, units):
-            j = jb + u
-            if j < kq:
-                q[qbase + i * kq + j] = cube.select(i == j, T(1), T(0))
+    vb = cube.CUBE_POS * kmax * m
+    for j in range(0, w):
+        for i in range(k0 + u, m, units):
+            vs[vb + (k0 + j) * m + i] = a[base + i * n + k0 + j]
     cube.sync_units()
-    for kk in range(0, kmax):
-        k = kmax - 1 - kk
-        apply_reflector(q, qbase, vs, vbase0 + k * m, taus[cube.CUBE_POS * kmax + k], k, m, k, kq, kq, units)
+    for k in range(k0, k0 + w):
+        vk = vb + k * m
+        for i in range(k0 + u, k, units):
+            a[base + i * n + k] = vs[vk + i]
+        for i in range(k + 1 + u, m, units):
+            a[base + i * n + k] = T(0)
+        beta, tau = reflect(vs, vk, k, m, units)
         cube.sync_units()
+        for i in range(u, k, units):
+            vs[vk + i] = T(0)
+        if u == 0:
+            a[base + k * n + k] = beta
+            vs[vk + k] = T(1)
+            taus[cube.CUBE_POS * kmax + k] = tau
+        cube.sync_units()
+        for j in range(k + 1, k0 + w):
+            f = tau * dot(vs, vk + k, vs, vb + j * m + k, m - k, units)
+            for i in range(k + u, m, units):
+                vs[vb + j * m + i] = vs[vb + j * m + i] - f * vs[vk + i]
+            cube.sync_units()
 
 
-def qr(a, complete: bool):
-    """(Q, R) of a (..., m, n) batch: Q (..., m, k) with k = min(m, n), or (..., m, m) when `complete`;
-    R (..., k, n) or (..., m, n). R's diagonal has LAPACK's signs (beta = -sign(alpha) * norm)."""
-    r = copy_as(a, a.dtype)
-    *batch, m, n = r.shape
-    kmax = min(m, n)
-    kq = m if complete else kmax
-    count = math.prod(batch)
-    q = empty(tuple(batch) + (m, kq), r.dtype, r)
-    if count and m:
-        vs = empty((count * max(kmax, 1) * m,), r.dtype, r)
-        taus = empty((count * max(kmax, 1),), r.dtype, r)
-        qr_kernel.launch(cube.CubeCount(count), cube.CubeDim(units_for(max(n, kq))), r.reshape(-1), q.reshape(-1),
-                         vs, taus, m, n, kq, units=units_for(max(n, kq)))
-    return q, (r if complete else r[..., :kmax, :])
-
-
-# ---- one-sided Jacobi --------------------------------------------------------------------------------
-@cube.kernel
-def jacobi_round_kernel(w: cube.Array, v: cube.Array, pairs: cube.Array[cube.i32], flags: cube.Array[cube.i32],
-                        r: cube.i32, c: cube.i32, npairs: cube.i32, at: cube.i32, tol: cube.f32,
-                        units: cube.Comptime[int]):
-    """One round: cube (x, y) orthogonalizes columns pairs[at + x] of matrix y (rows of w: columns of
-    length r; rows of v: the rotations so far); flags[y * npairs + x] says whether it rotated."""
-    T = w.dtype
-    u = cube.UNIT_POS
-    p = pairs[2 * (at + cube.CUBE_POS_X)]
-    q = pairs[2 * (at + cube.CUBE_POS_X) + 1]
-    real = q < c
-    qc = cube.min(q, c - 1)
-    wp = cube.CUBE_POS_Y * c * r + p * r
-    wq = cube.CUBE_POS_Y * c * r + qc * r
-    sa = T(0)
-    sb = T(0)
-    sg = T(0)
-    for ib in range(0, r, units):
-        i = cube.min(ib + u, r - 1)
-        live = ib + u < r
-        x = cube.select(live, w[wp + i], T(0))
-        y = cube.select(live, w[wq + i], T(0))
-        sa = sa + x * x
-        sb = sb + y * y
-        sg = sg + x * y
-    alpha = block_reduce("sum", sa, units)
-    beta = block_reduce("sum", sb, units)
-    gamma = block_reduce("sum", sg, units)
-    rotate = real and (cube.abs(gamma) > T(tol) * cube.sqrt(alpha * beta)) and (gamma != T(0))
-    zeta = (beta - alpha) / (T(2) * cube.select(gamma == T(0), T(1), gamma))
-    t = cube.select(zeta >= T(0), T(1), T(-1)) / (cube.abs(zeta) + cube.sqrt(T(1) + zeta * zeta))
-    cs = T(1) / cube.sqrt(T(1) + t * t)
-    sn = cs * t
-    if rotate:
-        rotate_pair(w, wp, wq, r, cs, sn, u, units)
-        rotate_pair(v, cube.CUBE_POS_Y * c * c + p * c, cube.CUBE_POS_Y * c * c + qc * c, c, cs, sn, u, units)
-    if u == 0:
-        flags[cube.CUBE_POS_Y * npairs + cube.CUBE_POS_X] = cube.select(rotate, cube.i32(1), cube.i32(0))
+def qr_panel(r, vs, taus, k0: int, w: int) -> None:
+    """`qr_panel_kernel` on columns [k0, k0 + w) of each matrix of r (count, m, n)."""
+    count, m, n = r.shape
+    units = lanes(r, 64)
+    qr_panel_kernel.launch(cube.CubeCount(count), cube.CubeDim(units), r.reshape(-1), vs.reshape(-1),
+                           taus.reshape(-1), m, n, vs.shape[1], k0, w, units=units)
 
 
 @cube.kernel
-def jacobi_finish_kernel(w: cube.Array, v: cube.Array, shift: cube.Array, s: cube.Array, so: cube.Array,
-                         uo: cube.Array, vo: cube.Array, r: cube.i32, c: cube.i32, eig: cube.Comptime[bool],
-                         units: cube.Comptime[int]):
-    """Column norms as singular values (descending) or, with `eig`, norms less `shift` as eigenvalues
-    (ascending); vo's columns are v's rows in that order, uo's the normalized columns of w (unless eig)."""
-    T = w.dtype
+def t_factor_kernel(s: cube.Array, taus: cube.Array, t: cube.Array, w: cube.i32, kmax: cube.i32, k0: cube.i32,
+                    units: cube.Comptime[int]):
+    """T (w x w, upper) with H_k0 ... H_(k0+w-1) = I - V T V^T from S = V^T V (count, w, w) and the taus
+    (LAPACK's larft, forward and columnwise: T[:i, i] = -tau_i T[:i, :i] S[:i, i]); a cube per matrix."""
+    T = t.dtype
     u = cube.UNIT_POS
     b = cube.CUBE_POS
-    for jb in range(0, c, units):
-        j = jb + u
-        if j < c:
+    base = b * w * w
+    for i in range(0, w):
+        tau = taus[b * kmax + k0 + i]
+        for j in range(u, w, units):
             acc = T(0)
-            for i in range(0, r):
-                acc = acc + w[b * c * r + j * r + i] * w[b * c * r + j * r + i]
-            s[b * c + j] = cube.sqrt(acc)
-    cube.sync_units()
-    for jb in range(0, c, units):
-        j = jb + u
-        jc = cube.min(j, c - 1)
-        sj = s[b * c + jc]
-        rank = cube.i32(0)
-        for i in range(0, c):
-            si = s[b * c + i]
-            ahead = (si < sj) if eig else (si > sj)
-            rank = rank + cube.select(ahead or ((si == sj) and (i < jc)), cube.i32(1), cube.i32(0))
-        if j < c:
-            so[b * c + rank] = (sj - shift[b]) if eig else sj
-            for i in range(0, c):
-                vo[b * c * c + i * c + rank] = v[b * c * c + jc * c + i]
-            if not eig:
-                inv = cube.select(sj == T(0), T(0), T(1) / cube.select(sj == T(0), T(1), sj))
-                for i in range(0, r):
-                    uo[b * r * c + i * c + rank] = w[b * c * r + jc * r + i] * inv
+            for l in range(j, i):
+                acc = acc + t[base + j * w + l] * s[base + l * w + i]
+            t[base + j * w + i] = cube.select(j < i, -tau * acc, cube.select(j == i, tau, T(0)))
+        cube.sync_units()
 
 
-def _rounds(c: int) -> np.ndarray:
-    """Round-robin pairs of c columns (a dummy column c when c is odd): (c' - 1) rounds of c' / 2 pairs,
-    each column once per round, every pair once per sweep."""
-    n = c + (c % 2)
-    others = list(range(1, n))
-    rounds = []
-    for _ in range(n - 1):
-        order = [0] + others
-        rounds.append([sorted((order[i], order[n - 1 - i])) for i in range(n // 2)])
-        others = others[-1:] + others[:-1]
-    return np.asarray(rounds, np.int32).reshape(-1, 2)
-
-
-def _jacobi(w, r: int, c: int):
-    """Orthogonalize the c rows (length r) of each matrix of w in place; the rotations, as rows of v."""
-    count = w.shape[0]
-    v = empty((count, c, c), w.dtype, w)
-    assign(v, np.eye(c, dtype=w.dtype))
-    if c < 2 or not count or not r:
-        return v
-    pairs = _rounds(c)
-    npairs = (c + c % 2) // 2
-    rounds = len(pairs) // npairs
-    pairs_dev = _like(pairs, w)
-    flags = empty((count, npairs), np.int32, w)
-    tol = float(np.finfo(w.dtype).eps) * max(1.0, math.sqrt(r))
-    units = units_for(r)
-    for _ in range(MAX_SWEEPS):
-        rotated = 0
-        for k in range(rounds):
-            jacobi_round_kernel.launch(cube.CubeCount(npairs, count), cube.CubeDim(units), w.reshape(-1),
-                                       v.reshape(-1), pairs_dev, flags, r, c, npairs, k * npairs, tol, units=units)
-            rotated += int(np.asarray(_host(flags)).sum())
-        if not rotated:
-            break
-    return v
-
-
-def _like(x: np.ndarray, like):
-    """The NumPy array `x` on `like`'s runtime."""
-    from ..cube.runtime.arguments import DeviceArray
-    return like.runtime.to_device(x) if isinstance(like, DeviceArray) else x
-
-
-def _host(x) -> np.ndarray:
-    from ..cube.runtime.arguments import DeviceArray
-    return x.numpy() if isinstance(x, DeviceArray) else x
-
-
-def jacobi_svd(a, full: bool):
-    """(U, S, Vh) of a (..., m, n) batch: U (..., m, k) or (..., m, m) when `full`, S descending."""
-    a = contiguous(a)
-    *batch, m, n = a.shape
-    count = math.prod(batch)
-    tall = m >= n
-    r, c = (m, n) if tall else (n, m)
-    a3 = a.reshape(count, m, n)
-    w = copy_as(transposed(a3) if tall else a3, a.dtype)
-    v = _jacobi(w, r, c)
-    norms = empty((count, c), a.dtype, a)
-    s = empty((count, c), a.dtype, a)
-    uo = empty((count, r, c), a.dtype, a)
-    vo = empty((count, c, c), a.dtype, a)
-    if count and c:
-        units = units_for(c)
-        jacobi_finish_kernel.launch(cube.CubeCount(count), cube.CubeDim(units), w.reshape(-1), v.reshape(-1),
-                                    s, norms.reshape(-1), s.reshape(-1), uo.reshape(-1), vo.reshape(-1), r, c,
-                                    eig=False, units=units)
-    # U's columns from w / s lose orthogonality where s is tiny and are zero where it is 0: a Householder
-    # QR of them keeps the good columns (up to sign) and completes the rest (and U to m x m when `full`).
-    uq, ur = qr(uo, complete=full and r > c)
-    uq = _signs(uq, ur)
-    uq = uq.reshape(tuple(batch) + uq.shape[1:])
-    s = s.reshape(tuple(batch) + (c,))
-    vo = vo.reshape(tuple(batch) + (c, c))
-    if tall:
-        return uq, s, contiguous(transposed(vo))
-    return vo, s, contiguous(transposed(uq))
-
-
-@cube.kernel
-def signs_kernel(q: cube.Array, rr: cube.Array, m: cube.i32, kq: cube.i32, n: cube.i32, kr: cube.i32):
-    """q[:, j] *= sign(rr[j, j]) (sign(0) = 1) for j < min(kr, n), per matrix (cube y)."""
-    T = q.dtype
-    i = cube.ABSOLUTE_POS_X
-    if i < m * kq:
-        j = i % kq
-        b = cube.CUBE_POS_Y
-        jc = cube.min(j, kr - 1)
-        d = rr[b * kr * n + jc * n + jc]
-        flip = (j < kr) and (d < T(0))
-        q[b * m * kq + i] = cube.select(flip, -q[b * m * kq + i], q[b * m * kq + i])
-
-
-def _signs(q, r):
-    """Q with each column j < min(k, n) multiplied by the sign of R[j, j]."""
-    r = contiguous(r)
-    count, m, kq = q.shape
-    kr, n = r.shape[-2:]
-    if count and m * kq and kr and n:
-        signs_kernel.launch(cube.CubeCount(-(-(m * kq) // 256), count), cube.CubeDim(256), q.reshape(-1),
-                            r.reshape(-1), m, kq, n, min(kr, n))
-    return q
-
-
-@cube.kernel
-def eigh_prepare_kernel(a: cube.Array, w: cube.Array, shift: cube.Array, n: cube.i32, units: cube.Comptime[int]):
-    """w = tril(a) + tril(a, -1)^T + shift I with shift = max row |.| sum (>= every |eigenvalue|)."""
-    T = a.dtype
-    u = cube.UNIT_POS
-    base = cube.CUBE_POS * n * n
-    best = T(0)
-    for ib in range(0, n, units):
-        i = cube.min(ib + u, n - 1)
-        acc = T(0)
-        for j in range(0, n):
-            acc = acc + cube.abs(a[base + cube.max(i, j) * n + cube.min(i, j)])
-        best = cube.max(best, acc)
-    c = block_reduce("max", best, units)
-    for i in range(0, n):
-        for jb in range(0, n, units):
-            j = jb + u
-            if j < n:
-                w[base + i * n + j] = a[base + cube.max(i, j) * n + cube.min(i, j)] + cube.select(i == j, c, T(0))
-    if u == 0:
-        shift[cube.CUBE_POS] = c
-
-
-def jacobi_eigh(a):
-    """(eigenvalues ascending, eigenvectors as columns) of the symmetric matrices given by the lower
-    triangles of a (..., n, n) batch: Jacobi on the matrix shifted to be positive semidefinite, whose
-    singular values are its eigenvalues."""
-    a = contiguous(a)
-    *batch, n, _ = a.shape
-    count = math.prod(batch)
-    w = empty((count, n, n), a.dtype, a)
-    shift = empty((count,), a.dtype, a)
-    norms = empty((count, n), a.dtype, a)
-    vals = empty((count, n), a.dtype, a)
-    vecs = empty((count, n, n), a.dtype, a)
-    if count and n:
-        units = units_for(n)
-        eigh_prepare_kernel.launch(cube.CubeCount(count), cube.CubeDim(units), a.reshape(-1), w.reshape(-1), shift,
-                                   n, units=units)
-        v = _jacobi(w, n, n)
-        jacobi_finish_kernel.launch(cube.CubeCount(count), cube.CubeDim(units), w.reshape(-1), v.reshape(-1), shift,
-                                    norms.reshape(-1), vals.reshape(-1), vals.reshape(-1), vecs.reshape(-1), n, n,
-                                    eig=True, units=units)
-    return vals.reshape(tuple(batch) + (n,)), vecs.reshape(tuple(batch) + (n, n))
+def t_factor(s, taus, k0: int, w: int):
+    """`t_factor_kernel`: the (count, w, w) T of reflectors [k0, k0 + w) from S = V^T V."""
+    count = s.shape[0]
+    t = empty((count, w, w), s.dtype, s)
+    units = lanes(s, 32)
+    t_factor_kernel.launch(cube.CubeCount(count), cube.CubeDim(units), s.reshape(-1), taus.reshape(-1),
+                           t.reshape(-1), w, taus.shape[-1], k0, units=units)
+    return t

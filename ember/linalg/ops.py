@@ -1,5 +1,6 @@
-"""The primitives of `ember.linalg`: each a `@ember.backend_extension` over the cube kernels of
-`kernels.py`, with its shape rule, NumPy reference and torch's gradient written with ember ops.
+"""The primitives of `ember.linalg`: each a `@ember.backend_extension` over a blocked factorization
+(`blocked.py`, `singular.py`, `eigen.py`), with its shape rule, NumPy reference and torch's gradient
+written with ember ops.
 
 Factorizations return several outputs (the extension's `outputs=`): `lu_factor_op` (LU, pivots, info),
 `cholesky_op` (L, info), `qr_op` (Q, R), `eigh_op` (eigenvalues, eigenvectors), `svd_op` (U, S, Vh);
@@ -20,7 +21,7 @@ from ..dtype import i32
 from ..errors import EmberError, ShapeError
 from ..extension import backend_extension
 from ..kernels.common import empty
-from . import kernels
+from . import blocked, eigen, kernels, singular
 
 
 def mT(x):
@@ -105,8 +106,8 @@ def _lu_backward(grads, outs, a):
 @backend_extension(outputs=3, shape=_lu_shape, dtype=lambda d: (_float("lu_factor")(d), i32, i32),
                    reference=_lu_reference, backward=_lu_backward, saves="all", name="linalg_lu_factor")
 def lu_factor_op(a):
-    """(LU, pivots, info) of a batch of matrices (kernels.lu_factor)."""
-    return kernels.lu_factor(a)
+    """(LU, pivots, info) of a batch of matrices (blocked.lu_factor)."""
+    return blocked.lu_factor(a)
 
 
 @cube.kernel
@@ -193,7 +194,7 @@ def _tri_backward(g, x, a, b, *, upper, unit):
                    backward=_tri_backward, name="linalg_solve_triangular")
 def solve_triangular_op(a, b, *, upper, unit):
     """X with A X = B for triangular A (only its triangle is read)."""
-    return kernels.solve_triangular(a, b, lower=not upper, unit=unit)
+    return blocked.solve_triangular(a, b, lower=not upper, unit=unit)
 
 
 # ---- Cholesky ------------------------------------------------------------------------------------------
@@ -230,7 +231,7 @@ def _chol_backward(grads, outs, a):
                    name="linalg_cholesky")
 def cholesky_op(a):
     """(L, info) from the lower triangle of a batch of matrices."""
-    return kernels.cholesky(a)
+    return blocked.cholesky(a)
 
 
 # ---- QR ------------------------------------------------------------------------------------------------
@@ -272,7 +273,7 @@ def _qr_square_backward(q, r, gq, gr):
                    backward=_qr_backward, name="linalg_qr")
 def qr_op(a, *, complete):
     """(Q, R) by Householder reflections."""
-    return kernels.qr(a, complete=complete)
+    return blocked.qr(a, complete=complete)
 
 
 # ---- eigh ----------------------------------------------------------------------------------------------
@@ -302,8 +303,8 @@ def _eigh_backward(grads, outs, a):
                    dtype=lambda d: (_float("eigh")(d),) * 2, reference=_eigh_reference, backward=_eigh_backward,
                    name="linalg_eigh")
 def eigh_op(a):
-    """(eigenvalues ascending, eigenvectors) from the lower triangle (kernels.jacobi_eigh)."""
-    return kernels.jacobi_eigh(a)
+    """(eigenvalues ascending, eigenvectors) from the lower triangle: tridiagonalization and QL (eigen.eigh)."""
+    return eigen.eigh(a)
 
 
 # ---- SVD -----------------------------------------------------------------------------------------------
@@ -346,5 +347,5 @@ def _svd_backward(grads, outs, a, *, full):
 @backend_extension(outputs=3, shape=_svd_shape, dtype=lambda d, **_: (_float("svd")(d),) * 3,
                    reference=_svd_reference, backward=_svd_backward, name="linalg_svd")
 def svd_op(a, *, full):
-    """(U, S descending, Vh) by one-sided Jacobi (kernels.jacobi_svd)."""
-    return kernels.jacobi_svd(a, full=full)
+    """(U, S descending, Vh): bidiagonalization and bidiagonal QR (singular.svd)."""
+    return singular.svd(a, full=full)
