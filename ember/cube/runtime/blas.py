@@ -141,6 +141,8 @@ void ember_gemm(void *fn, void *get, void *set, const int64_t *p, const void *a,
   }
   if (old != 1) { if (ilp64) ((set64_t)set)(old); else ((set32_t)set)((int)old); }
 }
+
+int64_t ember_gemm_threads(void) { return omp_get_max_threads(); }
 """
 
 
@@ -151,7 +153,7 @@ class HostBlas:
         >>> host_blas().matmul(a, b)   # a @ b for f32/f64 a, b with NumPy's matmul rules
     """
 
-    def __init__(self, library: str, symbols: tuple, shim) -> None:
+    def __init__(self, library: str, symbols: tuple, shim, threads) -> None:
         prefix, suffix, get, set_, ilp64 = symbols
         lib = ctypes.CDLL(library)
         address = lambda name: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value  # noqa: E731
@@ -161,6 +163,7 @@ class HostBlas:
                      np.dtype(np.float64): address(f"{prefix}d{suffix}")}
         self.get, self.set, self.ilp64 = address(get), address(set_), ilp64
         self.shim = shim
+        self.threads = threads
 
     def matmul(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """`a @ b` (NumPy's rules) for f32 or f64 operands of one dtype.
@@ -267,7 +270,7 @@ def host_blas() -> HostBlas | None:
         _searched = True
         library, symbols = _find_openblas()
         if library is not None:
-            _host = HostBlas(library, symbols, _build_shim())
+            _host = HostBlas(library, symbols, *_build_shim())
     return _host
 
 
@@ -291,10 +294,14 @@ def _find_openblas() -> tuple[str | None, tuple | None]:
 
 
 def _build_shim():
+    """(the GEMM entry, `ember_gemm_threads`: the OpenMP threads a GEMM is split over, read at each call
+    since `omp_set_num_threads`, torch's `set_num_threads` too, changes them)."""
     rt = cpu_runtime()
     key = cache_key("blas-shim", SHIM, rt.cc_version, " ".join(FLAGS))
-    fn = getattr(rt.build_library(SHIM, key, ENTRY), ENTRY)
+    lib = rt.build_library(SHIM, key, ENTRY)
+    fn, threads = getattr(lib, ENTRY), lib.ember_gemm_threads
     fn.restype = None
     fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64),
                    ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
-    return fn
+    threads.restype, threads.argtypes = ctypes.c_int64, []
+    return fn, threads
