@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from ..compile_cache import cache_key
+from ..strides import merge_dims
 from .cpu import FLAGS, cpu_runtime, data_pointer
 from .host import empty
 
@@ -252,20 +253,7 @@ def _batch_steps(batch_shape: tuple, a: np.ndarray, b: np.ndarray) -> tuple | No
     """(inner, (a's outer step, a's inner step), (b's ...)) walking the broadcast batch as (batch / inner,
     inner) matrices (steps in elements, 0 where broadcast; the shim's p[15:18]), or None when the batch
     dims do not fold into two levels for both operands."""
-    strides = [_batch_strides(x, batch_shape) for x in (a, b)]
-    sizes: list[int] = []
-    merged: list[list[int]] = [[], []]
-    for d, size in enumerate(batch_shape):
-        if size == 1:
-            continue
-        if sizes and all(st[d] * size == m[-1] for st, m in zip(strides, merged)):
-            sizes[-1] *= size
-            for st, m in zip(strides, merged):
-                m[-1] = st[d]
-        else:
-            sizes.append(size)
-            for st, m in zip(strides, merged):
-                m.append(st[d])
+    sizes, merged = merge_dims(batch_shape, [_batch_strides(x, batch_shape) for x in (a, b)])
     if len(sizes) > 2:
         return None
     if len(sizes) < 2:
