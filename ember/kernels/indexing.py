@@ -87,6 +87,13 @@ def scatter_rows_kernel(out: cube.Array, index: cube.Array, src: cube.Array, lay
         out[o + cube.i32(index[i0 + j * layout[at + 2]]) * layout[at + 1]] = src[s0 + j * layout[at + 3]]
 
 
+@cube.function
+def add_slice_row(out, index, src, o, s, r, inner):
+    """out[o + index[r] * inner] += src[s + r * inner]: one column of index_add's slice r."""
+    at = o + cube.i32(index[r]) * inner
+    out[at] = out[at] + out.dtype(src[s + r * inner])
+
+
 @cube.kernel
 def index_add_columns_kernel(out: cube.Array, index: cube.Array, src: cube.Array, rows: cube.i32, size: cube.i32,
                              inner: cube.i32):
@@ -99,13 +106,11 @@ def index_add_columns_kernel(out: cube.Array, index: cube.Array, src: cube.Array
     s = cube.CUBE_POS_Y * rows * inner + col
     if (cube.CUBE_POS_X + 1) * cube.CUBE_DIM <= inner:
         for r in range(rows):
-            at = o + cube.i32(index[r]) * inner
-            out[at] = out[at] + out.dtype(src[s + r * inner])
+            add_slice_row(out, index, src, o, s, r, inner)
     else:
         for r in range(rows):
             if col < inner:
-                at = o + cube.i32(index[r]) * inner
-                out[at] = out[at] + out.dtype(src[s + r * inner])
+                add_slice_row(out, index, src, o, s, r, inner)
 
 
 @cube.kernel
