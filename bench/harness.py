@@ -141,7 +141,10 @@ def machine() -> dict:
             versions[name] = getattr(module, "__version__", "unknown") if module else "absent"
     # Other work on the machine slows every implementation, unevenly: the load average says how busy it was.
     load = [round(x, 1) for x in os.getloadavg()] if hasattr(os, "getloadavg") else "unknown"
-    return {"cpu": cpu, "cores": os.cpu_count(), "load": load, "python": platform.python_version(), **versions,
+    # OMP_NUM_THREADS sets both ember's OpenMP threads and torch's (which reads it when it starts)
+    threads = os.environ.get("OMP_NUM_THREADS", "unset")
+    return {"cpu": cpu, "cores": os.cpu_count(), "load": load, "omp_num_threads": threads,
+            "python": platform.python_version(), **versions,
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
 

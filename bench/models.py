@@ -3,7 +3,8 @@ training step (forward, cross entropy, backward, AdamW update) per framework.
 
 A network is its forward function and its parameters, so the step builders need not know its shape.
 ember's networks are `Module`s (its optimizer walks a module); the CNN is the MNIST example's `ConvNet`.
-The transformers (`ember_encoder`, `ember_gpt`) have their torch peers in bench/torch_models.py.
+The transformers (`ember_encoder`, `ember_gpt`, `ember_bert`) have their torch peers in
+bench/torch_models.py.
 
 torch's optimizer is `torch_adamw`: AdamW with `fused=True`, one kernel over all parameters on CUDA and on
 the CPU (torch 2.13), the fastest of torch's AdamW implementations on both (bench/RESULTS.md, "Peers").
@@ -83,11 +84,36 @@ def tinygrad_cnn(tinygrad, width: int) -> tuple[Forward, list]:
     return cnn_forward(*layers, pool=lambda x: x.max_pool2d(2)), nn.state.get_parameters(layers)
 
 
-def ember_encoder(d_model: int, heads: int, d_ff: int, layers: int, device):
-    """ember's `TransformerEncoder` (post-norm ReLU layers, no dropout); its torch peer is
+def ember_encoder(d_model: int, heads: int, d_ff: int, layers: int, device, activation: str = "relu"):
+    """ember's `TransformerEncoder` (post-norm layers, ReLU or GELU, no dropout); its torch peer is
     `torch_models.Encoder`."""
     from ember.nn import TransformerEncoder
-    return TransformerEncoder(d_model, heads, d_ff, num_layers=layers, dropout=0.0, device=device)
+    return TransformerEncoder(d_model, heads, d_ff, num_layers=layers, dropout=0.0, activation=activation,
+                              device=device)
+
+
+def ember_bert(vocab: int, seq: int, d_model: int, heads: int, layers: int, device):
+    """A BERT encoder in ember's public API: token and learned position embeddings, their LayerNorm, then
+    `layers` post-norm GELU `TransformerEncoderLayer`s (d_ff = 4 d_model, no mask, no dropout); `model(idx)`
+    gives the last hidden states. Its torch peer is `torch_models.BERT`.
+
+    Example:
+        >>> ember_bert(64, 8, 16, 2, 1, Device.numpy())(ember.zeros(2, 8, dtype="int64")).shape
+        (2, 8, 16)
+    """
+    import ember
+    from ember.nn import Embedding, LayerNorm, Module
+
+    class BERT(Module):
+        def __init__(self) -> None:
+            self.tok, self.pos = Embedding(vocab, d_model, device=device), Embedding(seq, d_model, device=device)
+            self.norm = LayerNorm(d_model, device=device)
+            self.encoder = ember_encoder(d_model, heads, 4 * d_model, layers, device, activation="gelu")
+
+        def forward(self, idx):
+            return self.encoder(self.norm(self.tok(idx) + self.pos(ember.arange(idx.shape[1], device=device))))
+
+    return BERT()
 
 
 def ember_gpt(vocab: int, seq: int, d_model: int, heads: int, layers: int, device):
@@ -126,13 +152,16 @@ def torch_adamw(torch, params, lr: float, weight_decay: float = 0.01):
     return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=True)
 
 
-def ember_step(model, x, y) -> Step:
+def ember_step(model, x, y, forward: Forward | None = None) -> Step:
+    """A training step of `model` (its parameters under AdamW) on `cross_entropy(forward(x), y)`;
+    `forward` defaults to the model itself."""
     from ember.nn.loss import cross_entropy
     from ember.optim import AdamW
     optimizer = AdamW(model, lr=LR)
+    forward = forward or model
 
     def step() -> None:
-        optimizer.step(cross_entropy(model(x), y).backward())
+        optimizer.step(cross_entropy(forward(x), y).backward())
     return step
 
 

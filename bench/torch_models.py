@@ -2,9 +2,9 @@
 user writes them for speed, and the copy of an ember model's weights into them.
 
 nanoGPT's block: one `Linear` for q, k and v, attention through `F.scaled_dot_product_attention` with
-`is_causal=True` (GPT) or no mask (encoder) and no dropout, so CUDA takes its fused kernels (flash for
+`is_causal=True` (GPT) or no mask (encoder, BERT) and no dropout, so CUDA takes its fused kernels (flash for
 f16/bf16; the memory-efficient kernel for f32, which these workloads run) and never builds a mask or an
-L x L score matrix; then LayerNorm and a GELU (GPT) or ReLU (encoder) MLP. The layers, widths, biases,
+L x L score matrix; then LayerNorm and a GELU (GPT, BERT) or ReLU (encoder) MLP. The layers, widths, biases,
 norm placement and tied GPT head are ember's bench models' (bench/models.py), with the same parameter
 count; module names follow ember's so `load_ember` maps one to the other.
 
@@ -75,11 +75,12 @@ class Block(nn.Module):
 
 
 class Encoder(nn.Module):
-    """ember's `TransformerEncoder` defaults: post-norm ReLU layers, no mask, no final norm."""
+    """ember's `TransformerEncoder` defaults: post-norm layers (ReLU unless `activation`), no mask, no final
+    norm."""
 
-    def __init__(self, d_model: int, heads: int, d_ff: int, layers: int) -> None:
+    def __init__(self, d_model: int, heads: int, d_ff: int, layers: int, activation: str = "relu") -> None:
         super().__init__()
-        self.layers = nn.ModuleList(Block(d_model, heads, d_ff, "relu", norm_first=False, causal=False)
+        self.layers = nn.ModuleList(Block(d_model, heads, d_ff, activation, norm_first=False, causal=False)
                                     for _ in range(layers))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -106,6 +107,20 @@ class GPT(nn.Module):
         for block in self.blocks:
             x = block(x)
         return F.linear(self.norm(x), self.tok.weight)
+
+
+class BERT(nn.Module):
+    """Token and learned position embeddings, their LayerNorm, post-norm GELU blocks (d_ff = 4 d_model),
+    unmasked: `models.ember_bert`; returns the last hidden states."""
+
+    def __init__(self, vocab: int, seq: int, d_model: int, heads: int, layers: int) -> None:
+        super().__init__()
+        self.tok, self.pos = nn.Embedding(vocab, d_model), nn.Embedding(seq, d_model)
+        self.norm = nn.LayerNorm(d_model)
+        self.encoder = Encoder(d_model, heads, 4 * d_model, layers, activation="gelu")
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        return self.encoder(self.norm(self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))))
 
 
 def check_fused_attention(model: nn.Module, *inputs: torch.Tensor) -> None:

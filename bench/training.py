@@ -1,5 +1,6 @@
-"""Training workloads: a small transformer encoder's forward and backward, and whole training steps
-(forward, backward, AdamW update) of an MLP and of the MNIST CNN."""
+"""Training workloads: a small transformer encoder's forward and backward, whole training steps (forward,
+backward, AdamW update) of an MLP, of the MNIST CNN and of a character-level GPT, and a BERT-base forward
+pass (inference, no autodiff)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from .frameworks import Frameworks
 from .harness import Row, Settings
 
 NO_TINYGRAD_ENCODER = "tinygrad has no transformer encoder layer"
+CHARS = 65  # the character GPT's vocabulary: tiny Shakespeare's 65 characters
+BERT_VOCAB = 30522  # BERT's WordPiece vocabulary
 
 
 def _batch(settings: Settings, x_shape: tuple[int, ...], classes: int) -> tuple[np.ndarray, np.ndarray]:
@@ -46,12 +49,15 @@ def transformer_encoder(fw: Frameworks, settings: Settings) -> list[Row]:
 
 
 def _train_step(fw: Frameworks, settings: Settings, bench: str, case: str, x: np.ndarray, y: np.ndarray,
-                ember_model, torch_model, tinygrad_model) -> list[Row]:
-    """Time one training step of the same network in each framework; `*_model` build it there."""
+                ember_model, torch_model, tinygrad_model, ember_forward=None) -> list[Row]:
+    """Time one training step of the same network in each framework; `*_model` build it there (a
+    tinygrad reason string where it cannot), `ember_forward(model)` gives ember's forward if not the model."""
     def ember_setup():
         device = fw.device.autodiff()
-        return models.ember_step(ember_model(device), fw.modules["ember"].tensor(x, device=device),
-                                 fw.modules["ember"].tensor(y, device=device))
+        model = ember_model(device)
+        return models.ember_step(model, fw.modules["ember"].tensor(x, device=device),
+                                 fw.modules["ember"].tensor(y, device=device),
+                                 ember_forward(model) if ember_forward else None)
 
     def torch_setup():
         torch = fw.modules["torch"]
@@ -64,7 +70,8 @@ def _train_step(fw: Frameworks, settings: Settings, bench: str, case: str, x: np
                                     fw.array("tinygrad", y))
 
     return fw.compare(bench, case, {"numpy": "NumPy has no autodiff", "ember": ember_setup, "torch": torch_setup,
-                                    "tinygrad": tinygrad_setup}, settings)
+                                    "tinygrad": tinygrad_model if isinstance(tinygrad_model, str)
+                                    else tinygrad_setup}, settings)
 
 
 def mlp_train_step(fw: Frameworks, settings: Settings) -> list[Row]:
@@ -89,5 +96,54 @@ def cnn_train_step(fw: Frameworks, settings: Settings) -> list[Row]:
                        lambda tinygrad: models.tinygrad_cnn(tinygrad, width))
 
 
+def gpt_train_step(fw: Frameworks, settings: Settings) -> list[Row]:
+    """A character-level GPT (nanoGPT's shakespeare_char at a tenth of its width): `models.ember_gpt` and
+    `torch_models.GPT`, the loss over every position."""
+    d_model, heads, layers, seq, batch = settings.size((64, 4, 2, 64, 32), (8, 2, 1, 4, 2))
+    rng = np.random.default_rng(0)
+    idx, target = rng.integers(0, CHARS, (batch, seq)), rng.integers(0, CHARS, batch * seq)
+
+    def torch_model(torch, device: str):
+        from . import torch_models
+        gpt = torch_models.GPT(CHARS, seq, d_model, heads, layers).to(device)
+        return (lambda x: gpt(x).reshape(-1, CHARS)), list(gpt.parameters())
+
+    case = f"char GPT, {layers} layers, d {d_model}, {heads} heads, vocab {CHARS}, batch {batch} x {seq}, AdamW"
+    return _train_step(fw, settings, "gpt_train_step", case, idx, target,
+                       lambda device: models.ember_gpt(CHARS, seq, d_model, heads, layers, device),
+                       torch_model, NO_TINYGRAD_ENCODER,
+                       ember_forward=lambda model: (lambda x: model(x).reshape(-1, CHARS)))
+
+
+def bert_forward(fw: Frameworks, settings: Settings) -> list[Row]:
+    """BERT-base's encoder forward pass on one sequence (inference: ember's plain device, torch under
+    `inference_mode`): `models.ember_bert` and `torch_models.BERT`."""
+    d_model, heads, layers, seq, batch = settings.size((768, 12, 12, 128, 1), (8, 2, 1, 4, 1))
+    vocab = settings.size(BERT_VOCAB, 64)
+    idx = np.random.default_rng(0).integers(0, vocab, (batch, seq))
+
+    def ember_setup():
+        ember = fw.modules["ember"]
+        model = models.ember_bert(vocab, seq, d_model, heads, layers, fw.device)
+        xs = ember.tensor(idx, device=fw.device)
+        return lambda: model(xs)
+
+    def torch_setup():
+        from . import torch_models
+        torch = fw.modules["torch"]
+        model = torch_models.BERT(vocab, seq, d_model, heads, layers).to(fw.torch_device).eval()
+        xs = fw.array("torch", idx)
+        torch_models.check_fused_attention(model, xs)
+
+        def forward():
+            with torch.inference_mode():
+                return model(xs)
+        return forward
+
+    case = f"BERT-base forward, {layers} layers, d {d_model}, {heads} heads, seq {seq}, batch {batch}"
+    return fw.compare("bert_forward", case, {"numpy": "NumPy has no transformer layers", "ember": ember_setup,
+                                             "torch": torch_setup, "tinygrad": NO_TINYGRAD_ENCODER}, settings)
+
+
 BENCHMARKS = {"transformer_encoder": transformer_encoder, "mlp_train_step": mlp_train_step,
-              "cnn_train_step": cnn_train_step}
+              "cnn_train_step": cnn_train_step, "gpt_train_step": gpt_train_step, "bert_forward": bert_forward}

@@ -39,7 +39,7 @@ from .common import asarray, check_size, contiguous, cube_dtype, empty, zeros
 from .layout import element_strides
 from .conv import _pair
 from .elementwise import cast
-from .matmul import TUNE_MIN_FLOPS, summed_matmul, tuned_matmul
+from .matmul import TUNE_MIN_FLOPS, blas_mode, summed_matmul, tuned_matmul
 
 UNITS = 128
 COLUMN_BYTES = 256 << 20  # the most memory one im2col buffer may take
@@ -391,7 +391,7 @@ def transpose_tuner():
 
     def key(x, w, plan) -> tuple:
         return (anchor(x.shape[0]), anchor(x.shape[1]), anchor(w.shape[1] * w.shape[2] * w.shape[3]),
-                anchor(x.shape[2] * x.shape[3]), str(x.dtype))
+                anchor(x.shape[2] * x.shape[3]), str(x.dtype), blas_mode())
     return Autotuner(
         "conv_transpose", {"channel_first": _transpose_channel_first, "batch_first": _transpose_batch_first},
         key, cache=device_cache("cpu"),
@@ -467,7 +467,7 @@ def _weight_grad_per_sample(x, grad, geometry: tuple):
 @functools.cache
 def weight_grad_tuner():
     """The process's `Autotuner` over the two ways to compute a (groups 1, host) weight gradient, per shape
-    class (batch, out channels, C*KH*KW, positions; cached per CPU model). It times them where a training
+    class (batch, out channels, C*KH*KW, positions, `blas_mode`; cached per CPU model). It times them where a training
     step first meets the class, in its backward pass, so the per-sample way is timed with the forward's
     columns kept, as it runs there at every later step.
 
@@ -480,7 +480,7 @@ def weight_grad_tuner():
     def key(x, grad, geometry) -> tuple:
         kernel, (gh, gw) = geometry[0], geometry[4]
         return (anchor(x.shape[0]), anchor(grad.shape[1]), anchor(x.shape[1] * kernel[0] * kernel[1]),
-                anchor(gh * gw), str(x.dtype))
+                anchor(gh * gw), str(x.dtype), blas_mode())
     return Autotuner(
         "conv_weight_grad", {"folded": _weight_grad_folded, "per_sample": _weight_grad_per_sample}, key,
         cache=device_cache("cpu"),

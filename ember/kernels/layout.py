@@ -30,6 +30,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from .. import cube
 from ..cube.runtime.arguments import DeviceArray
+from ..cube.strides import merge_dims
 
 PADDED_RANK = 4
 """Strided layouts of rank 2..4 are padded to this rank (leading size-1 dims), so they share one compiled
@@ -48,28 +49,6 @@ def broadcast_strides(shape: tuple, a: np.ndarray) -> list:
     for size, dim, stride in zip(shape[pad:], a.shape, element_strides(a)):
         strides.append(0 if dim == 1 and size != 1 else stride)
     return strides
-
-
-def merge_dims(shape: Sequence[int], strides: Sequence[Sequence[int]]) -> tuple[list, list]:
-    """(shape, strides per operand) with adjacent dims merged where every operand allows it.
-
-    `strides` are element strides, one sequence per operand, 0 where an operand is broadcast.
-    Size-1 dims are dropped; the result may be empty (a single element).
-    """
-    out_shape: list[int] = []
-    out_strides: list[list[int]] = [[] for _ in strides]
-    for d, n in enumerate(shape):
-        if n == 1:
-            continue
-        if out_shape and all(s[d] * n == o[-1] for s, o in zip(strides, out_strides)):
-            out_shape[-1] *= n
-            for s, o in zip(strides, out_strides):
-                o[-1] = s[d]
-        else:
-            out_shape.append(n)
-            for s, o in zip(strides, out_strides):
-                o.append(s[d])
-    return out_shape, out_strides
 
 
 def broadcast_layout(shape: tuple, *arrays) -> np.ndarray:

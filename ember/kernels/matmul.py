@@ -133,6 +133,7 @@ def matmul(a: np.ndarray, b: np.ndarray, tile: Tile = DEFAULT_TILE) -> np.ndarra
 
 BLAS_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 TUNE_MIN_FLOPS = 2 * 128 ** 3  # below this BLAS wins anyway and timing would cost more than it saves
+TILE_MARGIN = 0.15  # a tile must take under 85% of BLAS's time to replace it (autotune's `margin`)
 
 
 def tuned_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -170,7 +171,7 @@ def matmul_tuner():
         candidates = {"blas": _blas_matmul(), **{name: partial(matmul, tile=tile) for name, tile in TILES.items()}}
         tiers = {name: "extensive" for name in TILES if TILES[name] != DEFAULT_TILE}
         _tuner = Autotuner("matmul", candidates, key=matmul_key, cache=device_cache("cpu"), tiers=tiers,
-                           worth=lambda a, b: _flops(a, b) >= TUNE_MIN_FLOPS)
+                           worth=lambda a, b: _flops(a, b) >= TUNE_MIN_FLOPS, margin=TILE_MARGIN)
     return _tuner
 
 
@@ -194,29 +195,32 @@ def summed_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.add.reduce(np.matmul(a, b), 0) if blas is None else blas.matmul_sum(a, b)
 
 
-def _blas_name() -> str:
+def blas_mode() -> str:
+    """How BLAS runs: the host BLAS's name and the threads its GEMMs are split over (a decision timed on
+    two threads does not hold on one), or "numpy" (`np.matmul`, OpenBLAS's own threads)."""
     from ..cube.runtime.blas import host_blas
     blas = host_blas()
-    return "numpy" if blas is None else blas.name
+    return "numpy" if blas is None else f"{blas.name}:{blas.threads()}"
 
 
 def matmul_key(a: np.ndarray, b: np.ndarray) -> tuple:
     """The shape class of `a @ b`: batch, m, n, k anchored to powers of two, the dtype, how each
-    operand is laid out (rows contiguous, columns contiguous, or strided), and how BLAS runs (a
-    decision timed against OpenBLAS's own threads does not hold for the OpenMP-driven one).
+    operand is laid out (rows contiguous, columns contiguous, or strided), and how BLAS runs
+    (`blas_mode`: a decision timed against OpenBLAS's own threads does not hold for the OpenMP-driven
+    one, nor one timed on two threads for one).
 
     Example:
         >>> matmul_key(np.ones((1000, 64), np.float32), np.ones((64, 3), np.float32).T.T)
-        (1, 1024, 4, 64, 'float32', 'rows', 'rows', 'libscipy_openblas64_+openmp')
+        (1, 1024, 4, 64, 'float32', 'rows', 'rows', 'libscipy_openblas64_+openmp:2')
     """
-    seen = (a.shape, a.strides, a.dtype, b.shape, b.strides, b.dtype)  # b's layout reads its itemsize
+    blas = blas_mode()
+    seen = (a.shape, a.strides, a.dtype, b.shape, b.strides, b.dtype, blas)  # b's layout reads its itemsize
     key = _keys.get(seen)
     if key is None:
         m = a.shape[-2] if a.ndim > 1 else 1
         n = b.shape[-1] if b.ndim > 1 else 1
         batch = math.prod(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
-        key = (anchor(batch), anchor(m), anchor(n), anchor(a.shape[-1]), str(a.dtype), _layout(a), _layout(b),
-               _blas_name())
+        key = (anchor(batch), anchor(m), anchor(n), anchor(a.shape[-1]), str(a.dtype), _layout(a), _layout(b), blas)
         if len(_keys) >= 1024:  # many layouts seen: start over
             _keys.clear()
         _keys[seen] = key

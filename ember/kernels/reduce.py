@@ -456,14 +456,17 @@ def row_units(n: int, acc_t, x) -> int:
 
 def column_launches(width: int, target: str) -> list[tuple]:
     """How the columns shape covers lines of `width` outputs: (cubes per line, first column, units,
-    guarded) per launch. The C target runs the whole cubes of each line unguarded, then the rest of
-    each line guarded (a second launch); other targets run one guarded launch.
+    guarded) per launch. The C target runs the whole cubes of each line unguarded, in the largest unit
+    class that fits the line (from 32), then the rest of each line guarded (a second launch); other targets run
+    one guarded launch. (A line of 64 in one guarded cube of 256 kept the reduced loop inside the unit
+    loop, unvectorized: a (2048, 64) bias gradient took 83 us on one Zen 4 thread.)
 
     Example:
-        >>> column_launches(300, "cpu"), column_launches(300, "cuda")
-        ([(1, 0, 256, False), (1, 256, 256, True)], [(2, 0, 256, True)])
+        >>> column_launches(300, "cpu"), column_launches(64, "cpu"), column_launches(300, "cuda")
+        ([(1, 0, 256, False), (1, 256, 256, True)], [(2, 0, 32, False)], [(2, 0, 256, True)])
     """
-    units = units_for(width)
+    fits = [u for u in UNIT_CLASSES[1:] if u <= width]  # lines under 32: one guarded launch costs less
+    units = fits[-1] if target == "cpu" and fits else units_for(width)
     full = width // units if target == "cpu" else 0
     parts = [(full, 0, units, False)] if full else []
     if full * units < width:

@@ -131,6 +131,27 @@ def test_encoder_peer_is_embers_encoder_through_sdpa(sdpa_calls: SdpaCalls) -> N
     assert sdpa_calls.calls == [(True, False, 0.0)] * layers
 
 
+def test_bert_peer_is_embers_bert_through_sdpa(sdpa_calls: SdpaCalls) -> None:
+    """The BERT forward's torch peer computes ember's BERT (embeddings, their LayerNorm, post-norm GELU
+    layers) given its weights, through one unmasked, non-causal SDPA call per layer."""
+    import numpy as np
+    import torch
+
+    import ember
+    from bench import models, torch_models
+    vocab, seq, d_model, heads, layers = 29, 7, 12, 3, 2
+    device = ember.Device.numpy()
+    model = models.ember_bert(vocab, seq, d_model, heads, layers, device)
+    peer = torch_models.BERT(vocab, seq, d_model, heads, layers)
+    assert model.num_params() == sum(p.numel() for p in peer.parameters())
+    torch_models.load_ember(peer, model)
+    idx = np.random.default_rng(2).integers(0, vocab, (3, seq))
+    with torch.no_grad():
+        want = peer(torch.from_numpy(idx)).numpy()
+    np.testing.assert_allclose(model(ember.tensor(idx, device=device)).numpy(), want, rtol=1e-4, atol=1e-5)
+    assert sdpa_calls.calls == [(True, False, 0.0)] * layers
+
+
 def test_gpt_workloads_run_one_step_each() -> None:
     """`python -m bench.gpt` for ember and the torch peer at tiny sizes on the CPU: a row each, with the
     GPT's first loss near ln(vocab) on both sides (the same initial distributions)."""

@@ -47,6 +47,11 @@ def test_batches_and_broadcasting(dtype):
     check(normal(2, 3, 80, 60, dtype=dtype), b[0])    # one b for consecutive row blocks: one taller product
     check(a[:, :, :50], normal(1, 50, 70, dtype=dtype))  # blocks of a wider matrix (ld 60): folded too
     check(a.transpose(1, 0, 2)[:, :3], b[0])          # blocks not consecutive: kept batched
+    rows = normal(3, 9, 3 * 4 * 5, dtype=dtype)  # (B, L, 3 * H * D) rows: heads of q, k, v read in place
+    q, k, v = (rows[..., j * 20:(j + 1) * 20].reshape(3, 9, 4, 5).transpose(0, 2, 1, 3) for j in range(3))
+    check(q, k.transpose(0, 1, 3, 2))                 # (B, H) batch: two levels of batch strides
+    check(normal(3, 4, 9, 9, dtype=dtype), v)
+    check(q[:, :, None], normal(2, 5, 7, dtype=dtype))  # (B, H, 2): three levels do not fold, copied
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -70,6 +70,25 @@ def test_math_intrinsics():
     np.testing.assert_allclose(out.reshape(16, n), np.stack(expected), rtol=2e-5, atol=2e-5)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_exp_of_special_values_and_masked_scores(dtype):
+    """exp on the C target (`ember_expf`, which hands -inf to libmvec as 0 and masks the result): -inf gives
+    +0, +inf inf, NaN NaN, the underflow and overflow ranges as NumPy's, finite values within an ulp,
+    in vectors of any mix (a causal mask: every other lane -inf), 301 values (a tail)."""
+    from ember.kernels.elementwise import unary
+    special = np.array([-np.inf, np.inf, np.nan, -0.0, 0.0, -87.5, -103.9, -104.0, -746.0, 88.8, 709.9, 1.5, -3.25],
+                       dtype)
+    x = rng.standard_normal(301).astype(dtype) * 20
+    x[::2] = -np.inf
+    x[:special.size] = special
+    got, want = unary("exp", x), np.exp(x)
+    assert got.dtype == dtype
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(got[x == -np.inf], 0)
+    assert not np.signbit(got[x == -np.inf]).any() and np.isposinf(got[x == np.inf]).all()
+    np.testing.assert_allclose(got, want, rtol=4 * np.finfo(dtype).eps, atol=4 * np.finfo(dtype).smallest_subnormal)
+
+
 @cube.kernel
 def block_sum(x: cube.Array[cube.f32], out: cube.Array[cube.f32], n: cube.i32, units: cube.Comptime[int]):
     """One cube per row: strided partial sums, then a tree in shared memory with barriers."""

@@ -161,6 +161,9 @@ def library_calls() -> list:
               for t in (F32, F16, np.int32)]
     calls += [lambda: scatter(x[:6, :3].astype(F64), np.array([[0, 1, 2]]), x[:1, :3].astype(F64), 0),
               lambda: index_add(x[:3], np.array([0, 2, 2, 1]), x[:3, :4], 1)]
+    table = rng.standard_normal((6, 20)).astype(F32)  # slices of COLUMNS_MIN or more: a unit per column
+    calls += [lambda: index_add(table, np.array([1, 5, 1]), table[:3], 0),
+              lambda: index_select(table, np.array([4, 0]), 0)]
     rows = np.argsort(rng.random((3, 40)), 1)[:, :20]  # a plain scatter along the last dim: row by row
     calls += [lambda: scatter(np.zeros((3, 40), F32), rows, x3.reshape(3, -1)[:, :20].astype(F32), 1)]
     calls += [lambda: bits(1000, 3, 5), lambda: uniform(1000, 1, dtype=F64), lambda: uniform((10, 10), 2, low=-2, high=3),

@@ -70,3 +70,31 @@ def test_index_add():
     src = rng.standard_normal((3, 4)).astype(np.float32)
     np.testing.assert_allclose(ix.index_add(x, index, src, 1), _index_add_reference(x, index, src, dim=1),
                                rtol=1e-6)
+
+
+@pytest.mark.parametrize("shape, dim, rows", [((65, 64), 0, 200), ((7, 3, 37), 1, 11), ((2, 9, 5, 19), 1, 4),
+                                              ((5, 150), 0, 0), ((4, 16), 0, 9)])
+@pytest.mark.parametrize("dtype", [np.float32, np.int64])
+def test_index_add_of_long_slices_runs_a_unit_per_column(shape, dim, rows, dtype):
+    """Slices of at least COLUMNS_MIN elements (an embedding's gradient): duplicates accumulate, whole cubes
+    of columns and the guarded last one, outer dims, an empty source, integers."""
+    x = (rng.standard_normal(shape) * 10).astype(dtype)
+    index = rng.integers(0, shape[dim], rows)
+    src = (rng.standard_normal(shape[:dim] + (rows,) + shape[dim + 1:]) * 10).astype(dtype)
+    assert int(np.prod(shape[dim + 1:])) >= ix.COLUMNS_MIN
+    want = _index_add_reference(x, index, src, dim=dim)
+    got = ix.index_add(x, index, src, dim)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("shape, dim, rows", [((65, 64), 0, 200), ((7, 3, 37), 1, 11), ((2, 9, 5, 19), 1, 4),
+                                              ((5, 150), 0, 0), ((4, 16), 0, 9)])
+@pytest.mark.parametrize("dtype", [np.float32, np.int64])
+def test_index_select_of_long_slices_copies_them_whole(shape, dim, rows, dtype):
+    """Slices of at least COLUMNS_MIN elements (an embedding lookup): a cube per output slice walking it,
+    the last step shifted back; outer dims, no index at all, integers, a transposed input (copied first)."""
+    x = (rng.standard_normal(shape) * 10).astype(dtype)
+    index = rng.integers(0, shape[dim], rows)
+    for view in (x, np.asfortranarray(x)):
+        np.testing.assert_array_equal(ix.index_select(view, index, dim), _index_select_reference(x, index, dim=dim))

@@ -83,7 +83,8 @@ def test_strided_reductions_one_unit_per_output(parallel):
              ("argmax", x[::-1, ::2], 0), ("var", x, 0), ("mean", x[:, 1:], 0), ("prod", x * 0.1 + 1, 0),
              ("sum", rng.standard_normal((6, 5, 40)).astype(np.float32), (0, 2)),
              ("sum", rng.integers(-9, 9, (33, 70)).astype(np.int16), 0),
-             ("amax", rng.standard_normal((9, 70)).astype(np.float16), 0)]
+             ("amax", rng.standard_normal((9, 70)).astype(np.float16), 0),
+             ("sum", x[:, :64], 0), ("amin", x[:, :33], 0)]  # C target: two cubes of 32; one and a tail
 
     def check(case):
         op, v, dims = case

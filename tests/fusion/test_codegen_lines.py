@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from ember.kernels import elementwise as codegen
-from ember.kernels.elementwise import LINE, MIN_ROW, STRIDED, Program
+from ember.kernels.elementwise import LINE, MIN_ROW, STRIDED, UNIT, Program
 from ember.kernels.layout import merged_operands
 from ember.dtype import bool_, f32, f64
 
@@ -57,16 +57,27 @@ def test_a_bias_is_read_once_per_line_not_per_element(rng, grid):
 
 @pytest.mark.parametrize("dtype", [f32, f64])
 def test_strided_and_broadcast_operands_per_line_equal_numpy(rng, dtype, grid):
-    # a transposed operand (STRIDED along the line), a per-line one and a per-column one
+    # a transposed operand (STRIDED along the line), a per-line one and a per-column one (UNIT: in a row)
     x = rng.standard_normal((100, 3, 5)).astype(dtype.np).transpose(1, 2, 0)  # (3, 5, 100), line step 15
     row = rng.standard_normal((3, 5, 1)).astype(dtype.np)
     col = rng.standard_normal((100,)).astype(dtype.np)
     p = Program((dtype, dtype, dtype), (("mul", (), (0, 1), dtype), ("add", (), (3, 2), dtype)), (4,))
     merged, views = merged_operands((3, 5, 100), x, row, col)
-    assert codegen.line_modes(codegen.read_modes(views, merged), views) == (STRIDED, LINE, STRIDED)
+    assert codegen.line_modes(codegen.read_modes(views, merged), views) == (STRIDED, LINE, UNIT)
     (got,) = codegen.run_elementwise(p, (3, 5, 100), [x, row, col])
     tol = 1e-6 if dtype is f32 else 1e-13  # a multiply-add may be one rounding (FMA) or two
     np.testing.assert_allclose(got, x * row + col, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("width", [codegen.WALK_MIN_ROW, 13, MIN_ROW - 1, 7])
+def test_short_lines_of_a_transposed_operand_equal_numpy(rng, width, grid):
+    """Lines shorter than MIN_ROW (an attention head's width): walked in cubes of WALK_MIN_ROW units from
+    WALK_MIN_ROW on, the last step shifted back; narrower ones (7) and the other grid read flat positions."""
+    x = rng.standard_normal((6, 5, 9, width)).astype(np.float32).transpose(0, 2, 1, 3)  # (6, 9, 5, width)
+    row = rng.standard_normal((6, 9, 5, 1)).astype(np.float32)
+    p = Program((f32, f32), (("mul", (), (0, 1), f32),), (2,))
+    (got,) = codegen.run_elementwise(p, x.shape, [x, row])
+    np.testing.assert_array_equal(got, x * row)
 
 
 @pytest.mark.parametrize("shape", [(2, 4, 130), (3, 5, MIN_ROW), (1, 3, 1000)])

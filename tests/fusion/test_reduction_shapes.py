@@ -41,6 +41,22 @@ def test_fused_reduction_shapes_match_numpy(fused, shape, dims):
         np.testing.assert_allclose(g.numpy(), w, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("transposed", [False, True], ids=["unit step", "strided"])
+def test_rows_with_an_operand_broadcast_over_the_leading_dims_match_numpy(fused, transposed):
+    """A (5, 70) operand (an attention mask) against (3, 2, 5, 70) rows: in a row it merges with the kept
+    dims into a last dim of 350 (rows read along it, the operand at each row's base), transposed it
+    keeps the last dim of 70 and a step of 5."""
+    rng = np.random.default_rng(5)
+    xn = rng.standard_normal((3, 2, 5, 70)).astype(np.float32)
+    yn = rng.standard_normal((70, 5) if transposed else (5, 70)).astype(np.float32)
+    x, y = ember.tensor(xn, device=fused), ember.tensor(yn, device=fused)
+    if transposed:
+        yn, y = yn.T, y.transpose(0, 1)
+    x64, y64 = xn.astype(np.float64), yn.astype(np.float64)
+    np.testing.assert_allclose((x * y).amax(3).numpy(), (x64 * y64).max(3), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose((x - y).exp().sum(3).numpy(), np.exp(x64 - y64).sum(3), rtol=1e-4, atol=1e-4)
+
+
 def test_bias_gradient_is_one_columns_kernel(cpu):
     COMPILED.clear()
     x = ember.tensor(np.ones((128, 512), np.float32), device=cpu)

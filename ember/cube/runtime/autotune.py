@@ -16,6 +16,9 @@ Levels (`[autotune] level`, `EMBER_AUTOTUNE`), from cheapest to most thorough:
 
 A candidate's tier is given by `tiers={name: level}`; unnamed candidates are `balanced`. Calls for
 which `worth(*args)` is False (problems too small for timing to pay off) take the first candidate.
+The candidates' runs are taken in turn (one of each, then the next round) and each keeps its fastest, so
+a slow spell of a shared machine falls on all of them; `margin` keeps the default unless another is
+that much faster (0.1: takes under 90% of its time), so noise does not pick a worse one for good.
 
 Example:
     >>> tuner = Autotuner("matmul", {"blas": np.matmul, "cube": cube_matmul},
@@ -167,6 +170,8 @@ class Autotuner:
         aside: a context the candidates are timed in: the CUDA runtime's `unrecorded`, so that a step
             whose launches are being recorded for replay neither records the timing runs nor keeps their
             outputs alive until it ends (a step's score-sized outputs would otherwise raise its peak).
+        margin: the fraction of the default's time another candidate must save to win (see the module
+            docs); 0: the fastest wins.
 
     Example:
         >>> tuner = Autotuner("add", {"np": np.add, "ufunc": lambda a, b: a + b}, key=lambda a, b: (anchor(a.size),))
@@ -178,7 +183,7 @@ class Autotuner:
                  cache: AutotuneCache | None = None, level: str | None = None,
                  tiers: dict[str, str] | None = None, worth: Callable[..., bool] | None = None,
                  sync: Callable[[], None] = lambda: None, timer: Timer | None = None,
-                 aside: Callable[[], ContextManager[Any]] = nullcontext) -> None:
+                 aside: Callable[[], ContextManager[Any]] = nullcontext, margin: float = 0.0) -> None:
         if not candidates:
             raise ValueError(f"autotuner {op!r} needs at least one candidate")
         for where, value in (("level", level), *(((f"tier of {n!r}"), t) for n, t in (tiers or {}).items())):
@@ -187,6 +192,8 @@ class Autotuner:
         unknown = set(tiers or {}) - set(candidates)
         if unknown:
             raise ValueError(f"autotuner {op!r}: tiers name unknown candidates {sorted(unknown)}")
+        if not 0.0 <= margin < 1.0:
+            raise ValueError(f"autotuner {op!r}: margin must be in [0, 1), got {margin}")
         self.op = op
         self.candidates = candidates
         self.default = next(iter(candidates))
@@ -198,6 +205,7 @@ class Autotuner:
         self.sync = sync
         self.timer = timer or self._time_once
         self.aside = aside
+        self.margin = margin
         self._memory: dict[tuple, str] = {}
 
     def _level(self) -> str:
@@ -232,17 +240,23 @@ class Autotuner:
         names = self.timed(level)
         if len(names) == 1:
             return names[0]
-        timings = {}
-        with self.aside():
-            for name in names:
-                fn = self.candidates[name]
 
-                def run(fn=fn):
-                    fn(*args, **kwargs)
-                    self.sync()
+        def runner(fn):
+            def run():
+                fn(*args, **kwargs)
+                self.sync()
+            return run
+        runs = {name: runner(self.candidates[name]) for name in names}
+        timings = dict.fromkeys(names, float("inf"))
+        with self.aside():
+            for run in runs.values():
                 run()  # warm up: compilation and caches are not what we compare
-                timings[name] = min(self.timer(name, run) for _ in range(REPEATS[level]))
+            for _ in range(REPEATS[level]):  # in turn: a slow spell falls on every candidate
+                for name, run in runs.items():
+                    timings[name] = min(timings[name], self.timer(name, run))
         winner = min(timings, key=timings.get)
+        if self.default in timings and timings[winner] > (1.0 - self.margin) * timings[self.default]:
+            winner = self.default
         if self.cache is not None:
             self.cache.put(self.op, key, winner)
         return winner

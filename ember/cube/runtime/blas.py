@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from ..compile_cache import cache_key
+from ..strides import merge_dims
 from .cpu import FLAGS, cpu_runtime, data_pointer
 from .host import empty
 
@@ -46,8 +47,10 @@ _FLAVOURS = (("scipy_cblas_", "gemm64_", "scipy_openblas_get_num_threads64_", "s
              ("cblas_", "gemm", "openblas_get_num_threads", "openblas_set_num_threads", 0))
 
 # One entry point for both dtypes and both int widths; p = [batch, m, n, k, a_batch_stride, lda, trans_a,
-# b_batch_stride, ldb, trans_b, c_batch_stride, ldc, f64, ilp64, sum over the batch] (strides and leading
-# dims in elements).
+# b_batch_stride, ldb, trans_b, c_batch_stride, ldc, f64, ilp64, sum over the batch, inner, a_inner_stride,
+# b_inner_stride] (strides and leading dims in elements). The batch is (batch / inner, inner): matrix i of a
+# is at (i / inner) * a_batch_stride + (i % inner) * a_inner_stride, so a (B, H) batch of attention heads
+# viewed out of (B, L, H * D) rows is read in place.
 SHIM = r"""
 #include <stdint.h>
 #include <omp.h>
@@ -74,8 +77,9 @@ static void piece(void *fn, const int64_t *p, const char *a, const char *b, char
   const int64_t k = p[3], lda = p[5], ldb = p[8], ldc = p[11];
   const int ta = (int)p[6], tb = (int)p[9], f64 = (int)p[12], ilp64 = (int)p[13];
   const int64_t size = f64 ? 8 : 4;
-  const char *ai = a + (i * p[4] + (ta == NO_TRANS ? r0 * lda : r0)) * size;
-  const char *bi = b + (i * p[7] + (tb == NO_TRANS ? c0 : c0 * ldb)) * size;
+  const int64_t outer = i / p[15], inner = i % p[15];
+  const char *ai = a + (outer * p[4] + inner * p[16] + (ta == NO_TRANS ? r0 * lda : r0)) * size;
+  const char *bi = b + (outer * p[7] + inner * p[17] + (tb == NO_TRANS ? c0 : c0 * ldb)) * size;
   char *ci = c + (i * p[10] + r0 * ldc + c0) * size;
   const int64_t m = r1 - r0, n = c1 - c0;
   if (f64 && ilp64)
@@ -141,6 +145,8 @@ void ember_gemm(void *fn, void *get, void *set, const int64_t *p, const void *a,
   }
   if (old != 1) { if (ilp64) ((set64_t)set)(old); else ((set32_t)set)((int)old); }
 }
+
+int64_t ember_gemm_threads(void) { return omp_get_max_threads(); }
 """
 
 
@@ -151,7 +157,7 @@ class HostBlas:
         >>> host_blas().matmul(a, b)   # a @ b for f32/f64 a, b with NumPy's matmul rules
     """
 
-    def __init__(self, library: str, symbols: tuple, shim) -> None:
+    def __init__(self, library: str, symbols: tuple, shim, threads) -> None:
         prefix, suffix, get, set_, ilp64 = symbols
         lib = ctypes.CDLL(library)
         address = lambda name: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value  # noqa: E731
@@ -161,6 +167,7 @@ class HostBlas:
                      np.dtype(np.float64): address(f"{prefix}d{suffix}")}
         self.get, self.set, self.ilp64 = address(get), address(set_), ilp64
         self.shim = shim
+        self.threads = threads
 
     def matmul(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """`a @ b` (NumPy's rules) for f32 or f64 operands of one dtype.
@@ -204,51 +211,60 @@ class HostBlas:
         if k == 0 or batch == 0:
             out[...] = 0
             return out
-        a, ta, lda, a_step = _operand(a, batch_shape)
-        b, tb, ldb, b_step = _operand(b, batch_shape)
-        if batch > 1 and b_step == 0 and ta == 111 and a_step == m * lda and not summed:
+        a, ta, lda = _matrices(a, batch_shape)
+        b, tb, ldb = _matrices(b, batch_shape)
+        steps = _batch_steps(batch_shape, a, b)
+        if steps is None:  # batch strides that do not fold into two levels: both copied to C order
+            a, ta, lda = _matrices(_broadcast_copy(a, batch_shape), batch_shape)
+            b, tb, ldb = _matrices(_broadcast_copy(b, batch_shape), batch_shape)
+            steps = _batch_steps(batch_shape, a, b)
+        inner, (a_step, a_inner), (b_step, b_inner) = steps
+        if batch > 1 and inner == 1 and b_step == 0 and ta == 111 and a_step == m * lda and not summed:
             m, batch, a_step = batch * m, 1, 0  # one b for a's consecutive row blocks: one taller product
-        p = (ctypes.c_int64 * 15)(batch, m, n, k, a_step, lda, ta, b_step, ldb, tb, 0 if summed else m * n, n,
-                                  int(a.dtype == np.float64), self.ilp64, int(summed))
+        p = (ctypes.c_int64 * 18)(batch, m, n, k, a_step, lda, ta, b_step, ldb, tb, 0 if summed else m * n, n,
+                                  int(a.dtype == np.float64), self.ilp64, int(summed), inner, a_inner, b_inner)
         self.shim(self.gemm[a.dtype], self.get, self.set, p, data_pointer(a), data_pointer(b), data_pointer(out),
                   SERIAL_FLOPS, MIN_PIECE)
         return out
 
 
-def _operand(x: np.ndarray, batch_shape: tuple) -> tuple[np.ndarray, int, int, int]:
-    """(array, CBLAS transpose flag, leading dim, batch stride) for one operand, all in elements.
+def _matrices(x: np.ndarray, batch_shape: tuple) -> tuple[np.ndarray, int, int]:
+    """(array, CBLAS transpose flag, leading dim in elements) for one operand's matrices.
 
-    BLAS needs a unit stride in one of the last two dims, a leading dim that does not overlap rows,
-    and one stride across the batch; anything else (a broadcast row, a negative or odd stride, a batch
-    broadcast that does not flatten to one stride) is copied to a contiguous array first.
+    BLAS needs a unit stride in one of the last two dims and a leading dim that does not overlap rows;
+    anything else (a broadcast row, a negative or odd stride) is copied to a contiguous array first.
     """
     item = x.itemsize
     if all(s >= 0 and s % item == 0 for s in x.strides):
         rows, cols = x.shape[-2:]
         row_stride, col_stride = x.strides[-2] // item, x.strides[-1] // item
-        step = _batch_step(x, batch_shape) if batch_shape else 0
-        if step is not None and (col_stride == 1 or cols == 1) and (rows == 1 or row_stride >= cols):
-            return x, 111, row_stride if rows > 1 else cols, step
-        if step is not None and (row_stride == 1 or rows == 1) and (cols == 1 or col_stride >= rows):
-            return x, 112, col_stride if cols > 1 else rows, step
-    return _operand(np.ascontiguousarray(np.broadcast_to(x, batch_shape + x.shape[-2:])), batch_shape)
+        if (col_stride == 1 or cols == 1) and (rows == 1 or row_stride >= cols):
+            return x, 111, row_stride if rows > 1 else cols
+        if (row_stride == 1 or rows == 1) and (cols == 1 or col_stride >= rows):
+            return x, 112, col_stride if cols > 1 else rows
+    return _matrices(_broadcast_copy(x, batch_shape), batch_shape)
 
 
-def _batch_step(x: np.ndarray, batch_shape: tuple) -> int | None:
-    """The one element stride that walks `x`'s matrices in the broadcast batch order, or None."""
-    dims = batch_shape
-    lead = len(dims) - (x.ndim - 2)
-    strides = [0] * lead + [s // x.itemsize if size > 1 else 0 for size, s in zip(x.shape[:-2], x.strides[:-2])]
-    pairs = [(d, s) for d, s in zip(dims, strides) if d > 1]
-    if not pairs:
-        return 0
-    step = pairs[-1][1]
-    expected = step
-    for d, s in reversed(pairs):
-        if s != expected:
-            return None
-        expected = s * d
-    return step
+def _broadcast_copy(x: np.ndarray, batch_shape: tuple) -> np.ndarray:
+    return np.ascontiguousarray(np.broadcast_to(x, batch_shape + x.shape[-2:]))
+
+
+def _batch_steps(batch_shape: tuple, a: np.ndarray, b: np.ndarray) -> tuple | None:
+    """(inner, (a's outer step, a's inner step), (b's ...)) walking the broadcast batch as (batch / inner,
+    inner) matrices (steps in elements, 0 where broadcast; the shim's p[15:18]), or None when the batch
+    dims do not fold into two levels for both operands."""
+    sizes, merged = merge_dims(batch_shape, [_batch_strides(x, batch_shape) for x in (a, b)])
+    if len(sizes) > 2:
+        return None
+    if len(sizes) < 2:
+        return 1, *((m[0] if m else 0, 0) for m in merged)
+    return sizes[1], *((m[0], m[1]) for m in merged)
+
+
+def _batch_strides(x: np.ndarray, batch_shape: tuple) -> list[int]:
+    """x's element strides over the broadcast batch dims (0 where x is broadcast)."""
+    lead = len(batch_shape) - (x.ndim - 2)
+    return [0] * lead + [s // x.itemsize if size > 1 else 0 for size, s in zip(x.shape[:-2], x.strides[:-2])]
 
 
 _host: HostBlas | None = None
@@ -267,7 +283,7 @@ def host_blas() -> HostBlas | None:
         _searched = True
         library, symbols = _find_openblas()
         if library is not None:
-            _host = HostBlas(library, symbols, _build_shim())
+            _host = HostBlas(library, symbols, *_build_shim())
     return _host
 
 
@@ -291,10 +307,14 @@ def _find_openblas() -> tuple[str | None, tuple | None]:
 
 
 def _build_shim():
+    """(the GEMM entry, `ember_gemm_threads`: the OpenMP threads a GEMM is split over, read at each call
+    since `omp_set_num_threads`, torch's `set_num_threads` too, changes them)."""
     rt = cpu_runtime()
     key = cache_key("blas-shim", SHIM, rt.cc_version, " ".join(FLAGS))
-    fn = getattr(rt.build_library(SHIM, key, ENTRY), ENTRY)
+    lib = rt.build_library(SHIM, key, ENTRY)
+    fn, threads = getattr(lib, ENTRY), lib.ember_gemm_threads
     fn.restype = None
     fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64),
                    ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
-    return fn
+    threads.restype, threads.argtypes = ctypes.c_int64, []
+    return fn, threads

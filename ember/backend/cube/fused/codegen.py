@@ -28,7 +28,7 @@ from .... import cube
 from ....cube import ir
 from ....cube.frontend import ArrayRef
 from ....kernels.common import empty
-from ....kernels.elementwise import (SCALAR, STRIDED, Program, compiled_kernel, input_params, line_reads,
+from ....kernels.elementwise import (SCALAR, STRIDED, UNIT, Program, compiled_kernel, input_params, line_reads,
                                          program_values, read_modes, reader, sources, uniform_loads)
 from ....kernels.elementwise import run_elementwise  # noqa: F401  (the fused elementwise kernels' runner)
 from ....kernels.layout import broadcast_layout, broadcast_strides, merge_dims, merged_operands, offset
@@ -46,8 +46,8 @@ def reduce_kernel(red: Reduction, acc: DType, rank: int, modes: tuple, units: in
 
     `lanes` units reduce one output: the whole cube (None, the C target: a vector of units, then a
     tree in shared memory) or a plane (GPU targets: `units / lanes` outputs per cube, plane ops).
-    With `line`, the reduced positions of an output are the domain's (merged) last dim, so strided
-    inputs are read at a per-cube base plus a step; otherwise through the full layout.
+    With `line`, the reduced positions of an output are a run of the domain's (merged) last dim, so
+    strided inputs are read at a per-cube base plus a step; otherwise through the full layout.
     """
     op = KERNEL_OP.get(red.op, red.op)
     lanes = lanes or units
@@ -246,7 +246,11 @@ def run_reduction(red: Reduction, shape: tuple, arrays: list, runtime=None):
     else:  # empty reduced dims: nothing is read, every output is the identity
         rank, layout, modes = 1, np.zeros(1 + len(views), np.int32), (SCALAR,) * len(views)
         views = [empty(1, a.dtype, *arrays) for a in arrays]
-    line = STRIDED in modes and int(layout[rank - 1]) == n
+    # An output's n positions run along the merged last dim when they are a whole run of it (it may have
+    # merged with kept dims: a (64, 64) mask against (B, H, 64, 64) scores merges to (B * H, 4096))
+    line = STRIDED in modes and int(layout[rank - 1]) % n == 0
+    if line:  # inputs whose lines are contiguous: read at their line base + position (a vector on the C target)
+        modes = tuple(UNIT if m == STRIDED and v.strides[-1] == v.itemsize else m for m, v in zip(modes, views))
     dim = cube.CubeDim(units)
     compiled = compiled_kernel(("red", red, acc, rank, modes, units, line, lanes),
                                 lambda: reduce_kernel(red, acc, rank, modes, units, line, lanes), dim, runtime)
