@@ -29,7 +29,7 @@ from ember.kernels import elementwise as ew
 from ember.kernels.conv import conv2d
 from ember.kernels.indexing import gather, index_add, index_select, scatter
 from ember.kernels.matmul import matmul
-from ember.kernels import attention, common, matmul_tc, optim, quant_matmul as qm
+from ember.kernels import attention, common, fft, matmul_tc, optim, quant_matmul as qm
 from ember.kernels.conv_gemm import conv2d_gemm, conv_transpose2d
 try:  # unfold/fold are being added to the library as this is written
     from ember.kernels.unfold import fold, unfold
@@ -197,6 +197,16 @@ def library_calls() -> list:
                                       None, code="int8", block=30, k=30, n=6)]
     calls += [lambda: qm.int_matmul(rng.integers(-128, 128, (5, 12)).astype(np.int8),
                                     rng.integers(-128, 128, (7, 12)).astype(np.int8))]
+    # the FFT on a GPU target: Stockham passes of smooth lengths, Bluestein's chirps for a prime one, the
+    # real transform's half-length path (even) and its widening (odd); c64 and c128
+    for t in (np.complex64, np.complex128):
+        for n in (360, 1009):
+            z = (rng.standard_normal((3, n)) + 1j * rng.standard_normal((3, n))).astype(t)
+            calls += [lambda z=z, inverse=inverse: on_target("cuda", fft.fft, z, (1,), inverse)
+                      for inverse in (False, True)]
+        real = np.float32 if t == np.complex64 else F64
+        calls += [lambda n=n, real=real: on_target("cuda", fft.rfft, rng.standard_normal((2, n)).astype(real), 1)
+                  for n in (64, 9)]
     return calls
 
 
