@@ -27,7 +27,7 @@ from .. import cube
 from ..kernels.common import assign, contiguous, empty
 from . import blocked
 from .blocks import Block, gemm_update, transposed_copy
-from .kernels import dot, lanes, panel_dots, reflect, subtract_rows
+from .kernels import dot, lanes, panel_dots, reflect, subtract_rows, transposed_product
 from .rotations import STATE, Log, iterate, log, rotation, sort
 
 PANEL = 32  # columns per tridiagonalization panel
@@ -80,13 +80,7 @@ def tridiag_panel_kernel(a: cube.Array, vs: cube.Array, wt: cube.Array, taus: cu
         cube.sync_units()
         # W's column i: tau (A[j+1:, j+1:] v - V (W^T v) - W (V^T v)), then w -= (tau / 2) (w . v) v
         wi = W + i * n
-        for c in range(u, n, units):
-            wt[wi + c] = T(0)
-        cube.sync_units()
-        for r in range(j + 1, n):
-            vr = vs[vj + r]
-            for c in range(j + 1 + u, n, units):
-                wt[wi + c] = wt[wi + c] + vr * a[A + r * n + c]
+        transposed_product(wt, wi, j + 1, j + 1, vs, vj, a, A, n, units)
         panel_dots(tmp, 0, i, wt, W + j + 1, vs, vj + j + 1, n - j - 1, n, units)
         panel_dots(tmp, width, i, vs, A + p * n + j + 1, vs, vj + j + 1, n - j - 1, n, units)
         cube.sync_units()

@@ -81,6 +81,19 @@ def subtract_rows(x, xa, lo, hi, count, v, v0, f, f0, fs, n, units):
 
 
 @cube.function
+def transposed_product(out, oa, r0, c0, v, va, a, a0, n, units):
+    """out[oa + c] = the sum over r in [r0, n) of v[va + r] a[a0 + r n + c] for c in [c0, n), 0 below c0 (the
+    cube's units sharing c): a panel column's A^T v (labrd's Y columns, latrd's W columns)."""
+    for c in range(cube.UNIT_POS, n, units):
+        out[oa + c] = out.dtype(0)
+    cube.sync_units()
+    for r in range(r0, n):
+        vr = v[va + r]
+        for c in range(c0 + cube.UNIT_POS, n, units):
+            out[oa + c] = out[oa + c] + vr * a[a0 + r * n + c]
+
+
+@cube.function
 def panel_dots(out, at, count, v, v0, y, y0, length, n, units):
     """out[at + l] = the dot of v[v0 + l n:] and y[y0:] over `length` elements, for l < count (unit 0 writes)."""
     for l in range(0, count):

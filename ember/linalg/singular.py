@@ -30,7 +30,7 @@ from ..kernels.common import assign, contiguous, copy_as, empty
 from ..kernels.matmul import tuned_matmul
 from . import blocked
 from .blocks import Block, gemm_update, transposed_copy
-from .kernels import lanes, panel_dots, partial_dot, reflect, subtract_rows, transposed
+from .kernels import lanes, panel_dots, partial_dot, reflect, subtract_rows, transposed, transposed_product
 from .rotations import STATE, Log, iterate, log, rotation, sort
 
 PANEL = 32  # columns per bidiagonalization panel
@@ -70,13 +70,7 @@ def bidiag_panel_kernel(a: cube.Array, vq: cube.Array, vp: cube.Array, yt: cube.
         cube.sync_units()
         # Y's column i: tau (A[j:, j+1:]^T v - Y (V^T v) - U^T (X^T v))
         yi = Y + i * n
-        for c in range(u, n, units):
-            yt[yi + c] = T(0)
-        cube.sync_units()
-        for r in range(j, n):
-            vr = vq[rj + r]
-            for c in range(j + 1 + u, n, units):
-                yt[yi + c] = yt[yi + c] + vr * a[A + r * n + c]
+        transposed_product(yt, yi, j, j + 1, vq, rj, a, A, n, units)
         panel_dots(tmp, 0, i, vq, A + p * n + j, vq, rj + j, n - j, n, units)
         panel_dots(tmp, width, i, xt, X + j, vq, rj + j, n - j, n, units)
         cube.sync_units()
