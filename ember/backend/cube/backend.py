@@ -81,7 +81,9 @@ class CubeBackend(Backend):
             self._check_dtypes(prim, inputs, out)
         complex_ = out.dtype.category == COMPLEX
         for a in inputs:  # a plain loop: no generator frame on the dispatch hot path
-            complex_ = complex_ or a.dtype.kind == "c"
+            if a.dtype.kind == "c":
+                complex_ = True
+                break
         # complex operands: the rows that read them as float pairs
         row = (COMPLEX_TABLE if complex_ else TABLE).get(prim.name)
         if row is not None:
